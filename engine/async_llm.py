@@ -1,0 +1,163 @@
+"""`AsyncLLM`: the engine for asyncio programs. One worker thread runs the step loop; requests
+and aborts reach it through a queue, outputs come back to each caller's event loop as a stream."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.engine_core import LLMEngine, Prompt
+from engine.llm import to_chat_response
+from engine.outputs import ChatResponse, RequestOutput
+from engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The step loop failed; in-flight requests were ended with this error."""
+
+
+class AsyncLLM:
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._ids = itertools.count()
+        self._stats: dict[str, Any] = self.engine.stats()
+        self._thread = threading.Thread(target=self._loop, name="engine-step-loop", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The exact prompt ids a chat would use: for token budgets counted by our tokenizer."""
+        return self.engine.encode_chat(messages, tools)
+
+    async def generate(
+        self,
+        prompt: Prompt | list[dict],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        *,
+        tools: list[dict] | None = None,
+        priority: int = 0,
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream outputs (each with the new delta_text) until one has finished=True.
+        `prompt` is text, token ids, or chat messages. Leaving the loop early aborts the request."""
+        if self._closed:
+            raise EngineDeadError("the engine is shut down")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            prompt = self.engine.encode_chat(prompt, tools)
+        rid = request_id or f"req-{next(self._ids)}"
+        if rid in self._streams:
+            raise ValueError(f"request id {rid!r} is already in use")
+        stream: asyncio.Queue = asyncio.Queue()
+        self._streams[rid] = (asyncio.get_running_loop(), stream)
+        self._commands.put(("add", rid, prompt, params or SamplingParams(), priority))
+        finished = False
+        try:
+            while True:
+                item = await stream.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(rid, None)
+            if not finished:
+                self._commands.put(("abort", rid))
+
+    async def chat(self, messages: list[dict], params: SamplingParams | None = None,
+                   tools: list[dict] | None = None, request_id: str | None = None,
+                   priority: int = 0) -> ChatResponse:
+        final = None
+        async for out in self.generate(messages, params, request_id, tools=tools,
+                                       priority=priority):
+            final = out
+        assert final is not None
+        return to_chat_response(final)
+
+    async def abort(self, request_id: str) -> None:
+        """End a request; its stream receives a final output with finish_reason "abort"."""
+        self._commands.put(("abort", request_id))
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters as of the last step (safe to call from any thread)."""
+        return dict(self._stats)
+
+    def shutdown(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._commands.put(("stop",))
+            self._thread.join(timeout=30)
+
+    # ---- the worker thread ---------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            busy = self.engine.has_unfinished_requests()
+            try:
+                cmd = self._commands.get(block=not busy)
+            except queue.Empty:
+                cmd = None
+            while cmd is not None:
+                if cmd[0] == "stop":
+                    self._fail_all(EngineDeadError("the engine was shut down"))
+                    return
+                self._handle(cmd)
+                try:
+                    cmd = self._commands.get_nowait()
+                except queue.Empty:
+                    cmd = None
+            if not self.engine.has_unfinished_requests():
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # keep serving: end the in-flight requests with the error
+                log.exception("engine step failed")
+                self._fail_all(EngineDeadError(f"engine step failed: {exc}"))
+                continue
+            self._stats = self.engine.stats()
+            for out in outputs:
+                self._deliver(out.request_id, out)
+
+    def _handle(self, cmd: tuple) -> None:
+        if cmd[0] == "add":
+            _, rid, prompt, params, priority = cmd
+            try:
+                self.engine.add_request(rid, prompt, params, priority)
+            except Exception as exc:
+                self._deliver(rid, exc)
+        elif cmd[0] == "abort":
+            out = self.engine.abort_request(cmd[1])
+            if out is not None:
+                self._deliver(cmd[1], out)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for rid in list(self.engine._requests):
+            self.engine.abort_request(rid)
+        for rid in list(self._streams):
+            self._deliver(rid, exc)
+
+    def _deliver(self, rid: str, item: RequestOutput | BaseException) -> None:
+        target = self._streams.get(rid)
+        if target is None:
+            return
+        loop, stream = target
+        try:
+            loop.call_soon_threadsafe(stream.put_nowait, item)
+        except RuntimeError:  # the caller's loop is closed
+            self._streams.pop(rid, None)

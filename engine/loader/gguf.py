@@ -1,0 +1,129 @@
+"""Single-file GGUF models: metadata -> ModelConfig and tokenizer, tensors dequantized to float32.
+
+llama.cpp stores the q and k projections of `llama` models permuted for its interleaved RoPE; we
+undo that per matrix so the weights equal the Hugging Face ones and our rotate-half RoPE applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from engine.config import ModelConfig
+from engine.loader import Checkpoint
+from engine.tokenizer import Tokenizer
+
+_FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+
+# GGUF tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.").
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+def read_fields(reader: GGUFReader) -> dict[str, Any]:
+    return {key: field.contents() for key, field in reader.fields.items()}
+
+
+def open_gguf(path: Path) -> Checkpoint:
+    reader = GGUFReader(str(path))
+    fields = read_fields(reader)
+    arch = fields.get("general.architecture")
+    family = _FAMILIES.get(arch)
+    if family is None:
+        raise ValueError(f"{path.name}: GGUF architecture {arch!r} is not supported "
+                         f"(supported: {', '.join(_FAMILIES)})")
+    config = _config_from_fields(fields, arch, family, reader)
+    tensors = {t.name: t for t in reader.tensors}
+    freq_factors = tensors.pop("rope_freqs.weight", None)
+    return Checkpoint(
+        config=config,
+        tokenizer=Tokenizer.from_gguf_fields(fields),
+        weights=_iter_weights(tensors, config, unpermute=arch in ("llama", "mistral")),
+        rope_freq_factors=None if freq_factors is None else torch.tensor(_dequant(freq_factors)),
+        context_length=fields.get(f"{arch}.context_length"),
+    )
+
+
+def _config_from_fields(fields: dict[str, Any], arch: str, family: str,
+                        reader: GGUFReader) -> ModelConfig:
+    def get(key: str, default: Any = None) -> Any:
+        value = fields.get(f"{arch}.{key}", default)
+        if value is None:
+            raise ValueError(f"GGUF metadata {arch}.{key} is missing")
+        return value
+
+    hidden, heads = get("embedding_length"), get("attention.head_count")
+    head_dim = fields.get(f"{arch}.attention.key_length") or hidden // heads
+    vocab = fields.get(f"{arch}.vocab_size") or len(fields["tokenizer.ggml.tokens"])
+    scaling = None
+    if fields.get(f"{arch}.rope.scaling.type") == "linear":
+        scaling = {"rope_type": "linear", "factor": fields[f"{arch}.rope.scaling.factor"]}
+    has_output = any(t.name == "output.weight" for t in reader.tensors)
+    has_bias = any(t.name.endswith("attn_q.bias") for t in reader.tensors)
+    return ModelConfig(
+        family=family,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=get("feed_forward_length"),
+        num_layers=get("block_count"),
+        num_heads=heads,
+        num_kv_heads=fields.get(f"{arch}.attention.head_count_kv") or heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        rope_theta=float(get("rope.freq_base", 10000.0)),
+        max_position_embeddings=get("context_length"),
+        tie_word_embeddings=not has_output,
+        rope_scaling=scaling,
+        attention_bias=has_bias,
+        qk_norm=family == "qwen3",
+    )
+
+
+def _dequant(t) -> np.ndarray:
+    return np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+
+
+def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Invert llama.cpp's q/k row permutation (interleaved RoPE pairs -> rotate-half halves)."""
+    rows = w.shape[0]
+    rest = w.shape[1:]
+    return w.reshape(n_head, rows // n_head // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape)
+
+
+def _iter_weights(tensors: dict, config: ModelConfig,
+                  unpermute: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    for name, t in tensors.items():
+        kind = None
+        if name in _GLOBAL_NAMES:
+            hf_name = _GLOBAL_NAMES[name]
+        elif name.startswith("blk.") and name.split(".")[2] in _LAYER_NAMES:
+            _, layer, kind, suffix = name.split(".", 3)
+            hf_name = f"model.layers.{layer}.{_LAYER_NAMES[kind]}.{suffix}"
+        else:
+            raise ValueError(f"GGUF tensor {name!r} is not understood")
+        w = _dequant(t)
+        if unpermute and kind in ("attn_q", "attn_k"):
+            w = _unpermute(w, config.num_heads if kind == "attn_q" else config.num_kv_heads)
+        yield hf_name, torch.from_numpy(np.array(w, dtype=np.float32))  # a copy: w may be a read-only map

@@ -1,0 +1,1 @@
+"""openclaw package (filled by later issues)."""
