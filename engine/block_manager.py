@@ -102,8 +102,9 @@ class BlockManager:
             block.ref_count += 1
             seq.block_table.append(block_id)
             seq.block_hashes.append(block.hash)
+        if seq.num_computed_tokens == 0:  # an admission: record what the cache served
+            seq.num_cached_tokens = len(cached) * self.block_size
         seq.num_computed_tokens += len(cached) * self.block_size
-        seq.num_cached_tokens = len(cached) * self.block_size
         for _ in range(new):
             seq.block_table.append(self._take_free_block())
         return True

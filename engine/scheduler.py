@@ -86,6 +86,9 @@ class Scheduler:
                 self._preempt(victim)
                 batch.preempted.append(victim)
                 if victim is seq:
+                    if not self.running and i == 0:  # alone and still too big: cannot progress
+                        raise RuntimeError(f"request {seq.request_id} needs more KV blocks than "
+                                           f"the pool has ({self.block_manager.num_blocks})")
                     break
             else:
                 batch.seqs.append(seq)

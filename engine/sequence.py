@@ -27,7 +27,7 @@ class Sequence:
     max_total_tokens: int = 1 << 30  # context limit: stop with "length" when reached
     status: Status = Status.WAITING
     num_computed_tokens: int = 0  # tokens whose K/V are in the pool
-    num_cached_tokens: int = 0  # of those, how many came from the prefix cache (last schedule)
+    num_cached_tokens: int = 0  # of those, how many came from the prefix cache (at admission)
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hash of each full block
     num_preemptions: int = 0

@@ -160,6 +160,17 @@ def test_commit_keys_only_blocks_that_are_full_and_computed() -> None:
     assert len(bm.find_cached_prefix(seq_of(range(10)))) == 2
 
 
+def test_num_cached_tokens_outlives_the_allocations_after_the_hit() -> None:
+    bm = BlockManager(8, BS)
+    compute(bm, seq_of(range(9)))
+    b = seq_of(range(9))
+    compute(bm, b)
+    assert b.num_cached_tokens == 8
+    b.token_ids.append(50)  # the first sampled token, decoded in the next step
+    assert bm.allocate(b, 1)
+    assert b.num_cached_tokens == 8
+
+
 # ---- the cache after free: revival and eviction ---------------------------------------------
 
 

@@ -340,6 +340,18 @@ def test_shared_system_prompt_hits_the_cache_and_changes_no_output() -> None:
     warm.assert_drained()
 
 
+def test_finished_request_still_reports_the_prompt_tokens_it_took_from_the_cache() -> None:
+    sim = Sim(num_blocks=100, block_size=16, max_num_batched_tokens=64)
+    system = prompt(200, 5000)
+    sim.add(system + [1], 3)
+    sim.run()
+    seq = sim.add(system + [2], 3)
+    sim.step()
+    assert seq.num_cached_tokens == 192  # the 12 full system-prompt blocks, at admission
+    sim.run()
+    assert seq.num_cached_tokens == 192  # what EngineCore puts in the final RequestOutput
+
+
 # ---- randomized workloads --------------------------------------------------------------------
 
 
