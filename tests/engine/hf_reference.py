@@ -39,6 +39,10 @@ def build_tiny_checkpoint(kind: str, folder: Path, seed: int = 0) -> Path:
                 p.uniform_(0.5, 1.5)
             elif name.endswith("bias"):
                 p.normal_(0, 0.5)
+            elif "q_proj" in name or "k_proj" in name:
+                # Scores of order 1: a saturated softmax would attend one-hot, and then positions
+                # (RoPE), masks and paging mistakes would barely show in the logits.
+                p.mul_(0.3)
     model.save_pretrained(folder, safe_serialization=True)
     return folder
 

@@ -1,0 +1,157 @@
+"""Loading: GGUF files (any supported architecture, q/k permutation undone), HF tokenizer folders,
+and clear errors for what cannot be loaded."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from engine import LLM
+from engine.tokenizer import Tokenizer
+
+from .hf_reference import build_tiny_checkpoint, load_reference, prefill_logits
+
+GGUF_NAMES = {
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def byte_vocab(size: int) -> list[str]:
+    """A byte-level BPE vocabulary with no merges: the 256 byte symbols, then fillers."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    return list(ByteLevel.alphabet()) + [f"<extra_{i}>" for i in range(size - 256)]
+
+
+def permute_like_llama_cpp(w: np.ndarray, n_head: int) -> np.ndarray:
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(hf_folder, path, arch: str) -> None:
+    cfg = json.loads((hf_folder / "config.json").read_text())
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(cfg["num_hidden_layers"])
+    writer.add_context_length(cfg["max_position_embeddings"])
+    writer.add_embedding_length(cfg["hidden_size"])
+    writer.add_feed_forward_length(cfg["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_key_length(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    writer.add_rope_freq_base(cfg.get("rope_parameters", {}).get("rope_theta", 10000.0))
+    writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(byte_vocab(cfg["vocab_size"]))
+    writer.add_token_types([1] * cfg["vocab_size"])
+    writer.add_eos_token_id(0)
+    for name, t in load_file(hf_folder / "model.safetensors").items():
+        w = t.numpy().astype(np.float32)
+        if name == "model.embed_tokens.weight":
+            gname = "token_embd.weight"
+        elif name == "model.norm.weight":
+            gname = "output_norm.weight"
+        elif name == "lm_head.weight":
+            gname = "output.weight"
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            module, suffix = rest.rsplit(".", 1)
+            kind = GGUF_NAMES[module]
+            gname = f"blk.{layer}.{kind}.{suffix}"
+            if arch == "llama" and kind in ("attn_q", "attn_k"):
+                w = permute_like_llama_cpp(w, heads if kind == "attn_q" else kv_heads)
+        writer.add_tensor(gname, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_gguf_file_loads_to_the_same_logits_as_the_hf_folder(kind, tmp_path):
+    folder = build_tiny_checkpoint(kind, tmp_path / "hf")
+    path = tmp_path / "model.gguf"
+    write_gguf(folder, path, kind)
+    rng = random.Random(1)
+    ids = [rng.randrange(384) for _ in range(40)]
+    ours = LLM(str(path), kv_cache_gib=0.01).engine.runner.prefill_logits(ids)
+    theirs = prefill_logits(load_reference(folder), ids)
+    assert (ours - theirs).abs().max().item() < 2e-3
+
+
+def test_gguf_tokenizer_comes_from_the_file(tmp_path):
+    folder = build_tiny_checkpoint("llama", tmp_path / "hf")
+    write_gguf(folder, tmp_path / "m.gguf", "llama")
+    llm = LLM(str(tmp_path / "m.gguf"), kv_cache_gib=0.01)
+    ids = llm.tokenizer.encode("héllo", allow_special=False)
+    assert llm.tokenizer.decode(ids) == "héllo"
+    assert len(ids) == len("héllo".encode())  # no merges: one token per byte
+    assert llm.tokenizer.eos_token_ids == [0]
+
+
+def test_hf_folder_tokenizer_reads_eos_bos_and_chat_template(smollm_tokenizer, tmp_path):
+    smollm_tokenizer.backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|im_end|>", "bos_token": "<|im_start|>", "add_bos_token": False,
+        "chat_template": smollm_tokenizer.chat_template}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    tok = Tokenizer.from_hf_folder(tmp_path)
+    assert tok.eos_token_ids == [2, 0]
+    assert tok.bos_token_id == 1 and not tok.add_bos
+    assert tok.chat_template == smollm_tokenizer.chat_template
+    text = "Hello <|im_start|> world"
+    assert tok.encode(text, allow_special=True) == smollm_tokenizer.encode(text, allow_special=True)
+    assert 1 not in tok.encode(text, allow_special=False)
+
+
+def test_a_folder_without_config_is_refused_with_a_reason(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        LLM(str(tmp_path))
+
+
+def test_an_unsupported_architecture_is_named(tmp_path):
+    folder = build_tiny_checkpoint("llama", tmp_path / "hf")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["architectures"], cfg["model_type"] = ["GPT2LMHeadModel"], "gpt2"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="GPT2LMHeadModel"):
+        LLM(str(folder))
+
+
+def test_a_checkpoint_missing_a_tensor_is_refused(tmp_path):
+    folder = build_tiny_checkpoint("llama", tmp_path / "hf")
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    from safetensors.torch import save_file
+
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="missing 1 tensors"):
+        LLM(str(folder), kv_cache_gib=0.01)
+
+
+def test_a_path_that_is_neither_folder_nor_gguf_is_refused(tmp_path):
+    bogus = tmp_path / "weights.bin"
+    bogus.write_bytes(b"\0")
+    with pytest.raises(FileNotFoundError, match="gguf"):
+        LLM(str(bogus))
+
+
+def test_prompt_ids_outside_the_vocabulary_are_refused(tmp_path):
+    folder = build_tiny_checkpoint("llama", tmp_path / "hf")
+    llm = LLM(str(folder), kv_cache_gib=0.01)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.generate([[1, 2, 384]])
+    with pytest.raises(ValueError, match="no tokenizer"):
+        llm.generate("text needs a tokenizer")
+    shutil.rmtree(folder)
+    assert torch.is_tensor(llm.engine.runner.prefill_logits([1, 2, 3]))  # weights are in memory
