@@ -1,1 +1,1 @@
-"""connectors package (filled by later issues)."""
+"""Messaging apps behind one protocol (base.py): terminal now; Telegram and Discord next."""

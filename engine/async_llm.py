@@ -39,6 +39,10 @@ class AsyncLLM:
     def tokenizer(self):
         return self.engine.tokenizer
 
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The exact prompt ids a chat would use: for token budgets counted by our tokenizer."""
         return self.engine.encode_chat(messages, tools)

@@ -1,98 +1,259 @@
-"""The `openclaw` command. For now one subcommand, `chat`: talk to the local model in a terminal.
-
-Interactive on a terminal (replies stream as they are generated). With piped input it reads one
-message per line, prints each reply on its own line, and exits at end of input, so
-`printf 'Hi\\n' | openclaw chat` works in scripts.
-"""
+"""The `openclaw` command: init, run (the service), chat (the daemon with this terminal attached),
+doctor, db upgrade, pairing, users, service install."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import shutil
 import sys
-from collections.abc import Iterator
+from pathlib import Path
 
 from openclaw import __version__
-
-DEFAULT_SYSTEM = "You are OpenClaw, a helpful personal assistant."
+from openclaw.config import ConfigError, default_config_path, load_config, write_starter_config
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    level = logging.DEBUG if args.verbose else (
+        logging.INFO if args.command == "run" else logging.WARNING)
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"config error:\n{exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="openclaw", description="Your personal agent daemon.")
     parser.add_argument("--version", action="version", version=f"openclaw {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    chat = sub.add_parser("chat", help="chat with the local model in this terminal")
-    chat.add_argument("--model", default=None,
-                      help="HF model folder or .gguf file (default: embedded SmolLM2-135M-Instruct)")
-    chat.add_argument("--device", default="auto")
-    chat.add_argument("--system", default=DEFAULT_SYSTEM, help="system prompt")
-    chat.add_argument("--max-tokens", type=int, default=256)
-    chat.add_argument("--temperature", type=float, default=0.0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    if args.command == "chat":
-        try:
-            return asyncio.run(_chat(args))
-        except KeyboardInterrupt:
-            return 130
-    return 2
+    parser.add_argument("--config", type=Path, default=None,
+                        help=f"config file (default {default_config_path()})")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    # The same options after the subcommand (`openclaw run --config PATH`, as the unit runs it).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="config file")
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS)
+    sub = _Subparsers(parser.add_subparsers(dest="command", required=True), common)
+
+    p = sub.add_parser("init", help="write a commented starter config")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+    p.set_defaults(func=cmd_init)
+    p = sub.add_parser("run", help="run the daemon headless (what the service runs)")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("chat", help="run the daemon with this terminal attached")
+    p.set_defaults(func=cmd_chat)
+    p = sub.add_parser("doctor", help="check config, database, model, sandbox, tokens")
+    p.add_argument("--skip-model", action="store_true", help="do not load the model")
+    p.set_defaults(func=cmd_doctor)
+    db = _Subparsers(sub.add_parser("db", help="database maintenance").add_subparsers(
+        dest="db_cmd", required=True), common)
+    db.add_parser("upgrade", help="apply migrations").set_defaults(func=cmd_db_upgrade)
+    pairing = _Subparsers(sub.add_parser("pairing", help="admit new users").add_subparsers(
+        dest="pair_cmd", required=True), common)
+    pairing.add_parser("list", help="pending pairing codes").set_defaults(func=cmd_pairing_list)
+    p = pairing.add_parser("approve", help="admit the user who holds CODE")
+    p.add_argument("code")
+    p.set_defaults(func=cmd_pairing_approve)
+    sub.add_parser("users", help="known users and their status").set_defaults(func=cmd_users)
+    service = _Subparsers(sub.add_parser("service", help="systemd service").add_subparsers(
+        dest="svc_cmd", required=True), common)
+    p = service.add_parser("install", help="write a systemd unit and say how to enable it")
+    p.add_argument("--system", action="store_true", help="a system unit (default: a user unit)")
+    p.add_argument("--user", dest="run_as", default=None, help="system unit: the user to run as")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_service_install)
+    return parser
 
 
-async def _chat(args: argparse.Namespace) -> int:
-    from engine import AsyncLLM, SamplingParams
+class _Subparsers:
+    """add_parser() that gives every subcommand the common options."""
 
-    interactive = sys.stdin.isatty()
-    if interactive:
-        print("loading the model...", file=sys.stderr, flush=True)
-    llm = await asyncio.to_thread(AsyncLLM, args.model, device=args.device, kv_cache_gib=0.5)
-    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
-    history: list[dict] = []
-    if interactive:
-        print("ready: type a message, /new to start over, Ctrl-D to quit", file=sys.stderr)
-    try:
-        async for line in _lines(interactive):
-            text = line.strip()
-            if not text:
-                continue
-            if text == "/new":
-                history.clear()
-                print("(new conversation)", flush=True)
-                continue
-            history.append({"role": "user", "content": text})
-            messages = _fit([{"role": "system", "content": args.system}, *history], llm,
-                            args.max_tokens)
-            reply = ""
-            async for out in llm.generate(messages, params):
-                reply = out.text
-                if interactive:
-                    print(out.delta_text, end="", flush=True)
-            print(reply.strip() if not interactive else "", flush=True)
-            history.append({"role": "assistant", "content": reply.strip()})
-    finally:
-        llm.shutdown()
+    def __init__(self, action, common: argparse.ArgumentParser) -> None:
+        self.action, self.common = action, common
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        return self.action.add_parser(name, parents=[self.common], **kwargs)
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path = write_starter_config(args.config, force=args.force)
+    print(f"wrote {path}\nedit it, then check it with: openclaw --config {path} doctor")
     return 0
 
 
-def _fit(messages: list[dict], llm, reply_tokens: int) -> list[dict]:
-    """Drop the oldest turns (never the system prompt or the newest message) until the prompt and
-    the reply fit the model's context, counted with the engine's own tokenizer."""
-    budget = llm.engine.max_model_len - reply_tokens
-    while len(messages) > 2 and len(llm.encode_chat(messages)) > budget:
-        del messages[1]
-    return messages
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    return asyncio.run(_run_daemon(config, terminal=None))
 
 
-async def _lines(interactive: bool) -> Iterator[str]:
-    while True:
-        if interactive:
-            print("> ", end="", file=sys.stderr, flush=True)
-        line = await asyncio.to_thread(sys.stdin.readline)
-        if not line:
-            if interactive:
-                print(file=sys.stderr)
-            return
-        yield line
+def cmd_chat(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    from connectors.terminal import TerminalConnector
+
+    return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
+
+
+async def _run_daemon(config, terminal) -> int:
+    from openclaw.daemon import Daemon
+
+    connectors = _configured_connectors(config)
+    daemon = Daemon(config, connectors=connectors)
+    term = None
+    if terminal is not None:
+        term = terminal(idle=lambda: daemon.gateway.wait_idle())
+        daemon.connectors.append(term)
+        if term.interactive:
+            print("loading the model...", file=sys.stderr, flush=True)
+    await daemon.start()
+    if term is None:
+        await daemon.run_until_stopped()
+        return 0
+    if term.interactive:
+        print("ready: type a message (/help for commands), Ctrl-D to quit", file=sys.stderr)
+    stopper = asyncio.create_task(term.done.wait())
+    await asyncio.wait([stopper, asyncio.create_task(daemon._stop.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    await daemon.gateway.wait_idle()
+    await daemon.stop()
+    return 0
+
+
+def _configured_connectors(config) -> list:
+    connectors = []
+    for name in ("telegram", "discord"):
+        if getattr(config, name).enabled:
+            raise ConfigError(config.source, [
+                f"{name}.enabled = true: the {name} connector is not part of this release yet; "
+                "set it to false"])
+    return connectors
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks: list[tuple[bool, str, str]] = []  # (ok, what, how to fix)
+    try:
+        config = load_config(args.config)
+        checks.append((True, f"config: {config.source or 'none (defaults)'}", ""))
+    except ConfigError as exc:
+        print(f"✗ config\n{exc}")
+        return 1
+    checks.append(asyncio.run(_check_database(config)))
+    if not args.skip_model:
+        checks.append(_check_model(config))
+    bwrap = shutil.which("bwrap") or (str(config.sandbox.bwrap_path) if config.sandbox.bwrap_path
+                                      else None)
+    checks.append((bwrap is not None, f"sandbox: bubblewrap {'at ' + bwrap if bwrap else 'missing'}",
+                   "install it: apt-get install bubblewrap"))
+    for name in ("telegram", "discord"):
+        section = getattr(config, name)
+        if section.enabled:
+            checks.append((section.token is not None, f"{name}: token configured",
+                           f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")"))
+    for ok, what, fix in checks:
+        print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
+    return 0 if all(ok for ok, _, _ in checks) else 1
+
+
+async def _check_database(config) -> tuple[bool, str, str]:
+    from openclaw.store import Store
+
+    try:
+        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = await Store.open(config.store.url)
+        revision = await store.schema_revision()
+        await store.close()
+        return True, f"database: schema {revision}", ""
+    except Exception as exc:
+        return False, f"database: {exc}", "check store.url and that the data folder is writable"
+
+
+def _check_model(config) -> tuple[bool, str, str]:
+    try:
+        from engine import LLM
+
+        llm = LLM(config.engine.model, **{**config.engine.as_engine_kwargs(), "kv_cache_gib": 0.05})
+        out = llm.generate("Hello", None)[0]
+        return True, f"model: loaded on {llm.engine.device}, generated {len(out.token_ids)} tokens", ""
+    except Exception as exc:
+        return False, f"model: {exc}", "check engine.model (a HF folder or a .gguf file)"
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from openclaw.store import upgrade
+
+    config = load_config(args.config)
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    upgrade(config.store.url)
+    print("database is at the latest schema")
+    return 0
+
+
+def _with_store(args: argparse.Namespace, work):
+    from openclaw.store import Store
+
+    config = load_config(args.config)
+
+    async def run():
+        store = await Store.open(config.store.url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def cmd_pairing_list(args: argparse.Namespace) -> int:
+    codes = _with_store(args, lambda store: store.list_pairing_codes())
+    if not codes:
+        print("no pending pairing codes")
+    for c in codes:
+        print(f"{c.code}  {c.user}  {c.display_name or ''}  expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
+    return 0
+
+
+def cmd_pairing_approve(args: argparse.Namespace) -> int:
+    user = _with_store(args, lambda store: store.approve_pairing(args.code.strip().upper()))
+    if user is None:
+        print(f"no pending pairing code {args.code!r} (expired, used, or mistyped)", file=sys.stderr)
+        return 1
+    print(f"approved {user.key} ({user.display_name or 'no name'})")
+    return 0
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    users = _with_store(args, lambda store: store.list_users())
+    config = load_config(args.config)
+    if not users:
+        print("no users yet")
+    for u in users:
+        print(f"{u.key:<24} {u.status!s:<8} role={u.role or config.user_role(u.key)}  "
+              f"{u.display_name or ''}")
+    return 0
+
+
+def cmd_service_install(args: argparse.Namespace) -> int:
+    from openclaw.service import install_unit
+
+    config = load_config(args.config)
+    exe = shutil.which("openclaw") or f"{sys.executable} -m openclaw.cli"
+    config_path = (args.config or default_config_path()).expanduser().resolve()
+    try:
+        path, instructions = install_unit(exe, config_path, args.run_as, config.data_dir,
+                                          system=args.system, force=args.force)
+    except (FileExistsError, ValueError) as exc:
+        print(f"service install: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}\n{instructions}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""The terminal: the console's owner chatting with the daemon (user `terminal:local`).
+
+Interactive on a TTY: a prompt, replies streamed as they are generated. Piped: one message per
+line, each answered before the next is read, so a script sees replies in order; end of input ends
+the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TextIO
+
+from connectors.base import Handler
+from openclaw.gateway_types import InboundMessage
+
+
+class TerminalConnector:
+    name = "terminal"
+    max_message_len = 1_000_000
+
+    def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None,
+                 interactive: bool | None = None,
+                 idle: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._in = stdin or sys.stdin
+        self._out = stdout or sys.stdout
+        self.interactive = self._in.isatty() if interactive is None else interactive
+        self._idle = idle  # awaits until the daemon has answered everything it was given
+        self._task: asyncio.Task | None = None
+        self._drafted = ""  # what a streamed draft already printed of the current reply
+        self.done = asyncio.Event()  # end of input, and every reply delivered
+
+    async def start(self, handler: Handler) -> None:
+        self._task = asyncio.create_task(self._read(handler), name="terminal input")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+
+    async def _read(self, handler: Handler) -> None:
+        try:
+            while True:
+                if self.interactive:
+                    self._write("> ", err=True)
+                line = await asyncio.to_thread(self._in.readline)
+                if not line:
+                    break
+                text = line.strip()
+                if not text:
+                    continue
+                await handler(InboundMessage("terminal", "local", "local", uuid.uuid4().hex, text,
+                                             display_name="console"))
+                if self._idle is not None and not self.interactive:  # /stop stays typeable
+                    await self._idle()
+        finally:
+            if self.interactive:
+                self._write("\n", err=True)
+            self.done.set()
+
+    async def send_text(self, chat_id: str, text: str) -> str | None:
+        if self._drafted and text.startswith(self._drafted):
+            self._write(text[len(self._drafted):] + "\n")
+        else:
+            self._write(("\n" if self._drafted else "") + text + "\n")
+        self._drafted = ""
+        return None
+
+    async def draft(self, chat_id: str, text: str) -> None:
+        if self.interactive and text.startswith(self._drafted):
+            self._write(text[len(self._drafted):])
+            self._drafted = text
+
+    async def typing(self, chat_id: str) -> None:
+        return None
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        return None
+
+    def _write(self, text: str, err: bool = False) -> None:
+        stream = sys.stderr if err else self._out
+        stream.write(text)
+        stream.flush()

@@ -1,0 +1,129 @@
+"""The prompt for the next model call: system prompt, the stored summary, and the conversation
+since it, within the token budget counted by the engine's own tokenizer.
+
+When the history outgrows the budget, the oldest turns are summarised by the model itself and the
+summary is stored with the id of the last message it covers. Nothing is deleted: the store keeps
+every message; the prompt just starts from the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from engine import SamplingParams
+from openclaw.agent.model import ChatModel
+
+log = logging.getLogger(__name__)
+
+SUMMARY_INSTRUCTIONS = (
+    "You write the memory of an assistant. Summarise the conversation below in a few sentences: "
+    "keep names, facts, numbers, decisions, the user's preferences and any open tasks. "
+    "Write only the summary."
+)
+SUMMARY_HEADER = "\n\nSummary of the earlier conversation:\n"
+
+
+class PromptTooLong(Exception):
+    """Even the newest message alone does not fit the context budget."""
+
+
+@dataclass
+class Budget:
+    prompt_tokens: int  # the model's context minus what is reserved for the reply
+    keep_messages: int  # the newest messages are never compacted
+    summary_tokens: int = 256
+
+
+def to_chat_message(m: Any) -> dict[str, Any]:
+    """A stored message as the chat template expects it (OpenAI shape)."""
+    msg: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+    if m.tool_calls:
+        msg["tool_calls"] = m.tool_calls
+    if m.tool_call_id:
+        msg["tool_call_id"] = m.tool_call_id
+    return msg
+
+
+class ContextBuilder:
+    def __init__(self, model: ChatModel, store: Any, system_prompt: str, budget: Budget) -> None:
+        self.model, self.store, self.system_prompt, self.budget = model, store, system_prompt, budget
+
+    def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        return len(self.model.encode_chat(messages, tools))
+
+    async def build(self, conversation_id: int, tools: list[dict] | None) -> list[dict]:
+        while True:
+            summary = await self.store.latest_summary(conversation_id)
+            after = summary.up_to_message_id if summary else None
+            history = await self.store.list_messages(conversation_id, after_id=after)
+            prompt = self._prompt(summary.content if summary else None, history)
+            if self.count(prompt, tools) <= self.budget.prompt_tokens:
+                return prompt
+            cut = _compaction_cut(history, self.budget.keep_messages)
+            if cut == 0:
+                raise PromptTooLong(
+                    f"the newest message does not fit the model's context "
+                    f"({self.budget.prompt_tokens} tokens for the prompt)")
+            await self._compact(conversation_id, summary.content if summary else None, history[:cut])
+
+    def _prompt(self, summary: str | None, history: list[Any]) -> list[dict]:
+        system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
+        return [{"role": "system", "content": system}, *(to_chat_message(m) for m in history)]
+
+    async def _compact(self, conversation_id: int, previous: str | None, old: list[Any]) -> None:
+        """Summarise `old` (with the previous summary) into one stored summary. A transcript too
+        long for one call is summarised in front-to-back pieces, each stored as it completes."""
+        while old:
+            take = len(old)
+            while take > 1 and self.count(self._summary_prompt(previous, old[:take])) > (
+                    self.budget.prompt_tokens - self.budget.summary_tokens):
+                take = max(1, take // 2)
+            text = await self._summarise(self._summary_prompt(previous, old[:take]))
+            last = old[take - 1]
+            tokens = self.count([{"role": "system", "content": text}])
+            await self.store.add_summary(conversation_id, last.id, text, tokens)
+            log.info("conversation %s: compacted %d messages (up to id %s) into a %d-token summary",
+                     conversation_id, take, last.id, tokens)
+            previous, old = text, old[take:]
+
+    def _summary_prompt(self, previous: str | None, messages: list[Any]) -> list[dict]:
+        lines = [f"Earlier summary: {previous}"] if previous else []
+        for m in messages:
+            text = m.content or ""
+            if m.tool_calls:
+                calls = ", ".join(f"{c['function']['name']}({_args(c)})" for c in m.tool_calls)
+                text = f"{text} [called {calls}]".strip()
+            lines.append(f"{m.role}: {text}")
+        transcript = "\n".join(lines)
+        return [{"role": "system", "content": SUMMARY_INSTRUCTIONS},
+                {"role": "user", "content": transcript}]
+
+    async def _summarise(self, prompt: list[dict]) -> str:
+        params = SamplingParams(temperature=0.0, max_tokens=self.budget.summary_tokens)
+        text = ""
+        async for out in self.model.generate(prompt, params):
+            text = out.text
+        return text.strip() or "(no summary)"
+
+
+def _args(call: dict) -> str:
+    args = call["function"].get("arguments", {})
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def _compaction_cut(history: list[Any], keep: int) -> int:
+    """How many of the oldest messages to compact: everything before the start of a user turn,
+    keeping at least the newest `keep` messages when possible (a tool call never parts from its
+    result). 0 when only the newest turn is left."""
+    user_starts = [i for i, m in enumerate(history) if m.role == "user"]
+    if not user_starts:
+        return 0
+    limit = max(0, len(history) - keep)
+    eligible = [i for i in user_starts if 0 < i <= limit]
+    if eligible:
+        return eligible[-1]
+    earlier = [i for i in user_starts if i > 0]
+    return earlier[-1] if earlier else 0

@@ -1,0 +1,154 @@
+"""One user turn: the model answers, maybe calls tools, reads their results, and answers again,
+until it replies in plain text or hits the step limit. Every message is stored as it happens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine import SamplingParams
+from engine.tool_parser import StreamingToolParser, ToolCall
+from openclaw.agent.context import Budget, ContextBuilder, PromptTooLong
+from openclaw.agent.model import ChatModel
+from openclaw.config import AgentConfig
+from openclaw.metrics import Metrics
+from skills import SkillContext, SkillError, SkillRegistry
+from skills.registry import check_arguments
+
+log = logging.getLogger(__name__)
+
+MAX_TOOL_RESULT_CHARS = 16_000
+APOLOGY = "Sorry, something went wrong while I was answering. It has been logged; please try again."
+
+
+class ReplySink(Protocol):
+    """Where a turn's progress shows: a typing indicator and, where enabled, a growing draft."""
+
+    async def typing(self) -> None: ...
+
+    async def draft(self, text: str) -> None: ...
+
+
+@dataclass
+class TurnResult:
+    text: str  # the reply to deliver
+    steps: int  # model calls made
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failed: bool = False
+
+
+@dataclass
+class Caller:
+    user: str  # "channel:id"
+    role: str
+    chat_id: str
+    allowed_skills: list[str] | None = None  # None: every registered skill
+
+
+class Agent:
+    def __init__(self, model: ChatModel, store: Any, skills: SkillRegistry,
+                 settings: AgentConfig, metrics: Metrics | None = None) -> None:
+        self.model, self.store, self.skills, self.settings = model, store, skills, settings
+        self.metrics = metrics or Metrics()
+        context = settings.context_tokens or model.max_model_len
+        budget = Budget(prompt_tokens=context - settings.reply_max_tokens,
+                        keep_messages=settings.compaction_keep_messages)
+        self.context = ContextBuilder(model, store, settings.system_prompt, budget)
+
+    async def run_turn(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
+                       run_id: str) -> TurnResult:
+        """Store the user's message and answer it. Cancelling the task (/stop) aborts the model
+        and any running tool; what was stored before stays stored."""
+        last = await self.store.last_message(conversation_id)
+        if not (last and last.role == "user" and last.content == text):
+            # (the same text already last means a turn that never got its answer is re-run)
+            tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
+            await self.store.add_message(conversation_id, "user", text, token_count=tokens)
+        tools = self.skills.tool_specs(caller.allowed_skills) or None
+        result = TurnResult(text="", steps=0)
+        params = SamplingParams(temperature=self.settings.temperature, top_p=self.settings.top_p,
+                                max_tokens=self.settings.reply_max_tokens)
+        try:
+            for step in range(self.settings.max_steps):
+                result.steps = step + 1
+                prompt = await self.context.build(conversation_id, tools)
+                content, calls, errors, out = await self._generate(
+                    prompt, params, tools, f"{run_id}-{step}", sink)
+                result.prompt_tokens += len(out.prompt_token_ids)
+                result.completion_tokens += len(out.token_ids)
+                await self.store.add_message(
+                    conversation_id, "assistant", content, token_count=len(out.token_ids),
+                    tool_calls=[_call_json(c) for c in calls] or None)
+                if not calls and not errors:
+                    result.text = content or "(no answer)"
+                    return result
+                for error in errors:  # a malformed call goes back to the model, not to the user
+                    await self.store.add_message(conversation_id, "tool", f"error: {error}")
+                for call in calls:
+                    await sink.typing()
+                    output = await self._call_tool(call, caller)
+                    await self.store.add_message(conversation_id, "tool", output,
+                                                 tool_call_id=call.id)
+            result.text = (f"I stopped after {self.settings.max_steps} tool steps without a final "
+                           "answer. Tell me how to continue, or ask again more narrowly.")
+            return result
+        except PromptTooLong as exc:
+            result.text, result.failed = f"Sorry, that message is too long for me: {exc}.", True
+            return result
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("turn %s failed", run_id)
+            result.text, result.failed = APOLOGY, True
+            return result
+        finally:
+            await self.store.add_usage(caller.user, result.prompt_tokens, result.completion_tokens)
+
+    async def _generate(self, prompt, params, tools, request_id, sink: ReplySink):
+        parser = StreamingToolParser()
+        out = None
+        await sink.typing()
+        started = time.monotonic()
+        async for out in self.model.generate(prompt, params, request_id, tools=tools):
+            if started is not None:
+                self.metrics.observe("openclaw_time_to_first_token_seconds", time.monotonic() - started)
+                started = None
+            if parser.feed(out.delta_text):
+                await sink.draft(parser.shown)
+        parsed = parser.finish()
+        return parsed.content, parsed.tool_calls, parsed.errors, out
+
+    async def _call_tool(self, call: ToolCall, caller: Caller) -> str:
+        skill = self.skills.get(call.name)
+        allowed = caller.allowed_skills is None or call.name in caller.allowed_skills
+        if skill is None or not allowed:
+            names = ", ".join(self.skills.names if caller.allowed_skills is None
+                              else caller.allowed_skills) or "none"
+            return f"error: there is no tool named {call.name!r}; available tools: {names}"
+        problems = check_arguments(skill.parameters, call.arguments)
+        if problems:
+            return f"error: bad arguments for {call.name}: " + "; ".join(problems)
+        ctx = SkillContext(user=caller.user, role=caller.role, chat_id=caller.chat_id)
+        try:
+            output = await asyncio.wait_for(skill.run(call.arguments, ctx),
+                                            self.settings.tool_timeout_s)
+        except SkillError as exc:
+            return f"error: {exc}"
+        except TimeoutError:
+            return f"error: {call.name} did not finish within {self.settings.tool_timeout_s:g} s"
+        except Exception as exc:  # a broken skill must not end the conversation
+            log.exception("skill %s failed", call.name)
+            return f"error: {call.name} failed: {type(exc).__name__}: {exc}"
+        if len(output) > MAX_TOOL_RESULT_CHARS:
+            output = output[:MAX_TOOL_RESULT_CHARS] + f"\n[cut: {len(output)} characters in all]"
+        return output
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}

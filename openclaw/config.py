@@ -1,0 +1,851 @@
+"""The daemon's one config file: TOML, validated by pydantic, every problem reported at once.
+
+`load_config(path)` reads the file and returns a `Config`; anything wrong raises `ConfigError`,
+whose message has one line per problem naming the file, the dotted key, the value found and what
+is expected, so the daemon can refuse to start with a message the admin can act on. A first run
+needs no file: a missing file at the default path means all defaults. `starter_config()` is the
+commented file `openclaw init` writes.
+
+Relative paths in the file (model, data_dir, skill dirs, `file:` secrets, a SQLite URL) are
+relative to the file's own folder, because a daemon's working directory (`/` under systemd) is
+never what the admin had in mind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, core_schema
+
+log = logging.getLogger(__name__)
+
+REDACTED = "***"
+CHANNELS = ("telegram", "discord", "terminal")
+STORE_SCHEMES = ("sqlite+aiosqlite", "postgresql+asyncpg")
+DEFAULT_SYSTEM_PROMPT = "You are OpenClaw, a helpful personal assistant."
+
+
+def default_config_path() -> Path:
+    """`~/.config/openclaw/openclaw.toml`, computed per call so a changed HOME is honoured."""
+    return Path("~/.config/openclaw/openclaw.toml").expanduser()
+
+
+def default_data_dir() -> Path:
+    """`~/.local/share/openclaw`: the database, workspaces and other state."""
+    return Path("~/.local/share/openclaw").expanduser()
+
+
+class ConfigError(Exception):
+    """The config cannot be used. `problems` holds one self-contained line per problem."""
+
+    def __init__(self, path: Path | str | None, problems: list[str]) -> None:
+        self.path = Path(path) if path is not None else None
+        self.problems = list(problems)
+        where = str(self.path) if self.path is not None else "config"
+        super().__init__("\n".join(f"{where}: {p}" for p in self.problems))
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+
+class Secret:
+    """A credential from the config: the value is only reachable through `.get()`.
+
+    In the file it is `"env:NAME"` (read from the environment at load), `"file:PATH"` (the file's
+    contents, stripped; systemd credentials and Docker secrets look like this) or a literal.
+    `str()`, `repr()` and pydantic dumps all give `***`, so logging a config never leaks one.
+    """
+
+    __slots__ = ("_value", "source")
+
+    def __init__(self, value: str, source: Literal["env", "file", "literal"] = "literal") -> None:
+        self._value = value
+        self.source = source  # where it came from; `openclaw doctor` can say so without the value
+
+    def get(self) -> str:
+        return self._value
+
+    def __str__(self) -> str:
+        return REDACTED
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.with_info_plain_validator_function(
+            _validate_secret,
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda _: REDACTED),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        return {"type": "string", "writeOnly": True, "description": 'literal, "env:NAME" or "file:PATH"'}
+
+
+def _base_dir(info: ValidationInfo | None) -> Path:
+    """The folder relative paths are resolved against: the config file's, else the cwd."""
+    context = info.context if info is not None else None
+    if isinstance(context, dict) and context.get("base_dir") is not None:
+        return Path(context["base_dir"])
+    return Path.cwd()
+
+
+def _resolve_reference(value: str, info: ValidationInfo | None) -> tuple[str, str]:
+    """`env:NAME` / `file:PATH` / literal -> (value, source). Errors never contain the value."""
+    if value.startswith("env:"):
+        name = value[4:]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise PydanticCustomError("secret_ref", "expected env:NAME with NAME a variable name")
+        if name not in os.environ:
+            raise PydanticCustomError(
+                "secret_ref", "environment variable {name} is not set; export it or use file:PATH",
+                {"name": name},
+            )
+        resolved, source = os.environ[name], "env"
+    elif value.startswith("file:"):
+        path = Path(value[5:]).expanduser()
+        if not path.is_absolute():
+            path = _base_dir(info) / path
+        try:
+            resolved = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise PydanticCustomError(
+                "secret_ref", "cannot read secret file {path}: {reason}",
+                {"path": str(path), "reason": reason},
+            ) from None
+        source = "file"
+    else:
+        resolved, source = value, "literal"
+    if not resolved.strip():
+        raise PydanticCustomError("secret_ref", "the value is empty")
+    return resolved, source
+
+
+def _validate_secret(value: Any, info: ValidationInfo) -> Secret:
+    if isinstance(value, Secret):
+        return value
+    if not isinstance(value, str):
+        raise PydanticCustomError("secret_type", 'expected a string: a literal, "env:NAME" or "file:PATH"')
+    resolved, source = _resolve_reference(value, info)
+    return Secret(resolved, source)  # type: ignore[arg-type]
+
+
+# --- shared field types ------------------------------------------------------------------------
+
+
+def _validate_path(value: Any, info: ValidationInfo) -> Path:
+    if not isinstance(value, (str, Path)) or not str(value):
+        raise PydanticCustomError("path_type", "expected a path (a non-empty string)")
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else _base_dir(info) / path
+
+
+# `~` expanded; relative paths taken from the config file's folder.
+ConfigPath = Annotated[Path, PlainValidator(_validate_path)]
+
+_USER_RE = re.compile(r"(?P<channel>[a-z][a-z0-9_-]*):(?P<id>\S+)")
+
+
+def _check_user(name: str) -> str:
+    """A user is `channel:id`; catch the mistakes admins really make, with the fix in the message."""
+    m = _USER_RE.fullmatch(name)
+    if m is None:
+        raise ValueError(
+            'expected a user "channel:id", e.g. "telegram:1001", "discord:42" or "terminal:local"'
+        )
+    channel, ident = m["channel"], m["id"]
+    if channel not in CHANNELS:
+        close = difflib.get_close_matches(channel, CHANNELS, n=1)
+        hint = f'did you mean "{close[0]}"? ' if close else ""
+        raise ValueError(f'unknown channel "{channel}"; {hint}channels are {", ".join(CHANNELS)}')
+    if channel in ("telegram", "discord") and not re.fullmatch(r"[0-9]+", ident):
+        # Usernames can be changed and taken over; the numeric id is what the connector sees.
+        raise ValueError(
+            f'{channel} users are named by their numeric id, e.g. "{channel}:1001", not a username'
+        )
+    return name
+
+
+UserName = Annotated[str, PlainValidator(lambda v: _check_user(_require_str(v)))]
+
+
+def _require_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise PydanticCustomError("string_type", "expected a string")
+    return value
+
+
+def _check_url(value: str | None, schemes: tuple[str, ...]) -> str | None:
+    if value is not None and not value.startswith(tuple(f"{s}://" for s in schemes)):
+        raise ValueError(f"expected a URL starting with {' or '.join(s + '://' for s in schemes)}")
+    return value
+
+
+class _Section(BaseModel):
+    # forbid: a typo such as `dm_polcy` is an error, not a silently ignored key.
+    # strict: TOML has real types, so `port = "9477"` is a mistake worth reporting.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+
+class EngineConfig(_Section):
+    """`[engine]`: how the inference engine runs. Names are vLLM's, as in `engine.EngineConfig`."""
+
+    model: str | None = None
+    """A Hugging Face model folder (config.json + *.safetensors) or a .gguf file; None is the
+    embedded SmolLM2-135M-Instruct, which needs no download."""
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    """"auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N"."""
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """"auto" is bfloat16 on CUDA and float32 on CPU."""
+    max_num_seqs: int = Field(16, ge=1)
+    """Sequences decoded together; a personal agent rarely has more conversations at once."""
+    max_num_batched_tokens: int = Field(2048, ge=1)
+    """Token budget of one engine step; long prompts are prefilled in chunks of this size."""
+    block_size: int = Field(16, ge=1)
+    """Tokens per paged KV-cache block."""
+    kv_cache_gib: float | None = Field(None, gt=0)
+    """KV-cache size on CPU in GiB; None is the engine's default (1 GiB)."""
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    """Share of GPU memory the engine may use (weights + KV cache)."""
+    enable_prefix_caching: bool = True
+    """Reuse the KV cache of a shared prefix (system prompt, earlier turns): big latency win."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Longest sequence; None is the model's own context length."""
+    seed: int = 0
+    """Seed of the engine's shared random generator (requests without a seed of their own)."""
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_path(cls, value: Any, info: ValidationInfo) -> Any:
+        return value if value is None else str(_validate_path(value, info))
+
+    def as_engine_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `engine.AsyncLLM(config.engine.model, **kwargs)`."""
+        return self.model_dump(exclude={"model"})
+
+
+class AgentConfig(_Section):
+    """`[agent]`: how one message becomes a reply."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The system prompt of every conversation."""
+    max_steps: int = Field(8, ge=1)
+    """Tool-call rounds per message; at the limit the user gets a clear message, not a loop."""
+    context_tokens: int | None = Field(None, ge=1)
+    """Prompt budget in tokens; None is the model's context length. Older turns beyond it are
+    compacted into a summary."""
+    reply_max_tokens: int = Field(512, ge=1)
+    """Most tokens one model response may generate."""
+    temperature: float = Field(0.7, ge=0)
+    """Sampling temperature; 0 is greedy."""
+    top_p: float = Field(0.95, gt=0, le=1)
+    """Nucleus sampling: keep the smallest set of tokens with this total probability."""
+    compaction_keep_messages: int = Field(8, ge=0)
+    """The most recent messages, never compacted, so the model always sees the latest turns verbatim."""
+    tool_timeout_s: float = Field(60.0, gt=0)
+    """Seconds a tool call may run before it is stopped and reported to the model as an error."""
+
+
+class StoreConfig(_Section):
+    """`[store]`: where conversations, users and the audit log live."""
+
+    url: str | None = None
+    """SQLAlchemy URL: "sqlite+aiosqlite:///PATH" (default: openclaw.db in data_dir) or
+    "postgresql+asyncpg://USER:PASSWORD@HOST/DB". May be "env:NAME" or "file:PATH", since a
+    PostgreSQL URL carries a password; the password is masked in repr and dumps."""
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _url(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        url, _ = _resolve_reference(_require_str(value), info)
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in STORE_SCHEMES:
+            raise ValueError(_store_scheme_hint(scheme if sep else ""))
+        return _absolute_sqlite_url(url, info) if scheme == "sqlite+aiosqlite" else url
+
+    @field_serializer("url")
+    def _dump_url(self, url: str | None) -> str | None:
+        return _mask_password(url)
+
+    def __repr_args__(self):  # type: ignore[override]
+        yield "url", _mask_password(self.url)
+
+
+def _store_scheme_hint(scheme: str) -> str:
+    if scheme.startswith("sqlite"):
+        return 'expected "sqlite+aiosqlite:///PATH" (the store is async: use the aiosqlite driver)'
+    if scheme.startswith("postgres"):
+        return 'expected "postgresql+asyncpg://USER:PASSWORD@HOST/DB" (the store is async: use asyncpg)'
+    return 'expected a URL starting with "sqlite+aiosqlite://" or "postgresql+asyncpg://"'
+
+
+def _absolute_sqlite_url(url: str, info: ValidationInfo) -> str:
+    """A relative or `~` SQLite path would depend on the daemon's cwd: pin it to the config's folder."""
+    prefix = "sqlite+aiosqlite:///"
+    if not url.startswith(prefix):
+        return url  # "sqlite+aiosqlite://" alone: in memory
+    path, sep, query = url[len(prefix):].partition("?")
+    if path in ("", ":memory:") or path.startswith("/"):
+        return url
+    return f"{prefix}{_validate_path(path, info)}{sep}{query}"
+
+
+def _mask_password(url: str | None) -> str | None:
+    return url if url is None else re.sub(r"(://[^/:@]*:)[^@/]*@", rf"\1{REDACTED}@", url)
+
+
+class AccessConfig(_Section):
+    """`[access]`: who may talk to the agent. Users are "channel:id"."""
+
+    admins: list[UserName] = []
+    """Users with every permission; they approve pairing requests."""
+    allow: list[UserName] = []
+    """Users who may talk to the agent."""
+    blocked: list[UserName] = []
+    """Users who get no answer at all."""
+    dm_policy: Literal["pairing", "allowlist", "open"] = "pairing"
+    """Unknown users: "pairing" gives them a one-time code an admin approves; "allowlist" ignores
+    them; "open" lets anyone talk to the agent (with the "user" role)."""
+    roles: dict[UserName, str] = {}
+    """User -> role name; without an entry admins have "admin" and everyone else "user"."""
+
+    @field_validator("blocked")
+    @classmethod
+    def _blocked_is_not_admin(cls, blocked: list[str], info: ValidationInfo) -> list[str]:
+        both = [u for u in blocked if u in info.data.get("admins", ())]
+        if both:
+            raise ValueError(f"{', '.join(both)} cannot be both in access.admins and blocked")
+        return blocked
+
+    @field_validator("roles")
+    @classmethod
+    def _role_names(cls, roles: dict[str, str]) -> dict[str, str]:
+        for user, role in roles.items():
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", role):
+                raise ValueError(f'role of {user} must be a name like "user" or "admin", got "{role}"')
+        return roles
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name could resolve anywhere
+
+
+class AdminConfig(_Section):
+    """`[admin]`: the HTTP port for /healthz and Prometheus /metrics."""
+
+    enabled: bool = True
+    """Serve /healthz and /metrics."""
+    allow_remote: bool = False
+    """Permit a non-loopback host. Off: metrics reveal usage, and nothing on it is authenticated."""
+    host: str = "127.0.0.1"
+    """Address to bind; loopback unless allow_remote = true."""
+    port: int = Field(9477, ge=0, le=65535)
+    """TCP port; 0 picks a free one (tests)."""
+
+    # allow_remote is declared before host so host's validator can see it.
+    @field_validator("host")
+    @classmethod
+    def _loopback_unless_allowed(cls, host: str, info: ValidationInfo) -> str:
+        if not host:
+            raise ValueError("expected an address such as 127.0.0.1")
+        if not _is_loopback(host) and not info.data.get("allow_remote", False):
+            raise ValueError(
+                "the admin port must stay on loopback (127.0.0.1, ::1 or localhost); "
+                "set admin.allow_remote = true to expose it deliberately"
+            )
+        return host
+
+
+def _require_token(token: Secret | None, info: ValidationInfo, section: str, env: str) -> Secret | None:
+    if token is None and info.data.get("enabled"):
+        raise ValueError(f'required when {section}.enabled = true, e.g. token = "env:{env}"')
+    return token
+
+
+class TelegramConfig(_Section):
+    """`[telegram]`: the Telegram bot connector (python-telegram-bot)."""
+
+    enabled: bool = False
+    """Run the Telegram connector."""
+    token: Secret | None = Field(None, validate_default=True)
+    """Bot token from @BotFather; required when enabled. Use "env:NAME" or "file:PATH"."""
+    base_url: str | None = None
+    """Bot API base in python-telegram-bot's form, e.g. "http://127.0.0.1:8081/bot" (self-hosted
+    Bot API servers, tests); None is api.telegram.org."""
+    base_file_url: str | None = None
+    """File download base, e.g. "http://127.0.0.1:8081/file/bot"; None is Telegram's."""
+    webhook_url: str | None = None
+    """Public HTTPS URL to receive updates by webhook; None uses long polling (no open port)."""
+    stream_edits: bool = False
+    """Stream replies by editing a draft message (at most once a second)."""
+
+    @field_validator("token")
+    @classmethod
+    def _token_when_enabled(cls, token: Secret | None, info: ValidationInfo) -> Secret | None:
+        return _require_token(token, info, "telegram", "TELEGRAM_BOT_TOKEN")
+
+    @field_validator("base_url", "base_file_url", "webhook_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        return _check_url(value, ("http", "https"))
+
+
+class DiscordConfig(_Section):
+    """`[discord]`: the Discord bot connector (discord.py)."""
+
+    enabled: bool = False
+    """Run the Discord connector."""
+    token: Secret | None = Field(None, validate_default=True)
+    """Bot token from the Discord developer portal; required when enabled."""
+    api_base: str | None = None
+    """REST API base, e.g. "http://127.0.0.1:8082/api/v10" (tests); None is discord.com's."""
+    gateway_url: str | None = None
+    """Websocket gateway URL, e.g. "ws://127.0.0.1:8082/" (tests); None is Discord's."""
+    stream_edits: bool = False
+    """Stream replies by editing a draft message."""
+
+    @field_validator("token")
+    @classmethod
+    def _token_when_enabled(cls, token: Secret | None, info: ValidationInfo) -> Secret | None:
+        return _require_token(token, info, "discord", "DISCORD_BOT_TOKEN")
+
+    @field_validator("api_base")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        return _check_url(value, ("http", "https"))
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _ws(cls, value: str | None) -> str | None:
+        return _check_url(value, ("ws", "wss"))
+
+
+class SandboxConfig(_Section):
+    """`[sandbox]`: how skills that run programs are isolated."""
+
+    allow_unsandboxed: bool = False
+    """Run the shell skill without bubblewrap when it is unavailable. Dangerous: leave off."""
+    bwrap_path: ConfigPath | None = None
+    """Path of the bwrap binary; None searches PATH."""
+
+
+class SkillsConfig(_Section):
+    """`[skills]`: which skills exist, and `[skills.NAME]` tables with each skill's settings."""
+
+    hidden_keys: ClassVar[frozenset[str]] = frozenset({"settings"})  # not a key of the file
+
+    enabled: list[str] = ["clock"]
+    """Skills offered to the model: built-in names, entry points (group "openclaw.skills") or
+    "module:Class". Roles decide who may use each."""
+    dirs: list[ConfigPath] = []
+    """Folders of SKILL.md skills (OpenClaw format), offered by name and description."""
+    settings: dict[str, dict[str, Any]] = {}
+    """Each `[skills.NAME]` table, by NAME; checked by the skill itself."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_tables(cls, data: Any) -> Any:
+        # In the file a skill's settings are `[skills.NAME]`, i.e. a table inside [skills]; any
+        # other unknown key stays put so extra="forbid" reports it (`enabeld = [...]`).
+        if not isinstance(data, dict):
+            return data
+        fixed = {k: v for k, v in data.items() if k in ("enabled", "dirs") or not isinstance(v, dict)}
+        tables = {k: v for k, v in data.items() if k not in fixed}
+        return {**fixed, "settings": tables} if tables else fixed
+
+    @model_serializer(mode="wrap")
+    def _dump_as_file(self, handler: Any) -> dict[str, Any]:
+        # Dump in the file's shape, so a dump validates back to the same config.
+        data = handler(self)
+        settings = data.pop("settings", {})
+        return {**data, **{name: _redact_settings(table) for name, table in settings.items()}}
+
+    def __repr_args__(self):  # type: ignore[override]
+        yield "enabled", self.enabled
+        yield "dirs", self.dirs
+        yield "settings", {name: _redact_settings(t) for name, t in self.settings.items()}
+
+
+_SECRET_KEY = re.compile(r"pass|token|secret|key|credential", re.IGNORECASE)
+
+
+def _redact_settings(table: dict[str, Any]) -> dict[str, Any]:
+    """Skill settings are free-form until each skill types them: mask what looks like a credential."""
+    return {
+        k: (REDACTED if _SECRET_KEY.search(k) and isinstance(v, str) and not v.startswith("env:") else v)
+        for k, v in table.items()
+    }
+
+
+class Config(_Section):
+    """The whole file. Load it with `load_config`."""
+
+    data_dir: ConfigPath = Field(default_factory=default_data_dir)
+    """Where state lives: the database, user workspaces."""
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    access: AccessConfig = Field(default_factory=AccessConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    roles: dict[str, dict[str, Any]] = {}
+    """`[roles.NAME]` tables: what each role may do (skills, paths, network, limits)."""
+
+    _source: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _default_store_url(self) -> Config:
+        if self.store.url is None:
+            self.store.url = f"sqlite+aiosqlite:///{self.data_dir / 'openclaw.db'}"
+        return self
+
+    @property
+    def source(self) -> Path | None:
+        """The file this config was read from; None when it is all defaults."""
+        return self._source
+
+    def user_role(self, user: str) -> str:
+        """The role of a "channel:id" user: access.roles, else "admin" for admins, else "user"."""
+        if user in self.access.roles:
+            return self.access.roles[user]
+        return "admin" if user in self.access.admins else "user"
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Read and validate the config. None means the default path, where a missing file is fine."""
+    explicit = path is not None
+    file = (Path(path).expanduser() if explicit else default_config_path()).absolute()
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(file, ["file not found; create one with `openclaw init`"]) from None
+        return Config()
+    except OSError as exc:
+        raise ConfigError(file, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(file, [f"not UTF-8 text (byte {exc.start})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(file, [_toml_problem(exc)]) from None
+    try:
+        config = Config.model_validate(data, context={"base_dir": file.parent})
+    except ValidationError as exc:
+        raise ConfigError(file, [_problem(err) for err in exc.errors()]) from None
+    config._source = file
+    _warn_if_exposed(config, file)
+    return config
+
+
+def _toml_problem(exc: tomllib.TOMLDecodeError) -> str:
+    # Python 3.11's TOMLDecodeError only has the position inside its message: "... (at line 3, column 7)".
+    message = str(exc)
+    m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+    if m is None:
+        return f"invalid TOML: {message}"
+    return f"line {m[1]}, column {m[2]}: invalid TOML: {message[: m.start()]}"
+
+
+def _warn_if_exposed(config: Config, file: Path) -> None:
+    tokens = (config.telegram.token, config.discord.token)
+    literal = [s for s in tokens if s is not None and s.source == "literal"]
+    try:
+        mode = file.stat().st_mode
+    except OSError:
+        return
+    if literal and mode & 0o077:
+        log.warning("%s holds a token and other users can read it; run: chmod 600 %s", file, file)
+
+
+# --- error messages ----------------------------------------------------------------------------
+
+_EXPECTED = {
+    "model_type": "expected a table",
+    "dict_type": "expected a table",
+    "list_type": "expected a list",
+    "string_type": "expected a string",
+    "int_type": "expected an integer",
+    "int_from_float": "expected an integer",
+    "float_type": "expected a number",
+    "bool_type": "expected true or false",
+}
+_BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+
+
+def _problem(err: Any) -> str:
+    """One pydantic error -> `key = value: what is expected`."""
+    loc = [p for p in err["loc"] if p != "[key]"]
+    key = _dotted(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{key} = {_show(err['input'])}: {_unknown_key_hint(loc)}"
+    if kind in _EXPECTED:
+        expected = _EXPECTED[kind]
+    elif kind in _BOUNDS:
+        bound = next(iter(err["ctx"].values()))
+        expected = f"expected a number {_BOUNDS[kind]} {bound}"
+    elif kind == "string_pattern_mismatch" and loc == ["engine", "device"]:
+        expected = 'expected "auto", "cpu", "cuda" or "cuda:N"'
+    else:
+        expected = re.sub(r"^Input should be ", "expected ", re.sub(r"^Value error, ", "", err["msg"]))
+    value = err.get("input")
+    if loc == ["store", "url"] and isinstance(value, str):
+        value = _mask_password(value)
+    if kind.startswith("secret") and not (isinstance(value, str) and value.startswith(("env:", "file:"))):
+        value = REDACTED  # never echo a literal credential, even a malformed one
+    if value is None:
+        return f"{key}: {expected}"
+    return f"{key} = {_show(value)}: {expected}"
+
+
+def _dotted(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            name = part if re.fullmatch(r"[A-Za-z0-9_-]+", part) else json.dumps(part)
+            out += f".{name}" if out else name
+    return out or "(top level)"
+
+
+def _show(value: Any) -> str:
+    if value is REDACTED:
+        return REDACTED
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, dict):
+        return "a table"
+    elif isinstance(value, Path):
+        text = json.dumps(str(value))
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _unknown_key_hint(loc: list[Any]) -> str:
+    model: Any = Config
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        model = field.annotation if field is not None else None
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return "unknown key"
+    keys = [k for k in model.model_fields if k not in getattr(model, "hidden_keys", ())]
+    where = f"in [{_dotted(loc[:-1])}]" if len(loc) > 1 else "at the top level"
+    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    if close:
+        return f'unknown key {where}; did you mean "{close[0]}"?'
+    return f"unknown key {where}; expected one of: {', '.join(keys)}"
+
+
+# --- the starter file --------------------------------------------------------------------------
+
+_STARTER = '''\
+# OpenClaw configuration. Every key is optional: a commented line `# key = value` shows the
+# default, and uncommenting it changes nothing. Lines starting `# e.g.` are examples.
+# Relative paths are relative to this file's folder. Secrets (tokens, passwords) can be given
+# as "env:NAME" (an environment variable) or "file:PATH" (a file's contents) instead of literally;
+# they are never logged. Check the file with `openclaw doctor`.
+
+# Where state lives: the database, user workspaces.
+# data_dir = "~/.local/share/openclaw"
+
+[engine]
+# The model: a Hugging Face folder (config.json + *.safetensors) or a .gguf file.
+# Unset: the embedded SmolLM2-135M-Instruct, which needs no download.
+# e.g. model = "~/models/Qwen3-1.7B"
+# "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
+# device = "auto"
+# "auto" (bfloat16 on CUDA, float32 on CPU), "float32", "float16" or "bfloat16".
+# dtype = "auto"
+# Sequences decoded together, and the token budget of one engine step.
+# max_num_seqs = 16
+# max_num_batched_tokens = 2048
+# Tokens per paged KV-cache block.
+# block_size = 16
+# KV-cache size on CPU in GiB (unset: 1 GiB); share of GPU memory to use on CUDA.
+# e.g. kv_cache_gib = 4.0
+# gpu_memory_utilization = 0.85
+# Reuse the KV cache of shared prefixes (system prompt, earlier turns).
+# enable_prefix_caching = true
+# Longest sequence (unset: the model's context length).
+# e.g. max_model_len = 8192
+# Seed for requests without their own.
+# seed = 0
+
+[agent]
+# system_prompt = "You are OpenClaw, a helpful personal assistant."
+# Tool-call rounds per message before the agent stops with a message.
+# max_steps = 8
+# Prompt budget in tokens (unset: the model's context length); older turns are summarised.
+# e.g. context_tokens = 4096
+# Most tokens one model response may generate.
+# reply_max_tokens = 512
+# temperature = 0.7
+# top_p = 0.95
+# Recent messages that are never summarised.
+# compaction_keep_messages = 8
+# Seconds a tool call may run.
+# tool_timeout_s = 60
+
+[store]
+# Unset: a SQLite file, openclaw.db in data_dir. PostgreSQL works too (the URL may be "env:NAME").
+# e.g. url = "postgresql+asyncpg://openclaw:PASSWORD@localhost/openclaw"
+
+[access]
+# Users are "channel:id": "telegram:1001", "discord:42", "terminal:local".
+# Find your Telegram id by messaging the bot: the pairing request shows it.
+# Admins may do everything and approve pairing requests.
+admins = []
+# Users who may talk to the agent.
+allow = []
+# Users who get no answer at all.
+blocked = []
+# Unknown users: "pairing" (they get a code an admin approves with `openclaw pairing approve`),
+# "allowlist" (ignored), or "open" (anyone may talk to the agent).
+dm_policy = "pairing"
+# Roles by user (default: "admin" for admins, "user" for everyone else).
+# e.g. roles = { "telegram:1001" = "family" }
+
+[admin]
+# /healthz and Prometheus /metrics over HTTP.
+# enabled = true
+# The port stays on loopback unless allow_remote = true (nothing on it is authenticated).
+# host = "127.0.0.1"
+# port = 9477
+# allow_remote = false
+
+[telegram]
+enabled = false
+# Bot token from @BotFather.
+# e.g. token = "env:TELEGRAM_BOT_TOKEN"
+# A self-hosted Bot API server (unset: api.telegram.org).
+# e.g. base_url = "http://127.0.0.1:8081/bot"
+# e.g. base_file_url = "http://127.0.0.1:8081/file/bot"
+# Receive updates by webhook at this public HTTPS URL (unset: long polling, no open port).
+# e.g. webhook_url = "https://bot.example.org/telegram"
+# Show replies as they are generated by editing a draft message.
+# stream_edits = false
+
+[discord]
+enabled = false
+# Bot token from the Discord developer portal.
+# e.g. token = "env:DISCORD_BOT_TOKEN"
+# Other API and gateway endpoints (unset: Discord's).
+# e.g. api_base = "http://127.0.0.1:8082/api/v10"
+# e.g. gateway_url = "ws://127.0.0.1:8082/"
+# stream_edits = false
+
+[sandbox]
+# Run the shell skill without bubblewrap when it is unavailable. Dangerous: leave it off.
+# allow_unsandboxed = false
+# The bwrap binary (unset: found on PATH).
+# e.g. bwrap_path = "/usr/bin/bwrap"
+
+[skills]
+# Skills offered to the model: built-ins, entry points, or "module:Class".
+# enabled = ["clock"]
+# Folders of SKILL.md skills.
+# dirs = []
+
+# A skill's settings go in its own table:
+# [skills.email]
+# e.g. smtp_password = "env:SMTP_PASSWORD"
+
+# Roles: what each role may do (skills, paths, network, limits).
+# [roles.family]
+# e.g. skills = ["clock"]
+'''
+
+
+def starter_config() -> str:
+    """The commented starter file `openclaw init` writes; it loads to the default config."""
+    return _STARTER
+
+
+def write_starter_config(path: str | Path | None = None, force: bool = False) -> Path:
+    """Write `starter_config()` to `path` (default: the default config path), mode 0600.
+
+    Refuses to replace an existing file unless `force`: it may hold the admin's tokens.
+    """
+    file = Path(path).expanduser() if path is not None else default_config_path()
+    file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data = starter_config().encode()
+    if not force:
+        try:
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise FileExistsError(
+                f"{file} already exists; keep it, or replace it with `openclaw init --force`"
+            ) from None
+        _write_all(fd, data)
+        return file
+    # Replace atomically, so an interrupted --force never leaves a half-written config.
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    _write_all(fd, data)
+    os.replace(tmp, file)
+    return file
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        os.fchmod(fd, 0o600)  # exact, whatever the umask or a previous file's mode
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(data)
+            f.flush()
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,121 @@
+"""The daemon: puts config, store, engine, skills, agent, gateway, connectors and the admin port
+together, runs until told to stop, and stops cleanly (drain, then close in reverse order)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+from openclaw import systemd
+from openclaw.admin import AdminServer
+from openclaw.agent import Agent, ChatModel
+from openclaw.config import Config
+from openclaw.gateway import Gateway
+from openclaw.metrics import Metrics
+from openclaw.store import Store
+from skills import default_registry
+
+log = logging.getLogger(__name__)
+
+
+class Daemon:
+    def __init__(self, config: Config, *, model: ChatModel | None = None,
+                 connectors: list[Any] | None = None) -> None:
+        self.config = config
+        self.model = model
+        self._owns_model = model is None
+        self.connectors = list(connectors or [])
+        self.metrics = Metrics()
+        self.store: Store | None = None
+        self.gateway: Gateway | None = None
+        self.admin: AdminServer | None = None
+        self._watchdog: asyncio.Task | None = None
+        self._stop = asyncio.Event()
+        self.started_at = time.time()
+
+    async def start(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
+            loop.add_signal_handler(sig, self.request_stop)
+        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = await Store.open(cfg.store.url)
+        if self.model is None:
+            from engine import AsyncLLM
+
+            log.info("loading the model (%s)", cfg.engine.model or "embedded SmolLM2-135M-Instruct")
+            self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
+                                                 **cfg.engine.as_engine_kwargs())
+        skills = default_registry(cfg.skills.enabled)
+        agent = Agent(self.model, self.store, skills, cfg.agent, metrics=self.metrics)
+        self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
+        self._register_gauges()
+        if cfg.admin.enabled:
+            self.admin = AdminServer(self.metrics, self.health)
+            await self.admin.start(cfg.admin.host, cfg.admin.port)
+            log.info("admin port on http://%s:%d (/healthz, /metrics)", cfg.admin.host,
+                     self.admin.port)
+        for connector in self.connectors:
+            self.gateway.add_connector(connector)
+        await self.gateway.recover()
+        for connector in self.connectors:
+            await connector.start(self.gateway.handle)
+        systemd.ready()
+        self._watchdog = systemd.start_watchdog()
+        log.info("openclaw is running with %s", ", ".join(c.name for c in self.connectors) or
+                 "no connectors")
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok" if self.gateway is not None else "starting",
+                "uptime_s": round(time.time() - self.started_at, 1),
+                "connectors": [c.name for c in self.connectors],
+                "queue": self.gateway.queue_length() if self.gateway else 0}
+
+    def _register_gauges(self) -> None:
+        stats = self.model.stats
+        m = self.metrics
+        m.gauge("openclaw_queue_length", self.gateway.queue_length, "messages waiting or answering")
+        m.gauge("openclaw_engine_running", lambda: stats()["num_running"], "sequences in the batch")
+        m.gauge("openclaw_engine_waiting", lambda: stats()["num_waiting"], "sequences queued")
+        m.gauge("openclaw_kv_cache_usage", lambda: stats()["kv_usage"], "fraction of KV blocks used")
+        m.gauge("openclaw_generated_tokens", lambda: stats()["generated_tokens"],
+                "tokens generated since start")
+        started = self.started_at
+        m.gauge("openclaw_tokens_per_second",
+                lambda: stats()["generated_tokens"] / max(time.time() - started, 1e-9),
+                "average generation rate since start")
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run_until_stopped(self, drain_timeout: float = 30.0) -> None:
+        """Serve until SIGTERM/SIGINT (or request_stop), then stop gracefully."""
+        try:
+            await self._stop.wait()
+        finally:
+            await self.stop(drain_timeout)
+
+    async def stop(self, drain_timeout: float = 30.0) -> None:
+        systemd.stopping()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        for connector in self.connectors:  # no new messages
+            try:
+                await connector.stop()
+            except Exception:
+                log.exception("stopping the %s connector failed", connector.name)
+        if self.gateway:
+            await self.gateway.drain(drain_timeout)
+        if self._watchdog:
+            self._watchdog.cancel()
+        if self.admin:
+            await self.admin.stop()
+        if self.model is not None and self._owns_model:
+            self.model.shutdown()
+        if self.store:
+            await self.store.close()
+        log.info("openclaw stopped")

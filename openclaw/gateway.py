@@ -1,0 +1,298 @@
+"""The gateway: every inbound message passes here. Access check, persist (dedupe), chat commands,
+then one serial lane per conversation, concurrent across conversations, then delivery.
+
+The inbound message is stored before `handle` returns, which is when a connector acknowledges it
+to its service: a crash loses nothing, and a redelivery is recognised and not answered twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from connectors.base import Connector, chunk_text
+from openclaw.agent import Agent, Caller
+from openclaw.config import Config
+from openclaw.gateway_types import InboundMessage
+from openclaw.metrics import Metrics
+from openclaw.store import Store
+from openclaw.store.records import InboundEvent, InboundStatus, OutboundStatus, UserStatus
+
+log = logging.getLogger(__name__)
+
+LOCAL_USER = "terminal:local"  # whoever holds the console owns the daemon
+HELP = (
+    "Commands:\n"
+    "/new - archive this conversation and start a fresh one\n"
+    "/stop - stop the answer being generated (and any running tool)\n"
+    "/status - model, device, queue, KV cache use, tokens used today\n"
+    "/help - this list"
+)
+
+
+@dataclass
+class Lane:
+    """One conversation's queue and worker: turns run one at a time, in arrival order."""
+
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    worker: asyncio.Task | None = None
+    current: asyncio.Task | None = None  # the running turn, for /stop
+    busy: bool = False
+
+
+class _Sink:
+    """Typing and draft updates for one chat, rate-limited so a phone app is not flooded."""
+
+    def __init__(self, connector: Connector, chat_id: str, stream: bool) -> None:
+        self.connector, self.chat_id, self.stream = connector, chat_id, stream
+        self._last_typing = 0.0
+        self.draft_text = ""
+
+    async def typing(self) -> None:
+        now = time.monotonic()
+        if now - self._last_typing >= 4.0:  # chat apps show "typing" for about 5 s
+            self._last_typing = now
+            try:
+                await self.connector.typing(self.chat_id)
+            except Exception as exc:  # cosmetic: never fail a turn over it
+                log.debug("typing indicator failed: %s", exc)
+
+    async def draft(self, text: str) -> None:
+        if self.stream and hasattr(self.connector, "draft"):
+            self.draft_text = text
+            await self.connector.draft(self.chat_id, text)
+
+
+class Gateway:
+    def __init__(self, config: Config, store: Store, agent: Agent, model: Any,
+                 metrics: Metrics | None = None) -> None:
+        self.config, self.store, self.agent, self.model = config, store, agent, model
+        self.metrics = metrics or Metrics()
+        self.connectors: dict[str, Connector] = {}
+        self._lanes: dict[tuple[str, str, str], Lane] = {}
+        self._accepting = True
+
+    def add_connector(self, connector: Connector) -> None:
+        self.connectors[connector.name] = connector
+
+    # ---- inbound -------------------------------------------------------------------------
+
+    async def handle(self, msg: InboundMessage) -> None:
+        """Called by connectors. Returns once the message is stored (or deliberately dropped)."""
+        if not self._accepting:
+            raise RuntimeError("the daemon is shutting down")  # the connector must not ack it
+        self.metrics.inc("openclaw_inbound_messages_total", channel=msg.channel)
+        role = await self._admit(msg)
+        if role is None:
+            return
+        event, is_new = await self.store.record_inbound(
+            msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
+            payload={"display_name": msg.display_name, "attachments": msg.attachments})
+        if not is_new:
+            log.info("ignoring redelivered message %s:%s", msg.channel, msg.message_id)
+            return
+        command = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.startswith("/") else ""
+        command = command.split("@", 1)[0]  # Telegram groups address commands as /cmd@botname
+        if command in ("/new", "/stop", "/status", "/help", "/start"):
+            await self._command(command, msg, event)
+            return
+        self._lane(msg).queue.put_nowait((msg, event, role))
+
+    async def recover(self) -> int:
+        """Re-queue messages stored but never answered (the daemon stopped in between)."""
+        pending = await self.store.pending_inbound()
+        for event in pending:
+            channel, _, user_id = event.user.partition(":")
+            payload = event.payload or {}
+            msg = InboundMessage(channel, user_id, event.chat_id, event.message_id, event.text,
+                                 display_name=payload.get("display_name"),
+                                 attachments=payload.get("attachments") or [])
+            user = await self.store.get_user(channel, user_id)
+            if user is None or user.status is not UserStatus.ALLOWED:
+                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
+                continue
+            self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user)))
+        if pending:
+            log.info("recovered %d unanswered messages", len(pending))
+        return len(pending)
+
+    async def _admit(self, msg: InboundMessage) -> str | None:
+        """The caller's role if it may talk to the agent; otherwise answer (pairing) or drop."""
+        access = self.config.access
+        user = msg.user
+        if user in access.blocked:
+            return None
+        if user in access.admins or user in access.allow or user == LOCAL_USER:
+            await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
+            return self.config.user_role(user)
+        known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
+                                             status=UserStatus.PENDING)
+        if known.status is UserStatus.ALLOWED:
+            return self.config.user_role(user)
+        if known.status is UserStatus.BLOCKED:
+            return None
+        if access.dm_policy == "open" and not msg.is_group:
+            await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
+            return self.config.user_role(user)
+        if access.dm_policy == "pairing" and not msg.is_group:
+            code = await self.store.create_pairing_code(user)
+            text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
+                    f"assistant to run: openclaw pairing approve {code}" if code else
+                    "Hi! I don't know you yet, and too many pairing requests are waiting. "
+                    "Please try again later.")
+            await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
+        return None
+
+    # ---- commands ------------------------------------------------------------------------
+
+    async def _command(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
+        if command == "/new":
+            lane = self._lanes.get(_lane_key(msg))
+            if lane and lane.current:
+                lane.current.cancel()
+            conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
+            await self.store.archive_conversation(conv.id)
+            text = "Started a new conversation."
+        elif command == "/stop":
+            lane = self._lanes.get(_lane_key(msg))
+            stopped = 0
+            if lane:
+                while not lane.queue.empty():  # queued turns of this chat are dropped too
+                    _, queued, _ = lane.queue.get_nowait()
+                    await self.store.mark_inbound(queued.id, InboundStatus.FAILED, "stopped")
+                    stopped += 1
+                if lane.current and not lane.current.done():
+                    lane.current.cancel()
+                    stopped += 1
+            text = "Stopped." if stopped else "Nothing to stop."
+        elif command == "/status":
+            text = await self._status_text(msg.user)
+        elif command == "/start":
+            text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
+        else:
+            text = HELP
+        await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
+        await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
+
+    async def _status_text(self, user: str) -> str:
+        stats = self.model.stats()
+        busy = sum(1 for lane in self._lanes.values() if lane.busy)
+        queued = sum(lane.queue.qsize() for lane in self._lanes.values())
+        return (f"Model: {stats.get('model', 'local')} on {stats.get('device', '?')}\n"
+                f"Conversations answering: {busy}, queued messages: {queued}\n"
+                f"Engine: {stats.get('num_running', 0)} running, {stats.get('num_waiting', 0)} "
+                f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
+                f"Tokens used today: you {await self.store.tokens_today(user)}, "
+                f"everyone {await self.store.tokens_today()}")
+
+    # ---- lanes ---------------------------------------------------------------------------
+
+    def _lane(self, msg: InboundMessage) -> Lane:
+        key = _lane_key(msg)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = Lane()
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._work(lane), name=f"lane {key}")
+        return lane
+
+    async def _work(self, lane: Lane) -> None:
+        while True:
+            msg, event, role = await lane.queue.get()
+            if not self._accepting:  # draining: leave it 'received'; it is answered after restart
+                lane.queue.task_done()
+                continue
+            lane.busy = True
+            try:
+                await self._turn(lane, msg, event, role)
+            except Exception:
+                log.exception("turn for %s failed", msg.user)
+                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "internal error")
+            finally:
+                lane.busy = False
+                lane.queue.task_done()
+
+    async def _turn(self, lane: Lane, msg: InboundMessage, event: InboundEvent, role: str) -> None:
+        connector = self.connectors.get(msg.channel)
+        if connector is None:
+            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
+            return
+        conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
+        caller = Caller(user=msg.user, role=role, chat_id=msg.chat_id)
+        stream = bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False)) or (
+            msg.channel == "terminal")
+        sink = _Sink(connector, msg.chat_id, stream)
+        text = msg.text
+        if msg.attachments:
+            text += "\n\n[attached files: " + ", ".join(msg.attachments) + "]"
+        started = time.monotonic()
+        lane.current = asyncio.create_task(self.agent.run_turn(
+            conv.id, caller, text, sink, run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}"))
+        try:
+            result = await lane.current
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
+                raise
+            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
+            return
+        finally:
+            lane.current = None
+        self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
+        self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
+        self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
+        await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conv.id, event=event)
+        await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
+
+    async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
+                    event: InboundEvent | None) -> None:
+        """Chunk, store each piece as outbound (pending), send, and record the outcome."""
+        connector = self.connectors.get(channel)
+        if connector is None:
+            log.warning("no %s connector to deliver a reply", channel)
+            return
+        for piece in chunk_text(text, connector.max_message_len):
+            out = await self.store.add_outbound(channel, chat_id, piece,
+                                                conversation_id=conversation_id,
+                                                inbound_event_id=event.id if event else None)
+            try:
+                external_id = await connector.send_text(chat_id, piece)
+            except Exception as exc:
+                log.warning("sending to %s:%s failed: %s", channel, chat_id, exc)
+                await self.store.mark_outbound(out.id, OutboundStatus.FAILED, error=str(exc))
+                continue
+            await self.store.mark_outbound(out.id, OutboundStatus.SENT, external_message_id=external_id)
+            self.metrics.inc("openclaw_outbound_messages_total", channel=channel)
+
+    # ---- shutdown ------------------------------------------------------------------------
+
+    def queue_length(self) -> int:
+        return sum(lane.queue.qsize() + lane.busy for lane in self._lanes.values())
+
+    async def wait_idle(self) -> None:
+        await asyncio.gather(*(lane.queue.join() for lane in self._lanes.values()))
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking messages; let running turns finish within `timeout`, then abort them.
+        Aborted and queued messages stay 'received' in the store and are answered after restart."""
+        self._accepting = False
+        try:
+            await asyncio.wait_for(self._finish_running(), timeout)
+        except TimeoutError:
+            log.warning("drain timed out after %.0f s: aborting the turns still running", timeout)
+        for lane in self._lanes.values():
+            if lane.worker:
+                lane.worker.cancel()
+        await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker),
+                             return_exceptions=True)
+
+    async def _finish_running(self) -> None:
+        while any(lane.busy for lane in self._lanes.values()):
+            await asyncio.sleep(0.05)
+
+
+def _lane_key(msg: InboundMessage) -> tuple[str, str, str]:
+    return (msg.channel, msg.chat_id, msg.user)

@@ -1,0 +1,23 @@
+"""The types connectors and the gateway exchange. Connectors import these and nothing else of
+`openclaw`, so dependencies point one way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    channel: str  # "terminal" | "telegram" | "discord"
+    user_id: str  # the app's user id, as text
+    chat_id: str  # where to answer (a DM or a group)
+    message_id: str  # unique per channel: the dedupe key
+    text: str
+    display_name: str | None = None
+    is_group: bool = False
+    attachments: list[str] = field(default_factory=list)  # paths saved in the user's workspace
+
+    @property
+    def user(self) -> str:
+        """The user's name in config and store: "channel:id"."""
+        return f"{self.channel}:{self.user_id}"

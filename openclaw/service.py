@@ -1,0 +1,208 @@
+"""`openclaw service install`: write a hardened systemd unit for the daemon and say how to enable it.
+
+The hardening is chosen so that the two things the daemon must still do keep working: run shell
+commands under bubblewrap (which creates user, mount and pid namespaces) and use the GPU (device
+nodes under /dev, JIT caches). Each setting that was left out on purpose says why, next to the list.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+UNIT_NAME = "openclaw.service"
+SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
+
+# Left out on purpose (each would break the sandbox or the GPU):
+#   NoNewPrivileges=yes  A setuid-root bubblewrap cannot gain root under it. We need no setuid bwrap:
+#                        bubblewrap runs unprivileged on user namespaces (setuid mode is off by default
+#                        since 0.11.2 and gone upstream), and bwrap sets no_new_privs for its children
+#                        itself. Note that systemd implies NoNewPrivileges=yes anyway for a user unit or
+#                        a unit with User= once a seccomp option below is set (systemd.exec(5)), so a
+#                        setuid-only bubblewrap can never work under this unit; the unit does not
+#                        claim the setting so that `systemctl show` tells the truth for root units.
+#                        For the same reason nvidia-modprobe (setuid) cannot create /dev/nvidia-uvm
+#                        from inside the service: load the driver at boot (nvidia-persistenced).
+#   RestrictNamespaces=  bubblewrap needs CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, ...
+#   SystemCallFilter=    @system-service lacks mount(2), pivot_root(2) and unshare(2), which bwrap uses.
+#   ProtectKernelTunables=yes
+#                        It bind-mounts over /proc/sys and friends; the kernel then refuses a fresh
+#                        procfs inside a new user+pid namespace ("mount too revealing"), so
+#                        `bwrap --unshare-user --unshare-pid --proc /proc` fails with EPERM.
+#   RestrictSUIDSGID=yes Its seccomp filter makes openat2(2) fail with ENOSYS, and bubblewrap >= 0.12
+#                        built without the openat fallback (assume_kernel >= 5.6, as Arch ships it)
+#                        then cannot set up any sandbox (containers/bubblewrap#774). bwrap's own
+#                        no_new_privs already makes set-id bits inert for sandboxed commands.
+#   PrivateDevices=, DevicePolicy=
+#                        Would hide /dev/nvidia*, /dev/dri and /dev/kfd from the engine.
+#   MemoryDenyWriteExecute=yes
+#                        CUDA, Triton and torch JIT-compile kernels into writable, executable memory.
+_HARDENING = (
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "PrivateTmp=yes",
+    "ProtectKernelModules=yes",
+    "ProtectControlGroups=yes",
+    "LockPersonality=yes",
+    "RestrictRealtime=yes",
+    "SystemCallArchitectures=native",
+)
+
+_PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Path, *,
+              system: bool | None = None) -> str:
+    """The unit file for `exec_path run --config config_path`, writable only in `data_dir`.
+
+    `exec_path` is the `openclaw` executable, or a command prefix such as "/usr/bin/python3 -m
+    openclaw.cli". `system` defaults to True when a `user` is given (User= only works in system
+    units; a user unit always runs as the user who owns it).
+    """
+    system = user is not None if system is None else system
+    if user is not None and not system:
+        raise ValueError(f"a user unit always runs as its owner, so it cannot run as {user!r}; "
+                         "install a system unit (--system) to choose the user")
+    data_dir = _absolute(data_dir)
+    exec_start = " ".join(_exec_quote(word) for word in
+                          [*_exec_words(exec_path), "run", "--config", str(_absolute(config_path))])
+    unit = ["[Unit]", "Description=OpenClaw personal agent daemon"]
+    if system:
+        # The connectors need the network; the user manager has no network-online.target.
+        unit += ["Wants=network-online.target", "After=network-online.target"]
+    service = [
+        "[Service]",
+        "Type=notify",
+        "NotifyAccess=main",
+        f"ExecStart={exec_start}",
+        *([f"User={_check_line(user)}"] if user else []),
+        "Restart=on-failure",
+        "RestartSec=5",
+        "# READY=1 comes after the model is loaded, which can take minutes for a large one.",
+        "TimeoutStartSec=300",
+        "WatchdogSec=60",
+        "TimeoutStopSec=60",
+        "KillSignal=SIGTERM",
+        "Environment=PYTHONUNBUFFERED=1",
+        "# The home directory is read-only (ProtectHome=): keep JIT caches with the daemon's state.",
+        _environment("XDG_CACHE_HOME", data_dir / "cache"),
+        _environment("TRITON_CACHE_DIR", data_dir / "cache" / "triton"),
+        _environment("CUDA_CACHE_PATH", data_dir / "cache" / "cuda"),
+        "UMask=0077",
+        "",
+        "# Hardening that leaves bubblewrap sandboxes and the GPU working. Deliberately absent:",
+        "# NoNewPrivileges= (setuid bwrap), RestrictNamespaces= and SystemCallFilter= (bwrap needs",
+        "# namespaces, mount, pivot_root), ProtectKernelTunables= (blocks bwrap's --proc /proc),",
+        "# RestrictSUIDSGID= (blocks openat2, which bwrap >= 0.12 may need), PrivateDevices= and",
+        "# DevicePolicy= (GPU), MemoryDenyWriteExecute= (CUDA/Triton JIT). Details: openclaw/service.py.",
+        *_HARDENING,
+    ]
+    if not system:
+        # systemd < 253 silently skips the file-system sandboxing above in user units unless
+        # PrivateUsers= is on (>= 253 implies it); say it, so every version applies it.
+        # bubblewrap can still nest its own user namespace inside this one.
+        service.append("PrivateUsers=yes")
+    service += [
+        "# Paths the daemon may write; add any read-write paths your [roles] grant beyond data_dir",
+        "# with `systemctl edit openclaw`, or the sandbox will find them read-only.",
+        f"ReadWritePaths={_path_quote(data_dir)}",
+    ]
+    install = ["[Install]", f"WantedBy={'multi-user.target' if system else 'default.target'}"]
+    header = ["# Written by `openclaw service install`; rerun it with --force to regenerate, or",
+              f"# override single settings with `systemctl{'' if system else ' --user'} edit openclaw`."]
+    return "\n".join([*header, *unit, "", *service, "", *install]) + "\n"
+
+
+def install_unit(exec_path: str, config_path: Path, user: str | None, data_dir: Path, *,
+                 system: bool = False, force: bool = False,
+                 unit_dir: Path | None = None) -> tuple[Path, str]:
+    """Write the unit and return its path and the commands that enable it.
+
+    A user unit (the default) goes to ~/.config/systemd/user/ and runs as you; a system unit goes
+    to /etc/systemd/system/ with User= (default: the user who ran sudo, else the current user).
+    `unit_dir` replaces either folder (tests, packaging). Refuses to replace an existing unit
+    unless `force`.
+    """
+    if user is not None and not system:
+        raise ValueError(f"--user {user} needs --system: a user unit always runs as its owner")
+    if system and user is None:
+        user = os.environ.get("SUDO_USER") or getpass.getuser()
+    if unit_dir is None:
+        unit_dir = SYSTEM_UNIT_DIR if system else Path.home() / ".config" / "systemd" / "user"
+    path = unit_dir / UNIT_NAME
+    if path.exists() and not force:
+        raise FileExistsError(f"{path} already exists; rerun with --force to replace it")
+    text = unit_text(exec_path, config_path, user, data_dir, system=system)
+    data_dir = _absolute(data_dir)
+    if not system:
+        # ReadWritePaths= must exist when the service starts, or systemd fails it with a
+        # 226/NAMESPACE error that does not mention the daemon.
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{UNIT_NAME}.partial")
+    partial.write_text(text)
+    partial.chmod(0o644)  # systemd (and `systemctl cat`) read it; it holds no secrets
+    os.replace(partial, path)  # a reader never sees a half-written unit
+    return path, _instructions(system, user, data_dir)
+
+
+def _instructions(system: bool, user: str | None, data_dir: Path) -> str:
+    if system:
+        return "\n".join([
+            "As root, create the data folder if it is missing, then enable and start the service:",
+            f"  install -d -m 0700 -o {shlex.quote(user or 'root')} {shlex.quote(str(data_dir))}",
+            "  systemctl daemon-reload && systemctl enable --now openclaw",
+            "Follow its log with: journalctl -u openclaw -f",
+        ])
+    return "\n".join([
+        "Enable and start the service:",
+        "  systemctl --user daemon-reload && systemctl --user enable --now openclaw",
+        "A user service stops when you log out; to keep it running and start it at boot, run once:",
+        "  loginctl enable-linger $USER",
+        "Follow its log with: journalctl --user -u openclaw -f",
+    ])
+
+
+def _exec_words(exec_path: str) -> list[str]:
+    """The executable and its leading arguments, with an absolute executable path."""
+    words = [exec_path] if Path(exec_path).is_file() or not exec_path.split() else shlex.split(exec_path)
+    if not words or not words[0]:
+        raise ValueError("the executable to run is empty")
+    if not os.path.isabs(words[0]):
+        found = shutil.which(words[0])
+        if found is None:
+            raise ValueError(f"cannot find {words[0]!r} on PATH; pass the absolute path of openclaw")
+        words[0] = found
+    return words
+
+
+def _exec_quote(word: str) -> str:
+    # ExecStart= expands %-specifiers and $VARIABLES; both are doubled to stay literal.
+    return _path_quote(word).replace("$", "$$")
+
+
+def _path_quote(value: str | Path) -> str:
+    """`value` as one word of a unit-file setting: quoted when needed, %-specifiers escaped."""
+    word = _check_line(str(value))
+    if not _PLAIN_WORD.match(word):
+        word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return word.replace("%", "%%")
+
+
+def _environment(name: str, value: Path) -> str:
+    return f"Environment={_path_quote(f'{name}={value}')}"
+
+
+def _check_line(value: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{value!r} contains a control character, which a unit file cannot hold")
+    return value
+
+
+def _absolute(path: Path) -> Path:
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else path.resolve()

@@ -1,0 +1,82 @@
+"""Creates the async engine for a store URL: aiosqlite with WAL and its pragmas, or asyncpg as is.
+
+Everything SQLite-specific in the store lives here, in the connect and begin hooks; queries elsewhere
+are plain SQLAlchemy that PostgreSQL runs unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+BUSY_TIMEOUT_MS = 10_000
+
+# What a user may write in the config, mapped to the async driver the store needs.
+_ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
+
+
+def normalize_url(url: str | URL) -> URL:
+    """`sqlite:///x.db` -> `sqlite+aiosqlite:///x.db`, `postgresql://` -> `postgresql+asyncpg://`."""
+    parsed = make_url(url)
+    driver = _ASYNC_DRIVERS.get(parsed.drivername)
+    if driver is not None:
+        parsed = parsed.set(drivername=driver)
+    if parsed.drivername not in ("sqlite+aiosqlite", "postgresql+asyncpg"):
+        raise ValueError(
+            f"store url {parsed.render_as_string(hide_password=True)!r}: the store supports "
+            "'sqlite+aiosqlite:///PATH' and 'postgresql+asyncpg://USER@HOST/DB'"
+        )
+    return parsed
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    db = url.database
+    if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
+        return None
+    return Path(db).expanduser()
+
+
+def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+                  echo: bool = False) -> AsyncEngine:
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_async_engine(parsed, echo=echo, pool_pre_ping=True)
+    path = _sqlite_file(parsed)
+    if path is not None:
+        # The default lives under ~/.local/share/openclaw/, which a first run has not created yet.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        parsed = parsed.set(database=str(path))
+    engine = create_async_engine(parsed, echo=echo)
+    _install_sqlite_hooks(engine, busy_timeout_ms)
+    return engine
+
+
+def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the driver (see _on_begin); pragmas must run outside a transaction.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # busy_timeout first: switching a fresh file to WAL needs a lock another process may hold.
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
+        # waits (busy_timeout) instead of failing with SQLITE_BUSY on lock upgrade, and its reads
+        # cannot go stale before its write. Store transactions last about a millisecond.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,259 @@
+"""The store's tables as SQLAlchemy ORM classes; the schema itself is created by migrations/.
+
+These classes stay inside `openclaw.store`: the Store turns rows into the frozen records of
+`records.py` before returning them. Types are chosen to mean the same on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from openclaw.store.records import (
+    ConversationStatus,
+    InboundStatus,
+    MessageRole,
+    OutboundStatus,
+    UserStatus,
+)
+
+# Explicit names keep constraints addressable by later migrations (SQLite batch mode needs them).
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets 64-bit ids.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in and out. SQLite keeps no zone, so it stores naive UTC text."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given to the store; pass an aware (UTC) one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class EnumText(TypeDecorator[StrEnum]):
+    """A StrEnum stored as its plain string value (a CHECK constraint guards the column)."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def __init__(self, enum: type[StrEnum]):
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: str | None, dialect: Dialect) -> StrEnum | None:
+        return None if value is None else self.enum(value)
+
+
+def _one_of(column: str, enum: type[StrEnum]) -> CheckConstraint:
+    values = ", ".join(f"'{e.value}'" for e in enum)
+    return CheckConstraint(f"{column} IN ({values})", name=column)
+
+
+# JSON columns keep Python None as SQL NULL, not the JSON text 'null'.
+Json = JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    __table_args__ = (
+        UniqueConstraint("channel", "external_id"),
+        _one_of("status", UserStatus),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    external_id: Mapped[str] = mapped_column(String(128))
+    display_name: Mapped[str | None] = mapped_column(String(256))
+    status: Mapped[UserStatus] = mapped_column(EnumText(UserStatus))
+    role: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class PairingCodeRow(Base):
+    __tablename__ = "pairing_codes"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    code: Mapped[str] = mapped_column(String(16), unique=True)
+    user_id: Mapped[int] = mapped_column(Id, ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class ConversationRow(Base):
+    __tablename__ = "conversations"
+    __table_args__ = (
+        _one_of("status", ConversationStatus),
+        Index("ix_conversations_user_id_chat_id", "user_id", "chat_id"),
+        # At most one active conversation per (user, channel, chat); the Store also checks first.
+        Index(
+            "uq_conversations_active", "user_id", "channel", "chat_id", unique=True,
+            sqlite_where=text("status = 'active'"), postgresql_where=text("status = 'active'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user_id: Mapped[int] = mapped_column(Id, ForeignKey("users.id", ondelete="CASCADE"))
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    status: Mapped[ConversationStatus] = mapped_column(EnumText(ConversationStatus))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    archived_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        _one_of("role", MessageRole),
+        Index("ix_messages_conversation_id_id", "conversation_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(Id, ForeignKey("conversations.id", ondelete="CASCADE"))
+    role: Mapped[MessageRole] = mapped_column(EnumText(MessageRole))
+    content: Mapped[str] = mapped_column(Text)
+    tool_calls: Mapped[Any | None] = mapped_column(Json)
+    tool_call_id: Mapped[str | None] = mapped_column(String(255))
+    token_count: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class InboundEventRow(Base):
+    __tablename__ = "inbound_events"
+    __table_args__ = (
+        # The dedupe key: a redelivered update must not be answered twice.
+        UniqueConstraint("channel", "message_id"),
+        _one_of("status", InboundStatus),
+        Index("ix_inbound_events_status_id", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    message_id: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    payload: Mapped[Any | None] = mapped_column(Json)
+    status: Mapped[InboundStatus] = mapped_column(EnumText(InboundStatus))
+    error: Mapped[str | None] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class OutboundMessageRow(Base):
+    __tablename__ = "outbound_messages"
+    __table_args__ = (
+        _one_of("status", OutboundStatus),
+        Index("ix_outbound_messages_status_id", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="SET NULL"), index=True)
+    inbound_event_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("inbound_events.id", ondelete="SET NULL"), index=True)
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[OutboundStatus] = mapped_column(EnumText(OutboundStatus))
+    attempts: Mapped[int] = mapped_column(Integer)
+    external_message_id: Mapped[str | None] = mapped_column(String(128))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class SummaryRow(Base):
+    __tablename__ = "summaries"
+    __table_args__ = (Index("ix_summaries_conversation_id_up_to_message_id", "conversation_id",
+                            "up_to_message_id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(Id, ForeignKey("conversations.id", ondelete="CASCADE"))
+    up_to_message_id: Mapped[int] = mapped_column(Id)
+    content: Mapped[str] = mapped_column(Text)
+    token_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class AuditRow(Base):
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_user_key_id", "user_key", "id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    skill: Mapped[str] = mapped_column(String(128))
+    arguments: Mapped[Any | None] = mapped_column(Json)
+    decision: Mapped[str] = mapped_column(String(32))
+    exit_status: Mapped[int | None] = mapped_column(Integer)
+    duration_ms: Mapped[int | None] = mapped_column(Integer)
+    output_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
+class UsageRow(Base):
+    """One row per model call; "tokens today" is a SUM over a day, so concurrent writers never collide."""
+
+    __tablename__ = "usage"
+    __table_args__ = (
+        Index("ix_usage_user_key_at", "user_key", "at"),
+        Index("ix_usage_at", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    conversation_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="SET NULL"))
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,178 @@
+"""What the store hands back: frozen dataclasses (safe after the session closes) and the status enums.
+
+Users are named by a key "channel:external_id" (`telegram:1001`, `discord:42`, `terminal:local`);
+`user_key` and `parse_user_key` are the only places that know the format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class UserStatus(StrEnum):
+    ALLOWED = "allowed"
+    PENDING = "pending"
+    BLOCKED = "blocked"
+
+
+class ConversationStatus(StrEnum):
+    ACTIVE = "active"
+    ARCHIVED = "archived"
+
+
+class MessageRole(StrEnum):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class InboundStatus(StrEnum):
+    RECEIVED = "received"
+    PROCESSED = "processed"
+    FAILED = "failed"
+
+
+class OutboundStatus(StrEnum):
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class StoreUnavailableError(RuntimeError):
+    """The database could not be opened or migrated; the message says which and what to check."""
+
+
+class UnknownUserError(LookupError):
+    """A method needs a users row that does not exist yet (call `Store.ensure_user` first)."""
+
+
+def user_key(channel: str, external_id: str | int) -> str:
+    return f"{channel}:{external_id}"
+
+
+def parse_user_key(user: str) -> tuple[str, str]:
+    """Split "channel:external_id"; the id may itself contain ':' (only the first one separates)."""
+    channel, sep, external_id = str(user).partition(":")
+    if not sep or not channel or not external_id:
+        raise ValueError(f"user {user!r} is not of the form 'channel:id' (e.g. 'telegram:1001')")
+    return channel, external_id
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: int
+    channel: str
+    external_id: str
+    display_name: str | None
+    status: UserStatus
+    role: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def key(self) -> str:
+        return user_key(self.channel, self.external_id)
+
+
+@dataclass(frozen=True, slots=True)
+class PairingCode:
+    code: str
+    user_id: int
+    user: str
+    display_name: str | None
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    id: int
+    user_id: int
+    channel: str
+    chat_id: str
+    status: ConversationStatus
+    created_at: datetime
+    updated_at: datetime
+    archived_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: MessageRole
+    content: str
+    tool_calls: Any | None
+    tool_call_id: str | None
+    token_count: int | None
+    created_at: datetime
+
+    def as_chat(self) -> dict[str, Any]:
+        """The OpenAI-style message dict the chat template takes."""
+        out: dict[str, Any] = {"role": str(self.role), "content": self.content}
+        if self.tool_calls is not None:
+            out["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class InboundEvent:
+    id: int
+    channel: str
+    message_id: str
+    user: str
+    chat_id: str
+    text: str
+    payload: Any | None
+    status: InboundStatus
+    error: str | None
+    received_at: datetime
+    processed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundMessage:
+    id: int
+    conversation_id: int | None
+    inbound_event_id: int | None
+    channel: str
+    chat_id: str
+    text: str
+    status: OutboundStatus
+    attempts: int
+    external_message_id: str | None
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    sent_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    id: int
+    conversation_id: int
+    up_to_message_id: int
+    content: str
+    token_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    user: str
+    skill: str
+    arguments: Any | None
+    decision: str
+    exit_status: int | None
+    duration_ms: int | None
+    output_bytes: int | None
+    detail: str | None

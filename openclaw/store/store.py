@@ -1,0 +1,508 @@
+"""The `Store`: the daemon's persistent state behind one async API, one short transaction per call.
+
+Every method returns frozen records (see records.py), never live ORM rows, so results are safe to
+keep after the session closes. Users are passed as the key "channel:external_id" wherever a method
+acts for a user; the users-table methods take the pair because that is how connectors see them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
+from openclaw.store.migrate import current_revision, migrate
+from openclaw.store.models import (
+    AuditRow,
+    ConversationRow,
+    InboundEventRow,
+    MessageRow,
+    OutboundMessageRow,
+    PairingCodeRow,
+    SummaryRow,
+    UsageRow,
+    UserRow,
+)
+from openclaw.store.records import (
+    AuditEntry,
+    Conversation,
+    ConversationStatus,
+    InboundEvent,
+    InboundStatus,
+    Message,
+    MessageRole,
+    OutboundMessage,
+    OutboundStatus,
+    PairingCode,
+    StoreUnavailableError,
+    Summary,
+    UnknownUserError,
+    User,
+    UserStatus,
+    parse_user_key,
+    user_key,
+)
+
+# 32 symbols without 0/O and 1/I, so a code read aloud or typed from a phone survives; 8 of them
+# give 40 bits, and `secrets` makes them unguessable.
+PAIRING_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
+PAIRING_CODE_LENGTH = 8
+
+Clock = Callable[[], datetime]
+R = TypeVar("R")
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _record(cls: type[R], row: Any, **extra: Any) -> R:
+    values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in extra}
+    return cls(**values, **extra)
+
+
+def new_pairing_code() -> str:
+    return "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(PAIRING_CODE_LENGTH))
+
+
+def normalize_pairing_code(code: str) -> str:
+    """What a person types ("abcd-2345 ") to what is stored ("ABCD2345")."""
+    return "".join(ch for ch in code.upper() if ch.isalnum())
+
+
+class Store:
+    """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`."""
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None):
+        self.engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._clock = clock or _utcnow
+
+    @classmethod
+    async def open(cls, url: str | URL, *, migrate_schema: bool = True, clock: Clock | None = None,
+                   busy_timeout_ms: int = BUSY_TIMEOUT_MS, echo: bool = False) -> Store:
+        engine = None
+        try:
+            engine = create_engine(url, busy_timeout_ms=busy_timeout_ms, echo=echo)
+            if migrate_schema:
+                await migrate(engine)
+        except BaseException as err:
+            if engine is not None:
+                await engine.dispose()
+            if not isinstance(err, SQLAlchemyError | OSError):
+                raise
+            shown = make_url(url).render_as_string(hide_password=True)
+            raise StoreUnavailableError(
+                f"cannot open the store at {shown}: {getattr(err, 'orig', None) or err}; "
+                "check [store] url in the config, that its folder is writable or its server is up"
+            ) from err
+        return cls(engine, clock=clock)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    async def schema_revision(self) -> str | None:
+        return await current_revision(self.engine)
+
+    def now(self) -> datetime:
+        now = self._clock()
+        if now.tzinfo is None:
+            raise ValueError("the store's clock returned a naive datetime; it must return UTC-aware ones")
+        return now
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncSession]:
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def _retrying(self, op: Callable[[AsyncSession], Awaitable[R]], attempts: int = 3) -> R:
+        """Run `op` in a transaction, again if a concurrent writer won a unique index first.
+
+        The retry then finds the winner's row (get-or-create) or draws a fresh value (codes).
+        """
+        for attempt in range(attempts):
+            try:
+                async with self._tx() as session:
+                    return await op(session)
+            except IntegrityError:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # -- users ---------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _user_row(session: AsyncSession, channel: str, external_id: str) -> UserRow | None:
+        return await session.scalar(
+            select(UserRow).where(UserRow.channel == channel, UserRow.external_id == external_id))
+
+    async def _require_user(self, session: AsyncSession, user: str) -> UserRow:
+        row = await self._user_row(session, *parse_user_key(user))
+        if row is None:
+            raise UnknownUserError(f"no user {user!r} in the store; call Store.ensure_user first")
+        return row
+
+    async def get_user(self, channel: str, external_id: str | int) -> User | None:
+        async with self._tx() as session:
+            row = await self._user_row(session, channel, str(external_id))
+            return None if row is None else _record(User, row)
+
+    async def ensure_user(self, channel: str, external_id: str | int, display_name: str | None = None,
+                          status: UserStatus | str = UserStatus.PENDING) -> User:
+        """Insert the user with `status`, or return the existing one (its status is never changed
+        here; only its display name is refreshed when a new one is given)."""
+        external_id, status = str(external_id), UserStatus(status)
+
+        async def op(session: AsyncSession) -> User:
+            row = await self._user_row(session, channel, external_id)
+            now = self.now()
+            if row is None:
+                row = UserRow(channel=channel, external_id=external_id, display_name=display_name,
+                              status=status, role=None, created_at=now, updated_at=now)
+                session.add(row)
+                await session.flush()
+            elif display_name is not None and display_name != row.display_name:
+                row.display_name, row.updated_at = display_name, now
+            return _record(User, row)
+
+        return await self._retrying(op)
+
+    async def set_user_status(self, channel: str, external_id: str | int, status: UserStatus | str,
+                              role: str | None = None) -> User:
+        """Set status (and role, when given; None leaves it), creating the user if it is new."""
+        external_id, status = str(external_id), UserStatus(status)
+
+        async def op(session: AsyncSession) -> User:
+            row = await self._user_row(session, channel, external_id)
+            now = self.now()
+            if row is None:
+                row = UserRow(channel=channel, external_id=external_id, display_name=None, status=status,
+                              role=role, created_at=now, updated_at=now)
+                session.add(row)
+                await session.flush()
+            else:
+                row.status, row.updated_at = status, now
+                if role is not None:
+                    row.role = role
+            return _record(User, row)
+
+        return await self._retrying(op)
+
+    async def list_users(self, status: UserStatus | str | None = None) -> list[User]:
+        query = select(UserRow).order_by(UserRow.id)
+        if status is not None:
+            query = query.where(UserRow.status == UserStatus(status))
+        async with self._tx() as session:
+            return [_record(User, row) for row in await session.scalars(query)]
+
+    # -- pairing -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _live_code(now: datetime) -> tuple[Any, Any]:
+        return PairingCodeRow.used_at.is_(None), PairingCodeRow.expires_at > now
+
+    async def create_pairing_code(self, user: str, ttl_s: float = 3600, max_pending: int = 3) -> str | None:
+        """The user's unexpired code, else a new one; None while `max_pending` other users wait."""
+
+        async def op(session: AsyncSession) -> str | None:
+            row = await self._require_user(session, user)
+            now = self.now()
+            live = self._live_code(now)
+            mine = await session.scalar(
+                select(PairingCodeRow.code).where(PairingCodeRow.user_id == row.id, *live)
+                .order_by(PairingCodeRow.id.desc()).limit(1))
+            if mine is not None:
+                return mine
+            others = await session.scalar(
+                select(func.count()).select_from(PairingCodeRow)
+                .where(PairingCodeRow.user_id != row.id, *live))
+            if (others or 0) >= max_pending:
+                return None
+            code = new_pairing_code()  # a clash with an old code fails the flush; the retry redraws
+            session.add(PairingCodeRow(code=code, user_id=row.id, created_at=now,
+                                       expires_at=now + timedelta(seconds=ttl_s), used_at=None))
+            await session.flush()
+            return code
+
+        return await self._retrying(op)
+
+    async def list_pairing_codes(self, include_expired: bool = False) -> list[PairingCode]:
+        """Codes waiting for approval, oldest first; with include_expired, every code ever issued."""
+        query = (select(PairingCodeRow, UserRow).join(UserRow, PairingCodeRow.user_id == UserRow.id)
+                 .order_by(PairingCodeRow.id))
+        async with self._tx() as session:
+            if not include_expired:
+                query = query.where(*self._live_code(self.now()))
+            rows = (await session.execute(query)).all()
+            return [_record(PairingCode, code, user=user_key(u.channel, u.external_id),
+                            display_name=u.display_name) for code, u in rows]
+
+    async def approve_pairing(self, code: str) -> User | None:
+        """Use an unexpired, unused code: mark it used and allow its user. None if there is none."""
+        code = normalize_pairing_code(code)
+        async with self._tx() as session:
+            now = self.now()
+            # A conditional UPDATE, so two admins approving at once cannot both succeed.
+            result = await session.execute(
+                update(PairingCodeRow).where(PairingCodeRow.code == code, *self._live_code(now))
+                .values(used_at=now).execution_options(synchronize_session=False))
+            if result.rowcount != 1:
+                return None
+            user_id = await session.scalar(select(PairingCodeRow.user_id).where(PairingCodeRow.code == code))
+            row = await session.get(UserRow, user_id)
+            assert row is not None  # the foreign key guarantees it
+            row.status, row.updated_at = UserStatus.ALLOWED, now
+            return _record(User, row)
+
+    # -- conversations -------------------------------------------------------------------------
+
+    async def active_conversation(self, user: str, chat_id: str | int,
+                                  channel: str | None = None) -> Conversation:
+        """The user's active conversation in this chat, started if there is none.
+
+        `channel` defaults to the user's own channel (the part of the key before ':').
+        """
+        chat_id = str(chat_id)
+        channel = channel or parse_user_key(user)[0]
+
+        async def op(session: AsyncSession) -> Conversation:
+            owner = await self._require_user(session, user)
+            row = await session.scalar(
+                select(ConversationRow).where(
+                    ConversationRow.user_id == owner.id, ConversationRow.channel == channel,
+                    ConversationRow.chat_id == chat_id,
+                    ConversationRow.status == ConversationStatus.ACTIVE,
+                ).order_by(ConversationRow.id.desc()).limit(1))
+            if row is None:
+                now = self.now()
+                row = ConversationRow(user_id=owner.id, channel=channel, chat_id=chat_id,
+                                      status=ConversationStatus.ACTIVE, created_at=now, updated_at=now,
+                                      archived_at=None)
+                session.add(row)
+                await session.flush()  # the partial unique index rejects a concurrent twin here
+            return _record(Conversation, row)
+
+        return await self._retrying(op)
+
+    async def get_conversation(self, conversation_id: int) -> Conversation | None:
+        async with self._tx() as session:
+            row = await session.get(ConversationRow, conversation_id)
+            return None if row is None else _record(Conversation, row)
+
+    async def archive_conversation(self, conversation_id: int) -> bool:
+        """Archive it (what `/new` does); False if it was not active."""
+        async with self._tx() as session:
+            now = self.now()
+            result = await session.execute(
+                update(ConversationRow)
+                .where(ConversationRow.id == conversation_id,
+                       ConversationRow.status == ConversationStatus.ACTIVE)
+                .values(status=ConversationStatus.ARCHIVED, archived_at=now, updated_at=now)
+                .execution_options(synchronize_session=False))
+            return result.rowcount == 1
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def add_message(self, conversation_id: int, role: MessageRole | str, content: str,
+                          tool_calls: Any | None = None, tool_call_id: str | None = None,
+                          token_count: int | None = None) -> Message:
+        role = MessageRole(role)
+        async with self._tx() as session:
+            now = self.now()
+            touched = await session.execute(
+                update(ConversationRow).where(ConversationRow.id == conversation_id)
+                .values(updated_at=now).execution_options(synchronize_session=False))
+            if touched.rowcount != 1:
+                raise LookupError(f"conversation {conversation_id} does not exist; no message added")
+            row = MessageRow(conversation_id=conversation_id, role=role, content=content,
+                             tool_calls=tool_calls, tool_call_id=tool_call_id, token_count=token_count,
+                             created_at=now)
+            session.add(row)
+            await session.flush()
+            return _record(Message, row)
+
+    async def list_messages(self, conversation_id: int, after_id: int | None = None,
+                            limit: int | None = None) -> list[Message]:
+        """Messages in the order they were added (by id), optionally only those after `after_id`."""
+        query = select(MessageRow).where(MessageRow.conversation_id == conversation_id)
+        if after_id is not None:
+            query = query.where(MessageRow.id > after_id)
+        query = query.order_by(MessageRow.id).limit(limit)
+        async with self._tx() as session:
+            return [_record(Message, row) for row in await session.scalars(query)]
+
+    async def last_message(self, conversation_id: int) -> Message | None:
+        query = (select(MessageRow).where(MessageRow.conversation_id == conversation_id)
+                 .order_by(MessageRow.id.desc()).limit(1))
+        async with self._tx() as session:
+            row = await session.scalar(query)
+            return None if row is None else _record(Message, row)
+
+    # -- inbound events ------------------------------------------------------------------------
+
+    async def record_inbound(self, channel: str, message_id: str | int, user: str, chat_id: str | int,
+                             text: str, payload: Any | None = None) -> tuple[InboundEvent, bool]:
+        """Persist an incoming message before it is acknowledged. `is_new` is False for a redelivery
+        (same channel and message id), which must not be answered again."""
+        parse_user_key(user)
+        message_id, chat_id = str(message_id), str(chat_id)
+        try:
+            async with self._tx() as session:
+                row = InboundEventRow(channel=channel, message_id=message_id, user=user, chat_id=chat_id,
+                                      text=text, payload=payload, status=InboundStatus.RECEIVED, error=None,
+                                      received_at=self.now(), processed_at=None)
+                session.add(row)
+                await session.flush()
+                return _record(InboundEvent, row), True
+        except IntegrityError as clash:
+            # The unique (channel, message_id) index decides races, on SQLite and PostgreSQL alike.
+            async with self._tx() as session:
+                row = await session.scalar(select(InboundEventRow).where(
+                    InboundEventRow.channel == channel, InboundEventRow.message_id == message_id))
+                if row is None:
+                    raise clash
+                return _record(InboundEvent, row), False
+
+    async def mark_inbound(self, event_id: int, status: InboundStatus | str,
+                           error: str | None = None) -> None:
+        status = InboundStatus(status)
+        async with self._tx() as session:
+            done = None if status is InboundStatus.RECEIVED else self.now()
+            result = await session.execute(
+                update(InboundEventRow).where(InboundEventRow.id == event_id)
+                .values(status=status, processed_at=done, error=error)
+                .execution_options(synchronize_session=False))
+            if result.rowcount != 1:
+                raise LookupError(f"inbound event {event_id} does not exist")
+
+    async def pending_inbound(self, limit: int | None = None) -> list[InboundEvent]:
+        """Events received but neither processed nor failed, oldest first (crash recovery)."""
+        query = (select(InboundEventRow).where(InboundEventRow.status == InboundStatus.RECEIVED)
+                 .order_by(InboundEventRow.id).limit(limit))
+        async with self._tx() as session:
+            return [_record(InboundEvent, row) for row in await session.scalars(query)]
+
+    # -- outbound messages ---------------------------------------------------------------------
+
+    async def add_outbound(self, channel: str, chat_id: str | int, text: str, *,
+                           conversation_id: int | None = None,
+                           inbound_event_id: int | None = None) -> OutboundMessage:
+        async with self._tx() as session:
+            now = self.now()
+            row = OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=inbound_event_id,
+                                     channel=channel, chat_id=str(chat_id), text=text,
+                                     status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
+                                     error=None, created_at=now, updated_at=now, sent_at=None)
+            session.add(row)
+            await session.flush()
+            return _record(OutboundMessage, row)
+
+    async def mark_outbound(self, outbound_id: int, status: OutboundStatus | str,
+                            external_message_id: str | int | None = None,
+                            error: str | None = None) -> OutboundMessage:
+        """Record one delivery attempt: attempts += 1, `error` is the latest attempt's (None clears).
+
+        `pending` means "try again"; `sent` is final and sets sent_at.
+        """
+        status = OutboundStatus(status)
+        async with self._tx() as session:
+            row = await session.get(OutboundMessageRow, outbound_id)
+            if row is None:
+                raise LookupError(f"outbound message {outbound_id} does not exist")
+            if row.status is OutboundStatus.SENT:
+                raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
+            now = self.now()
+            row.status, row.attempts, row.error, row.updated_at = status, row.attempts + 1, error, now
+            if external_message_id is not None:
+                row.external_message_id = str(external_message_id)
+            if status is OutboundStatus.SENT:
+                row.sent_at = now
+            await session.flush()
+            return _record(OutboundMessage, row)
+
+    async def pending_outbound(self, limit: int | None = None) -> list[OutboundMessage]:
+        query = (select(OutboundMessageRow).where(OutboundMessageRow.status == OutboundStatus.PENDING)
+                 .order_by(OutboundMessageRow.id).limit(limit))
+        async with self._tx() as session:
+            return [_record(OutboundMessage, row) for row in await session.scalars(query)]
+
+    # -- summaries -----------------------------------------------------------------------------
+
+    async def add_summary(self, conversation_id: int, up_to_message_id: int, content: str,
+                          token_count: int) -> Summary:
+        async with self._tx() as session:
+            row = SummaryRow(conversation_id=conversation_id, up_to_message_id=up_to_message_id,
+                             content=content, token_count=token_count, created_at=self.now())
+            session.add(row)
+            await session.flush()
+            return _record(Summary, row)
+
+    async def latest_summary(self, conversation_id: int) -> Summary | None:
+        """The summary reaching furthest into the conversation."""
+        query = (select(SummaryRow).where(SummaryRow.conversation_id == conversation_id)
+                 .order_by(SummaryRow.up_to_message_id.desc(), SummaryRow.id.desc()).limit(1))
+        async with self._tx() as session:
+            row = await session.scalar(query)
+            return None if row is None else _record(Summary, row)
+
+    # -- audit log -----------------------------------------------------------------------------
+
+    async def add_audit(self, user: str, skill: str, arguments: Any | None, decision: str, *,
+                        exit_status: int | None = None, duration_ms: int | None = None,
+                        output_bytes: int | None = None, detail: str | None = None) -> AuditEntry:
+        async with self._tx() as session:
+            row = AuditRow(at=self.now(), user=user, skill=skill, arguments=arguments, decision=decision,
+                           exit_status=exit_status, duration_ms=duration_ms, output_bytes=output_bytes,
+                           detail=detail)
+            session.add(row)
+            await session.flush()
+            return _record(AuditEntry, row)
+
+    async def list_audit(self, limit: int = 100, user: str | None = None) -> list[AuditEntry]:
+        """Newest first."""
+        query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
+        if user is not None:
+            query = query.where(AuditRow.user == user)
+        async with self._tx() as session:
+            return [_record(AuditEntry, row) for row in await session.scalars(query)]
+
+    # -- usage ---------------------------------------------------------------------------------
+
+    async def add_usage(self, user: str, prompt_tokens: int, completion_tokens: int,
+                        conversation_id: int | None = None) -> None:
+        async with self._tx() as session:
+            session.add(UsageRow(at=self.now(), user=user, conversation_id=conversation_id,
+                                 prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+
+    async def tokens_today(self, user: str | None = None, since: datetime | None = None) -> int:
+        """Prompt + completion tokens since `since` (default: today's midnight UTC), one user or all."""
+        if since is None:
+            since = self.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        total = UsageRow.prompt_tokens + UsageRow.completion_tokens
+        query = select(func.coalesce(func.sum(total), 0)).where(UsageRow.at >= since)
+        if user is not None:
+            query = query.where(UsageRow.user == user)
+        async with self._tx() as session:
+            return int(await session.scalar(query) or 0)
+

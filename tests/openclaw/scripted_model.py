@@ -1,0 +1,67 @@
+"""A deterministic stand-in for the engine (the ChatModel interface) for tests that need a specific
+model behaviour: a given tool call, a slow stream to /stop, a failure. Each reply is computed by a
+function of the prompt messages, so tests can assert on what the model was shown."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from engine import RequestOutput, SamplingParams
+
+Reply = Callable[[list[dict]], str]
+
+
+class ScriptedModel:
+    def __init__(self, reply: Reply, *, max_model_len: int = 4096, chunk: int = 4,
+                 delay: float = 0.0) -> None:
+        self.reply = reply
+        self.max_model_len = max_model_len
+        self.chunk, self.delay = chunk, delay
+        self.prompts: list[list[dict]] = []  # every prompt it was given, in order
+        self.aborted: list[str] = []
+        self.gate: asyncio.Event | None = None  # when set, streams wait for it after one chunk
+        self.generated = 0
+
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """One 'token' per word plus a few per message: deterministic and roughly proportional."""
+        words = sum(len(str(m.get("content", "")).split()) + 4 for m in messages)
+        return [0] * (words + (20 * len(tools) if tools else 0))
+
+    async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
+                       request_id: str | None = None, *, tools: list[dict] | None = None,
+                       priority: int = 0) -> AsyncIterator[RequestOutput]:
+        self.prompts.append(prompt)
+        text = self.reply(prompt)
+        ids = self.encode_chat(prompt, tools)
+        sent = ""
+        try:
+            for start in range(0, max(len(text), 1), self.chunk):
+                piece = text[start:start + self.chunk]
+                sent += piece
+                done = start + self.chunk >= len(text)
+                self.generated += 1
+                yield RequestOutput(request_id or "r", ids, [0] * len(sent), sent, [0], piece,
+                                    finished=done, finish_reason="stop" if done else None)
+                if self.delay:
+                    await asyncio.sleep(self.delay)
+                if self.gate is not None:
+                    await self.gate.wait()
+        except (asyncio.CancelledError, GeneratorExit):
+            self.aborted.append(request_id or "r")
+            raise
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def stats(self) -> dict[str, Any]:
+        return {"model": "scripted", "device": "cpu", "num_running": 0, "num_waiting": 0,
+                "kv_usage": 0.0, "generated_tokens": self.generated}
+
+    def shutdown(self) -> None:
+        pass
+
+
+def last_user(messages: list[dict]) -> str:
+    return next(m["content"] for m in reversed(messages) if m["role"] == "user")

@@ -1,0 +1,450 @@
+"""The config file as an admin meets it: defaults without a file, errors that say what to fix,
+secrets that resolve but never show, and a starter file that loads."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from openclaw.config import (
+    Config,
+    ConfigError,
+    Secret,
+    default_config_path,
+    load_config,
+    starter_config,
+    write_starter_config,
+)
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private HOME, so the default paths never touch the real user's files."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN", "OPENCLAW_TEST_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def write(tmp_path: Path, text: str, name: str = "openclaw.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.splitlines() == [f"{path}: {p}" for p in info.value.problems]
+    return info.value.problems
+
+
+def only_problem(path: Path) -> str:
+    found = problems(path)
+    assert len(found) == 1, found
+    return found[0]
+
+
+# --- defaults ----------------------------------------------------------------------------------
+
+
+def test_missing_file_at_default_path_gives_defaults(home: Path):
+    assert not default_config_path().exists()
+    config = load_config()
+    assert config.source is None
+    assert config.engine.model is None and config.engine.max_num_seqs == 16
+    assert config.agent.system_prompt == "You are OpenClaw, a helpful personal assistant."
+    assert config.agent.max_steps == 8 and config.agent.reply_max_tokens == 512
+    assert config.access.dm_policy == "pairing" and config.access.admins == []
+    assert (config.admin.host, config.admin.port, config.admin.enabled) == ("127.0.0.1", 9477, True)
+    assert not config.telegram.enabled and not config.discord.enabled
+    assert config.skills.enabled == ["clock"]
+    data_dir = home / ".local/share/openclaw"
+    assert config.data_dir == data_dir
+    assert config.store.url == f"sqlite+aiosqlite:///{data_dir}/openclaw.db"
+
+
+def test_default_path_is_under_home_config(home: Path):
+    assert default_config_path() == home / ".config/openclaw/openclaw.toml"
+
+
+def test_file_at_default_path_is_read(home: Path):
+    default_config_path().parent.mkdir(parents=True)
+    default_config_path().write_text("[agent]\nmax_steps = 3\n")
+    config = load_config()
+    assert config.agent.max_steps == 3
+    assert config.source == default_config_path()
+
+
+def test_missing_file_at_explicit_path_is_an_error(tmp_path: Path):
+    path = tmp_path / "nope.toml"
+    assert "file not found" in only_problem(path)
+
+
+def test_engine_kwargs_are_accepted_by_the_engine():
+    from engine.config import EngineConfig
+
+    config = Config()
+    kwargs = config.engine.as_engine_kwargs()
+    assert "model" not in kwargs
+    engine_config = EngineConfig(model=config.engine.model, **kwargs)
+    assert engine_config.max_num_seqs == 16 and engine_config.enable_prefix_caching
+
+
+# --- a full valid file -------------------------------------------------------------------------
+
+
+def test_full_valid_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:telegram-secret")
+    (tmp_path / "discord.token").write_text("discord-secret\n")
+    path = write(tmp_path, """
+        data_dir = "state"
+
+        [engine]
+        model = "~/models/qwen.gguf"
+        device = "cuda:0"
+        dtype = "bfloat16"
+        max_num_seqs = 4
+        kv_cache_gib = 2
+        max_model_len = 8192
+
+        [agent]
+        system_prompt = "Be brief."
+        max_steps = 4
+        context_tokens = 4096
+        temperature = 0
+        tool_timeout_s = 30
+
+        [store]
+        url = "postgresql+asyncpg://claw:pw@localhost/claw"
+
+        [access]
+        admins = ["telegram:1001"]
+        allow = ["discord:42", "terminal:local"]
+        blocked = ["telegram:666"]
+        dm_policy = "allowlist"
+        roles = { "discord:42" = "family" }
+
+        [admin]
+        host = "::1"
+        port = 0
+
+        [telegram]
+        enabled = true
+        token = "env:TELEGRAM_BOT_TOKEN"
+        base_url = "http://127.0.0.1:8081/bot"
+        stream_edits = true
+
+        [discord]
+        enabled = true
+        token = "file:discord.token"
+        gateway_url = "ws://127.0.0.1:8082/"
+
+        [sandbox]
+        bwrap_path = "/usr/bin/bwrap"
+
+        [skills]
+        enabled = ["clock", "shell", "files"]
+        dirs = ["skills", "/opt/skills"]
+
+        [skills.shell]
+        max_output_bytes = 65536
+
+        [roles.family]
+        skills = ["clock"]
+        network = false
+    """)
+    config = load_config(path)
+    assert config.source == path
+    assert config.data_dir == tmp_path / "state"  # relative to the file's folder
+    assert config.engine.model == str(Path.home() / "models/qwen.gguf")
+    assert config.engine.device == "cuda:0" and config.engine.kv_cache_gib == 2.0
+    assert config.agent.temperature == 0.0 and config.agent.context_tokens == 4096
+    assert config.store.url == "postgresql+asyncpg://claw:pw@localhost/claw"
+    assert config.access.dm_policy == "allowlist"
+    assert config.admin.host == "::1" and config.admin.port == 0
+    assert config.telegram.token == Secret("123:telegram-secret")
+    assert config.telegram.token.get() == "123:telegram-secret" and config.telegram.token.source == "env"
+    assert config.discord.token.get() == "discord-secret" and config.discord.token.source == "file"
+    assert config.sandbox.bwrap_path == Path("/usr/bin/bwrap")
+    assert config.skills.dirs == [tmp_path / "skills", Path("/opt/skills")]
+    assert config.skills.settings == {"shell": {"max_output_bytes": 65536}}
+    assert config.roles == {"family": {"skills": ["clock"], "network": False}}
+
+
+def test_user_roles_default_by_admin_status_and_can_be_overridden(tmp_path: Path):
+    path = write(tmp_path, """
+        [access]
+        admins = ["telegram:1", "telegram:2"]
+        roles = { "telegram:2" = "operator", "discord:9" = "family" }
+    """)
+    config = load_config(path)
+    assert config.user_role("telegram:1") == "admin"
+    assert config.user_role("telegram:2") == "operator"
+    assert config.user_role("discord:9") == "family"
+    assert config.user_role("terminal:local") == "user"
+
+
+def test_relative_sqlite_url_is_pinned_to_the_config_folder(tmp_path: Path):
+    path = write(tmp_path, '[store]\nurl = "sqlite+aiosqlite:///db/claw.db"\n')
+    assert load_config(path).store.url == f"sqlite+aiosqlite:///{tmp_path}/db/claw.db"
+
+
+def test_dump_validates_back_to_the_same_config(tmp_path: Path):
+    path = write(tmp_path, """
+        [access]
+        admins = ["telegram:1"]
+        [skills]
+        dirs = ["skills"]
+        [skills.shell]
+        max_output_bytes = 10
+    """)
+    config = load_config(path)
+    assert Config.model_validate(config.model_dump()).model_dump() == config.model_dump()
+    assert Config.model_validate_json(config.model_dump_json()).model_dump() == config.model_dump()
+
+
+# --- each class of error names the key, the value and what is expected --------------------------
+
+
+def test_wrong_type_names_key_and_value(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[engine]\nmax_num_seqs = "lots"\n'))
+    assert problem == 'engine.max_num_seqs = "lots": expected an integer'
+
+
+def test_strings_are_not_numbers_even_when_they_look_like_one(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[admin]\nport = "9477"\n'))
+    assert problem == 'admin.port = "9477": expected an integer'
+
+
+def test_out_of_range_number(tmp_path: Path):
+    problem = only_problem(write(tmp_path, "[engine]\ngpu_memory_utilization = 1.5\n"))
+    assert problem == "engine.gpu_memory_utilization = 1.5: expected a number <= 1.0"
+
+
+def test_unknown_key_typo_suggests_the_real_key(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[access]\ndm_polcy = "open"\n'))
+    assert problem == 'access.dm_polcy = "open": unknown key in [access]; did you mean "dm_policy"?'
+
+
+def test_unknown_section_and_unknown_skills_key_are_caught(tmp_path: Path):
+    found = problems(write(tmp_path, '[skills]\nenabeld = ["shell"]\n[telegarm]\nenabled = true\n'))
+    assert 'skills.enabeld = ["shell"]: unknown key in [skills]; did you mean "enabled"?' in found
+    assert 'telegarm = a table: unknown key at the top level; did you mean "telegram"?' in found
+
+
+def test_bad_enum_lists_the_choices(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[access]\ndm_policy = "opne"\n'))
+    assert problem.startswith('access.dm_policy = "opne": expected ')
+    for choice in ("pairing", "allowlist", "open"):
+        assert f"'{choice}'" in problem
+
+
+@pytest.mark.parametrize(
+    ("user", "hint"),
+    [
+        ("bob", 'expected a user "channel:id"'),
+        ("telegram:@bob", "numeric id"),
+        ("telgram:1001", 'did you mean "telegram"?'),
+        ("discord:", 'expected a user "channel:id"'),
+    ],
+)
+def test_bad_user_name_says_what_a_user_looks_like(tmp_path: Path, user: str, hint: str):
+    problem = only_problem(write(tmp_path, f'[access]\nallow = ["terminal:local", "{user}"]\n'))
+    assert problem.startswith(f'access.allow[1] = "{user}": ')
+    assert hint in problem
+
+
+def test_bad_user_name_as_a_roles_key(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[access]\nroles = { "bob" = "admin" }\n'))
+    assert problem.startswith('access.roles.bob = "bob": expected a user "channel:id"')
+
+
+def test_admin_cannot_also_be_blocked(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[access]\nadmins = ["telegram:1"]\nblocked = ["telegram:1"]\n'))
+    assert problem.startswith('access.blocked = ["telegram:1"]: ')
+
+
+def test_non_loopback_admin_host_is_refused_unless_allowed(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[admin]\nhost = "0.0.0.0"\n'))
+    assert problem.startswith('admin.host = "0.0.0.0": the admin port must stay on loopback')
+    assert "allow_remote = true" in problem
+    config = load_config(write(tmp_path, '[admin]\nhost = "0.0.0.0"\nallow_remote = true\n'))
+    assert config.admin.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_admin_hosts_are_fine(tmp_path: Path, host: str):
+    assert load_config(write(tmp_path, f'[admin]\nhost = "{host}"\n')).admin.host == host
+
+
+def test_enabled_connector_without_token_names_the_key(tmp_path: Path):
+    found = problems(write(tmp_path, "[telegram]\nenabled = true\n[discord]\nenabled = true\n"))
+    assert found == [
+        'telegram.token: required when telegram.enabled = true, e.g. token = "env:TELEGRAM_BOT_TOKEN"',
+        'discord.token: required when discord.enabled = true, e.g. token = "env:DISCORD_BOT_TOKEN"',
+    ]
+
+
+def test_missing_env_secret_names_key_and_variable(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[telegram]\ntoken = "env:OPENCLAW_TEST_TOKEN"\n'))
+    assert problem.startswith('telegram.token = "env:OPENCLAW_TEST_TOKEN": ')
+    assert "environment variable OPENCLAW_TEST_TOKEN is not set" in problem
+
+
+def test_unreadable_secret_file_names_key_and_path(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[discord]\ntoken = "file:missing.token"\n'))
+    assert problem.startswith('discord.token = "file:missing.token": cannot read secret file ')
+    assert str(tmp_path / "missing.token") in problem
+
+
+def test_empty_secret_is_an_error(tmp_path: Path):
+    (tmp_path / "empty.token").write_text("\n")
+    problem = only_problem(write(tmp_path, '[discord]\ntoken = "file:empty.token"\n'))
+    assert problem == 'discord.token = "file:empty.token": the value is empty'
+
+
+def test_malformed_literal_secret_is_not_echoed(tmp_path: Path):
+    problem = only_problem(write(tmp_path, "[telegram]\ntoken = 123456789\n"))
+    assert "123456789" not in problem
+    assert problem.startswith("telegram.token = ***: expected a string")
+
+
+def test_bad_store_scheme_is_explained_without_the_password(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[store]\nurl = "postgresql://claw:hunter2@db/claw"\n'))
+    assert "hunter2" not in problem
+    assert 'expected "postgresql+asyncpg://' in problem
+    problem = only_problem(write(tmp_path, '[store]\nurl = "mysql://db/claw"\n'))
+    assert problem == ('store.url = "mysql://db/claw": expected a URL starting with '
+                       '"sqlite+aiosqlite://" or "postgresql+asyncpg://"')
+
+
+def test_toml_syntax_error_names_the_line(tmp_path: Path):
+    path = write(tmp_path, '[agent]\nmax_steps = 3\nsystem_prompt = "unterminated\n')
+    problem = only_problem(path)
+    assert re.match(r"line 3, column \d+: invalid TOML: ", problem), problem
+
+
+def test_several_errors_are_reported_together(tmp_path: Path):
+    found = problems(write(tmp_path, """
+        [engine]
+        device = "gpu"
+        [agent]
+        max_steps = 0
+        [access]
+        dm_policy = "everyone"
+        [admin]
+        hots = "127.0.0.1"
+    """))
+    assert [p.split(" = ")[0] for p in found] == [
+        "engine.device", "agent.max_steps", "access.dm_policy", "admin.hots",
+    ]
+    assert found[0] == 'engine.device = "gpu": expected "auto", "cpu", "cuda" or "cuda:N"'
+    assert found[1] == "agent.max_steps = 0: expected a number >= 1"
+
+
+# --- secrets never show ------------------------------------------------------------------------
+
+
+def test_secrets_resolve_but_never_show_in_repr_or_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "tg-VERY-SECRET")
+    (tmp_path / "dc").write_text("  dc-VERY-SECRET  \n")
+    path = write(tmp_path, """
+        [store]
+        url = "postgresql+asyncpg://claw:pg-VERY-SECRET@localhost/claw"
+        [telegram]
+        enabled = true
+        token = "env:TELEGRAM_BOT_TOKEN"
+        [discord]
+        enabled = true
+        token = "file:dc"
+        [skills.email]
+        smtp_password = "mail-VERY-SECRET"
+    """)
+    config = load_config(path)
+    assert config.telegram.token.get() == "tg-VERY-SECRET"
+    assert config.discord.token.get() == "dc-VERY-SECRET"  # stripped
+    assert "pg-VERY-SECRET" in config.store.url  # the store needs the real URL
+    for shown in (repr(config), str(config), config.model_dump_json(), str(config.model_dump()),
+                  str(config.telegram.token), repr(config.telegram.token), f"{config.discord.token}"):
+        assert "VERY-SECRET" not in shown, shown
+    assert config.model_dump()["telegram"]["token"] == "***"
+    assert "***" in repr(config.telegram)
+
+
+def test_literal_secret_is_allowed(tmp_path: Path):
+    config = load_config(write(tmp_path, '[telegram]\nenabled = true\ntoken = "123:abc"\n'))
+    assert config.telegram.token.get() == "123:abc" and config.telegram.token.source == "literal"
+
+
+# --- the starter file --------------------------------------------------------------------------
+
+
+def test_starter_config_loads_to_the_defaults(tmp_path: Path):
+    config = load_config(write(tmp_path, starter_config()))
+    assert config.model_dump() == Config().model_dump()
+
+
+def test_starter_config_commented_defaults_are_the_real_defaults(tmp_path: Path):
+    # `# key = value` lines claim to be the default: uncommenting them all must change nothing.
+    text = re.sub(r"(?m)^# (\w+ = )", r"\1", starter_config())
+    config = load_config(write(tmp_path, text))
+    assert config.model_dump() == Config().model_dump()
+
+
+def test_starter_config_documents_every_key():
+    text = starter_config()
+    sections = ("engine", "agent", "store", "access", "admin", "telegram", "discord", "sandbox", "skills")
+    for section in sections:
+        assert f"[{section}]" in text
+        model = type(getattr(Config(), section))
+        for key in model.model_fields:
+            if key not in getattr(model, "hidden_keys", ()):
+                assert re.search(rf"(?m)^#?( e\.g\.)? ?{key} = ", text), f"{section}.{key} undocumented"
+    assert 'token = "env:TELEGRAM_BOT_TOKEN"' in text and 'token = "env:DISCORD_BOT_TOKEN"' in text
+    assert "[roles." in text
+
+
+def test_write_starter_config_creates_a_private_file_and_refuses_to_overwrite(tmp_path: Path):
+    path = tmp_path / "deep" / "dir" / "openclaw.toml"
+    assert write_starter_config(path) == path
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert path.read_text() == starter_config()
+    load_config(path)
+
+    path.write_text("# my edits\n")
+    with pytest.raises(FileExistsError, match="already exists"):
+        write_starter_config(path)
+    assert path.read_text() == "# my edits\n"
+
+    os.chmod(path, 0o644)
+    write_starter_config(path, force=True)
+    assert path.read_text() == starter_config()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == ["openclaw.toml"]  # no temp file left
+
+
+def test_write_starter_config_defaults_to_the_default_path():
+    path = write_starter_config()
+    assert path == default_config_path()
+    assert load_config().source == path
+
+
+def test_world_readable_file_with_a_literal_token_is_warned_about(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture):
+    path = write(tmp_path, '[telegram]\ntoken = "123:abc"\n')
+    os.chmod(path, 0o644)
+    load_config(path)
+    assert "chmod 600" in caplog.text and "123:abc" not in caplog.text
+    caplog.clear()
+    os.chmod(path, 0o600)
+    load_config(path)
+    assert caplog.text == ""

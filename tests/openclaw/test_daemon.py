@@ -1,0 +1,302 @@
+"""The daemon end to end (real SQLite file, real gateway and agent) with a scripted model and a
+recording connector: memory across restarts, dedupe, compaction, ordering and concurrency,
+/stop, pairing, tool calls good and bad, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+
+import pytest
+
+from openclaw.config import load_config
+from openclaw.daemon import Daemon
+from openclaw.gateway_types import InboundMessage
+from openclaw.store import InboundStatus, Store
+
+from .scripted_model import ScriptedModel, last_user
+
+_ids = itertools.count()
+
+
+class RecordingConnector:
+    """A connector that records what the daemon sends, per chat."""
+
+    name = "terminal"
+    max_message_len = 4096
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+        self.handler = None
+        self.new_message = asyncio.Event()
+
+    async def start(self, handler) -> None:
+        self.handler = handler
+
+    async def stop(self) -> None:
+        pass
+
+    async def send_text(self, chat_id: str, text: str) -> str:
+        self.sent.append((chat_id, text))
+        self.new_message.set()
+        return str(len(self.sent))
+
+    async def typing(self, chat_id: str) -> None:
+        pass
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        pass
+
+    def texts(self, chat_id: str | None = None) -> list[str]:
+        return [t for c, t in self.sent if chat_id is None or c == chat_id]
+
+
+def config(tmp_path, extra: str = ""):
+    path = tmp_path / "openclaw.toml"
+    path.write_text(f"""
+data_dir = "{tmp_path / 'data'}"
+[access]
+admins = ["terminal:local"]
+dm_policy = "pairing"
+[admin]
+enabled = false
+[agent]
+temperature = 0.0
+{extra}
+""")
+    return load_config(path)
+
+
+def msg(text: str, user: str = "local", chat: str | None = None, mid: str | None = None,
+        channel: str = "terminal") -> InboundMessage:
+    return InboundMessage(channel, user, chat or user, mid or f"m{next(_ids)}", text)
+
+
+async def started(tmp_path, model, extra: str = "") -> tuple[Daemon, RecordingConnector]:
+    conn = RecordingConnector()
+    daemon = Daemon(config(tmp_path, extra), model=model, connectors=[conn])
+    await daemon.start()
+    return daemon, conn
+
+
+async def say(daemon: Daemon, conn: RecordingConnector, text: str, **kw) -> str:
+    before = len(conn.sent)
+    await conn.handler(msg(text, **kw))
+    await daemon.gateway.wait_idle()
+    assert len(conn.sent) > before, f"no reply to {text!r}"
+    return conn.sent[-1][1]
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait for `condition()` (no fixed sleeps: the machine may be busy)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def history_echo(messages: list[dict]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return f"you said {len(users)} things: " + " | ".join(users)
+
+
+async def test_two_turns_are_remembered_across_a_restart(tmp_path):
+    daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
+    assert await say(daemon, conn, "my name is Ada") == "you said 1 things: my name is Ada"
+    await daemon.stop()
+    daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
+    reply = await say(daemon, conn, "what is my name?")
+    assert reply == "you said 2 things: my name is Ada | what is my name?"
+    await daemon.stop()
+
+
+async def test_a_redelivered_message_is_answered_once(tmp_path):
+    model = ScriptedModel(lambda m: "ok " + last_user(m))
+    daemon, conn = await started(tmp_path, model)
+    same = msg("hello", mid="tg-77")
+    await conn.handler(same)
+    await conn.handler(same)
+    await daemon.gateway.wait_idle()
+    assert conn.texts() == ["ok hello"]
+    assert len(model.prompts) == 1
+    await daemon.stop()
+
+
+async def test_history_over_budget_is_compacted_into_a_summary_and_kept_in_the_store(tmp_path):
+    def reply(messages):
+        if "You write the memory" in messages[0]["content"]:
+            return "SUMMARY: the user counted numbers"
+        return "noted " + last_user(messages)
+
+    model = ScriptedModel(reply, max_model_len=200)
+    daemon, conn = await started(tmp_path, model,
+                                 "reply_max_tokens = 40\ncompaction_keep_messages = 2")
+    for i in range(12):
+        await say(daemon, conn, f"number {i} " + "word " * 8)
+    store: Store = daemon.store
+    conv = await store.active_conversation("terminal:local", "local")
+    summary = await store.latest_summary(conv.id)
+    assert summary is not None and summary.content.startswith("SUMMARY")
+    assert len(await store.list_messages(conv.id)) == 24  # nothing deleted
+    last_prompt = model.prompts[-1]
+    assert "SUMMARY" in last_prompt[0]["content"]  # the summary stands in for old turns
+    assert "number 0 " not in json.dumps(last_prompt)
+    assert model.encode_chat(last_prompt).__len__() <= 200 - 40
+    await daemon.stop()
+
+
+async def test_conversations_run_in_parallel_and_each_stays_ordered(tmp_path):
+    model = ScriptedModel(lambda m: "re: " + last_user(m), chunk=2, delay=0.01)
+    daemon, conn = await started(tmp_path, model, "[access.roles]\n")
+    await daemon.store.set_user_status("terminal", "other", "allowed")
+    slow = asyncio.Event()
+    model.gate = slow  # every stream waits at its first chunk until released
+    await conn.handler(msg("a1 a1 a1 a1 a1"))
+    await conn.handler(msg("a2"))
+    await conn.handler(msg("b1", user="other"))
+    await until(lambda: len(model.prompts) >= 2)
+    await asyncio.sleep(0.05)
+    # both conversations are generating at once; a2 waits behind a1
+    assert len(model.prompts) == 2
+    assert {last_user(p) for p in model.prompts} == {"a1 a1 a1 a1 a1", "b1"}
+    slow.set()
+    await daemon.gateway.wait_idle()
+    assert conn.texts("local") == ["re: a1 a1 a1 a1 a1", "re: a2"]
+    assert conn.texts("other") == ["re: b1"]
+    await daemon.stop()
+
+
+async def test_stop_aborts_generation_and_the_conversation_stays_usable(tmp_path):
+    model = ScriptedModel(lambda m: "a long answer " * 20)
+    daemon, conn = await started(tmp_path, model)
+    model.gate = asyncio.Event()  # the stream stalls after its first chunk
+    await conn.handler(msg("tell me everything"))
+    await until(lambda: model.prompts)
+    await conn.handler(msg("/stop"))
+    await daemon.gateway.wait_idle()
+    assert conn.texts() == ["Stopped."]
+    assert model.aborted  # the engine request was aborted
+    model.gate = None
+    model.reply = lambda m: "fresh answer"
+    assert await say(daemon, conn, "again") == "fresh answer"
+    await daemon.stop()
+
+
+async def test_unknown_user_gets_pairing_code_and_no_reply_until_approved(tmp_path):
+    model = ScriptedModel(lambda m: "hello friend")
+    daemon, conn = await started(tmp_path, model)
+    await conn.handler(msg("hi", user="4242", channel="terminal"))
+    await daemon.gateway.wait_idle()
+    assert len(conn.texts("4242")) == 1
+    assert "pairing code" in conn.texts("4242")[0]
+    assert model.prompts == []  # nothing reached the model
+    codes = await daemon.store.list_pairing_codes()
+    assert [c.user for c in codes] == ["terminal:4242"]
+    assert codes[0].code in conn.texts("4242")[0]
+    assert await daemon.store.approve_pairing(codes[0].code) is not None
+    assert await say(daemon, conn, "hi again", user="4242") == "hello friend"
+    await daemon.stop()
+
+
+async def test_tool_calls_good_malformed_and_unknown_go_back_to_the_model(tmp_path):
+    script = iter([
+        '<tool_call>{"name": "clock", "arguments": {"timezone": "UTC"}}</tool_call>',
+        '<tool_call>{"name": "clock", "arguments": {oops}</tool_call>',
+        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
+        "It is late.",
+    ])
+    model = ScriptedModel(lambda m: next(script))
+    daemon, conn = await started(tmp_path, model)
+    assert await say(daemon, conn, "what time is it?") == "It is late."
+    final_prompt = model.prompts[-1]
+    tool_results = [m["content"] for m in final_prompt if m["role"] == "tool"]
+    assert "UTC" in tool_results[0] and not tool_results[0].startswith("error")
+    assert tool_results[1].startswith("error:") and "JSON" in tool_results[1]
+    assert tool_results[2].startswith("error: there is no tool named 'rm_rf'")
+    assert "clock" in tool_results[2]
+    await daemon.stop()
+
+
+async def test_the_step_limit_ends_with_a_clear_message(tmp_path):
+    model = ScriptedModel(lambda m: '<tool_call>{"name": "clock", "arguments": {}}</tool_call>')
+    daemon, conn = await started(tmp_path, model, "max_steps = 3")
+    reply = await say(daemon, conn, "loop forever")
+    assert "stopped after 3 tool steps" in reply
+    assert len(model.prompts) == 3
+    await daemon.stop()
+
+
+async def test_an_engine_error_becomes_an_apology_and_the_conversation_goes_on(tmp_path):
+    def broken(messages):
+        raise RuntimeError("CUDA fell over")
+
+    model = ScriptedModel(broken)
+    daemon, conn = await started(tmp_path, model)
+    assert "Sorry" in await say(daemon, conn, "hello")
+    model.reply = lambda m: "working again"
+    assert await say(daemon, conn, "hello?") == "working again"
+    await daemon.stop()
+
+
+async def test_drain_finishes_the_running_reply_and_keeps_queued_messages_for_restart(tmp_path):
+    model = ScriptedModel(lambda m: "answer to " + last_user(m), chunk=1, delay=0.01)
+    daemon, conn = await started(tmp_path, model)
+    await conn.handler(msg("first"))
+    await conn.handler(msg("second"))
+    await until(lambda: model.prompts)
+    await daemon.stop(drain_timeout=10)
+    assert conn.texts() == ["answer to first"]  # the in-flight reply finished
+    store = await Store.open(config(tmp_path).store.url)
+    pending = await store.pending_inbound()
+    assert [e.text for e in pending] == ["second"]  # not lost, not half-answered
+    await store.close()
+    daemon, conn = await started(tmp_path, ScriptedModel(lambda m: "answer to " + last_user(m)))
+    await daemon.gateway.wait_idle()
+    assert conn.texts() == ["answer to second"]  # answered after the restart
+    await daemon.stop()
+
+
+async def test_drain_timeout_aborts_a_stuck_reply_and_it_is_answered_after_restart(tmp_path):
+    model = ScriptedModel(lambda m: "never finishes")
+    daemon, conn = await started(tmp_path, model)
+    model.gate = asyncio.Event()
+    await conn.handler(msg("stuck question"))
+    await until(lambda: model.prompts)
+    await daemon.stop(drain_timeout=0.2)
+    assert conn.texts() == []
+    daemon, conn = await started(tmp_path, ScriptedModel(lambda m: "done: " + last_user(m)))
+    await daemon.gateway.wait_idle()
+    assert conn.texts() == ["done: stuck question"]
+    conv = await daemon.store.active_conversation("terminal:local", "local")
+    users = [m for m in await daemon.store.list_messages(conv.id) if m.role == "user"]
+    assert len(users) == 1  # the re-run did not store the question twice
+    await daemon.stop()
+
+
+async def test_status_and_help_commands_answer_without_the_model(tmp_path):
+    model = ScriptedModel(lambda m: "x")
+    daemon, conn = await started(tmp_path, model)
+    status = await say(daemon, conn, "/status")
+    assert "Tokens used today" in status and "scripted" in status
+    assert "/new" in await say(daemon, conn, "/help")
+    assert model.prompts == []
+    events = await daemon.store.pending_inbound()
+    assert events == []
+    await daemon.stop()
+
+
+async def test_new_starts_a_fresh_conversation(tmp_path):
+    daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
+    await say(daemon, conn, "one")
+    assert await say(daemon, conn, "/new") == "Started a new conversation."
+    assert await say(daemon, conn, "two") == "you said 1 things: two"
+    await daemon.stop()
+
+
+@pytest.mark.parametrize("status", [InboundStatus.PROCESSED])
+async def test_every_answered_message_is_marked_processed(tmp_path, status):
+    daemon, conn = await started(tmp_path, ScriptedModel(lambda m: "fine"))
+    await say(daemon, conn, "hello")
+    assert await daemon.store.pending_inbound() == []
+    await daemon.stop()

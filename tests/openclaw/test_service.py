@@ -1,0 +1,216 @@
+"""`openclaw service install` as an admin meets it: a unit systemd accepts, hardened without
+breaking bubblewrap or the GPU, written where systemd looks, never over an existing one by accident."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+
+from openclaw.service import install_unit, unit_text
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private HOME, so nothing is ever written to the real ~/.config/systemd."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SUDO_USER", raising=False)
+    return home
+
+
+@pytest.fixture
+def openclaw_exe(tmp_path: Path) -> str:
+    """An executable stand-in for the installed `openclaw` script (systemd-analyze checks it)."""
+    exe = tmp_path / "bin" / "openclaw"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
+    """Sections of KEY=VALUE lines, as systemd reads them (keys may repeat, e.g. Environment=)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: dict[str, list[str]] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and current is not None, f"line {number} is neither a section nor KEY=VALUE: {line!r}"
+        assert key == key.strip() and key.isidentifier(), f"line {number}: odd key {key!r}"
+        current.setdefault(key, []).append(value)
+    return sections
+
+
+def one(unit: dict[str, dict[str, list[str]]], section: str, key: str) -> str:
+    values = unit[section].get(key, [])
+    assert len(values) == 1, f"{key}= appears {len(values)} times in [{section}]"
+    return values[0]
+
+
+def test_user_unit_has_notify_restart_watchdog_and_run_command(tmp_path: Path) -> None:
+    unit = parse_unit(unit_text("/usr/local/bin/openclaw", Path("/home/ann/.config/openclaw/openclaw.toml"),
+                                None, Path("/home/ann/.local/share/openclaw")))
+    assert list(unit) == ["Unit", "Service", "Install"]
+    expected = {
+        "Type": "notify", "NotifyAccess": "main",
+        "ExecStart": "/usr/local/bin/openclaw run --config /home/ann/.config/openclaw/openclaw.toml",
+        "Restart": "on-failure", "RestartSec": "5", "WatchdogSec": "60", "TimeoutStopSec": "60",
+        "KillSignal": "SIGTERM", "UMask": "0077",
+        "ProtectSystem": "strict", "ReadWritePaths": "/home/ann/.local/share/openclaw",
+        "ProtectHome": "read-only", "PrivateTmp": "yes", "ProtectKernelModules": "yes",
+        "ProtectControlGroups": "yes", "LockPersonality": "yes", "RestrictRealtime": "yes",
+        "SystemCallArchitectures": "native",
+    }
+    for key, value in expected.items():
+        assert one(unit, "Service", key) == value, key
+    assert "PYTHONUNBUFFERED=1" in unit["Service"]["Environment"]
+    assert "User" not in unit["Service"]
+    assert one(unit, "Install", "WantedBy") == "default.target"
+
+
+def test_system_unit_runs_as_the_given_user_and_starts_with_multi_user_target() -> None:
+    unit = parse_unit(unit_text("/usr/bin/openclaw", Path("/etc/openclaw/openclaw.toml"), "openclaw",
+                                Path("/var/lib/openclaw"), system=True))
+    assert one(unit, "Service", "User") == "openclaw"
+    assert one(unit, "Install", "WantedBy") == "multi-user.target"
+    assert one(unit, "Unit", "After") == "network-online.target"
+    assert "PrivateUsers" not in unit["Service"]
+
+
+def test_a_user_makes_it_a_system_unit_by_default_and_a_user_unit_refuses_one() -> None:
+    unit = parse_unit(unit_text("/usr/bin/openclaw", Path("/c.toml"), "ann", Path("/var/lib/openclaw")))
+    assert one(unit, "Install", "WantedBy") == "multi-user.target"
+    with pytest.raises(ValueError, match="--system"):
+        unit_text("/usr/bin/openclaw", Path("/c.toml"), "ann", Path("/d"), system=False)
+
+
+def test_hardening_leaves_out_what_would_break_bubblewrap_or_the_gpu() -> None:
+    text = unit_text("/usr/bin/openclaw", Path("/c.toml"), None, Path("/d"))
+    service = parse_unit(text)["Service"]
+    for key in ("NoNewPrivileges", "RestrictNamespaces", "SystemCallFilter", "ProtectKernelTunables",
+                "RestrictSUIDSGID", "PrivateDevices", "DevicePolicy", "MemoryDenyWriteExecute"):
+        assert key not in service, f"{key}= would stop bwrap sandboxes or the GPU"
+        assert key in text  # ...and the unit says why it is absent
+
+
+def test_user_unit_asks_for_private_users_so_older_systemd_applies_the_sandbox() -> None:
+    unit = parse_unit(unit_text("/usr/bin/openclaw", Path("/c.toml"), None, Path("/d")))
+    assert one(unit, "Service", "PrivateUsers") == "yes"
+
+
+def test_gpu_jit_caches_live_in_the_writable_data_dir() -> None:
+    unit = parse_unit(unit_text("/usr/bin/openclaw", Path("/c.toml"), None, Path("/srv/oc")))
+    environment = unit["Service"]["Environment"]
+    assert "TRITON_CACHE_DIR=/srv/oc/cache/triton" in environment
+    assert "CUDA_CACHE_PATH=/srv/oc/cache/cuda" in environment
+
+
+def test_paths_with_spaces_percent_and_dollar_survive_unit_file_syntax(tmp_path: Path) -> None:
+    exe = tmp_path / "my apps" / "openclaw"  # an existing file: its space is part of the path
+    exe.parent.mkdir()
+    exe.write_text("")
+    unit = parse_unit(unit_text(str(exe), Path("/etc/oc/100% $HOME.toml"), None, Path("/data/open claw")))
+    assert one(unit, "Service", "ExecStart") == f'"{exe}" run --config "/etc/oc/100%% $$HOME.toml"'
+    assert one(unit, "Service", "ReadWritePaths") == '"/data/open claw"'
+    assert '"TRITON_CACHE_DIR=/data/open claw/cache/triton"' in unit["Service"]["Environment"]
+
+
+def test_a_command_prefix_is_kept_as_separate_words(tmp_path: Path) -> None:
+    unit = parse_unit(unit_text("/usr/bin/python3 -m openclaw.cli", Path("/c.toml"), None, Path("/d")))
+    assert one(unit, "Service", "ExecStart") == "/usr/bin/python3 -m openclaw.cli run --config /c.toml"
+
+
+def test_a_newline_in_a_path_is_refused_rather_than_written_as_a_second_setting() -> None:
+    with pytest.raises(ValueError, match="control character"):
+        unit_text("/usr/bin/openclaw", Path("/c.toml\nExecStartPre=/bin/evil"), None, Path("/d"))
+
+
+def test_install_writes_a_user_unit_under_home_and_says_how_to_enable_it(
+        home: Path, tmp_path: Path, openclaw_exe: str) -> None:
+    data_dir = home / ".local" / "share" / "openclaw"
+    path, instructions = install_unit(openclaw_exe, home / ".config/openclaw/openclaw.toml", None, data_dir)
+    assert path == home / ".config" / "systemd" / "user" / "openclaw.service"
+    assert path.read_text() == unit_text(openclaw_exe, home / ".config/openclaw/openclaw.toml", None,
+                                         data_dir)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert data_dir.is_dir()  # ReadWritePaths= must exist before the service starts
+    assert "systemctl --user daemon-reload && systemctl --user enable --now openclaw" in instructions
+    assert "loginctl enable-linger $USER" in instructions
+    _verify_with_systemd_analyze(path, user_unit=True, home=home)
+
+
+def test_install_system_unit_runs_as_the_named_user(tmp_path: Path, openclaw_exe: str) -> None:
+    unit_dir = tmp_path / "etc-systemd-system"
+    data_dir = tmp_path / "var-lib-openclaw"
+    user = _existing_user()
+    path, instructions = install_unit(openclaw_exe, tmp_path / "openclaw.toml", user, data_dir,
+                                      system=True, unit_dir=unit_dir)
+    assert path == unit_dir / "openclaw.service"
+    assert one(parse_unit(path.read_text()), "Service", "User") == user
+    assert "systemctl daemon-reload && systemctl enable --now openclaw" in instructions
+    assert f"install -d -m 0700 -o {user} {data_dir}" in instructions
+    assert "--user" not in instructions
+    _verify_with_systemd_analyze(path, user_unit=False, home=tmp_path)
+
+
+def test_system_install_defaults_to_the_user_who_ran_sudo(tmp_path: Path, openclaw_exe: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUDO_USER", "ann")
+    path, _ = install_unit(openclaw_exe, tmp_path / "c.toml", None, tmp_path / "d", system=True,
+                           unit_dir=tmp_path / "units")
+    assert one(parse_unit(path.read_text()), "Service", "User") == "ann"
+
+
+def test_install_refuses_to_overwrite_without_force(home: Path, tmp_path: Path, openclaw_exe: str) -> None:
+    path, _ = install_unit(openclaw_exe, tmp_path / "a.toml", None, tmp_path / "data")
+    path.write_text("# the admin's hand-edited unit\n")
+    with pytest.raises(FileExistsError, match="--force"):
+        install_unit(openclaw_exe, tmp_path / "b.toml", None, tmp_path / "data")
+    assert path.read_text() == "# the admin's hand-edited unit\n"
+
+    path, _ = install_unit(openclaw_exe, tmp_path / "b.toml", None, tmp_path / "data", force=True)
+    assert f"--config {tmp_path / 'b.toml'}" in path.read_text()
+    assert [p.name for p in path.parent.iterdir()] == ["openclaw.service"]  # no temp file left
+
+
+def test_install_user_unit_with_a_user_is_refused(tmp_path: Path, openclaw_exe: str) -> None:
+    with pytest.raises(ValueError, match="--system"):
+        install_unit(openclaw_exe, tmp_path / "c.toml", "ann", tmp_path / "d")
+
+
+def _existing_user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _verify_with_systemd_analyze(path: Path, *, user_unit: bool, home: Path) -> None:
+    """`systemd-analyze verify` the unit where the tool exists; only this check is skipped otherwise."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        warnings.warn("systemd-analyze is not installed: the written unit was checked by this test's "
+                      "parser only, not by `systemd-analyze verify`", stacklevel=2)
+        return
+    env = dict(os.environ)
+    command = [analyze, "verify", str(path)]
+    if user_unit:
+        runtime = home / "run-user"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        env["XDG_RUNTIME_DIR"] = str(runtime)  # the user manager's verify needs one
+        command.insert(1, "--user")
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    problems = [line for line in result.stderr.splitlines()
+                if any(word in line for word in ("Unknown", "ignoring", "Failed", "not executable",
+                                                 "Invalid", "bad", "unsafe", "not safe"))]
+    assert result.returncode == 0 and not problems, result.stderr

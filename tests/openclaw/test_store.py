@@ -1,0 +1,449 @@
+"""The store against real databases: SQLite files in tmp_path, and PostgreSQL when one can be started.
+
+Behaviour tests run on both backends through the `store` fixture. The PostgreSQL cluster is a
+throwaway one (initdb + pg_ctl, about a second); without asyncpg or the server binaries those
+cases are skipped and say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.exc import IntegrityError
+
+from openclaw.store import (
+    PAIRING_ALPHABET,
+    ConversationStatus,
+    InboundStatus,
+    MessageRole,
+    OutboundStatus,
+    Store,
+    StoreUnavailableError,
+    UnknownUserError,
+    UserStatus,
+    head_revision,
+    migrations_dir,
+    normalize_url,
+    upgrade,
+)
+from openclaw.store.models import Base, ConversationRow
+
+REPO = Path(__file__).resolve().parents[2]
+TABLES = {"users", "pairing_codes", "conversations", "messages", "inbound_events", "outbound_messages",
+          "summaries", "audit_log", "usage", "alembic_version"}
+
+
+class FakeClock:
+    def __init__(self, start: datetime = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)):
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+# -- PostgreSQL, when this machine can run one -----------------------------------------------------
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name) or sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found if isinstance(found, str) else (found[-1] if found else None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """The URL of a database in a PostgreSQL cluster started for this test session."""
+    pytest.importorskip("asyncpg", reason="PostgreSQL cases need asyncpg: pip install -e '.[postgres]'")
+    initdb, pg_ctl, createdb = _pg_bin("initdb"), _pg_bin("pg_ctl"), _pg_bin("createdb")
+    if not initdb or not pg_ctl or not createdb:
+        pytest.skip("PostgreSQL cases need the server binaries (initdb, pg_ctl, createdb)")
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # the server refuses to run as root
+        try:
+            account = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and there is no 'postgres' user to run the server as")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    # Not under pytest's tmp_path: as root that is mode 0700, which the postgres user cannot enter.
+    workdir = tempfile.mkdtemp(prefix="openclaw-pg-")
+    if as_user:
+        os.chown(workdir, account.pw_uid, account.pw_gid)
+    data, port = os.path.join(workdir, "data"), _free_port()
+    server = f"-h 127.0.0.1 -p {port} -k {workdir} -F"  # -F: no fsync, a throwaway cluster
+    try:
+        for cmd in ([*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
+                    [*as_user, pg_ctl, "-D", data, "-w", "-l", f"{workdir}/log", "-o", server, "start"],
+                    [createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "openclaw"]):
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                pytest.skip(f"could not start PostgreSQL ({cmd[len(as_user)]}): {done.stderr.strip()[-300:]}")
+        yield f"postgresql+asyncpg://postgres@127.0.0.1:{port}/openclaw"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _empty_all_tables(store: Store) -> None:
+    tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    async with store.engine.begin() as conn:
+        await conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+
+
+# -- fixtures ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, sqlite_url: str, clock: FakeClock) -> AsyncIterator[Store]:
+    url = sqlite_url if request.param == "sqlite" else request.getfixturevalue("postgres")
+    opened = await Store.open(url, clock=clock)
+    if request.param == "postgresql":
+        # One database for the session (migrated by the first open, a no-op after): emptying it is
+        # ten times faster than creating a database per test.
+        await _empty_all_tables(opened)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _pragma(store: Store, name: str) -> object:
+    async with store.engine.connect() as conn:
+        return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+
+
+# -- migrations and SQLite settings -----------------------------------------------------------------
+
+async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no_op(sqlite_url: str):
+    assert migrations_dir() == REPO / "migrations"
+    db_file = Path(normalize_url(sqlite_url).database or "")
+    assert not db_file.exists()
+
+    store = await Store.open(sqlite_url)
+    assert await store.schema_revision() == head_revision() == "0001"
+    await store.close()
+    store = await Store.open(sqlite_url)  # second open: nothing left to apply
+    await store.close()
+    await asyncio.to_thread(upgrade, sqlite_url)  # what `openclaw db upgrade` runs
+
+    # Alembic's own view, through a plain synchronous engine that shares no code with the store.
+    engine = sqlalchemy.create_engine(f"sqlite:///{db_file}")
+    try:
+        with engine.connect() as conn:
+            assert MigrationContext.configure(conn).get_current_revision() == head_revision()
+            assert conn.exec_driver_sql("SELECT count(*) FROM alembic_version").scalar() == 1
+            assert set(sqlalchemy.inspect(conn).get_table_names()) == TABLES
+    finally:
+        engine.dispose()
+
+
+async def test_migrated_schema_matches_the_orm_models(store: Store):
+    async with store.engine.connect() as conn:
+        diff = await conn.run_sync(lambda sync: compare_metadata(
+            MigrationContext.configure(sync, opts={"compare_type": True}), Base.metadata))
+    assert diff == []
+
+
+async def test_sqlite_file_runs_in_wal_mode_with_foreign_keys_on(sqlite_url: str):
+    async with await Store.open(sqlite_url) as store:
+        assert await _pragma(store, "journal_mode") == "wal"
+        assert await _pragma(store, "synchronous") == 1  # NORMAL
+        assert await _pragma(store, "foreign_keys") == 1
+        assert await _pragma(store, "busy_timeout") == 10_000
+
+
+def test_store_urls_are_normalized_to_async_drivers():
+    assert normalize_url("sqlite:///x.db").drivername == "sqlite+aiosqlite"
+    assert normalize_url("postgresql://u@h/db").drivername == "postgresql+asyncpg"
+    with pytest.raises(ValueError, match="supports"):
+        normalize_url("mysql://u@h/db")
+
+
+async def test_a_store_that_cannot_be_opened_says_where_and_what_to_check(tmp_path: Path):
+    not_a_folder = tmp_path / "plain-file"
+    not_a_folder.write_text("")
+    with pytest.raises(StoreUnavailableError, match=r"plain-file.*check \[store\] url"):
+        await Store.open(f"sqlite:///{not_a_folder}/openclaw.db")
+
+
+# -- restarts and crash recovery --------------------------------------------------------------------
+
+async def test_conversation_survives_a_restart(sqlite_url: str):
+    async with await Store.open(sqlite_url) as store:
+        user = await store.ensure_user("terminal", "local", status="allowed")
+        conv = await store.active_conversation(user.key, "local")
+        await store.add_message(conv.id, "user", "my name is Ada")
+        await store.add_message(conv.id, "assistant", "Hello Ada!")
+
+    async with await Store.open(sqlite_url) as store:
+        again = await store.active_conversation("terminal:local", "local")
+        assert again.id == conv.id
+        assert [m.content for m in await store.list_messages(again.id)] == ["my name is Ada", "Hello Ada!"]
+
+
+async def test_pending_inbound_lists_what_a_killed_daemon_had_not_processed(sqlite_url: str):
+    # A real crash: the writer process dies by SIGKILL right after its commits, with no clean close.
+    script = textwrap.dedent(f"""
+        import asyncio, os, signal
+        from openclaw.store import Store
+
+        async def main():
+            store = await Store.open({sqlite_url!r})
+            done, _ = await store.record_inbound("telegram", 1, "telegram:7", 7, "first")
+            await store.record_inbound("telegram", 2, "telegram:7", 7, "second")
+            await store.record_inbound("telegram", 3, "telegram:7", 7, "third")
+            await store.mark_inbound(done.id, "processed")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        asyncio.run(main())
+    """)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, cwd=REPO)
+    assert await proc.wait() == -9
+
+    async with await Store.open(sqlite_url) as store:
+        pending = await store.pending_inbound()
+        assert [(e.message_id, e.text) for e in pending] == [("2", "second"), ("3", "third")]
+        await store.mark_inbound(pending[0].id, InboundStatus.FAILED, error="engine crashed")
+        assert [e.text for e in await store.pending_inbound()] == ["third"]
+
+
+# -- inbound dedupe ----------------------------------------------------------------------------------
+
+async def test_redelivered_inbound_message_is_recorded_once(store: Store):
+    first, is_new = await store.record_inbound("telegram", 555, "telegram:1001", 1001, "hi", {"update_id": 9})
+    assert is_new and first.status is InboundStatus.RECEIVED and first.payload == {"update_id": 9}
+    again, is_new = await store.record_inbound("telegram", "555", "telegram:1001", 1001, "hi")
+    assert not is_new and again.id == first.id
+    other, is_new = await store.record_inbound("discord", 555, "discord:1", 2, "hi")  # other channel
+    assert is_new and other.id != first.id
+
+    await store.mark_inbound(first.id, "processed")
+    assert [e.id for e in await store.pending_inbound()] == [other.id]
+    with pytest.raises(LookupError):
+        await store.mark_inbound(10_000, "processed")
+
+
+async def test_ten_concurrent_identical_deliveries_make_exactly_one_new_event(store: Store):
+    results = await asyncio.gather(*[
+        store.record_inbound("telegram", 42, "telegram:1001", 1001, "hello") for _ in range(10)])
+    assert sum(is_new for _, is_new in results) == 1
+    assert len({event.id for event, _ in results}) == 1
+    assert len(await store.pending_inbound()) == 1
+
+
+# -- users and conversations -------------------------------------------------------------------------
+
+async def test_ensure_user_inserts_once_and_never_changes_status(store: Store):
+    ada = await store.ensure_user("telegram", 1001, "Ada")
+    assert ada.status is UserStatus.PENDING and ada.key == "telegram:1001"
+    assert ada.created_at.tzinfo is not None
+    same = await store.ensure_user("telegram", "1001", "Ada L.", status="allowed")
+    assert same.id == ada.id and same.status is UserStatus.PENDING and same.display_name == "Ada L."
+
+    admin = await store.set_user_status("telegram", 1001, "allowed", role="admin")
+    assert (admin.status, admin.role) == (UserStatus.ALLOWED, "admin")
+    blocked = await store.set_user_status("discord", 66, UserStatus.BLOCKED)  # never seen before
+    assert (await store.get_user("discord", 66)) == blocked
+    assert await store.get_user("discord", 67) is None
+    assert [u.key for u in await store.list_users()] == ["telegram:1001", "discord:66"]
+    assert [u.key for u in await store.list_users(status="blocked")] == ["discord:66"]
+
+
+async def test_one_active_conversation_per_user_and_chat_then_archive_starts_fresh(store: Store):
+    user = (await store.ensure_user("telegram", 1001)).key
+    with pytest.raises(UnknownUserError, match="ensure_user"):
+        await store.active_conversation("telegram:999", 999)
+
+    convs = [await store.active_conversation(user, 1001) for _ in range(2)]
+    assert convs[0] == convs[1] and convs[0].status is ConversationStatus.ACTIVE
+    group = await store.active_conversation(user, -500)
+    assert group.id != convs[0].id
+
+    assert await store.archive_conversation(convs[0].id)
+    assert not await store.archive_conversation(convs[0].id)
+    archived = await store.get_conversation(convs[0].id)
+    assert archived is not None and archived.status is ConversationStatus.ARCHIVED and archived.archived_at
+    fresh = await store.active_conversation(user, 1001)
+    assert fresh.id not in (convs[0].id, group.id)
+
+
+async def test_concurrent_first_messages_share_one_new_conversation(store: Store):
+    # Several rounds: once the pool is warm the ten calls truly overlap, so a lost race would show
+    # up as a second conversation or an error (SQLITE_BUSY on SQLite, a unique violation on PostgreSQL).
+    for round_ in range(4):
+        user = (await store.ensure_user("telegram", 100 + round_)).key
+        convs = await asyncio.gather(*[store.active_conversation(user, 7) for _ in range(10)])
+        assert len({c.id for c in convs}) == 1
+
+
+async def test_database_itself_rejects_a_second_active_conversation(store: Store):
+    conv = await store.active_conversation((await store.ensure_user("telegram", 1)).key, 1)
+    now = store.now()
+    with pytest.raises(IntegrityError):
+        async with store._tx() as session:
+            session.add(ConversationRow(user_id=conv.user_id, channel="telegram", chat_id="1",
+                                        status=ConversationStatus.ACTIVE, created_at=now, updated_at=now))
+
+
+# -- pairing ---------------------------------------------------------------------------------------
+
+async def test_pairing_code_is_eight_unambiguous_characters_and_stable_per_user(store: Store):
+    user = (await store.ensure_user("telegram", 1001, "Ada")).key
+    code = await store.create_pairing_code(user)
+    assert code is not None and len(code) == 8 and set(code) <= set(PAIRING_ALPHABET)
+    assert not set("0O1I") & set(PAIRING_ALPHABET)
+    assert await store.create_pairing_code(user) == code
+    [listed] = await store.list_pairing_codes()
+    assert (listed.code, listed.user, listed.display_name) == (code, user, "Ada")
+    with pytest.raises(UnknownUserError):
+        await store.create_pairing_code("telegram:404")
+
+
+async def test_at_most_three_users_wait_for_pairing_until_a_code_expires(store: Store, clock: FakeClock):
+    users = [(await store.ensure_user("telegram", i)).key for i in range(5)]
+    codes = [await store.create_pairing_code(u) for u in users[:3]]
+    assert None not in codes and len(set(codes)) == 3
+    assert await store.create_pairing_code(users[3]) is None
+    assert await store.create_pairing_code(users[0]) == codes[0]  # a waiting user still gets theirs
+
+    clock.advance(3601)
+    fourth = await store.create_pairing_code(users[3])
+    assert fourth is not None and fourth not in codes
+    assert [c.code for c in await store.list_pairing_codes()] == [fourth]
+    assert len(await store.list_pairing_codes(include_expired=True)) == 4
+
+
+async def test_expired_code_cannot_be_approved_and_a_new_one_is_issued(store: Store, clock: FakeClock):
+    user = (await store.ensure_user("telegram", 1001)).key
+    old = await store.create_pairing_code(user, ttl_s=60)
+    clock.advance(60)
+    assert await store.approve_pairing(old) is None
+    new = await store.create_pairing_code(user, ttl_s=0)  # ttl 0: expired on arrival
+    assert new != old and await store.approve_pairing(new) is None
+
+
+async def test_approving_a_code_allows_its_user_once(store: Store):
+    user = (await store.ensure_user("telegram", 1001)).key
+    code = await store.create_pairing_code(user)
+    typed = f" {code[:4].lower()}-{code[4:]} "  # as someone might type it
+    approved = await store.approve_pairing(typed)
+    assert approved is not None and approved.key == user and approved.status is UserStatus.ALLOWED
+    [used] = await store.list_pairing_codes(include_expired=True)
+    assert used.used_at is not None
+    assert await store.list_pairing_codes() == []
+    assert await store.approve_pairing(code) is None
+    assert await store.approve_pairing("ZZZZZZZZ") is None
+
+
+# -- messages, summaries, outbound, audit, usage ----------------------------------------------------
+
+async def test_messages_come_back_in_order_with_tool_calls_intact(store: Store):
+    conv = await store.active_conversation((await store.ensure_user("telegram", 1)).key, 1)
+    assert await store.last_message(conv.id) is None
+    calls = [{"id": "call_1", "type": "function",
+              "function": {"name": "clock", "arguments": {"tz": "Europe/Paris", "n": [1, 2.5, None]}}}]
+    added = [
+        await store.add_message(conv.id, "system", "be brief"),
+        await store.add_message(conv.id, MessageRole.USER, "what time is it? ⏰", token_count=9),
+        await store.add_message(conv.id, "assistant", "", tool_calls=calls),
+        await store.add_message(conv.id, "tool", '{"time": "12:00"}', tool_call_id="call_1"),
+        await store.add_message(conv.id, "assistant", "It is noon."),
+    ]
+    listed = await store.list_messages(conv.id)
+    assert listed == added and [m.id for m in listed] == sorted(m.id for m in listed)
+    assert await store.last_message(conv.id) == added[-1]
+    assert listed[2].tool_calls == calls and listed[1].tool_calls is None
+    assert listed[3].as_chat() == {"role": "tool", "content": '{"time": "12:00"}', "tool_call_id": "call_1"}
+    assert [m.content for m in await store.list_messages(conv.id, after_id=added[2].id)] == [
+        '{"time": "12:00"}', "It is noon."]
+    with pytest.raises(ValueError):
+        await store.add_message(conv.id, "robot", "?")
+    with pytest.raises(LookupError):
+        await store.add_message(10_000, "user", "nobody home")
+
+
+async def test_latest_summary_is_the_one_reaching_furthest(store: Store):
+    conv = await store.active_conversation((await store.ensure_user("telegram", 1)).key, 1)
+    assert await store.latest_summary(conv.id) is None
+    await store.add_summary(conv.id, 10, "first part", 40)
+    await store.add_summary(conv.id, 25, "up to 25", 60)
+    latest = await store.latest_summary(conv.id)
+    assert latest is not None and (latest.up_to_message_id, latest.content, latest.token_count) == (
+        25, "up to 25", 60)
+
+
+async def test_outbound_delivery_attempts_and_status_transitions(store: Store):
+    conv = await store.active_conversation((await store.ensure_user("telegram", 1)).key, 1)
+    out = await store.add_outbound("telegram", 1, "hello", conversation_id=conv.id)
+    assert (out.status, out.attempts, out.sent_at) == (OutboundStatus.PENDING, 0, None)
+    assert [o.id for o in await store.pending_outbound()] == [out.id]
+
+    retry = await store.mark_outbound(out.id, "pending", error="timed out")
+    assert (retry.attempts, retry.error) == (1, "timed out")
+    sent = await store.mark_outbound(out.id, "sent", external_message_id=777)
+    assert (sent.status, sent.attempts, sent.external_message_id, sent.error) == (
+        OutboundStatus.SENT, 2, "777", None)
+    assert sent.sent_at is not None and await store.pending_outbound() == []
+    with pytest.raises(ValueError, match="already sent"):
+        await store.mark_outbound(out.id, "failed")
+
+    lost = await store.add_outbound("telegram", 1, "bye")
+    failed = await store.mark_outbound(lost.id, OutboundStatus.FAILED, error="chat not found")
+    assert (failed.status, failed.attempts, failed.conversation_id) == (OutboundStatus.FAILED, 1, None)
+    assert await store.pending_outbound() == []
+    with pytest.raises(LookupError):
+        await store.mark_outbound(10_000, "sent")
+
+
+async def test_audit_log_lists_newest_first(store: Store):
+    await store.add_audit("telegram:1", "shell", {"cmd": "ls"}, "allowed", exit_status=0, duration_ms=12,
+                          output_bytes=300)
+    await store.add_audit("telegram:2", "email", {"to": ["a@b.c"]}, "denied", detail="recipient not allowed")
+    newest, oldest = await store.list_audit()
+    assert (newest.skill, newest.decision, newest.detail) == ("email", "denied", "recipient not allowed")
+    assert (oldest.arguments, oldest.exit_status, oldest.output_bytes) == ({"cmd": "ls"}, 0, 300)
+    assert [e.skill for e in await store.list_audit(user="telegram:1")] == ["shell"]
+    assert len(await store.list_audit(limit=1)) == 1
+
+
+async def test_tokens_today_counts_this_utc_day_per_user_and_overall(store: Store, clock: FakeClock):
+    clock.now = datetime(2025, 6, 1, 23, 30, tzinfo=UTC)
+    await store.add_usage("telegram:1", 100, 20)  # yesterday, once the clock passes midnight
+    clock.advance(3600)
+    await store.add_usage("telegram:1", 50, 5)
+    await store.add_usage("discord:2", 7, 3)
+    assert await store.tokens_today("telegram:1") == 55
+    assert await store.tokens_today() == 65
+    assert await store.tokens_today("terminal:local") == 0
+    assert await store.tokens_today("telegram:1", since=datetime(2025, 6, 1, tzinfo=UTC)) == 175
