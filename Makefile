@@ -26,3 +26,4 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/engine_cpu.py
+	$(PY) bench/agent_overhead.py

@@ -61,18 +61,24 @@ class BlockManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def find_cached_prefix(self, seq: Sequence) -> list[int]:
-        """Block ids holding the longest cached prefix of `seq`'s tokens. At least one token is
-        always left to compute, since the model must run on the last one to sample."""
+    def prompt_block_keys(self, seq: Sequence) -> list[int]:
+        """The chained keys of `seq`'s full blocks that a prefix hit may cover (all but a last
+        token are eligible: the model must run on the last one to sample)."""
         if not self.enable_prefix_caching:
             return []
-        hits: list[int] = []
+        keys: list[int] = []
         parent: int | None = None
-        max_blocks = (seq.num_tokens - 1) // self.block_size
-        for i in range(max_blocks):
+        for i in range((seq.num_tokens - 1) // self.block_size):
+            parent = hash((parent, tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])))
+            keys.append(parent)
+        return keys
+
+    def find_cached_prefix(self, seq: Sequence) -> list[int]:
+        """Block ids holding the longest cached prefix of `seq`'s tokens."""
+        hits: list[int] = []
+        for i, key in enumerate(self.prompt_block_keys(seq)):
+            block_id = self._cached.get(key)
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
-            parent = hash((parent, tokens))
-            block_id = self._cached.get(parent)
             if block_id is None or self.blocks[block_id].token_ids != tokens:
                 break
             hits.append(block_id)

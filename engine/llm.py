@@ -59,6 +59,10 @@ class LLM:
         responses = [to_chat_response(o) for o in outs]
         return responses[0] if single else responses
 
+    def reset_prefix_cache(self) -> None:
+        """Forget cached prefixes (blocks in use are untouched): for benchmarks and tests."""
+        self.engine.block_manager.reset_prefix_cache()
+
     def _run(self, ids: list[str]) -> list[RequestOutput]:
         final: dict[str, RequestOutput] = {}
         while len(final) < len(ids):

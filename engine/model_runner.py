@@ -88,6 +88,7 @@ class ModelRunner:
                 sample_rows.append(query_start[-1] - 1)
                 sample_of.append(i)
         num_decodes = sum(1 for i in order if batch.num_new_tokens[i] == 1)
+        shared = _shared_prefix_blocks(tables[:num_decodes], context_lens[:num_decodes], bs)
         width = max(len(t) for t in tables)
         dev = self.device
         meta = AttentionMetadata(
@@ -98,6 +99,7 @@ class ModelRunner:
             query_start=query_start,
             context_lens_host=context_lens,
             num_decodes=num_decodes,
+            num_shared_decode_blocks=shared,
         )
         hidden = self.model(
             torch.tensor(input_ids, dtype=torch.int64, device=dev),
@@ -143,3 +145,14 @@ class ModelRunner:
                             torch.arange(n, device=self.device), self.kv_caches, meta, self.backend)
         return self.model.compute_logits(hidden)
 
+
+def _shared_prefix_blocks(tables: list[list[int]], context_lens: list[int], block_size: int) -> int:
+    """How many leading blocks all these sequences share and hold full (0 for fewer than two)."""
+    if len(tables) < 2:
+        return 0
+    limit = min(context_lens) // block_size
+    first = tables[0]
+    n = 0
+    while n < limit and all(t[n] == first[n] for t in tables):
+        n += 1
+    return n

@@ -12,7 +12,6 @@ progress, and any workload completes with a pool that fits one sequence.
 from __future__ import annotations
 
 import bisect
-import heapq
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
@@ -39,7 +38,7 @@ class Scheduler:
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: list[tuple[tuple[int, int], Sequence]] = []  # heap by (priority, arrival)
+        self.waiting: list[tuple[tuple[int, int], Sequence]] = []  # sorted by (priority, arrival)
         self.running: list[Sequence] = []  # sorted by (priority, arrival)
         self.num_preemptions = 0
 
@@ -53,7 +52,7 @@ class Scheduler:
                 f"({self.block_manager.num_blocks * self.block_manager.block_size} tokens)"
             )
         seq.status = Status.WAITING
-        heapq.heappush(self.waiting, (seq.sort_key, seq))
+        bisect.insort(self.waiting, (seq.sort_key, seq))
 
     def finish(self, seq: Sequence) -> None:
         """Remove a sequence for good (finished or aborted), releasing its blocks."""
@@ -61,7 +60,6 @@ class Scheduler:
             self.running.remove(seq)
         elif seq.status is Status.WAITING:
             self.waiting = [(k, s) for k, s in self.waiting if s is not seq]
-            heapq.heapify(self.waiting)
         self.block_manager.free(seq)
         seq.status = Status.FINISHED
 
@@ -97,14 +95,24 @@ class Scheduler:
                 i += 1
         # New work only when nothing had to give way this step; otherwise it would just be
         # preempted again.
-        while (self.waiting and budget > 0 and not batch.preempted
+        bm = self.block_manager
+        computing: set[int] = set()  # keys of prompt blocks that this step's new prefills fill
+        i = 0
+        while (i < len(self.waiting) and budget > 0 and not batch.preempted
                and len(self.running) < self.max_num_seqs):
-            seq = self.waiting[0][1]
-            cached = self.block_manager.find_cached_prefix(seq) if seq.num_computed_tokens == 0 else []
-            n = min(seq.num_uncomputed_tokens - len(cached) * self.block_manager.block_size, budget)
-            if not self.block_manager.allocate(seq, n, cached):
+            seq = self.waiting[i][1]
+            cached = bm.find_cached_prefix(seq) if seq.num_computed_tokens == 0 else []
+            keys = bm.prompt_block_keys(seq) if seq.num_computed_tokens == 0 else []
+            if len(cached) < len(keys) and keys[len(cached)] in computing:
+                # Another prompt admitted this step is computing the very block this one needs
+                # next (a shared system prompt): wait one step and take it from the cache.
+                i += 1
+                continue
+            n = min(seq.num_uncomputed_tokens - len(cached) * bm.block_size, budget)
+            if not bm.allocate(seq, n, cached):
                 break
-            heapq.heappop(self.waiting)
+            del self.waiting[i]
+            computing.update(keys[len(cached) : (seq.num_computed_tokens + n) // bm.block_size])
             seq.status = Status.RUNNING
             bisect.insort(self.running, seq, key=lambda s: s.sort_key)
             batch.seqs.append(seq)
@@ -123,4 +131,4 @@ class Scheduler:
         seq.status = Status.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
-        heapq.heappush(self.waiting, (seq.sort_key, seq))
+        bisect.insort(self.waiting, (seq.sort_key, seq))

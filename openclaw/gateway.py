@@ -42,6 +42,7 @@ class Lane:
     worker: asyncio.Task | None = None
     current: asyncio.Task | None = None  # the running turn, for /stop
     busy: bool = False
+    conversation_id: int | None = None  # the active conversation, until /new
 
 
 class _Sink:
@@ -75,6 +76,7 @@ class Gateway:
         self.connectors: dict[str, Connector] = {}
         self._lanes: dict[tuple[str, str, str], Lane] = {}
         self._accepting = True
+        self._allowed: set[str] = set()  # users seen allowed; the store only ever widens this
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
@@ -100,7 +102,7 @@ class Gateway:
         if command in ("/new", "/stop", "/status", "/help", "/start"):
             await self._command(command, msg, event)
             return
-        self._lane(msg).queue.put_nowait((msg, event, role))
+        self._lane(msg).queue.put_nowait((msg, event, role, False))
 
     async def recover(self) -> int:
         """Re-queue messages stored but never answered (the daemon stopped in between)."""
@@ -115,7 +117,7 @@ class Gateway:
             if user is None or user.status is not UserStatus.ALLOWED:
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
                 continue
-            self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user)))
+            self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user), True))
         if pending:
             log.info("recovered %d unanswered messages", len(pending))
         return len(pending)
@@ -126,17 +128,22 @@ class Gateway:
         user = msg.user
         if user in access.blocked:
             return None
+        if user in self._allowed:
+            return self.config.user_role(user)
         if user in access.admins or user in access.allow or user == LOCAL_USER:
             await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
+            self._allowed.add(user)
             return self.config.user_role(user)
         known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
         if known.status is UserStatus.ALLOWED:
+            self._allowed.add(user)
             return self.config.user_role(user)
         if known.status is UserStatus.BLOCKED:
             return None
         if access.dm_policy == "open" and not msg.is_group:
             await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
+            self._allowed.add(user)
             return self.config.user_role(user)
         if access.dm_policy == "pairing" and not msg.is_group:
             code = await self.store.create_pairing_code(user)
@@ -156,13 +163,16 @@ class Gateway:
                 lane.current.cancel()
             conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
             await self.store.archive_conversation(conv.id)
+            if lane:
+                lane.conversation_id = None
             text = "Started a new conversation."
         elif command == "/stop":
             lane = self._lanes.get(_lane_key(msg))
             stopped = 0
             if lane:
                 while not lane.queue.empty():  # queued turns of this chat are dropped too
-                    _, queued, _ = lane.queue.get_nowait()
+                    _, queued, _, _ = lane.queue.get_nowait()
+                    lane.queue.task_done()
                     await self.store.mark_inbound(queued.id, InboundStatus.FAILED, "stopped")
                     stopped += 1
                 if lane.current and not lane.current.done():
@@ -202,13 +212,13 @@ class Gateway:
 
     async def _work(self, lane: Lane) -> None:
         while True:
-            msg, event, role = await lane.queue.get()
+            msg, event, role, resumed = await lane.queue.get()
             if not self._accepting:  # draining: leave it 'received'; it is answered after restart
                 lane.queue.task_done()
                 continue
             lane.busy = True
             try:
-                await self._turn(lane, msg, event, role)
+                await self._turn(lane, msg, event, role, resumed)
             except Exception:
                 log.exception("turn for %s failed", msg.user)
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "internal error")
@@ -216,12 +226,16 @@ class Gateway:
                 lane.busy = False
                 lane.queue.task_done()
 
-    async def _turn(self, lane: Lane, msg: InboundMessage, event: InboundEvent, role: str) -> None:
+    async def _turn(self, lane: Lane, msg: InboundMessage, event: InboundEvent, role: str,
+                    resumed: bool) -> None:
         connector = self.connectors.get(msg.channel)
         if connector is None:
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
-        conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
+        if lane.conversation_id is None:
+            conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
+            lane.conversation_id = conv.id
+        conversation_id = lane.conversation_id
         caller = Caller(user=msg.user, role=role, chat_id=msg.chat_id)
         stream = bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False)) or (
             msg.channel == "terminal")
@@ -231,7 +245,8 @@ class Gateway:
             text += "\n\n[attached files: " + ", ".join(msg.attachments) + "]"
         started = time.monotonic()
         lane.current = asyncio.create_task(self.agent.run_turn(
-            conv.id, caller, text, sink, run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}"))
+            conversation_id, caller, text, sink, run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}",
+            resumed=resumed))
         try:
             result = await lane.current
         except asyncio.CancelledError:
@@ -244,7 +259,11 @@ class Gateway:
         self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
         self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
         self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-        await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conv.id, event=event)
+        await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conversation_id,
+                         event=event)
+        # bookkeeping after the reply is out: the user does not wait for it
+        await self.store.add_usage(msg.user, result.prompt_tokens, result.completion_tokens,
+                                   conversation_id=conversation_id)
         await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,

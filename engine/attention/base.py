@@ -23,6 +23,9 @@ class AttentionMetadata:
     query_start: list[int]  # [num_seqs + 1], host side
     context_lens_host: list[int]  # same values as context_lens, host side
     num_decodes: int  # the first num_decodes sequences have exactly one query token
+    # Leading blocks that every decode sequence shares (same physical blocks, from the prefix
+    # cache: a common system prompt). Backends may read them once for all decodes.
+    num_shared_decode_blocks: int = 0
 
     @property
     def num_seqs(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,17 +49,43 @@ def to_chat_message(m: Any) -> dict[str, Any]:
 
 
 class ContextBuilder:
+    """Keeps, per conversation, the latest summary and the messages after it in memory (the daemon
+    is the only writer, and every message it stores passes through `add`), so building a prompt
+    does not re-read the history from the store at every model call."""
+
+    MAX_CACHED = 256  # conversations; the least recently used are dropped and re-read on demand
+
     def __init__(self, model: ChatModel, store: Any, system_prompt: str, budget: Budget) -> None:
         self.model, self.store, self.system_prompt, self.budget = model, store, system_prompt, budget
+        self._cache: OrderedDict[int, tuple[Any, list[Any]]] = OrderedDict()
 
     def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
         return len(self.model.encode_chat(messages, tools))
 
-    async def build(self, conversation_id: int, tools: list[dict] | None) -> list[dict]:
-        while True:
+    async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Any:
+        """Store a message, and keep the cached history in step with the store."""
+        message = await self.store.add_message(conversation_id, role, content, **fields)
+        cached = self._cache.get(conversation_id)
+        if cached is not None:
+            cached[1].append(message)
+        return message
+
+    async def history(self, conversation_id: int) -> tuple[Any, list[Any]]:
+        """(latest summary or None, the messages after it), from memory when possible."""
+        cached = self._cache.get(conversation_id)
+        if cached is None:
             summary = await self.store.latest_summary(conversation_id)
             after = summary.up_to_message_id if summary else None
-            history = await self.store.list_messages(conversation_id, after_id=after)
+            cached = (summary, await self.store.list_messages(conversation_id, after_id=after))
+            self._cache[conversation_id] = cached
+            if len(self._cache) > self.MAX_CACHED:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(conversation_id)
+        return cached
+
+    async def build(self, conversation_id: int, tools: list[dict] | None) -> list[dict]:
+        while True:
+            summary, history = await self.history(conversation_id)
             prompt = self._prompt(summary.content if summary else None, history)
             if self.count(prompt, tools) <= self.budget.prompt_tokens:
                 return prompt
@@ -68,6 +95,7 @@ class ContextBuilder:
                     f"the newest message does not fit the model's context "
                     f"({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut])
+            self._cache.pop(conversation_id, None)  # re-read from the new summary on
 
     def _prompt(self, summary: str | None, history: list[Any]) -> list[dict]:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")

@@ -61,14 +61,14 @@ class Agent:
         self.context = ContextBuilder(model, store, settings.system_prompt, budget)
 
     async def run_turn(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
-                       run_id: str) -> TurnResult:
+                       run_id: str, resumed: bool = False) -> TurnResult:
         """Store the user's message and answer it. Cancelling the task (/stop) aborts the model
-        and any running tool; what was stored before stays stored."""
-        last = await self.store.last_message(conversation_id)
+        and any running tool; what was stored before stays stored. `resumed`: a message stored
+        before a restart, whose turn may already have stored the user's text."""
+        last = await self.store.last_message(conversation_id) if resumed else None
         if not (last and last.role == "user" and last.content == text):
-            # (the same text already last means a turn that never got its answer is re-run)
             tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
-            await self.store.add_message(conversation_id, "user", text, token_count=tokens)
+            await self.context.add(conversation_id, "user", text, token_count=tokens)
         tools = self.skills.tool_specs(caller.allowed_skills) or None
         result = TurnResult(text="", steps=0)
         params = SamplingParams(temperature=self.settings.temperature, top_p=self.settings.top_p,
@@ -81,19 +81,18 @@ class Agent:
                     prompt, params, tools, f"{run_id}-{step}", sink)
                 result.prompt_tokens += len(out.prompt_token_ids)
                 result.completion_tokens += len(out.token_ids)
-                await self.store.add_message(
+                await self.context.add(
                     conversation_id, "assistant", content, token_count=len(out.token_ids),
                     tool_calls=[_call_json(c) for c in calls] or None)
                 if not calls and not errors:
                     result.text = content or "(no answer)"
                     return result
                 for error in errors:  # a malformed call goes back to the model, not to the user
-                    await self.store.add_message(conversation_id, "tool", f"error: {error}")
+                    await self.context.add(conversation_id, "tool", f"error: {error}")
                 for call in calls:
                     await sink.typing()
                     output = await self._call_tool(call, caller)
-                    await self.store.add_message(conversation_id, "tool", output,
-                                                 tool_call_id=call.id)
+                    await self.context.add(conversation_id, "tool", output, tool_call_id=call.id)
             result.text = (f"I stopped after {self.settings.max_steps} tool steps without a final "
                            "answer. Tell me how to continue, or ask again more narrowly.")
             return result
@@ -106,8 +105,6 @@ class Agent:
             log.exception("turn %s failed", run_id)
             result.text, result.failed = APOLOGY, True
             return result
-        finally:
-            await self.store.add_usage(caller.user, result.prompt_tokens, result.completion_tokens)
 
     async def _generate(self, prompt, params, tools, request_id, sink: ReplySink):
         parser = StreamingToolParser()

@@ -54,7 +54,9 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         # The default lives under ~/.local/share/openclaw/, which a first run has not created yet.
         path.parent.mkdir(parents=True, exist_ok=True)
         parsed = parsed.set(database=str(path))
-    engine = create_async_engine(parsed, echo=echo)
+    # Every store call ends its transaction itself (commit, or rollback on error), so the pool's
+    # extra ROLLBACK on each check-in would only cost a round trip to the driver thread.
+    engine = create_async_engine(parsed, echo=echo, pool_reset_on_return=None)
     _install_sqlite_hooks(engine, busy_timeout_ms)
     return engine
 

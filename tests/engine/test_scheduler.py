@@ -405,3 +405,21 @@ def test_random_workload_frees_every_block_and_starves_no_one(seed: int) -> None
 @pytest.mark.parametrize("seed", range(100, 120))
 def test_random_staggered_workload_frees_every_block_and_starves_no_one(seed: int) -> None:
     random_workload(seed, staggered=True)
+
+
+def test_prompts_sharing_a_prefix_admitted_together_compute_it_once():
+    bm = BlockManager(64, 4)
+    sched = Scheduler(bm, max_num_seqs=8, max_num_batched_tokens=512)
+    system = list(range(100, 112))  # three full blocks shared by everyone
+    seqs = [Sequence(f"s{i}", system + [i, i + 1]) for i in range(3)]
+    other = Sequence("other", list(range(300, 310)))
+    for s in (*seqs, other):
+        sched.add(s)
+    first = sched.schedule()
+    # the leader computes the shared blocks; the followers wait a step; unrelated work goes ahead
+    assert [s.request_id for s in first.seqs] == ["s0", "other"]
+    sched.update(first)
+    second = sched.schedule()
+    assert [s.request_id for s in second.seqs[-2:]] == ["s1", "s2"]
+    assert all(s.num_cached_tokens == 12 for s in seqs[1:])  # served by the cache
+    assert second.num_new_tokens[-2:] == [2, 2]

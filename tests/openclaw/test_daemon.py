@@ -172,11 +172,14 @@ async def test_stop_aborts_generation_and_the_conversation_stays_usable(tmp_path
     daemon, conn = await started(tmp_path, model)
     model.gate = asyncio.Event()  # the stream stalls after its first chunk
     await conn.handler(msg("tell me everything"))
+    await conn.handler(msg("and then some more"))  # queued behind the first
     await until(lambda: model.prompts)
     await conn.handler(msg("/stop"))
-    await daemon.gateway.wait_idle()
+    await asyncio.wait_for(daemon.gateway.wait_idle(), 10)
     assert conn.texts() == ["Stopped."]
     assert model.aborted  # the engine request was aborted
+    assert len(model.prompts) == 1  # the queued message was dropped too, not started
+    assert await daemon.store.pending_inbound() == []  # and not left to replay after restart
     model.gate = None
     model.reply = lambda m: "fresh answer"
     assert await say(daemon, conn, "again") == "fresh answer"

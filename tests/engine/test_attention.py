@@ -1,0 +1,76 @@
+"""The torch reference backend against dense attention computed per sequence: ragged lengths,
+block tables out of order, lengths not multiples of the block size, shared prefix blocks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from engine.attention import AttentionMetadata, TorchAttentionBackend
+from engine.model_runner import _shared_prefix_blocks
+
+
+def dense(q, k, v, scale):
+    """Causal attention of the last len(q) positions over all of k/v; GQA by repetition."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+    offset = k.shape[0] - q.shape[0]
+    mask = torch.arange(k.shape[0])[None, :] > (torch.arange(q.shape[0])[:, None] + offset)
+    probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
+    return torch.einsum("hqk,khd->qhd", probs, v)
+
+
+@pytest.mark.parametrize("shared_blocks", [0, 3])
+def test_batched_decodes_and_prefill_chunks_match_dense_attention(shared_blocks):
+    torch.manual_seed(0)
+    bs, kv_heads, heads, dim, num_blocks = 4, 2, 6, 8, 64
+    k_cache = torch.randn(num_blocks, bs, kv_heads, dim)
+    v_cache = torch.randn(num_blocks, bs, kv_heads, dim)
+    perm = torch.randperm(num_blocks).tolist()  # blocks handed out in no particular order
+    common = perm[:shared_blocks]
+    # (context length, new tokens): three decodes, then two prefill chunks with earlier context
+    seqs = [(shared_blocks * bs + 5, 1), (shared_blocks * bs + 9, 1), (shared_blocks * bs + 2, 1),
+            (shared_blocks * bs + 7, 7), (shared_blocks * bs + 14, 6)]
+    tables, cursor = [], shared_blocks
+    for ctx, _ in seqs:
+        own = math.ceil(ctx / bs) - shared_blocks
+        tables.append(common + perm[cursor:cursor + own])
+        cursor += own
+    dense_k, dense_v, qs, slots, query_start = [], [], [], [], [0]
+    for (ctx, new), table in zip(seqs, tables, strict=True):
+        positions = range(ctx)
+        flat = [table[p // bs] * bs + p % bs for p in positions]
+        k_all = k_cache.view(-1, kv_heads, dim)[flat].clone()
+        v_all = v_cache.view(-1, kv_heads, dim)[flat].clone()
+        dense_k.append(k_all)
+        dense_v.append(v_all)
+        qs.append(torch.randn(new, heads, dim))
+        slots += flat[ctx - new:]
+        query_start.append(query_start[-1] + new)
+    width = max(len(t) for t in tables)
+    ctx_lens = [c for c, _ in seqs]
+    shared = _shared_prefix_blocks(tables[:3], ctx_lens[:3], bs)
+    assert shared == shared_blocks
+    meta = AttentionMetadata(
+        slot_mapping=torch.tensor(slots),
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
+        context_lens=torch.tensor(ctx_lens), query_start=query_start,
+        context_lens_host=ctx_lens, num_decodes=3, num_shared_decode_blocks=shared)
+    q = torch.cat(qs)
+    # the new tokens' K/V are what the backend writes; they equal what is already there
+    k_new = torch.cat([dk[c - n:] for dk, (c, n) in zip(dense_k, seqs, strict=True)])
+    v_new = torch.cat([dv[c - n:] for dv, (c, n) in zip(dense_v, seqs, strict=True)])
+    out = TorchAttentionBackend().forward(q, k_new, v_new, k_cache, v_cache, meta, dim**-0.5)
+    for s, (qi, ki, vi) in enumerate(zip(qs, dense_k, dense_v, strict=True)):
+        expected = dense(qi, ki, vi, dim**-0.5)
+        got = out[query_start[s]:query_start[s + 1]]
+        assert torch.allclose(got, expected, atol=1e-5), f"sequence {s}"
+
+
+def test_shared_prefix_needs_the_same_physical_blocks_in_every_row():
+    assert _shared_prefix_blocks([[5, 6, 7], [5, 6, 9]], [12, 12], 4) == 2
+    assert _shared_prefix_blocks([[5, 6, 7], [5, 6, 7]], [12, 7], 4) == 1  # only full blocks
+    assert _shared_prefix_blocks([[5, 6, 7]], [12], 4) == 0  # one sequence: nothing to share
