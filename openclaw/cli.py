@@ -96,27 +96,48 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    """Attach to the running daemon's console if there is one; otherwise run one in-process."""
     config = load_config(args.config)
+    from connectors.console_socket import attach
     from connectors.terminal import TerminalConnector
 
+    interactive = sys.stdin.isatty()
+
+    async def read_line() -> str:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        return await asyncio.to_thread(sys.stdin.readline)
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    if asyncio.run(attach(console_socket(config), read_line, write, interactive)):
+        return 0
     return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
 
 
+def console_socket(config) -> Path:
+    return config.data_dir / "openclaw.sock"
+
+
 async def _run_daemon(config, terminal) -> int:
+    from connectors.console_socket import ConsoleSocketConnector
     from openclaw.daemon import Daemon
 
     connectors = _configured_connectors(config)
     daemon = Daemon(config, connectors=connectors)
-    term = None
-    if terminal is not None:
-        term = terminal(idle=lambda: daemon.gateway.wait_idle())
-        daemon.connectors.append(term)
-        if term.interactive:
-            print("loading the model...", file=sys.stderr, flush=True)
-    await daemon.start()
-    if term is None:
+    idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
+    if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to
+        daemon.connectors.append(ConsoleSocketConnector(console_socket(config), idle))
+        await daemon.start()
         await daemon.run_until_stopped()
         return 0
+    term = terminal(idle=idle)
+    daemon.connectors.append(term)
+    if term.interactive:
+        print("loading the model...", file=sys.stderr, flush=True)
+    await daemon.start()
     if term.interactive:
         print("ready: type a message (/help for commands), Ctrl-D to quit", file=sys.stderr)
     stopper = asyncio.create_task(term.done.wait())

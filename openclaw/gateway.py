@@ -291,8 +291,10 @@ class Gateway:
     def queue_length(self) -> int:
         return sum(lane.queue.qsize() + lane.busy for lane in self._lanes.values())
 
-    async def wait_idle(self) -> None:
-        await asyncio.gather(*(lane.queue.join() for lane in self._lanes.values()))
+    async def wait_idle(self, channel: str | None = None) -> None:
+        """Until every queued message (of `channel`, or of all) has been answered."""
+        await asyncio.gather(*(lane.queue.join() for key, lane in self._lanes.items()
+                               if channel is None or key[0] == channel))
 
     async def drain(self, timeout: float) -> None:
         """Stop taking messages; let running turns finish within `timeout`, then abort them.

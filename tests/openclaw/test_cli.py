@@ -112,6 +112,12 @@ def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):
             proc.kill()
             raise AssertionError("no READY=1; daemon said:\n" + proc.stderr.read()[-3000:]) from None
         assert ready == b"READY=1"
+        # `openclaw chat` attaches to the running daemon instead of starting another one
+        chat = run(["--config", str(config), "chat"], tmp_path,
+                   stdin="What is the capital of France?\n", timeout=120)
+        assert chat.returncode == 0, chat.stderr
+        assert "Paris" in chat.stdout
+        assert "loading the model" not in chat.stderr
         proc.send_signal(signal.SIGTERM)
         assert sock.recv(4096) == b"STOPPING=1"
         started = time.monotonic()

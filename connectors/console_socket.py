@@ -1,0 +1,141 @@
+"""The console of a running daemon: `openclaw chat` attaches here instead of starting a second one.
+
+A Unix socket in the data folder (mode 0600: only the daemon's own user can connect, and that user
+is the console's owner, `terminal:local`). The protocol is JSON lines. Client to daemon:
+`{"text": "..."}`. Daemon to client: `{"type": "draft", "text": ...}` while a reply streams,
+`{"type": "reply", "text": ...}` for each message sent, and `{"type": "done"}` once everything the
+line caused has been answered, so a script can send the next line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from connectors.base import Handler
+from openclaw.gateway_types import InboundMessage
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 1 << 20
+
+
+class ConsoleSocketConnector:
+    name = "terminal"
+    max_message_len = 1_000_000
+
+    def __init__(self, path: Path, idle: Callable[[], Awaitable[None]]) -> None:
+        self.path = path
+        self._idle = idle
+        self._server: asyncio.Server | None = None
+        self._clients: set[asyncio.StreamWriter] = set()
+
+    async def start(self, handler: Handler) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # a stale socket from a daemon that did not stop cleanly
+        old_umask = os.umask(0o177)  # created 0600, never briefly world-connectable
+        try:
+            self._server = await asyncio.start_unix_server(
+                lambda r, w: self._session(r, w, handler), path=str(self.path), limit=MAX_LINE)
+        except OSError as exc:  # e.g. a path over the 107-byte limit of Unix sockets
+            log.warning("no console socket at %s (%s): `openclaw chat` cannot attach", self.path, exc)
+        finally:
+            os.umask(old_umask)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._clients):
+                writer.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       handler: Handler) -> None:
+        self._clients.add(writer)
+        try:
+            while line := await reader.readline():
+                try:
+                    text = str(json.loads(line)["text"]).strip()
+                except (ValueError, KeyError, TypeError):
+                    await self._send(writer, {"type": "error", "text": "expected {\"text\": ...}"})
+                    continue
+                if text:
+                    await handler(InboundMessage("terminal", "local", "local", uuid.uuid4().hex,
+                                                 text, display_name="console"))
+                    await self._idle()
+                await self._send(writer, {"type": "done"})
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except RuntimeError as exc:  # the daemon is shutting down
+            with contextlib.suppress(ConnectionError):
+                await self._send(writer, {"type": "error", "text": str(exc)})
+        finally:
+            self._clients.discard(writer)
+            writer.close()
+
+    async def _broadcast(self, message: dict) -> None:
+        for writer in list(self._clients):
+            try:
+                await self._send(writer, message)
+            except ConnectionError:
+                self._clients.discard(writer)
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
+        writer.write(json.dumps(message).encode() + b"\n")
+        await writer.drain()
+
+    async def send_text(self, chat_id: str, text: str) -> str | None:
+        await self._broadcast({"type": "reply", "text": text})
+        return None
+
+    async def draft(self, chat_id: str, text: str) -> None:
+        await self._broadcast({"type": "draft", "text": text})
+
+    async def typing(self, chat_id: str) -> None:
+        return None
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        return None
+
+
+async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[[str], None],
+                 interactive: bool) -> bool:
+    """Chat through a running daemon's console socket. False if no daemon is listening there."""
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return False
+    try:
+        while True:
+            line = await lines()
+            if not line:
+                return True
+            writer.write(json.dumps({"text": line.rstrip("\n")}).encode() + b"\n")
+            await writer.drain()
+            shown = ""
+            while raw := await reader.readline():
+                message = json.loads(raw)
+                kind, text = message.get("type"), message.get("text", "")
+                if kind == "done":
+                    break
+                if kind == "draft" and interactive and text.startswith(shown):
+                    out(text[len(shown):])
+                    shown = text
+                elif kind == "reply":
+                    out((text[len(shown):] if shown and text.startswith(shown) else text) + "\n")
+                    shown = ""
+                elif kind == "error":
+                    out(f"[daemon] {text}\n")
+            else:
+                out("[daemon] the daemon went away\n")
+                return True
+    finally:
+        writer.close()

@@ -1,0 +1,66 @@
+"""`openclaw chat` attached to a running daemon through its console socket."""
+
+from __future__ import annotations
+
+import io
+import stat
+
+from connectors.console_socket import ConsoleSocketConnector, attach
+from openclaw.daemon import Daemon
+
+from .scripted_model import ScriptedModel, last_user
+from .test_daemon import config
+
+
+async def start(tmp_path, model):
+    daemon = Daemon(config(tmp_path), model=model)
+    sock = tmp_path / "openclaw.sock"
+    daemon.connectors.append(ConsoleSocketConnector(sock, lambda: daemon.gateway.wait_idle("terminal")))
+    await daemon.start()
+    return daemon, sock
+
+
+def feeder(lines: list[str]):
+    pending = iter(lines)
+
+    async def next_line() -> str:
+        return next(pending, "")
+
+    return next_line
+
+
+async def test_attached_chat_gets_each_reply_before_sending_the_next_line(tmp_path):
+    model = ScriptedModel(lambda m: "echo: " + last_user(m), chunk=3, delay=0.001)
+    daemon, sock = await start(tmp_path, model)
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600  # only the daemon's own user may attach
+    out = io.StringIO()
+    ok = await attach(sock, feeder(["first\n", "\n", "second\n"]), out.write, interactive=False)
+    assert ok
+    assert out.getvalue() == "echo: first\necho: second\n"
+    # the same conversation as the in-process console: terminal:local, kept in the store
+    conv = await daemon.store.active_conversation("terminal:local", "local")
+    assert [m.content for m in await daemon.store.list_messages(conv.id)] == [
+        "first", "echo: first", "second", "echo: second"]
+    await daemon.stop()
+
+
+async def test_interactive_attach_streams_drafts_without_repeating_them(tmp_path):
+    model = ScriptedModel(lambda m: "a streamed answer", chunk=2, delay=0.001)
+    daemon, sock = await start(tmp_path, model)
+    out = io.StringIO()
+    assert await attach(sock, feeder(["hi\n"]), out.write, interactive=True)
+    assert out.getvalue() == "a streamed answer\n"
+    await daemon.stop()
+
+
+async def test_no_daemon_means_no_attach(tmp_path):
+    out = io.StringIO()
+    assert not await attach(tmp_path / "missing.sock", feeder(["hi\n"]), out.write, False)
+    assert out.getvalue() == ""
+    assert not (tmp_path / "missing.sock").exists()
+
+
+async def test_the_socket_is_removed_when_the_daemon_stops(tmp_path):
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
+    await daemon.stop()
+    assert not sock.exists()
