@@ -64,7 +64,7 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
 def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Take BEGIN away from the driver (see _on_begin); pragmas must run outside a transaction.
+        # Pragmas run outside a transaction, so transaction control is switched on after them.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
@@ -75,10 +75,9 @@ def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout_ms: int) -> None:
             cursor.execute("PRAGMA foreign_keys = ON")
         finally:
             cursor.close()
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # IMMEDIATE takes the write lock up front, so a transaction that reads and then writes
-        # waits (busy_timeout) instead of failing with SQLITE_BUSY on lock upgrade, and its reads
-        # cannot go stale before its write. Store transactions last about a millisecond.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # The driver opens "BEGIN IMMEDIATE" itself right before a transaction's first write:
+        # the write lock is taken up front (a busy writer is waited for, never a failed lock
+        # upgrade), and no separate round trip to aiosqlite's thread is spent on BEGIN. Reads
+        # before that first write run on their own snapshot; the get-or-create paths that read
+        # then write rely on unique indexes and retry (Store._retrying), not on the snapshot.
+        dbapi_connection.isolation_level = "IMMEDIATE"

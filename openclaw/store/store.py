@@ -328,19 +328,18 @@ class Store:
                           tool_calls: Any | None = None, tool_call_id: str | None = None,
                           token_count: int | None = None) -> Message:
         role = MessageRole(role)
-        async with self._tx() as session:
-            now = self.now()
-            touched = await session.execute(
-                update(ConversationRow).where(ConversationRow.id == conversation_id)
-                .values(updated_at=now).execution_options(synchronize_session=False))
-            if touched.rowcount != 1:
-                raise LookupError(f"conversation {conversation_id} does not exist; no message added")
-            row = MessageRow(conversation_id=conversation_id, role=role, content=content,
-                             tool_calls=tool_calls, tool_call_id=tool_call_id, token_count=token_count,
-                             created_at=now)
-            session.add(row)
-            await session.flush()
-            return _record(Message, row)
+        try:
+            async with self._tx() as session:
+                # One INSERT, on the hot path of every turn; the conversation's foreign key (not a
+                # separate look-up) rejects a message for a conversation that does not exist.
+                row = MessageRow(conversation_id=conversation_id, role=role, content=content,
+                                 tool_calls=tool_calls, tool_call_id=tool_call_id,
+                                 token_count=token_count, created_at=self.now())
+                session.add(row)
+                await session.flush()
+                return _record(Message, row)
+        except IntegrityError as err:
+            raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
 
     async def list_messages(self, conversation_id: int, after_id: int | None = None,
                             limit: int | None = None) -> list[Message]:
