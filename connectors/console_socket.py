@@ -37,8 +37,16 @@ class ConsoleSocketConnector:
         self._clients: set[asyncio.StreamWriter] = set()
 
     async def start(self, handler: Handler) -> None:
+        try:
+            _, writer = await asyncio.open_unix_connection(str(self.path))
+        except OSError:
+            pass  # nobody listening: no socket, or a stale one from a daemon that died
+        else:
+            writer.close()
+            raise RuntimeError(f"another openclaw daemon is running (its console answers at "
+                               f"{self.path}); stop it first, or use `openclaw chat` to talk to it")
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # a stale socket from a daemon that did not stop cleanly
+            self.path.unlink()
         old_umask = os.umask(0o177)  # created 0600, never briefly world-connectable
         try:
             self._server = await asyncio.start_unix_server(
@@ -113,6 +121,9 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
     except (FileNotFoundError, ConnectionRefusedError):
         return False
+    except PermissionError as exc:
+        raise PermissionError(f"a daemon is running but its console {path} belongs to another "
+                              "user; run `openclaw chat` as the user the service runs as") from exc
     try:
         while True:
             line = await lines()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TextIO
@@ -33,6 +34,7 @@ class TerminalConnector:
         self.done = asyncio.Event()  # end of input, and every reply delivered
 
     async def start(self, handler: Handler) -> None:
+        self._next_line = line_reader(self._in)
         self._task = asyncio.create_task(self._read(handler), name="terminal input")
 
     async def stop(self) -> None:
@@ -44,7 +46,7 @@ class TerminalConnector:
             while True:
                 if self.interactive:
                     self._write("> ", err=True)
-                line = await asyncio.to_thread(self._in.readline)
+                line = await self._next_line()
                 if not line:
                     break
                 text = line.strip()
@@ -82,3 +84,23 @@ class TerminalConnector:
         stream = sys.stderr if err else self._out
         stream.write(text)
         stream.flush()
+
+
+def line_reader(stream: TextIO) -> Callable[[], Awaitable[str]]:
+    """Lines of `stream` ("" at end of input), read by a daemon thread: a readline blocked on a
+    terminal must never keep the process from exiting on Ctrl-C, as a pooled thread would."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str] = asyncio.Queue()
+
+    def pump() -> None:
+        while True:
+            line = stream.readline()
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            except RuntimeError:  # the event loop is gone: nobody is listening any more
+                return
+            if not line:
+                return
+
+    threading.Thread(target=pump, name="stdin", daemon=True).start()
+    return lines.get

@@ -99,21 +99,32 @@ def cmd_chat(args: argparse.Namespace) -> int:
     """Attach to the running daemon's console if there is one; otherwise run one in-process."""
     config = load_config(args.config)
     from connectors.console_socket import attach
-    from connectors.terminal import TerminalConnector
+    from connectors.terminal import TerminalConnector, line_reader
 
     interactive = sys.stdin.isatty()
-
-    async def read_line() -> str:
-        if interactive:
-            print("> ", end="", file=sys.stderr, flush=True)
-        return await asyncio.to_thread(sys.stdin.readline)
 
     def write(text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    if asyncio.run(attach(console_socket(config), read_line, write, interactive)):
-        return 0
+    async def attached() -> bool:
+        reader = []  # made on first use: only once attached may a thread start consuming stdin
+
+        async def read_line() -> str:
+            if not reader:
+                reader.append(line_reader(sys.stdin))
+            if interactive:
+                print("> ", end="", file=sys.stderr, flush=True)
+            return await reader[0]()
+
+        return await attach(console_socket(config), read_line, write, interactive)
+
+    try:
+        if asyncio.run(attached()):
+            return 0
+    except PermissionError as exc:
+        print(f"openclaw chat: {exc}", file=sys.stderr)
+        return 1
     return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
 
 
@@ -128,24 +139,32 @@ async def _run_daemon(config, terminal) -> int:
     connectors = _configured_connectors(config)
     daemon = Daemon(config, connectors=connectors)
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
+    term = None
     if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to
         daemon.connectors.append(ConsoleSocketConnector(console_socket(config), idle))
+    else:
+        term = terminal(idle=idle)
+        daemon.connectors.append(term)
+        if term.interactive:
+            print("loading the model...", file=sys.stderr, flush=True)
+    try:
         await daemon.start()
+    except BaseException:
+        await daemon.stop(drain_timeout=0)  # close what did start (store, admin port, handlers)
+        raise
+    if term is None:
         await daemon.run_until_stopped()
         return 0
-    term = terminal(idle=idle)
-    daemon.connectors.append(term)
-    if term.interactive:
-        print("loading the model...", file=sys.stderr, flush=True)
-    await daemon.start()
     if term.interactive:
         print("ready: type a message (/help for commands), Ctrl-D to quit", file=sys.stderr)
-    stopper = asyncio.create_task(term.done.wait())
-    await asyncio.wait([stopper, asyncio.create_task(daemon._stop.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)
-    await daemon.gateway.wait_idle()
-    await daemon.stop()
-    return 0
+    ended = asyncio.create_task(term.done.wait())
+    interrupted = asyncio.create_task(daemon.wait_stop_requested())
+    await asyncio.wait([ended, interrupted], return_when=asyncio.FIRST_COMPLETED)
+    by_signal = not ended.done()
+    if not by_signal:  # end of input: answer what was asked, then stop
+        await daemon.gateway.wait_idle()
+    await daemon.stop(drain_timeout=5)
+    return 130 if by_signal else 0
 
 
 def _configured_connectors(config) -> list:

@@ -91,6 +91,9 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    async def wait_stop_requested(self) -> None:
+        await self._stop.wait()
+
     async def run_until_stopped(self, drain_timeout: float = 30.0) -> None:
         """Serve until SIGTERM/SIGINT (or request_stop), then stop gracefully."""
         try:
@@ -103,13 +106,13 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        for connector in self.connectors:  # no new messages
+        if self.gateway:  # refuses new messages at once; replies still go out while it drains
+            await self.gateway.drain(drain_timeout)
+        for connector in self.connectors:
             try:
                 await connector.stop()
             except Exception:
                 log.exception("stopping the %s connector failed", connector.name)
-        if self.gateway:
-            await self.gateway.drain(drain_timeout)
         if self._watchdog:
             self._watchdog.cancel()
         if self.admin:

@@ -114,7 +114,8 @@ class Gateway:
                                  display_name=payload.get("display_name"),
                                  attachments=payload.get("attachments") or [])
             user = await self.store.get_user(channel, user_id)
-            if user is None or user.status is not UserStatus.ALLOWED:
+            if (user is None or user.status is not UserStatus.ALLOWED
+                    or msg.user in self.config.access.blocked):
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
                 continue
             self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user), True))
@@ -221,7 +222,10 @@ class Gateway:
                 await self._turn(lane, msg, event, role, resumed)
             except Exception:
                 log.exception("turn for %s failed", msg.user)
-                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "internal error")
+                try:
+                    await self.store.mark_inbound(event.id, InboundStatus.FAILED, "internal error")
+                except Exception:  # the lane must outlive a store hiccup
+                    log.exception("could not mark message %s failed", event.id)
             finally:
                 lane.busy = False
                 lane.queue.task_done()

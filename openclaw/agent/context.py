@@ -25,6 +25,7 @@ SUMMARY_INSTRUCTIONS = (
     "Write only the summary."
 )
 SUMMARY_HEADER = "\n\nSummary of the earlier conversation:\n"
+SUMMARY_MESSAGE_CHARS = 2000  # of each message, in the transcript the model summarises
 
 
 class PromptTooLong(Exception):
@@ -64,7 +65,11 @@ class ContextBuilder:
 
     async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Any:
         """Store a message, and keep the cached history in step with the store."""
-        message = await self.store.add_message(conversation_id, role, content, **fields)
+        try:
+            message = await self.store.add_message(conversation_id, role, content, **fields)
+        except BaseException:  # cancelled mid-commit: the row may be stored; re-read next time
+            self._cache.pop(conversation_id, None)
+            raise
         cached = self._cache.get(conversation_id)
         if cached is not None:
             cached[1].append(message)
@@ -121,6 +126,8 @@ class ContextBuilder:
         lines = [f"Earlier summary: {previous}"] if previous else []
         for m in messages:
             text = m.content or ""
+            if len(text) > SUMMARY_MESSAGE_CHARS:  # one huge message must not block compaction
+                text = text[:SUMMARY_MESSAGE_CHARS] + f" [... {len(text)} characters in all]"
             if m.tool_calls:
                 calls = ", ".join(f"{c['function']['name']}({_args(c)})" for c in m.tool_calls)
                 text = f"{text} [called {calls}]".strip()

@@ -65,12 +65,19 @@ class Agent:
         """Store the user's message and answer it. Cancelling the task (/stop) aborts the model
         and any running tool; what was stored before stays stored. `resumed`: a message stored
         before a restart, whose turn may already have stored the user's text."""
-        last = await self.store.last_message(conversation_id) if resumed else None
-        if not (last and last.role == "user" and last.content == text):
-            tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
-            await self.context.add(conversation_id, "user", text, token_count=tokens)
         tools = self.skills.tool_specs(caller.allowed_skills) or None
         result = TurnResult(text="", steps=0)
+        alone = [{"role": "system", "content": self.settings.system_prompt},
+                 {"role": "user", "content": text}]
+        if self.context.count(alone, tools) > self.context.budget.prompt_tokens:
+            # Never stored: a message that cannot fit would break every later turn of the chat.
+            result.text, result.failed = (
+                f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
+                "tokens at most, with my instructions). Please shorten it or split it."), True
+            return result
+        if not (resumed and await self._already_stored(conversation_id, text)):
+            tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
+            await self.context.add(conversation_id, "user", text, token_count=tokens)
         params = SamplingParams(temperature=self.settings.temperature, top_p=self.settings.top_p,
                                 max_tokens=self.settings.reply_max_tokens)
         try:
@@ -105,6 +112,17 @@ class Agent:
             log.exception("turn %s failed", run_id)
             result.text, result.failed = APOLOGY, True
             return result
+
+    async def _already_stored(self, conversation_id: int, text: str) -> bool:
+        """A re-run turn (after a restart) stored the user's text already if the last user
+        message is this text and only tool steps follow it."""
+        _, history = await self.context.history(conversation_id)
+        for message in reversed(history):
+            if message.role == "user":
+                return message.content == text
+            if not (message.role == "tool" or (message.role == "assistant" and message.tool_calls)):
+                return False
+        return False
 
     async def _generate(self, prompt, params, tools, request_id, sink: ReplySink):
         parser = StreamingToolParser()

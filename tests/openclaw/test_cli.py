@@ -134,3 +134,19 @@ def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):
 def test_bad_usage_is_a_usage_error(tmp_path, argv):
     proc = run(argv, tmp_path, timeout=60)
     assert proc.returncode == 2
+
+
+def test_ctrl_c_ends_a_chat_waiting_for_input(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("NOTIFY_SOCKET", None)
+    proc = subprocess.Popen([sys.executable, "-m", "openclaw.cli", "chat"], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write("Hello!\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip()  # started and answered; now waiting for a line
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -64,3 +64,33 @@ async def test_the_socket_is_removed_when_the_daemon_stops(tmp_path):
     daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
     await daemon.stop()
     assert not sock.exists()
+
+
+async def test_a_reply_finishing_during_shutdown_still_reaches_the_console(tmp_path):
+    import asyncio
+    import json
+
+    from .test_daemon import until
+
+    model = ScriptedModel(lambda m: "the answer", chunk=1, delay=0.02)
+    daemon, sock = await start(tmp_path, model)
+    reader, writer = await asyncio.open_unix_connection(str(sock))
+    writer.write(b'{"text": "question"}\n')
+    await writer.drain()
+    await until(lambda: model.prompts)
+    await daemon.stop(drain_timeout=10)
+    received = [json.loads(line) async for line in reader]
+    assert {"type": "reply", "text": "the answer"} in received
+
+
+async def test_a_second_daemon_refuses_to_take_over_a_live_console(tmp_path):
+    import pytest
+
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
+    second = ConsoleSocketConnector(sock, lambda: None)
+    with pytest.raises(RuntimeError, match="another openclaw daemon is running"):
+        await second.start(lambda m: None)
+    out = io.StringIO()
+    assert await attach(sock, feeder(["hi\n"]), out.write, False)  # the first one still answers
+    assert out.getvalue() == "x\n"
+    await daemon.stop()

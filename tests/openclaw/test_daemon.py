@@ -303,3 +303,74 @@ async def test_every_answered_message_is_marked_processed(tmp_path, status):
     await say(daemon, conn, "hello")
     assert await daemon.store.pending_inbound() == []
     await daemon.stop()
+
+
+class EngineLikeModel(ScriptedModel):
+    """Refuses a prompt that does not fit, as engine.add_request does."""
+
+    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0):
+        if len(self.encode_chat(prompt, tools)) >= self.max_model_len:
+            raise ValueError("the prompt has too many tokens")
+        async for out in super().generate(prompt, params, request_id, tools=tools):
+            yield out
+
+
+async def test_a_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(tmp_path):
+    def reply(messages):
+        if "You write the memory" in messages[0]["content"]:
+            return "SUMMARY"
+        return "ok " + last_user(messages)[:10]
+
+    model = EngineLikeModel(reply, max_model_len=200)
+    daemon, conn = await started(tmp_path, model, "reply_max_tokens = 40\ncompaction_keep_messages = 2")
+    assert "too long" in await say(daemon, conn, "word " * 300)
+    assert await say(daemon, conn, "hi") == "ok hi"
+    assert await say(daemon, conn, "hello again") == "ok hello agai"
+    conv = await daemon.store.active_conversation("terminal:local", "local")
+    assert all("word word" not in m.content for m in await daemon.store.list_messages(conv.id))
+    await daemon.stop()
+
+
+async def test_recovery_skips_users_blocked_in_config_since(tmp_path):
+    cfg = config(tmp_path)
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    store = await Store.open(cfg.store.url)
+    await store.set_user_status("terminal", "spammer", "allowed")
+    await store.record_inbound("terminal", "x1", "terminal:spammer", "spammer", "spam spam")
+    await store.close()
+    conn = RecordingConnector()
+    model = ScriptedModel(lambda m: "answered " + last_user(m))
+    daemon = Daemon(config(tmp_path, "").model_copy(update={"access": cfg.access.model_copy(
+        update={"blocked": ["terminal:spammer"]})}), model=model, connectors=[conn])
+    await daemon.start()
+    await daemon.gateway.wait_idle()
+    assert conn.texts("spammer") == [] and model.prompts == []
+    await daemon.stop()
+
+
+async def test_a_turn_cut_after_its_tool_step_is_resumed_without_a_second_user_message(tmp_path):
+    calls = itertools.count()
+    model = ScriptedModel(lambda m: '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
+                          if next(calls) == 0 else "done")
+    daemon, conn = await started(tmp_path, model)
+    gate = asyncio.Event()
+    generate = model.generate
+
+    async def second_call_hangs(prompt, *args, **kwargs):
+        if model.prompts:
+            await gate.wait()
+        async for out in generate(prompt, *args, **kwargs):
+            yield out
+
+    model.generate = second_call_hangs
+    await conn.handler(msg("what time is it"))
+    await until(lambda: len(model.prompts) >= 1)
+    await asyncio.sleep(0.2)  # the tool ran and its result was stored; the next call hangs
+    await daemon.stop(drain_timeout=0.2)
+    daemon, conn = await started(tmp_path, ScriptedModel(lambda m: "final"))
+    await daemon.gateway.wait_idle()
+    assert conn.texts() == ["final"]
+    conv = await daemon.store.active_conversation("terminal:local", "local")
+    roles = [m.role for m in await daemon.store.list_messages(conv.id)]
+    assert roles.count("user") == 1
+    await daemon.stop()
