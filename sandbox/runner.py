@@ -1,0 +1,275 @@
+"""The isolated process runner: one shell command under bubblewrap, rlimits and a wall-clock timeout.
+
+The shell skill hands a command, the principal's scope and limits to `run_command` and gets a
+`Result` back. Isolation is bubblewrap (new user, pid, ipc, uts, cgroup and net namespaces, a
+read-only system, the workspace bound read-write at /workspace, all capabilities dropped, a cleared
+environment). When the daemon is root the command runs as an unprivileged uid, because root ignores
+RLIMIT_NPROC and would keep every capability inside the sandbox. Where bubblewrap cannot run we refuse
+with `SandboxUnavailable`, unless the admin set `[sandbox] allow_unsandboxed = true`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# nobody/nogroup. A uid used by other services would share their RLIMIT_NPROC count (it is per uid,
+# system-wide); an admin who runs other things as nobody should point this at a dedicated uid.
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+WORKSPACE_MOUNT = "/workspace"
+READ_CHUNK = 64 * 1024
+# After the command exits (or is killed) its pipes should close at once; anything still holding them
+# escaped the process group, and we stop waiting for it after this long.
+DRAIN_GRACE_S = 2.0
+EXIT_POLL_S = 0.01
+
+# Mounted read-only at the same path, where present. On merged-/usr systems /bin, /lib*, /sbin are
+# symlinks and are recreated as symlinks rather than bound.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# From /etc only what ordinary programs need: the dynamic linker's cache, Debian's alternatives
+# symlinks, name-service config and the world-readable passwd/group (so `id`, `ls -l` name users),
+# DNS/hosts for commands granted network, TLS roots, time zone. Never shadow/gshadow, ssh keys,
+# sudoers or our own config.
+ETC_FILES = (
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf",
+    "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime",
+)
+
+FIX_HINT = (
+    "Install bubblewrap (`apt-get install bubblewrap`) and make sure unprivileged user namespaces are "
+    "enabled (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0, and no AppArmor "
+    "rule denying them). To run commands WITHOUT isolation instead, set `[sandbox] allow_unsandboxed = "
+    "true` in the config (not recommended)."
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_seconds: int = 30
+    memory_bytes: int = 1 << 30
+    wall_seconds: float = 60
+    output_bytes: int = 64 * 1024
+    file_size_bytes: int = 64 << 20
+    processes: int = 64
+    open_files: int = 256
+
+
+@dataclass(frozen=True)
+class Scope:
+    workspace: Path
+    read_only: tuple[Path, ...] = ()
+    read_write: tuple[Path, ...] = ()
+    network: bool = False
+
+
+@dataclass
+class Result:
+    exit_status: int | None  # None when we killed it at the wall-clock limit
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+    isolation: str  # "bubblewrap" | "none"
+
+
+class SandboxUnavailable(Exception):
+    """bubblewrap is missing or cannot create namespaces here."""
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _user_kwargs() -> dict:
+    """Popen arguments that drop root to the sandbox uid (setgroups([]), setgid, setuid in the child)."""
+    if not _is_root():
+        return {}
+    return {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
+
+
+def _system_args() -> list[str]:
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    return args
+
+
+def _namespace_args(network: bool) -> list[str]:
+    args = ["--unshare-all"]  # user, pid, ipc, uts, net, cgroup (where the kernel has it)
+    if network:
+        args.append("--share-net")
+    # die-with-parent: if we are killed (or kill bwrap at the wall limit) the sandbox's pid 1 gets
+    # SIGKILL, which takes every process in the pid namespace with it. new-session: no TIOCSTI into
+    # our terminal.
+    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
+    return args
+
+
+def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> list[str]:
+    """The full bubblewrap command line for one shell command."""
+    argv = [bwrap, *_namespace_args(scope.network), *_system_args()]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
+    for path in scope.read_only:
+        argv += ["--ro-bind", str(path), str(path)]
+    for path in scope.read_write:
+        argv += ["--bind", str(path), str(path)]
+    argv += ["--bind", str(scope.workspace), WORKSPACE_MOUNT, "--chdir", WORKSPACE_MOUNT]
+    # bwrap's root is a scratch tmpfs the command could otherwise fill with files of its own.
+    argv += ["--remount-ro", "/", "--clearenv"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    return [*argv, "/bin/sh", "-c", command]
+
+
+@functools.lru_cache(maxsize=8)
+def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
+    """Whether bubblewrap can really create our namespaces here (tried once per path), and why not."""
+    bwrap = bwrap_path or shutil.which("bwrap")
+    if not bwrap or not os.access(bwrap, os.X_OK):
+        return False, f"bubblewrap not found ({bwrap_path or 'bwrap on PATH'})"
+    argv = [bwrap, *_namespace_args(False), *_system_args(), "--proc", "/proc", "--dev", "/dev",
+            "/bin/sh", "-c", "exit 0"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH},
+                              **_user_kwargs())
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"{bwrap} could not be started: {exc}"
+    if done.returncode != 0:
+        return False, f"{bwrap} failed to create namespaces: {done.stderr.strip() or done.returncode}"
+    return True, f"bubblewrap ({bwrap})"
+
+
+def _set_rlimits(limits: Limits) -> None:
+    """Runs in the child between fork and exec; the limits are inherited by bwrap and the command."""
+    def set_limit(kind: int, value: int) -> None:
+        resource.setrlimit(kind, (value, value))
+
+    set_limit(resource.RLIMIT_CPU, limits.cpu_seconds)
+    set_limit(resource.RLIMIT_AS, limits.memory_bytes)
+    set_limit(resource.RLIMIT_FSIZE, limits.file_size_bytes)
+    set_limit(resource.RLIMIT_NPROC, limits.processes)
+    set_limit(resource.RLIMIT_NOFILE, limits.open_files)
+    set_limit(resource.RLIMIT_CORE, 0)
+
+
+def _check_reachable(path: Path) -> None:
+    """As root we hand the sandbox uid the paths; bwrap, running as that uid, must be able to reach them."""
+    for parent in path.parents:
+        st = parent.stat()
+        if not (st.st_mode & stat.S_IXOTH or st.st_uid == SANDBOX_UID):
+            raise ValueError(f"{path} is not reachable by the sandbox uid {SANDBOX_UID}: {parent} is not "
+                             f"world-searchable; move the workspace or `chmod o+x {parent}`")
+
+
+def _prepare_workspace(scope: Scope) -> None:
+    workspace = scope.workspace
+    if not workspace.is_dir():
+        raise ValueError(f"workspace {workspace} is not a directory; create it first")
+    if not _is_root():
+        return
+    for path in (workspace, *scope.read_only, *scope.read_write):
+        _check_reachable(path)
+    # Only the top folder is handed over: the command can create files there; files the admin placed
+    # inside keep their owner and mode.
+    if workspace.stat().st_uid != SANDBOX_UID:
+        os.chown(workspace, SANDBOX_UID, SANDBOX_GID)
+
+
+class _OutputBudget:
+    """One byte budget shared by stdout and stderr; what is over it is read and dropped."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.limit = limit
+        self.truncated = False
+
+    async def drain(self, stream: asyncio.StreamReader) -> str:
+        kept = bytearray()
+        cut = False
+        while chunk := await stream.read(READ_CHUNK):
+            take = min(len(chunk), self.left)
+            kept += chunk[:take]
+            self.left -= take
+            if take < len(chunk):
+                cut = self.truncated = True
+        text = kept.decode("utf-8", errors="replace")
+        if cut:
+            text += f"\n[output cut at {self.limit} bytes]\n"
+        return text
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+async def _exited_within(proc: asyncio.subprocess.Process, seconds: float) -> bool:
+    """Whether the process exited in time. Not proc.wait(): on Python 3.11 that also waits for the pipes
+    to close, so a background child holding stdout would keep it (and us) waiting to the wall limit."""
+    deadline = time.monotonic() + seconds
+    while proc.returncode is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(EXIT_POLL_S, left))
+    return True
+
+
+async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path: str | None = None,
+                      allow_unsandboxed: bool = False, env: dict[str, str] | None = None) -> Result:
+    """Run `/bin/sh -c command` in the sandbox and return its (possibly cut) output and status."""
+    ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
+    if not ok and not allow_unsandboxed:
+        raise SandboxUnavailable(f"cannot run sandboxed commands: {why}. {FIX_HINT}")
+    _prepare_workspace(scope)
+    home = WORKSPACE_MOUNT if ok else str(scope.workspace)
+    clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
+    if ok:
+        bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
+        argv, cwd = bwrap_argv(bwrap, command, scope, clean_env), None
+    else:
+        argv, cwd = ["/bin/sh", "-c", command], scope.workspace
+
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=cwd, env=clean_env, start_new_session=True,
+        preexec_fn=functools.partial(_set_rlimits, limits), **_user_kwargs())
+    # Our own readers, never communicate(): output survives a timeout, and a background child that
+    # keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
+    budget = _OutputBudget(limits.output_bytes)
+    readers = [asyncio.create_task(budget.drain(proc.stdout)), asyncio.create_task(budget.drain(proc.stderr))]
+    try:
+        timed_out = not await _exited_within(proc, limits.wall_seconds)
+    finally:
+        # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
+        _kill_group(proc.pid)
+    done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
+    for task in pending:
+        task.cancel()
+    stdout, stderr = (task.result() if task in done else "" for task in readers)
+    return Result(exit_status=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
+                  timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
+                  isolation="bubblewrap" if ok else "none")

@@ -1,0 +1,208 @@
+"""The process runner against real bubblewrap: each hostile command is contained, and the Result says so."""
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.runner import Limits, SandboxUnavailable, Scope, isolation_available, run_command
+
+# Small limits keep the suite fast; every call must still return within its wall limit.
+LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_bytes=4096,
+                file_size_bytes=1 << 20, processes=32, open_files=64)
+
+
+@pytest.fixture(autouse=True)
+def bwrap_installed():
+    # `make test` installs bubblewrap; a missing one is a broken setup, not a reason to skip.
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap (bwrap) is not installed: run `apt-get install bubblewrap` or `make setup`")
+    ok, why = isolation_available()
+    if not ok:
+        pytest.fail(f"bubblewrap cannot create namespaces here: {why}")
+
+
+@pytest.fixture
+def workspace():
+    # Not tmp_path: pytest's /tmp/pytest-of-root is 0700, which the unprivileged sandbox uid cannot reach.
+    path = Path(tempfile.mkdtemp(prefix="openclaw-sbx-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def run(command, workspace, limits=LIMITS, **kwargs):
+    scope = Scope(workspace, network=kwargs.pop("network", False))
+    result = await run_command(command, scope, limits, **kwargs)
+    assert result.duration_s < limits.wall_seconds + 2
+    return result
+
+
+def processes_running(*args: str) -> list[int]:
+    wanted = "\0".join(args).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == wanted:
+                found.append(int(entry.name))
+        except OSError:
+            pass  # exited while we looked
+    return found
+
+
+async def test_echo_status_stderr_cwd_and_files_land_in_workspace(workspace):
+    result = await run("echo hello; echo oops >&2; pwd; echo data > out.txt; "
+                       "grep CapEff /proc/self/status; id -u; exit 3", workspace)
+    assert result.isolation == "bubblewrap"
+    assert result.exit_status == 3 and not result.timed_out and not result.truncated
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["hello", "/workspace"]
+    assert lines[2].split() == ["CapEff:", "0000000000000000"]
+    if os.geteuid() == 0:
+        assert lines[3] == "65534"  # never root inside, so RLIMIT_NPROC applies
+    assert result.stderr == "oops\n"
+    assert (workspace / "out.txt").read_text() == "data\n"
+
+
+async def test_etc_shadow_cannot_be_read(workspace):
+    result = await run("cat /etc/shadow", workspace)
+    assert result.exit_status != 0 and "root:" not in result.stdout
+    assert "No such file" in result.stderr
+
+
+async def test_host_root_home_and_ssh_are_not_visible(workspace):
+    result = await run("ls -a /root || ls /root/.ssh || ls -a $HOME", workspace)
+    assert result.exit_status == 0 and result.stdout.split() == [".", ".."]  # only the empty workspace
+    assert "cannot access '/root'" in result.stderr
+    assert ".ssh" not in result.stdout and ".bashrc" not in result.stdout
+
+
+async def test_writing_outside_the_workspace_fails(workspace):
+    name = f"openclaw-sbx-{os.getpid()}"
+    attempts = " || ".join(f"touch {d}/{name}" for d in ("/usr", "/etc", "", "/proc"))
+    result = await run(f"{attempts} || echo all-refused", workspace)
+    assert result.stdout.strip() == "all-refused"
+    assert "Read-only file system" in result.stderr
+    assert not any(Path(d, name).exists() for d in ("/usr", "/etc", "/"))
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)  # the kernel completes the handshake without accept()
+    yield server.getsockname()[1]
+    server.close()
+
+
+CONNECT = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2); "
+           "print('connected')\"")
+
+
+async def test_network_is_cut_off_unless_granted(workspace, listener):
+    denied = await run(CONNECT.format(port=listener), workspace)
+    assert denied.exit_status != 0 and "connected" not in denied.stdout
+    assert "ConnectionRefused" in denied.stderr or "unreachable" in denied.stderr
+    granted = await run(CONNECT.format(port=listener), workspace, network=True)
+    assert granted.exit_status == 0 and granted.stdout == "connected\n"
+
+
+async def test_fork_bomb_is_contained_and_returns(workspace):
+    started = time.monotonic()
+    result = await run("f(){ f|f& };f; sleep 4321", workspace)
+    assert time.monotonic() - started < LIMITS.wall_seconds + 2
+    assert result.isolation == "bubblewrap"
+    assert "Cannot fork" in result.stderr or result.timed_out
+    assert processes_running("sleep", "4321") == []
+
+
+async def test_infinite_loop_is_killed_by_cpu_limit(workspace):
+    result = await run("while :; do :; done", workspace)
+    assert result.timed_out or result.exit_status in (128 + 9, 128 + 24)  # SIGKILL / SIGXCPU
+    assert result.duration_s < LIMITS.wall_seconds + 1
+
+
+async def test_sleeping_command_is_killed_at_wall_limit(workspace):
+    limits = Limits(wall_seconds=1, processes=32)
+    result = await run("echo before; sleep 4322", workspace, limits)
+    assert result.timed_out and result.exit_status is None
+    assert result.stdout == "before\n"  # output read before the kill is kept
+    assert 1 <= result.duration_s < 2
+    assert processes_running("sleep", "4322") == []
+
+
+async def test_memory_hog_fails(workspace):
+    result = await run("python3 -c 'x = bytearray(4 << 30)'", workspace)
+    assert result.exit_status != 0 and "MemoryError" in result.stderr
+
+
+async def test_gigabyte_of_output_is_cut_with_marker_and_returns_quickly(workspace):
+    result = await run("yes | head -c 1000000000; echo done >&2", workspace)
+    assert result.truncated and result.exit_status == 0
+    assert result.stdout.endswith("\n[output cut at 4096 bytes]\n")
+    assert len(result.stdout) < 4096 + 64
+    assert result.duration_s < 4
+
+
+async def test_background_process_does_not_survive_or_hang_the_call(workspace):
+    result = await run("sleep 4323 & echo started", workspace)
+    assert result.exit_status == 0 and result.stdout == "started\n" and not result.timed_out
+    assert result.duration_s < 1
+    assert processes_running("sleep", "4323") == []
+
+
+async def test_daemon_environment_is_not_visible(workspace, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    result = await run("env", workspace, env={"GREETING": "hi"})
+    assert "hunter2" not in result.stdout and "SECRET_TOKEN" not in result.stdout
+    assert set(result.stdout.split()) == {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+                                          "HOME=/workspace", "LANG=C.UTF-8", "GREETING=hi", "PWD=/workspace"}
+
+
+async def test_missing_bwrap_refuses_with_the_fix(workspace):
+    with pytest.raises(SandboxUnavailable) as refused:
+        await run("echo hi", workspace, bwrap_path="/nonexistent/bwrap")
+    assert "apt-get install bubblewrap" in str(refused.value)
+    assert "allow_unsandboxed = true" in str(refused.value)
+
+
+async def test_allow_unsandboxed_runs_without_isolation_but_with_limits(workspace, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    result = await run("echo hi > f; pwd; env; sleep 4324 & while :; do :; done", workspace,
+                       bwrap_path="/nonexistent/bwrap", allow_unsandboxed=True)
+    assert result.isolation == "none"
+    assert result.stdout.splitlines()[0] == str(workspace)
+    assert "hunter2" not in result.stdout
+    assert result.exit_status == -9 and not result.timed_out  # the CPU limit still applies
+    assert result.duration_s < LIMITS.wall_seconds  # the background sleep does not hold the call
+    assert (workspace / "f").read_text() == "hi\n"
+    assert processes_running("sleep", "4324") == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the workspace to another uid")
+async def test_workspace_the_sandbox_uid_cannot_reach_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not reachable by the sandbox uid"):
+        await run_command("true", Scope(tmp_path), LIMITS)
+
+
+async def test_granted_paths_are_bound_at_the_same_place_and_tmp_is_private(workspace):
+    shared, inbox = (Path(tempfile.mkdtemp(prefix="openclaw-sbx-", dir="/tmp")) for _ in range(2))
+    try:
+        shared.chmod(0o755)
+        inbox.chmod(0o777)
+        (shared / "notes.txt").write_text("read me\n")
+        scope = Scope(workspace, read_only=(shared,), read_write=(inbox,))
+        command = (f"cat {shared}/notes.txt; touch {shared}/x || echo ro-refused; "
+                   f"echo in > {inbox}/new.txt; echo t > /tmp/{workspace.name}.t && ls /tmp")
+        result = await run_command(command, scope, LIMITS)
+        # /tmp is a fresh tmpfs: our file plus the mount points of the two grants, nothing of the host's
+        assert result.stdout.split() == ["read", "me", "ro-refused",
+                                         *sorted([shared.name, inbox.name, f"{workspace.name}.t"])]
+        assert not Path(f"/tmp/{workspace.name}.t").exists()
+        assert not (shared / "x").exists() and (inbox / "new.txt").read_text() == "in\n"
+    finally:
+        shutil.rmtree(shared)
+        shutil.rmtree(inbox)
