@@ -141,6 +141,8 @@ class AsyncLLM:
     def _handle(self, cmd: tuple) -> None:
         if cmd[0] == "add":
             _, rid, prompt, params, priority = cmd
+            if rid not in self._streams:  # its caller already left (or was failed): no work
+                return
             try:
                 self.engine.add_request(rid, prompt, params, priority)
             except Exception as exc:

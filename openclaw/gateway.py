@@ -43,6 +43,8 @@ class Lane:
     current: asyncio.Task | None = None  # the running turn, for /stop
     busy: bool = False
     conversation_id: int | None = None  # the active conversation, until /new
+    generation: int = 0  # bumped by /new, so a look-up that raced it is not cached
+    stop_requested: bool = False  # /stop arrived while a turn was starting
 
 
 class _Sink:
@@ -166,6 +168,7 @@ class Gateway:
             await self.store.archive_conversation(conv.id)
             if lane:
                 lane.conversation_id = None
+                lane.generation += 1
             text = "Started a new conversation."
         elif command == "/stop":
             lane = self._lanes.get(_lane_key(msg))
@@ -178,6 +181,9 @@ class Gateway:
                     stopped += 1
                 if lane.current and not lane.current.done():
                     lane.current.cancel()
+                    stopped += 1
+                elif lane.busy:  # between taking the message and starting the model
+                    lane.stop_requested = True
                     stopped += 1
             text = "Stopped." if stopped else "Nothing to stop."
         elif command == "/status":
@@ -217,7 +223,7 @@ class Gateway:
             if not self._accepting:  # draining: leave it 'received'; it is answered after restart
                 lane.queue.task_done()
                 continue
-            lane.busy = True
+            lane.busy, lane.stop_requested = True, False
             try:
                 await self._turn(lane, msg, event, role, resumed)
             except Exception:
@@ -236,10 +242,16 @@ class Gateway:
         if connector is None:
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
-        if lane.conversation_id is None:
-            conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
-            lane.conversation_id = conv.id
         conversation_id = lane.conversation_id
+        while conversation_id is None:
+            generation = lane.generation
+            conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
+            if generation == lane.generation:  # else /new archived it meanwhile: look again
+                conversation_id = lane.conversation_id = conv.id
+        if lane.stop_requested:
+            lane.stop_requested = False
+            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
+            return
         caller = Caller(user=msg.user, role=role, chat_id=msg.chat_id)
         stream = bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False)) or (
             msg.channel == "terminal")

@@ -55,7 +55,11 @@ class Agent:
                  settings: AgentConfig, metrics: Metrics | None = None) -> None:
         self.model, self.store, self.skills, self.settings = model, store, skills, settings
         self.metrics = metrics or Metrics()
-        context = settings.context_tokens or model.max_model_len
+        context = min(settings.context_tokens or model.max_model_len, model.max_model_len)
+        if context - settings.reply_max_tokens < 64:
+            raise ValueError(
+                f"agent.context_tokens ({context}, at most the model's {model.max_model_len}) minus "
+                f"agent.reply_max_tokens ({settings.reply_max_tokens}) leaves no room for a prompt")
         budget = Budget(prompt_tokens=context - settings.reply_max_tokens,
                         keep_messages=settings.compaction_keep_messages)
         self.context = ContextBuilder(model, store, settings.system_prompt, budget)

@@ -374,3 +374,9 @@ async def test_a_turn_cut_after_its_tool_step_is_resumed_without_a_second_user_m
     roles = [m.role for m in await daemon.store.list_messages(conv.id)]
     assert roles.count("user") == 1
     await daemon.stop()
+
+
+async def test_a_context_budget_with_no_room_for_a_prompt_stops_the_start(tmp_path):
+    with pytest.raises(ValueError, match="agent.context_tokens"):
+        await started(tmp_path, ScriptedModel(lambda m: "x"),
+                      "context_tokens = 100\nreply_max_tokens = 80")
