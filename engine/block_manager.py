@@ -73,10 +73,11 @@ class BlockManager:
             keys.append(parent)
         return keys
 
-    def find_cached_prefix(self, seq: Sequence) -> list[int]:
-        """Block ids holding the longest cached prefix of `seq`'s tokens."""
+    def find_cached_prefix(self, seq: Sequence, keys: list[int] | None = None) -> list[int]:
+        """Block ids holding the longest cached prefix of `seq`'s tokens (`keys`: its
+        prompt_block_keys, when the caller has them already)."""
         hits: list[int] = []
-        for i, key in enumerate(self.prompt_block_keys(seq)):
+        for i, key in enumerate(self.prompt_block_keys(seq) if keys is None else keys):
             block_id = self._cached.get(key)
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
             if block_id is None or self.blocks[block_id].token_ids != tokens:

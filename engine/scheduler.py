@@ -101,8 +101,8 @@ class Scheduler:
         while (i < len(self.waiting) and budget > 0 and not batch.preempted
                and len(self.running) < self.max_num_seqs):
             seq = self.waiting[i][1]
-            cached = bm.find_cached_prefix(seq) if seq.num_computed_tokens == 0 else []
             keys = bm.prompt_block_keys(seq) if seq.num_computed_tokens == 0 else []
+            cached = bm.find_cached_prefix(seq, keys) if keys else []
             if len(cached) < len(keys) and keys[len(cached)] in computing:
                 # Another prompt admitted this step is computing the very block this one needs
                 # next (a shared system prompt): wait one step and take it from the cache.

@@ -39,16 +39,6 @@ class Budget:
     summary_tokens: int = 256
 
 
-def to_chat_message(m: Any) -> dict[str, Any]:
-    """A stored message as the chat template expects it (OpenAI shape)."""
-    msg: dict[str, Any] = {"role": m.role, "content": m.content or ""}
-    if m.tool_calls:
-        msg["tool_calls"] = m.tool_calls
-    if m.tool_call_id:
-        msg["tool_call_id"] = m.tool_call_id
-    return msg
-
-
 class ContextBuilder:
     """Keeps, per conversation, the latest summary and the messages after it in memory (the daemon
     is the only writer, and every message it stores passes through `add`), so building a prompt
@@ -104,7 +94,7 @@ class ContextBuilder:
 
     def _prompt(self, summary: str | None, history: list[Any]) -> list[dict]:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
-        return [{"role": "system", "content": system}, *(to_chat_message(m) for m in history)]
+        return [{"role": "system", "content": system}, *(m.as_chat() for m in history)]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Any]) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too

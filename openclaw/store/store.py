@@ -351,13 +351,6 @@ class Store:
         async with self._tx() as session:
             return [_record(Message, row) for row in await session.scalars(query)]
 
-    async def last_message(self, conversation_id: int) -> Message | None:
-        query = (select(MessageRow).where(MessageRow.conversation_id == conversation_id)
-                 .order_by(MessageRow.id.desc()).limit(1))
-        async with self._tx() as session:
-            row = await session.scalar(query)
-            return None if row is None else _record(Message, row)
-
     # -- inbound events ------------------------------------------------------------------------
 
     async def record_inbound(self, channel: str, message_id: str | int, user: str, chat_id: str | int,
