@@ -164,6 +164,7 @@ class LLMEngine:
     def stats(self) -> dict[str, float | int | str]:
         bm = self.block_manager
         return {
+            "model": self.config.model or "SmolLM2-135M-Instruct (embedded)",
             "device": str(self.device),
             "num_running": len(self.scheduler.running),
             "num_waiting": self.scheduler.num_waiting,

@@ -380,3 +380,29 @@ async def test_a_context_budget_with_no_room_for_a_prompt_stops_the_start(tmp_pa
     with pytest.raises(ValueError, match="agent.context_tokens"):
         await started(tmp_path, ScriptedModel(lambda m: "x"),
                       "context_tokens = 100\nreply_max_tokens = 80")
+
+
+async def test_admin_port_serves_health_and_metrics_after_a_turn(tmp_path):
+    model = ScriptedModel(lambda m: "fine")
+    cfg = config(tmp_path)
+    cfg = cfg.model_copy(update={"admin": cfg.admin.model_copy(update={"enabled": True, "port": 0})})
+    conn = RecordingConnector()
+    daemon = Daemon(cfg, model=model, connectors=[conn])
+    await daemon.start()
+    await say(daemon, conn, "hello")
+
+    async def get(path: str) -> str:
+        reader, writer = await asyncio.open_connection("127.0.0.1", daemon.admin.port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        body = (await reader.read()).decode()
+        writer.close()
+        return body
+
+    health = await get("/healthz")
+    assert " 200 " in health.splitlines()[0] and '"status": "ok"' in health
+    metrics = await get("/metrics")
+    for series in ("openclaw_inbound_messages_total", "openclaw_time_to_first_token_seconds_count 1",
+                   "openclaw_queue_length 0", "openclaw_kv_cache_usage", "openclaw_tokens_per_second"):
+        assert series in metrics, series
+    await daemon.stop()
