@@ -63,49 +63,7 @@ class ModelRunner:
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         """Run one step. Returns, per sequence of the batch, its next token, or None when its
         prompt chunk did not reach the end (nothing to sample yet)."""
-        # Decodes first: the attention backend handles them as one batched call.
-        order = sorted(range(len(batch)), key=lambda i: batch.num_new_tokens[i] > 1)
-        input_ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        query_start = [0]
-        context_lens: list[int] = []
-        tables: list[list[int]] = []
-        sample_rows: list[int] = []  # flat index of the last token of each sampling sequence
-        sample_of: list[int] = []  # batch index of that sequence
-        bs = self.block_size
-        for i in order:
-            seq, n = batch.seqs[i], batch.num_new_tokens[i]
-            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            input_ids += seq.token_ids[start:end]
-            positions += range(start, end)
-            table = seq.block_table
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
-            query_start.append(query_start[-1] + n)
-            context_lens.append(end)
-            tables.append(table)
-            if end == seq.num_tokens:
-                sample_rows.append(query_start[-1] - 1)
-                sample_of.append(i)
-        num_decodes = sum(1 for i in order if batch.num_new_tokens[i] == 1)
-        shared = _shared_prefix_blocks(tables[:num_decodes], context_lens[:num_decodes], bs)
-        width = max(len(t) for t in tables)
-        dev = self.device
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables],
-                                      dtype=torch.int64, device=dev),
-            context_lens=torch.tensor(context_lens, dtype=torch.int64, device=dev),
-            query_start=query_start,
-            context_lens_host=context_lens,
-            num_decodes=num_decodes,
-            num_shared_decode_blocks=shared,
-        )
-        hidden = self.model(
-            torch.tensor(input_ids, dtype=torch.int64, device=dev),
-            torch.tensor(positions, dtype=torch.int64, device=dev),
-            self.kv_caches, meta, self.backend,
-        )
+        hidden, sample_rows, sample_of = self._forward(batch)
         result: list[int | None] = [None] * len(batch)
         if not sample_rows:
             return result
@@ -128,22 +86,61 @@ class ModelRunner:
         from engine.block_manager import BlockManager
         from engine.sequence import Sequence
 
-        bm = BlockManager(self.num_blocks, self.block_size, enable_prefix_caching=False)
         seq = Sequence("logits", list(token_ids))
+        bm = BlockManager(self.num_blocks, self.block_size, enable_prefix_caching=False)
         if not bm.allocate(seq, len(token_ids)):
             raise ValueError("prompt does not fit the KV pool")
-        n = len(token_ids)
-        bs = self.block_size
-        meta = AttentionMetadata(
-            slot_mapping=torch.tensor([seq.block_table[p // bs] * bs + p % bs for p in range(n)],
-                                      device=self.device),
-            block_tables=torch.tensor([seq.block_table], device=self.device),
-            context_lens=torch.tensor([n], device=self.device),
-            query_start=[0, n], context_lens_host=[n], num_decodes=0,
-        )
-        hidden = self.model(torch.tensor(token_ids, device=self.device),
-                            torch.arange(n, device=self.device), self.kv_caches, meta, self.backend)
+        hidden, _, _ = self._forward(ScheduledBatch([seq], [len(token_ids)]))
         return self.model.compute_logits(hidden)
+
+    def _forward(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int], list[int]]:
+        """Lay the batch out flat and run the model. Returns the hidden states, the flat rows to
+        sample from (each sequence's last token, when its chunk reaches the end), and the batch
+        index of each of those sequences."""
+        # Decodes first: the attention backend handles them as one batched call.
+        order = sorted(range(len(batch)), key=lambda i: batch.num_new_tokens[i] > 1)
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        query_start = [0]
+        context_lens: list[int] = []
+        tables: list[list[int]] = []
+        sample_rows: list[int] = []
+        sample_of: list[int] = []
+        bs = self.block_size
+        for i in order:
+            seq, n = batch.seqs[i], batch.num_new_tokens[i]
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
+            input_ids += seq.token_ids[start:end]
+            positions += range(start, end)
+            table = seq.block_table
+            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            query_start.append(query_start[-1] + n)
+            context_lens.append(end)
+            tables.append(table)
+            if end == seq.num_tokens:
+                sample_rows.append(query_start[-1] - 1)
+                sample_of.append(i)
+        num_decodes = sum(1 for i in order if batch.num_new_tokens[i] == 1)
+        width = max(len(t) for t in tables)
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables],
+                                      dtype=torch.int64, device=dev),
+            context_lens=torch.tensor(context_lens, dtype=torch.int64, device=dev),
+            query_start=query_start,
+            context_lens_host=context_lens,
+            num_decodes=num_decodes,
+            num_shared_decode_blocks=_shared_prefix_blocks(
+                tables[:num_decodes], context_lens[:num_decodes], bs),
+        )
+        hidden = self.model(
+            torch.tensor(input_ids, dtype=torch.int64, device=dev),
+            torch.tensor(positions, dtype=torch.int64, device=dev),
+            self.kv_caches, meta, self.backend,
+        )
+        return hidden, sample_rows, sample_of
 
 
 def _shared_prefix_blocks(tables: list[list[int]], context_lens: list[int], block_size: int) -> int:
