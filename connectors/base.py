@@ -24,11 +24,17 @@ class Connector(Protocol):
     async def stop(self) -> None: ...
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
-        """Send one message (already within max_message_len); return its id if the app has one."""
+        """Send one message (already within max_message_len); return its id if the app has one.
+        Raise on failure: the gateway keeps the message and retries it later. If a streamed draft
+        is open in this chat, the first send of the reply replaces the draft's text instead."""
 
     async def typing(self, chat_id: str) -> None: ...
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None: ...
+
+    # Optional: `async def draft(self, chat_id, text)` shows a reply while it is generated (the
+    # whole text so far each call; the connector rate-limits its edits). Only called when the
+    # channel's `stream_edits` is on.
 
 
 def chunk_text(text: str, limit: int) -> list[str]:

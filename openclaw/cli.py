@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from openclaw import __version__
+from openclaw.channels import configured_connectors, default_workspace_for
 from openclaw.config import ConfigError, default_config_path, load_config, write_starter_config
 
 
@@ -136,7 +137,7 @@ async def _run_daemon(config, terminal) -> int:
     from connectors.console_socket import ConsoleSocketConnector
     from openclaw.daemon import Daemon
 
-    connectors = _configured_connectors(config)
+    connectors = configured_connectors(config, default_workspace_for(config))
     daemon = Daemon(config, connectors=connectors)
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None
@@ -165,16 +166,6 @@ async def _run_daemon(config, terminal) -> int:
         await daemon.gateway.wait_idle()
     await daemon.stop(drain_timeout=5)
     return 130 if by_signal else 0
-
-
-def _configured_connectors(config) -> list:
-    connectors = []
-    for name in ("telegram", "discord"):
-        if getattr(config, name).enabled:
-            raise ConfigError(config.source, [
-                f"{name}.enabled = true: the {name} connector is not part of this release yet; "
-                "set it to false"])
-    return connectors
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
