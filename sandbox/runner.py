@@ -273,3 +273,25 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     return Result(exit_status=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
                   timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
                   isolation="bubblewrap" if ok else "none")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The runner as the daemon configured it ([sandbox] in the config): what skills are handed."""
+
+    bwrap_path: str | None = None
+    allow_unsandboxed: bool = False
+
+    async def run(self, command: str, scope: Scope, limits: Limits,
+                  env: dict[str, str] | None = None) -> Result:
+        return await run_command(command, scope, limits, bwrap_path=self.bwrap_path,
+                                 allow_unsandboxed=self.allow_unsandboxed, env=env)
+
+    def isolation(self) -> tuple[bool, str]:
+        """(usable, what): whether commands can run, and under which isolation, for `doctor`."""
+        ok, why = isolation_available(self.bwrap_path)
+        if ok:
+            return True, why
+        if self.allow_unsandboxed:
+            return True, f"NONE: commands run unsandboxed (allow_unsandboxed = true; {why})"
+        return False, f"unavailable: {why}"

@@ -1,34 +1,77 @@
-"""The skill API: a name, a description, a JSON schema for the arguments, and an async run()."""
+"""The skill API: a name, a description, a JSON schema for the arguments, the permissions it needs,
+and an async run(args, ctx). The context says who is calling with which scopes; it is built by the
+daemon from the config, never from anything the model wrote."""
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from sandbox.policy import Principal
+from sandbox.runner import Result, Sandbox
 
 
 class SkillError(Exception):
     """A failure to report back to the model as the tool's result (not a crash)."""
 
 
+class SkillDenied(SkillError):
+    """The principal's scopes forbid this particular call (a path outside its roots, a recipient
+    not allowed). Audited as "denied"; the message says what was denied and why."""
+
+
+@dataclass
+class AuditNote:
+    """What a run adds to its audit row beyond who/what/decision/duration, filled by the skill."""
+
+    exit_status: int | None = None
+    detail: str | None = None
+
+
 @dataclass
 class SkillContext:
-    """Who is calling and with which scopes. Built by the daemon from config, never by the model."""
-
-    user: str  # "channel:id"
-    role: str
+    principal: Principal
+    sandbox: Sandbox = field(default_factory=Sandbox)
     chat_id: str = ""
     settings: dict[str, Any] = field(default_factory=dict)  # this skill's [skills.NAME] table
+    audit: AuditNote = field(default_factory=AuditNote)
+
+    @property
+    def user(self) -> str:
+        return self.principal.user
+
+    @property
+    def role(self) -> str:
+        return self.principal.role.name
+
+    async def run(self, command: str) -> Result:
+        """A shell command in the sandbox, with this principal's scope and limits."""
+        return await self.sandbox.run(command, self.principal.scope, self.principal.limits)
 
 
 class Skill(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    # What the skill touches, for `openclaw skills list` and the admin's judgement: "exec" (runs
+    # programs in the sandbox), "files.read", "files.write", "network", "email.send", "email.read".
+    permissions: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> list[str]:
+        """Problems with this skill's [skills.NAME] table, each naming the key. None by default."""
+        return []
 
     @abstractmethod
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         """Do the work; return the text the model reads. Raise SkillError for expected failures."""
+
+    def describe(self, args: dict[str, Any]) -> str:
+        """What a call will do, shown to the user when it needs approval: the exact command or
+        file. Default: the arguments as JSON."""
+        return f"{self.name} {json.dumps(args, ensure_ascii=False)}"
 
     def spec(self) -> dict[str, Any]:
         """The tool as the chat template lists it (OpenAI function format)."""

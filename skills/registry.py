@@ -1,10 +1,26 @@
-"""The skills a daemon offers, by name, and the check of a call's arguments against the schema."""
+"""The skills a daemon offers, by name: built-ins, third-party classes (the "openclaw.skills" entry
+point group, or "module:Class"), and SKILL.md folders; with each one's settings and origin. Also the
+check of a call's arguments against the skill's schema."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from skills.base import Skill
+
+ENTRY_POINT_GROUP = "openclaw.skills"
+BUILTINS = {
+    "clock": "skills.builtin.clock:ClockSkill",
+    "shell": "skills.builtin.shell:ShellSkill",
+    "files": "skills.builtin.files:FilesSkill",
+    "email": "skills.builtin.email:EmailSkill",
+}
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
@@ -12,19 +28,122 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+class SkillLoadError(Exception):
+    """Problems loading the configured skills; each names the config key it is about."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class _Entry:
+    skill: Skill
+    origin: str  # "built-in", "entry point (dist 1.0)", "module:Class", "SKILL.md: /path"
+    settings: dict[str, Any]
+
+
 class SkillRegistry:
-    def __init__(self, skills: list[Skill]) -> None:
-        self._skills = {s.name: s for s in skills}
+    def __init__(self, skills: list[Skill] | None = None) -> None:
+        self._entries: dict[str, _Entry] = {}
+        for skill in skills or []:
+            self.add(skill, "built-in")
+
+    def add(self, skill: Skill, origin: str, settings: dict[str, Any] | None = None) -> None:
+        if skill.name in self._entries:
+            raise SkillLoadError([f"two skills are named {skill.name!r} ({self._entries[skill.name].origin}"
+                                  f" and {origin})"])
+        self._entries[skill.name] = _Entry(skill, origin, dict(settings or {}))
 
     def get(self, name: str) -> Skill | None:
-        return self._skills.get(name)
+        entry = self._entries.get(name)
+        return entry.skill if entry else None
+
+    def origin(self, name: str) -> str:
+        return self._entries[name].origin
+
+    def settings(self, name: str) -> dict[str, Any]:
+        return self._entries[name].settings
 
     @property
     def names(self) -> list[str]:
-        return list(self._skills)
+        return list(self._entries)
 
     def tool_specs(self, allowed: list[str] | None = None) -> list[dict[str, Any]]:
-        return [s.spec() for n, s in self._skills.items() if allowed is None or n in allowed]
+        return [e.skill.spec() for n, e in self._entries.items() if allowed is None or n in allowed]
+
+
+def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[str, Any]]) -> SkillRegistry:
+    """Build the registry from `[skills]`: `enabled` names built-ins, entry points or "module:Class";
+    `dirs` are folders of SKILL.md skills; `settings` are the `[skills.NAME]` tables."""
+    registry = SkillRegistry()
+    problems: list[str] = []
+    for index, ref in enumerate(enabled):
+        try:
+            cls, origin = _resolve(ref)
+            problems += [f"skills.{cls.name}.{p}" for p in cls.check_settings(settings.get(cls.name, {}))]
+            registry.add(cls(), origin, settings.get(cls.name, {}))
+        except SkillLoadError as exc:
+            problems += [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
+    from skills.skill_md import load_skill_dirs
+
+    for skill, origin, problem in load_skill_dirs(dirs):
+        if problem:
+            problems.append(f"skills.dirs: {problem}")
+            continue
+        try:
+            registry.add(skill, origin, settings.get(skill.name, {}))
+        except SkillLoadError as exc:
+            problems += [f"skills.dirs: {p}" for p in exc.problems]
+    unused = [n for n in settings if n not in registry.names]
+    problems += [f"skills.{n}: settings for a skill that is not enabled (enabled: "
+                 f"{', '.join(registry.names) or 'none'})" for n in unused]
+    if problems:
+        raise SkillLoadError(problems)
+    return registry
+
+
+def _resolve(ref: str) -> tuple[type[Skill], str]:
+    """The Skill class `ref` names, and where it came from."""
+    if ref in BUILTINS:
+        return _import(BUILTINS[ref]), "built-in"
+    if ":" in ref:
+        return _import(ref), ref
+    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == ref]
+    if not found:
+        available = sorted(set(BUILTINS) | {ep.name for ep in
+                                             importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+        raise SkillLoadError([f"no such skill; built-ins and installed entry points: {', '.join(available)}"
+                              "; or give a third-party class as \"module:Class\""])
+    ep = found[0]
+    try:
+        cls = ep.load()
+    except Exception as exc:
+        raise SkillLoadError([f"entry point {ep.value} failed to load: {type(exc).__name__}: {exc}"]) from exc
+    dist = f" from {ep.dist.name} {ep.dist.version}" if ep.dist else ""
+    return _check_class(cls, ep.value), f"entry point{dist}"
+
+
+def _import(target: str) -> type[Skill]:
+    module_name, _, attr = target.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise SkillLoadError([f"cannot import {target}: {type(exc).__name__}: {exc}"]) from exc
+    return _check_class(obj, target)
+
+
+def _check_class(obj: Any, target: str) -> type[Skill]:
+    if not (isinstance(obj, type) and issubclass(obj, Skill)):
+        raise SkillLoadError([f"{target} is not a subclass of skills.Skill"])
+    missing = [a for a in ("name", "description") if not isinstance(getattr(obj, a, None), str)]
+    if missing:
+        raise SkillLoadError([f"{target} does not set {' and '.join(missing)}"])
+    if not _NAME.fullmatch(obj.name):
+        raise SkillLoadError([f"{target}: skill name {obj.name!r} must be letters, digits, _ or -"])
+    return obj
 
 
 def check_arguments(schema: dict[str, Any], args: Any) -> list[str]:
@@ -49,15 +168,6 @@ def check_arguments(schema: dict[str, Any], args: Any) -> list[str]:
             and not (t in ("integer", "number") and isinstance(value, bool)) for t in types)
         if not ok:
             problems.append(f"argument {key!r} must be {' or '.join(types)}, got {type(value).__name__}")
+        elif "enum" in props[key] and value not in props[key]["enum"]:
+            problems.append(f"argument {key!r} must be one of {props[key]['enum']}, got {value!r}")
     return problems
-
-
-def default_registry(enabled: list[str]) -> SkillRegistry:
-    """The built-ins named in `enabled`. The sandbox issue adds shell, files, email and plugins."""
-    from skills.builtin.clock import ClockSkill
-
-    builtins = {ClockSkill.name: ClockSkill}
-    unknown = [n for n in enabled if n not in builtins]
-    if unknown:
-        raise ValueError(f"skills.enabled: unknown skill(s) {unknown}; available: {list(builtins)}")
-    return SkillRegistry([builtins[n]() for n in enabled])

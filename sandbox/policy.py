@@ -1,0 +1,131 @@
+"""What a principal may do. Roles come from the admin's config; a principal is one user with one
+role, resolved to concrete scopes (workspace, extra paths, network, limits, email recipients).
+
+Every decision here is a function of the config and the user's identity, which the gateway takes
+from the messaging service, never of anything the model or a tool's output wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbox.runner import Limits, Scope
+
+ANY = "*"
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    skills: frozenset[str] = frozenset()  # {"*"}: every enabled skill
+    workspace: str | None = None  # a folder, "{user}" replaced; None: <data_dir>/workspaces/<user>
+    read_only: tuple[Path, ...] = ()
+    read_write: tuple[Path, ...] = ()
+    network: bool = False
+    limits: Limits = field(default_factory=Limits)
+    email_recipients: frozenset[str] = frozenset()  # exact addresses (lower case); "*": anyone
+    email_domains: frozenset[str] = frozenset()  # "example.org" allows anyone@example.org
+    approval: frozenset[str] = frozenset()  # skills whose every call the user must approve
+    approval_timeout_s: float = 300.0
+
+    def grants(self, skill: str) -> bool:
+        return ANY in self.skills or skill in self.skills
+
+
+# The two roles every install has. An admin may redefine either with [roles.admin] / [roles.user].
+BUILTIN_ROLES = {
+    "admin": Role("admin", skills=frozenset({ANY}), network=True, email_recipients=frozenset({ANY}),
+                  limits=Limits(cpu_seconds=120, memory_bytes=4 << 30, wall_seconds=300)),
+    # Paired users get harmless skills and their own workspace; shell, email and the network are
+    # opt-in per role.
+    "user": Role("user", skills=frozenset({"clock", "files"})),
+}
+
+
+def safe_user_dir(user: str) -> str:
+    """A folder name for a "channel:id" user: no separators, no dot tricks, readable."""
+    name = re.sub(r"[^A-Za-z0-9_.@-]", "_", user.replace(":", "-"))
+    return name.lstrip(".") or "_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """One user acting with one role: what every skill call is checked against."""
+
+    user: str  # "channel:id"
+    role: Role
+    workspace: Path
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(workspace=self.workspace, read_only=self.role.read_only,
+                     read_write=self.role.read_write, network=self.role.network)
+
+    @property
+    def limits(self) -> Limits:
+        return self.role.limits
+
+    def may_use(self, skill: str) -> bool:
+        return self.role.grants(skill)
+
+    def needs_approval(self, skill: str) -> bool:
+        return skill in self.role.approval
+
+    def may_email(self, address: str) -> bool:
+        address = address.strip().lower()
+        if ANY in self.role.email_recipients or address in self.role.email_recipients:
+            return True
+        domain = address.rpartition("@")[2]
+        return bool(domain) and domain in self.role.email_domains
+
+    def file_roots(self) -> list[tuple[Path, bool]]:
+        """Folders the file skills may touch, each with whether it is writable; workspace first."""
+        return ([(self.workspace, True)] + [(p, True) for p in self.role.read_write]
+                + [(p, False) for p in self.role.read_only])
+
+
+class UnknownRole(LookupError):
+    pass
+
+
+class Policy:
+    """Roles by name, and the resolution of a user to a Principal."""
+
+    def __init__(self, roles: dict[str, Role], data_dir: Path, role_of: Callable[[str], str]) -> None:
+        self.roles = {**BUILTIN_ROLES, **roles}
+        self.data_dir = Path(data_dir)
+        self._role_of = role_of
+
+    def role(self, name: str) -> Role:
+        try:
+            return self.roles[name]
+        except KeyError:
+            raise UnknownRole(f"role {name!r} is not defined (roles: {', '.join(self.roles)})") from None
+
+    def principal(self, user: str, role: str | None = None) -> Principal:
+        """`user` with its configured role (or `role`), its workspace created on first use."""
+        resolved = self.role(role or self._role_of(user))
+        workspace = self.workspace_path(user, resolved)
+        if not workspace.is_dir():
+            workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if os.geteuid() == 0 and workspace.parent == self.data_dir / "workspaces":
+                # As root, commands run as the sandbox uid, which must be able to walk down to its
+                # workspace: search (not list) permission on the folders above it.
+                for folder in (self.data_dir, workspace.parent):
+                    mode = folder.stat().st_mode
+                    folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+        return Principal(user, resolved, workspace)
+
+    def workspace_path(self, user: str, role: Role | None = None) -> Path:
+        role = role or self.role(self._role_of(user))
+        if role.workspace:
+            return Path(role.workspace.replace("{user}", safe_user_dir(user))).expanduser()
+        return self.data_dir / "workspaces" / safe_user_dir(user)
+
+    def roles_granting(self, skill: str) -> list[str]:
+        return [name for name, role in self.roles.items() if role.grants(skill)]

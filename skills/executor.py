@@ -1,0 +1,124 @@
+"""One skill call, start to end, the same for the model and for `openclaw skills run`: policy check,
+argument check, approval, the run itself with a time limit, and the audit row.
+
+The caller's identity comes in as a Principal built from the config; nothing the model wrote
+(arguments, earlier tool output) can widen what it may do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.policy import Principal
+from sandbox.runner import Sandbox, SandboxUnavailable
+from skills.base import AuditNote, SkillContext, SkillDenied, SkillError
+from skills.registry import SkillRegistry, check_arguments
+
+log = logging.getLogger(__name__)
+
+MAX_RESULT_CHARS = 16_000
+
+# (principal, skill name, what it will do) -> approved? The gateway asks in the chat.
+Approver = Callable[[Principal, str, str], Awaitable[bool]]
+# The audit sink: Store.add_audit's signature.
+AuditSink = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Outcome:
+    text: str  # what the model (or the admin) reads
+    ok: bool
+    decision: str  # allowed | denied | invalid | rejected | timeout | unknown
+
+
+async def _never_approved(principal: Principal, skill: str, summary: str) -> bool:
+    return False
+
+
+class Executor:
+    def __init__(self, registry: SkillRegistry, sandbox: Sandbox, audit: AuditSink | None = None,
+                 timeout_s: float = 60.0) -> None:
+        self.registry, self.sandbox, self._audit, self.timeout_s = registry, sandbox, audit, timeout_s
+
+    def available(self, principal: Principal) -> list[str]:
+        """The skills this principal may call: enabled here and granted by its role."""
+        return [name for name in self.registry.names if principal.may_use(name)]
+
+    async def call(self, name: str, args: Any, principal: Principal, *, chat_id: str = "",
+                   approver: Approver = _never_approved) -> Outcome:
+        skill = self.registry.get(name)
+        if skill is None or not principal.may_use(name):
+            available = ", ".join(self.available(principal)) or "none"
+            if skill is None:
+                return await self._done(principal, name, args, Outcome(
+                    f"error: there is no tool named {name!r}; available tools: {available}",
+                    False, "unknown"))
+            return await self._done(principal, name, args, Outcome(
+                f"error: denied: the role {principal.role.name!r} of {principal.user} may not use "
+                f"{name!r} (it may use: {available})", False, "denied"))
+        problems = check_arguments(skill.parameters, args)
+        if problems:
+            return await self._done(principal, name, args, Outcome(
+                f"error: bad arguments for {name}: " + "; ".join(problems), False, "invalid"))
+        if principal.needs_approval(name):
+            verdict = await self._ask(approver, principal, name, skill.describe(args))
+            if verdict is not None:
+                return await self._done(principal, name, args, verdict)
+        ctx = SkillContext(principal=principal, sandbox=self.sandbox, chat_id=chat_id,
+                           settings=self.registry.settings(name))
+        started = time.monotonic()
+        try:
+            output = await asyncio.wait_for(skill.run(args, ctx), self.timeout_s)
+            outcome = Outcome(output, True, "allowed")
+        except SkillDenied as exc:
+            outcome = Outcome(f"error: denied: {exc}", False, "denied")
+        except SkillError as exc:
+            outcome = Outcome(f"error: {exc}", False, "allowed")
+        except SandboxUnavailable as exc:
+            outcome = Outcome(f"error: {exc}", False, "allowed")
+        except TimeoutError:
+            outcome = Outcome(f"error: {name} did not finish within {self.timeout_s:g} s", False, "allowed")
+        except asyncio.CancelledError:
+            ctx.audit.detail = "cancelled (/stop or shutdown)"
+            await self._done(principal, name, args, Outcome("", False, "allowed"), ctx.audit, started)
+            raise
+        except Exception as exc:  # a broken skill must not end the conversation
+            log.exception("skill %s failed", name)
+            outcome = Outcome(f"error: {name} failed: {type(exc).__name__}: {exc}", False, "allowed")
+        if not outcome.ok and ctx.audit.detail is None:
+            ctx.audit.detail = outcome.text[:500]
+        return await self._done(principal, name, args, outcome, ctx.audit, started)
+
+    async def _ask(self, approver: Approver, principal: Principal, name: str,
+                   summary: str) -> Outcome | None:
+        """None when approved; else the outcome that says why it did not run."""
+        timeout = principal.role.approval_timeout_s
+        try:
+            approved = await asyncio.wait_for(approver(principal, name, summary), timeout)
+        except TimeoutError:
+            return Outcome(f"error: {name} needs the user's approval, and none came within "
+                           f"{timeout:g} s; it did not run", False, "timeout")
+        if not approved:
+            return Outcome(f"error: the user denied this {name} call; it did not run", False, "rejected")
+        return None
+
+    async def _done(self, principal: Principal, name: str, args: Any, outcome: Outcome,
+                    note: AuditNote | None = None, started: float | None = None) -> Outcome:
+        if len(outcome.text) > MAX_RESULT_CHARS:
+            outcome.text = (outcome.text[:MAX_RESULT_CHARS]
+                            + f"\n[cut: {len(outcome.text)} characters in all]")
+        if self._audit is not None:
+            note = note or AuditNote(detail=None if outcome.ok else outcome.text[:500])
+            duration = None if started is None else int((time.monotonic() - started) * 1000)
+            try:
+                await self._audit(principal.user, name, args if isinstance(args, dict) else {"raw": args},
+                                  outcome.decision, exit_status=note.exit_status, duration_ms=duration,
+                                  output_bytes=len(outcome.text.encode()), detail=note.detail)
+            except Exception:  # the audit must not turn a finished action into a crash
+                log.exception("could not write the audit row for %s", name)
+        return outcome
