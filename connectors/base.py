@@ -14,6 +14,12 @@ from openclaw.gateway_types import InboundMessage
 Handler = Callable[[InboundMessage], Awaitable[None]]
 
 
+class DeliveryRefused(Exception):
+    """The service refused a message for good (the user blocked the bot, the chat is gone, the text
+    is invalid): the gateway marks it failed instead of retrying. Any other exception from
+    send_text means "try again later"."""
+
+
 class Connector(Protocol):
     name: str  # the channel: "terminal", "telegram", "discord"
     max_message_len: int

@@ -26,8 +26,15 @@ def configured_connectors(config: Config, workspace_for: WorkspaceFor) -> list:
 
 
 def _telegram(config: Config, workspace_for: WorkspaceFor):
-    raise ConfigError(config.source, [
-        "telegram.enabled = true: the telegram connector is not part of this release yet; set it to false"])
+    from connectors.telegram import TelegramConnector  # imports python-telegram-bot only when used
+
+    section = config.telegram
+    if section.webhook_url is not None:
+        raise ConfigError(config.source, [
+            f'telegram.webhook_url = "{section.webhook_url}": webhooks are not supported yet; remove '
+            "the key to use long polling, which needs no open port"])
+    return TelegramConnector(section.token.get(), workspace_for=workspace_for,
+                             base_url=section.base_url, base_file_url=section.base_file_url)
 
 
 def _discord(config: Config, workspace_for: WorkspaceFor):
@@ -36,9 +43,6 @@ def _discord(config: Config, workspace_for: WorkspaceFor):
 
 
 def default_workspace_for(config: Config) -> WorkspaceFor:
-    """Each user's workspace folder under the data dir (created on first use)."""
-    def workspace_for(user: str) -> Path:
-        folder = config.data_dir / "workspaces" / user.replace(":", "-").replace("/", "_")
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return folder
-    return workspace_for
+    """Each user's workspace, as the sandbox policy places it (created on first use)."""
+    policy = config.policy()
+    return lambda user: policy.principal(user).workspace

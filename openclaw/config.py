@@ -511,6 +511,111 @@ class SkillsConfig(_Section):
 _SECRET_KEY = re.compile(r"pass|token|secret|key|credential", re.IGNORECASE)
 
 
+def _resolve_skill_secrets(name: str, table: dict[str, Any], base_dir: Path | None) -> tuple[
+        dict[str, Any], list[str]]:
+    """A skill's settings with "env:NAME" / "file:PATH" references in credential-like keys
+    resolved, for handing to the skill (skills never see the config machinery); and problems."""
+    info = None if base_dir is None else _BaseDirInfo(base_dir)
+    resolved, problems = {}, []
+    for key, value in table.items():
+        if _SECRET_KEY.search(key) and isinstance(value, str):
+            try:
+                value = _resolve_reference(value, info)[0]  # type: ignore[arg-type]
+            except PydanticCustomError as exc:
+                problems.append(f"skills.{name}.{key}: {exc.message()}")
+        resolved[key] = value
+    return resolved, problems
+
+
+class _BaseDirInfo:
+    """Just enough of ValidationInfo for _resolve_reference outside validation."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.context = {"base_dir": base_dir}
+
+
+_ROLE_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class RoleConfig(_Section):
+    """`[roles.NAME]`: what users with this role may do. [roles.admin] and [roles.user] change the
+    built-in roles: keys left out keep the built-in values."""
+
+    skills: list[str] = []
+    """Skills this role may use, by name; "*" for every enabled skill."""
+    workspace: str | None = None
+    """The user's folder ("{user}" is replaced); unset: <data_dir>/workspaces/<user>."""
+    read_only: list[ConfigPath] = []
+    """Extra folders the role's skills may read (shell sees them at the same path)."""
+    read_write: list[ConfigPath] = []
+    """Extra folders the role's skills may write."""
+    network: bool = False
+    """Network access for shell commands."""
+    cpu_seconds: int = Field(30, ge=1)
+    memory_mb: int = Field(1024, ge=16)
+    wall_seconds: float = Field(60, gt=0)
+    output_bytes: int = Field(64 * 1024, ge=1024)
+    file_size_mb: int = Field(64, ge=1)
+    """Largest file a command or the files skill may write."""
+    processes: int = Field(64, ge=1)
+    email_recipients: list[str] = []
+    """Addresses the email skill may send to; "*" for anyone."""
+    email_domains: list[str] = []
+    """Domains the email skill may send to (anyone@domain)."""
+    approval: list[str] = []
+    """Skills whose every call the user must approve in the chat (/approve N or /deny N)."""
+    approval_timeout_s: float = Field(300, gt=0)
+    """Seconds to wait for an approval; no answer counts as deny."""
+
+    @field_validator("email_recipients")
+    @classmethod
+    def _addresses(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if v != "*" and not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", v)]
+        if bad:
+            raise ValueError(f"not email addresses: {bad}; use e.g. \"me@example.org\" or \"*\"")
+        return [v.lower() for v in values]
+
+    @field_validator("email_domains")
+    @classmethod
+    def _domains(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if not re.fullmatch(r"[A-Za-z0-9.-]+\.[A-Za-z]{2,}", v)]
+        if bad:
+            raise ValueError(f"not domain names: {bad}; use e.g. \"example.org\" (no @)")
+        return [v.lower() for v in values]
+
+    def to_role(self, name: str, base: Any | None = None) -> Any:
+        """The sandbox Role; for a built-in name, keys not given here keep `base`'s values."""
+        from dataclasses import replace
+
+        from sandbox.policy import Role
+
+        given = self.model_fields_set
+        limits_given = given & {"cpu_seconds", "memory_mb", "wall_seconds", "output_bytes",
+                                "file_size_mb", "processes"}
+        role = base or Role(name)
+        fields: dict[str, Any] = {}
+        if base is None or limits_given:
+            old = role.limits
+            pick = lambda key, value, current: value if (base is None or key in given) else current  # noqa: E731
+            fields["limits"] = replace(
+                old,
+                cpu_seconds=pick("cpu_seconds", self.cpu_seconds, old.cpu_seconds),
+                memory_bytes=pick("memory_mb", self.memory_mb << 20, old.memory_bytes),
+                wall_seconds=pick("wall_seconds", self.wall_seconds, old.wall_seconds),
+                output_bytes=pick("output_bytes", self.output_bytes, old.output_bytes),
+                file_size_bytes=pick("file_size_mb", self.file_size_mb << 20, old.file_size_bytes),
+                processes=pick("processes", self.processes, old.processes))
+        simple = {"skills": frozenset(self.skills), "workspace": self.workspace,
+                  "read_only": tuple(self.read_only), "read_write": tuple(self.read_write),
+                  "network": self.network, "email_recipients": frozenset(self.email_recipients),
+                  "email_domains": frozenset(self.email_domains), "approval": frozenset(self.approval),
+                  "approval_timeout_s": self.approval_timeout_s}
+        for key, value in simple.items():
+            if base is None or key in given:
+                fields[key] = value
+        return replace(role, name=name, **fields)
+
+
 def _redact_settings(table: dict[str, Any]) -> dict[str, Any]:
     """Skill settings are free-form until each skill types them: mask what looks like a credential."""
     return {
@@ -533,7 +638,7 @@ class Config(_Section):
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
-    roles: dict[str, dict[str, Any]] = {}
+    roles: dict[str, RoleConfig] = {}
     """`[roles.NAME]` tables: what each role may do (skills, paths, network, limits)."""
 
     _source: Path | None = PrivateAttr(None)
@@ -544,16 +649,48 @@ class Config(_Section):
             self.store.url = f"sqlite+aiosqlite:///{self.data_dir / 'openclaw.db'}"
         return self
 
+    @model_validator(mode="after")
+    def _roles_exist(self) -> Config:
+        bad_names = [n for n in self.roles if not _ROLE_NAME.fullmatch(n)]
+        if bad_names:
+            raise ValueError(f"roles: role names are letters, digits, _ and -; got {bad_names}")
+        known = {"admin", "user", *self.roles}
+        for user, role in self.access.roles.items():
+            if role not in known:
+                raise ValueError(f'access.roles: {user} has the role "{role}", which is not defined; '
+                                 f"add a [roles.{role}] table or use one of: {', '.join(sorted(known))}")
+        return self
+
+    def policy(self) -> Any:
+        """The sandbox policy: built-in roles changed or extended by [roles.NAME]."""
+        from sandbox.policy import BUILTIN_ROLES, Policy
+
+        roles = {name: table.to_role(name, BUILTIN_ROLES.get(name)) for name, table in self.roles.items()}
+        return Policy(roles, self.data_dir, self.user_role)
+
+    def skill_settings(self) -> dict[str, dict[str, Any]]:
+        """Each [skills.NAME] table with its credential references resolved; ConfigError if one
+        cannot be (an unset variable, an unreadable file)."""
+        base = self._source.parent if self._source else None
+        settings, problems = {}, []
+        for name, table in self.skills.settings.items():
+            settings[name], found = _resolve_skill_secrets(name, table, base)
+            problems += found
+        if problems:
+            raise ConfigError(self._source, problems)
+        return settings
+
     @property
     def source(self) -> Path | None:
         """The file this config was read from; None when it is all defaults."""
         return self._source
 
     def user_role(self, user: str) -> str:
-        """The role of a "channel:id" user: access.roles, else "admin" for admins, else "user"."""
+        """The role of a "channel:id" user: access.roles, else "admin" for admins and the console's
+        owner (terminal:local), else "user"."""
         if user in self.access.roles:
             return self.access.roles[user]
-        return "admin" if user in self.access.admins else "user"
+        return "admin" if user in self.access.admins or user == "terminal:local" else "user"
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -626,6 +763,8 @@ def _problem(err: Any) -> str:
     loc = [p for p in err["loc"] if p != "[key]"]
     key = _dotted(loc)
     kind = err["type"]
+    if not loc and kind == "value_error":  # a whole-file check; its message names the key itself
+        return re.sub(r"^Value error, ", "", err["msg"])
     if kind == "extra_forbidden":
         return f"{key} = {_show(err['input'])}: {_unknown_key_hint(loc)}"
     if kind in _EXPECTED:

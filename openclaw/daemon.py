@@ -15,8 +15,8 @@ from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config
 from openclaw.gateway import Gateway
 from openclaw.metrics import Metrics
+from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
-from skills import default_registry
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
         self.store = await Store.open(cfg.store.url)
         if self.model is None:
             from engine import AsyncLLM
@@ -49,8 +50,8 @@ class Daemon:
             log.info("loading the model (%s)", cfg.engine.model or "embedded SmolLM2-135M-Instruct")
             self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
                                                  **cfg.engine.as_engine_kwargs())
-        skills = default_registry(cfg.skills.enabled)
-        agent = Agent(self.model, self.store, skills, cfg.agent, metrics=self.metrics)
+        executor = executor_for(cfg, skills, self.store.add_audit)
+        agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         self._register_gauges()
         if cfg.admin.enabled:
@@ -61,6 +62,7 @@ class Daemon:
         for connector in self.connectors:
             self.gateway.add_connector(connector)
         await self.gateway.recover()
+        await self.gateway.outbox.recover()
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
         systemd.ready()
@@ -113,6 +115,8 @@ class Daemon:
                 await connector.stop()
             except Exception:
                 log.exception("stopping the %s connector failed", connector.name)
+        if self.gateway:  # what is still undelivered stays pending for the next start
+            await self.gateway.outbox.close()
         if self._watchdog:
             self._watchdog.cancel()
         if self.admin:

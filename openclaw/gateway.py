@@ -16,11 +16,14 @@ from typing import Any
 
 from connectors.base import Connector, chunk_text
 from openclaw.agent import Agent, Caller
+from openclaw.approvals import Approvals
 from openclaw.config import Config
 from openclaw.gateway_types import InboundMessage
 from openclaw.metrics import Metrics
+from openclaw.outbox import Outbox
 from openclaw.store import Store
-from openclaw.store.records import InboundEvent, InboundStatus, OutboundStatus, UserStatus
+from openclaw.store.records import InboundEvent, InboundStatus, UserStatus
+from sandbox.policy import Policy, Principal
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +33,11 @@ HELP = (
     "/new - archive this conversation and start a fresh one\n"
     "/stop - stop the answer being generated (and any running tool)\n"
     "/status - model, device, queue, KV cache use, tokens used today\n"
+    "/approve N, /deny N - answer a request to run a tool\n"
     "/help - this list"
 )
+COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny")
+TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
 
 
 @dataclass
@@ -72,10 +78,13 @@ class _Sink:
 
 class Gateway:
     def __init__(self, config: Config, store: Store, agent: Agent, model: Any,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, policy: Policy | None = None) -> None:
         self.config, self.store, self.agent, self.model = config, store, agent, model
         self.metrics = metrics or Metrics()
+        self.policy = policy or config.policy()
         self.connectors: dict[str, Connector] = {}
+        self.outbox = Outbox(store, self.connectors, self.metrics)
+        self.approvals = Approvals()
         self._lanes: dict[tuple[str, str, str], Lane] = {}
         self._accepting = True
         self._allowed: set[str] = set()  # users seen allowed; the store only ever widens this
@@ -101,7 +110,7 @@ class Gateway:
             return
         command = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.startswith("/") else ""
         command = command.split("@", 1)[0]  # Telegram groups address commands as /cmd@botname
-        if command in ("/new", "/stop", "/status", "/help", "/start"):
+        if command in COMMANDS:
             await self._command(command, msg, event)
             return
         self._lane(msg).queue.put_nowait((msg, event, role, False))
@@ -188,6 +197,9 @@ class Gateway:
             text = "Stopped." if stopped else "Nothing to stop."
         elif command == "/status":
             text = await self._status_text(msg.user)
+        elif command in ("/approve", "/deny"):
+            argument = msg.text.strip().split(maxsplit=1)[1:]
+            text = self.approvals.answer(msg.user, argument[0] if argument else "", command == "/approve")
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:
@@ -252,10 +264,12 @@ class Gateway:
             lane.stop_requested = False
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
             return
-        caller = Caller(user=msg.user, role=role, chat_id=msg.chat_id)
+        principal = self.policy.principal(msg.user, role)
+        caller = Caller(principal, msg.chat_id, approver=self._approver(msg))
         stream = bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False)) or (
             msg.channel == "terminal")
         sink = _Sink(connector, msg.chat_id, stream)
+        typing = asyncio.create_task(self._keep_typing(sink))
         text = msg.text
         if msg.attachments:
             text += "\n\n[attached files: " + ", ".join(msg.attachments) + "]"
@@ -272,6 +286,7 @@ class Gateway:
             return
         finally:
             lane.current = None
+            typing.cancel()
         self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
         self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
         self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
@@ -284,23 +299,29 @@ class Gateway:
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
                     event: InboundEvent | None) -> None:
-        """Chunk, store each piece as outbound (pending), send, and record the outcome."""
+        """Chunk to the channel's limit and hand to the outbox (stored, sent in order, retried)."""
         connector = self.connectors.get(channel)
         if connector is None:
             log.warning("no %s connector to deliver a reply", channel)
             return
-        for piece in chunk_text(text, connector.max_message_len):
-            out = await self.store.add_outbound(channel, chat_id, piece,
-                                                conversation_id=conversation_id,
-                                                inbound_event_id=event.id if event else None)
-            try:
-                external_id = await connector.send_text(chat_id, piece)
-            except Exception as exc:
-                log.warning("sending to %s:%s failed: %s", channel, chat_id, exc)
-                await self.store.mark_outbound(out.id, OutboundStatus.FAILED, error=str(exc))
-                continue
-            await self.store.mark_outbound(out.id, OutboundStatus.SENT, external_message_id=external_id)
-            self.metrics.inc("openclaw_outbound_messages_total", channel=channel)
+        await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
+                               conversation_id=conversation_id,
+                               inbound_event_id=event.id if event else None)
+
+    def _approver(self, msg: InboundMessage):
+        """Asks in this chat; the answer must come from this user (see Approvals)."""
+        async def approve(principal: Principal, skill: str, summary: str) -> bool:
+            async def send(text: str) -> None:
+                await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
+            return await self.approvals.ask(principal.user, skill, summary, send)
+        return approve
+
+    @staticmethod
+    async def _keep_typing(sink: _Sink) -> None:
+        """The typing indicator stays on while the model works (it fades after about 5 s)."""
+        while True:
+            await sink.typing()
+            await asyncio.sleep(TYPING_REFRESH_S)
 
     # ---- shutdown ------------------------------------------------------------------------
 

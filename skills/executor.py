@@ -36,7 +36,7 @@ class Outcome:
     decision: str  # allowed | denied | invalid | rejected | timeout | unknown
 
 
-async def _never_approved(principal: Principal, skill: str, summary: str) -> bool:
+async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
     return False
 
 
@@ -50,7 +50,7 @@ class Executor:
         return [name for name in self.registry.names if principal.may_use(name)]
 
     async def call(self, name: str, args: Any, principal: Principal, *, chat_id: str = "",
-                   approver: Approver = _never_approved) -> Outcome:
+                   approver: Approver = never_approve) -> Outcome:
         skill = self.registry.get(name)
         if skill is None or not principal.may_use(name):
             available = ", ".join(self.available(principal)) or "none"

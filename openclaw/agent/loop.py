@@ -16,12 +16,12 @@ from openclaw.agent.context import Budget, ContextBuilder, PromptTooLong
 from openclaw.agent.model import ChatModel
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
-from skills import SkillContext, SkillError, SkillRegistry
-from skills.registry import check_arguments
+from sandbox.policy import Principal
+from skills import Executor
+from skills.executor import Approver, never_approve
 
 log = logging.getLogger(__name__)
 
-MAX_TOOL_RESULT_CHARS = 16_000
 APOLOGY = "Sorry, something went wrong while I was answering. It has been logged; please try again."
 
 
@@ -44,16 +44,22 @@ class TurnResult:
 
 @dataclass
 class Caller:
-    user: str  # "channel:id"
-    role: str
+    """Who this turn acts for, as the gateway established it from the messaging service and the
+    config; and how to ask them to approve a call."""
+
+    principal: Principal
     chat_id: str
-    allowed_skills: list[str] | None = None  # None: every registered skill
+    approver: Approver = never_approve
+
+    @property
+    def user(self) -> str:
+        return self.principal.user
 
 
 class Agent:
-    def __init__(self, model: ChatModel, store: Any, skills: SkillRegistry,
+    def __init__(self, model: ChatModel, store: Any, executor: Executor,
                  settings: AgentConfig, metrics: Metrics | None = None) -> None:
-        self.model, self.store, self.skills, self.settings = model, store, skills, settings
+        self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
         context = min(settings.context_tokens or model.max_model_len, model.max_model_len)
         if context - settings.reply_max_tokens < 64:
@@ -69,7 +75,7 @@ class Agent:
         """Store the user's message and answer it. Cancelling the task (/stop) aborts the model
         and any running tool; what was stored before stays stored. `resumed`: a message stored
         before a restart, whose turn may already have stored the user's text."""
-        tools = self.skills.tool_specs(caller.allowed_skills) or None
+        tools = self.executor.registry.tool_specs(self.executor.available(caller.principal)) or None
         result = TurnResult(text="", steps=0)
         alone = [{"role": "system", "content": self.settings.system_prompt},
                  {"role": "user", "content": text}]
@@ -143,29 +149,9 @@ class Agent:
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
     async def _call_tool(self, call: ToolCall, caller: Caller) -> str:
-        skill = self.skills.get(call.name)
-        allowed = caller.allowed_skills is None or call.name in caller.allowed_skills
-        if skill is None or not allowed:
-            names = ", ".join(self.skills.names if caller.allowed_skills is None
-                              else caller.allowed_skills) or "none"
-            return f"error: there is no tool named {call.name!r}; available tools: {names}"
-        problems = check_arguments(skill.parameters, call.arguments)
-        if problems:
-            return f"error: bad arguments for {call.name}: " + "; ".join(problems)
-        ctx = SkillContext(user=caller.user, role=caller.role, chat_id=caller.chat_id)
-        try:
-            output = await asyncio.wait_for(skill.run(call.arguments, ctx),
-                                            self.settings.tool_timeout_s)
-        except SkillError as exc:
-            return f"error: {exc}"
-        except TimeoutError:
-            return f"error: {call.name} did not finish within {self.settings.tool_timeout_s:g} s"
-        except Exception as exc:  # a broken skill must not end the conversation
-            log.exception("skill %s failed", call.name)
-            return f"error: {call.name} failed: {type(exc).__name__}: {exc}"
-        if len(output) > MAX_TOOL_RESULT_CHARS:
-            output = output[:MAX_TOOL_RESULT_CHARS] + f"\n[cut: {len(output)} characters in all]"
-        return output
+        outcome = await self.executor.call(call.name, call.arguments, caller.principal,
+                                           chat_id=caller.chat_id, approver=caller.approver)
+        return outcome.text
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:

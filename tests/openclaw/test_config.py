@@ -177,7 +177,7 @@ def test_full_valid_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert config.sandbox.bwrap_path == Path("/usr/bin/bwrap")
     assert config.skills.dirs == [tmp_path / "skills", Path("/opt/skills")]
     assert config.skills.settings == {"shell": {"max_output_bytes": 65536}}
-    assert config.roles == {"family": {"skills": ["clock"], "network": False}}
+    assert config.roles["family"].skills == ["clock"] and not config.roles["family"].network
 
 
 def test_user_roles_default_by_admin_status_and_can_be_overridden(tmp_path: Path):
@@ -185,12 +185,15 @@ def test_user_roles_default_by_admin_status_and_can_be_overridden(tmp_path: Path
         [access]
         admins = ["telegram:1", "telegram:2"]
         roles = { "telegram:2" = "operator", "discord:9" = "family" }
+        [roles.operator]
+        [roles.family]
     """)
     config = load_config(path)
     assert config.user_role("telegram:1") == "admin"
     assert config.user_role("telegram:2") == "operator"
     assert config.user_role("discord:9") == "family"
-    assert config.user_role("terminal:local") == "user"
+    assert config.user_role("terminal:local") == "admin"  # the console's owner
+    assert config.user_role("telegram:3") == "user"
 
 
 def test_relative_sqlite_url_is_pinned_to_the_config_folder(tmp_path: Path):

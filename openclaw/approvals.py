@@ -1,0 +1,58 @@
+"""Approvals in the chat: a skill call that needs one is shown to its user with a number, and waits
+until the same user answers `/approve N` or `/deny N` (the executor's timeout counts as deny).
+Only the user the call acts for can answer it; a number of someone else's request is "unknown"."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class _Request:
+    user: str
+    skill: str
+    future: asyncio.Future
+
+
+class Approvals:
+    def __init__(self) -> None:
+        self._numbers = itertools.count(1)
+        self._pending: dict[int, _Request] = {}
+
+    async def ask(self, user: str, skill: str, summary: str,
+                  send: Callable[[str], Awaitable[None]]) -> bool:
+        """Show the request to `user` (through `send`) and wait for the answer. Cancelling the wait
+        (timeout, /stop) withdraws the request."""
+        number = next(self._numbers)
+        request = _Request(user, skill, asyncio.get_running_loop().create_future())
+        self._pending[number] = request
+        try:
+            await send(f"Approval needed ({skill}): {summary}\n"
+                       f"Reply /approve {number} to allow it or /deny {number} to refuse.")
+            return await request.future
+        finally:
+            self._pending.pop(number, None)
+
+    def answer(self, user: str, argument: str, approve: bool) -> str:
+        """The reply to `/approve N` or `/deny N` from `user`."""
+        verb = "approve" if approve else "deny"
+        mine = sorted(n for n, r in self._pending.items() if r.user == user)
+        if not argument.strip():
+            if len(mine) != 1:
+                return (f"Which one? Pending: {', '.join(map(str, mine))}." if mine
+                        else "Nothing is waiting for your approval.")
+            argument = str(mine[0])
+        try:
+            number = int(argument.strip().lstrip("#"))
+        except ValueError:
+            return f"Usage: /{verb} N, with N the number of the request."
+        request = self._pending.get(number)
+        if request is None or request.user != user or request.future.done():
+            return f"There is no request {number} waiting for you" + (
+                f" (pending: {', '.join(map(str, mine))})." if mine else ".")
+        request.future.set_result(approve)
+        return f"Approved: {request.skill} #{number} runs now." if approve else \
+            f"Denied: {request.skill} #{number} will not run."

@@ -1,0 +1,121 @@
+"""Ordered, retried delivery of replies. Every piece is stored as `pending` before it is sent; a
+send that fails stays pending and is retried with backoff, in order per chat, until the service
+takes it (or it is too old to matter). At start-up what an earlier run left pending is sent too:
+a rare duplicate after a crash beats a lost reply."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import timedelta
+from typing import Any
+
+from connectors.base import DeliveryRefused
+from openclaw.metrics import Metrics
+from openclaw.store import Store
+from openclaw.store.records import OutboundMessage, OutboundStatus
+
+log = logging.getLogger(__name__)
+
+ChatKey = tuple[str, str]  # (channel, chat_id)
+
+
+class Outbox:
+    def __init__(self, store: Store, connectors: dict[str, Any], metrics: Metrics | None = None, *,
+                 first_delay_s: float = 1.0, max_delay_s: float = 60.0, max_age_s: float = 24 * 3600) -> None:
+        self.store, self.connectors = store, connectors
+        self.metrics = metrics or Metrics()
+        self.first_delay_s, self.max_delay_s, self.max_age_s = first_delay_s, max_delay_s, max_age_s
+        self._retrying: dict[ChatKey, asyncio.Task] = {}
+
+    async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
+                   inbound_event_id: int | None) -> None:
+        """Store the pieces, then send them in order. Returns when they are sent, or queued for
+        retry behind an earlier failure in the same chat."""
+        stored = [await self.store.add_outbound(channel, chat_id, piece, conversation_id=conversation_id,
+                                                inbound_event_id=inbound_event_id) for piece in pieces]
+        key = (channel, chat_id)
+        if key in self._retrying:  # an earlier reply is still waiting: keep the order
+            return
+        if not await self._deliver(stored):
+            self._start_retry(key)
+
+    async def recover(self) -> int:
+        """Send what an earlier run left pending (it stopped or crashed before the service took it)."""
+        keys = {(o.channel, o.chat_id) for o in await self.store.pending_outbound()}
+        for key in keys:
+            self._start_retry(key, immediately=True)
+        return len(keys)
+
+    @property
+    def backlog(self) -> int:
+        """Chats with replies waiting for a retry."""
+        return len(self._retrying)
+
+    async def wait_delivered(self) -> None:
+        while self._retrying:
+            await asyncio.gather(*self._retrying.values(), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Stop retrying; what is still pending stays pending for the next start."""
+        for task in self._retrying.values():
+            task.cancel()
+        await asyncio.gather(*self._retrying.values(), return_exceptions=True)
+        self._retrying.clear()
+
+    def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
+        if key not in self._retrying:
+            task = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
+            self._retrying[key] = task
+            task.add_done_callback(lambda t, key=key: self._retrying.pop(key, None)
+                                   if self._retrying.get(key) is t else None)
+
+    async def _retry(self, key: ChatKey, immediately: bool) -> None:
+        delay = self.first_delay_s
+        if not immediately:
+            await asyncio.sleep(_jitter(delay))
+        while True:
+            pending = [o for o in await self.store.pending_outbound() if (o.channel, o.chat_id) == key]
+            pending = [o for o in pending if not await self._expired(o)]
+            if not pending:
+                return
+            if await self._deliver(pending):
+                continue  # more may have been queued meanwhile; the next look finds none and ends
+            delay = min(delay * 2, self.max_delay_s)
+            await asyncio.sleep(_jitter(delay))
+
+    async def _expired(self, item: OutboundMessage) -> bool:
+        if self.store.now() - item.created_at < timedelta(seconds=self.max_age_s):
+            return False
+        log.warning("giving up on reply %d to %s:%s after %d attempts", item.id, item.channel,
+                    item.chat_id, item.attempts)
+        await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=f"undelivered for "
+                                       f"{self.max_age_s:.0f} s: {item.error}")
+        return True
+
+    async def _deliver(self, items: list[OutboundMessage]) -> bool:
+        """Send in order; stop at the first failure (False), leaving it and the rest pending."""
+        for item in items:
+            connector = self.connectors.get(item.channel)
+            if connector is None:
+                await self.store.mark_outbound(item.id, OutboundStatus.FAILED,
+                                               error=f"no {item.channel} connector is running")
+                continue
+            try:
+                external_id = await connector.send_text(item.chat_id, item.text)
+            except DeliveryRefused as exc:  # blocked by the user, chat gone: retrying cannot help
+                log.warning("%s refused a reply to %s: %s", item.channel, item.chat_id, exc)
+                await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=str(exc))
+                continue
+            except Exception as exc:
+                log.warning("sending to %s:%s failed (will retry): %s", item.channel, item.chat_id, exc)
+                await self.store.mark_outbound(item.id, OutboundStatus.PENDING, error=str(exc)[:500])
+                return False
+            await self.store.mark_outbound(item.id, OutboundStatus.SENT, external_message_id=external_id)
+            self.metrics.inc("openclaw_outbound_messages_total", channel=item.channel)
+        return True
+
+
+def _jitter(delay: float) -> float:
+    return delay * random.uniform(0.8, 1.2)

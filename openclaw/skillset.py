@@ -1,0 +1,35 @@
+"""The configured skills, ready to call: the registry built from `[skills]`, and the executor that
+runs each call through the policy, the sandbox and the audit log. Shared by the daemon and the
+`openclaw skills` commands, so an admin's check runs exactly what a model's call runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openclaw.config import Config, ConfigError
+from sandbox.runner import Sandbox
+from skills import Executor, SkillLoadError, SkillRegistry, load_skills
+
+
+def configured_skills(config: Config) -> SkillRegistry:
+    """The skills of `[skills]`; ConfigError naming the key when one cannot be loaded."""
+    try:
+        registry = load_skills(config.skills.enabled, config.skills.dirs, config.skill_settings())
+    except SkillLoadError as exc:
+        raise ConfigError(config.source, exc.problems) from None
+    for name, role in config.roles.items():  # a typo in a role's list would grant nothing, silently
+        unknown = sorted({s for s in role.skills + role.approval if s != "*" and s not in registry.names})
+        if unknown:
+            raise ConfigError(config.source, [
+                f"roles.{name}: unknown skill(s) {unknown}; enabled skills: "
+                f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)"])
+    return registry
+
+
+def sandbox_for(config: Config) -> Sandbox:
+    bwrap = str(config.sandbox.bwrap_path) if config.sandbox.bwrap_path else None
+    return Sandbox(bwrap_path=bwrap, allow_unsandboxed=config.sandbox.allow_unsandboxed)
+
+
+def executor_for(config: Config, registry: SkillRegistry, audit: Any) -> Executor:
+    return Executor(registry, sandbox_for(config), audit, timeout_s=config.agent.tool_timeout_s)
