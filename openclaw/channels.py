@@ -38,8 +38,11 @@ def _telegram(config: Config, workspace_for: WorkspaceFor):
 
 
 def _discord(config: Config, workspace_for: WorkspaceFor):
-    raise ConfigError(config.source, [
-        "discord.enabled = true: the discord connector is not part of this release yet; set it to false"])
+    from connectors.discord import DiscordConnector  # discord.py is imported only when enabled
+
+    section = config.discord
+    return DiscordConnector(section.token.get(), api_base=section.api_base,
+                            gateway_url=section.gateway_url)
 
 
 def default_workspace_for(config: Config) -> WorkspaceFor:

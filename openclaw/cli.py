@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("code")
     p.set_defaults(func=cmd_pairing_approve)
     sub.add_parser("users", help="known users and their status").set_defaults(func=cmd_users)
+    from openclaw.skills_cli import add_commands
+
+    add_commands(sub, lambda action: _Subparsers(action, common))
     service = _Subparsers(sub.add_parser("service", help="systemd service").add_subparsers(
         dest="svc_cmd", required=True), common)
     p = service.add_parser("install", help="write a systemd unit and say how to enable it")
@@ -179,10 +182,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(asyncio.run(_check_database(config)))
     if not args.skip_model:
         checks.append(_check_model(config))
-    bwrap = shutil.which("bwrap") or (str(config.sandbox.bwrap_path) if config.sandbox.bwrap_path
-                                      else None)
-    checks.append((bwrap is not None, f"sandbox: bubblewrap {'at ' + bwrap if bwrap else 'missing'}",
-                   "install it: apt-get install bubblewrap"))
+    checks.append(_check_skills(config))
+    checks.append(_check_sandbox(config))
     for name in ("telegram", "discord"):
         section = getattr(config, name)
         if section.enabled:
@@ -191,6 +192,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for ok, what, fix in checks:
         print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
     return 0 if all(ok for ok, _, _ in checks) else 1
+
+
+def _check_skills(config) -> tuple[bool, str, str]:
+    from openclaw.skillset import configured_skills
+
+    try:
+        registry = configured_skills(config)
+    except ConfigError as exc:
+        return False, f"skills: {'; '.join(exc.problems)}", "fix [skills] / [roles] in the config"
+    return True, f"skills: {', '.join(registry.names) or 'none'}", ""
+
+
+def _check_sandbox(config) -> tuple[bool, str, str]:
+    from openclaw.skillset import sandbox_for
+    from sandbox.runner import FIX_HINT
+
+    ok, what = sandbox_for(config).isolation()
+    return ok, f"sandbox isolation: {what}", FIX_HINT
 
 
 async def _check_database(config) -> tuple[bool, str, str]:

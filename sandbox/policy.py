@@ -7,9 +7,7 @@ from the messaging service, never of anything the model or a tool's output wrote
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,14 +109,7 @@ class Policy:
         """`user` with its configured role (or `role`), its workspace created on first use."""
         resolved = self.role(role or self._role_of(user))
         workspace = self.workspace_path(user, resolved)
-        if not workspace.is_dir():
-            workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if os.geteuid() == 0 and workspace.parent == self.data_dir / "workspaces":
-                # As root, commands run as the sandbox uid, which must be able to walk down to its
-                # workspace: search (not list) permission on the folders above it.
-                for folder in (self.data_dir, workspace.parent):
-                    mode = folder.stat().st_mode
-                    folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+        workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
         return Principal(user, resolved, workspace)
 
     def workspace_path(self, user: str, role: Role | None = None) -> Path:

@@ -3,9 +3,11 @@
 The shell skill hands a command, the principal's scope and limits to `run_command` and gets a
 `Result` back. Isolation is bubblewrap (new user, pid, ipc, uts, cgroup and net namespaces, a
 read-only system, the workspace bound read-write at /workspace, all capabilities dropped, a cleared
-environment). When the daemon is root the command runs as an unprivileged uid, because root ignores
-RLIMIT_NPROC and would keep every capability inside the sandbox. Where bubblewrap cannot run we refuse
-with `SandboxUnavailable`, unless the admin set `[sandbox] allow_unsandboxed = true`.
+environment). When the daemon is root, bwrap runs as root without a user namespace (it can then bind
+any granted path) and the command itself becomes a real unprivileged uid through setpriv, with an
+empty capability bounding set and no_new_privs: root would ignore RLIMIT_NPROC and keep every
+capability. Where bubblewrap cannot run we refuse with `SandboxUnavailable`, unless the admin set
+`[sandbox] allow_unsandboxed = true` (the uid drop and the rlimits still apply then).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import os
 import resource
 import shutil
 import signal
-import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 
+SETPRIV = "/usr/bin/setpriv"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 WORKSPACE_MOUNT = "/workspace"
 READ_CHUNK = 64 * 1024
@@ -94,15 +96,10 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-def _user_kwargs() -> dict:
-    """Popen arguments that drop root to the sandbox uid (setgroups([]), setgid, setuid in the child)."""
-    if not _is_root():
-        return {}
-    return {"user": SANDBOX_UID, "group": SANDBOX_GID, "extra_groups": []}
-
-
 def _system_args() -> list[str]:
-    args: list[str] = []
+    # Folders bwrap creates on its own root get 0700 when it runs as root: give /etc the usual mode
+    # so the sandbox uid can read the few files bound into it.
+    args: list[str] = ["--perms", "0755", "--dir", "/etc"]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
@@ -114,20 +111,36 @@ def _system_args() -> list[str]:
 
 
 def _namespace_args(network: bool) -> list[str]:
-    args = ["--unshare-all"]  # user, pid, ipc, uts, net, cgroup (where the kernel has it)
-    if network:
-        args.append("--share-net")
+    if _is_root():
+        # bwrap runs as root without a user namespace (so it can bind any granted path, even under
+        # a 0700 home), and setpriv (see _command_prefix) makes the command a real unprivileged uid.
+        args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not network:
+            args.append("--unshare-net")
+    else:
+        args = ["--unshare-all", "--cap-drop", "ALL"]  # user, pid, ipc, uts, net, cgroup
+        if network:
+            args.append("--share-net")
     # die-with-parent: if we are killed (or kill bwrap at the wall limit) the sandbox's pid 1 gets
     # SIGKILL, which takes every process in the pid namespace with it. new-session: no TIOCSTI into
     # our terminal.
-    args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "sandbox"]
-    return args
+    return args + ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+
+
+def _command_prefix() -> list[str]:
+    """As root: become the sandbox uid inside the sandbox, with no capabilities left (bounding set
+    included) and no_new_privs, so setuid binaries cannot win them back. A real unprivileged uid is
+    also what makes RLIMIT_NPROC count (root ignores it)."""
+    if not _is_root():
+        return []
+    return [SETPRIV, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups",
+            "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
 
 
 def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> list[str]:
     """The full bubblewrap command line for one shell command."""
     argv = [bwrap, *_namespace_args(scope.network), *_system_args()]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
     for path in scope.read_only:
         argv += ["--ro-bind", str(path), str(path)]
@@ -138,7 +151,7 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> l
     argv += ["--remount-ro", "/", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    return [*argv, "/bin/sh", "-c", command]
+    return [*argv, *_command_prefix(), "/bin/sh", "-c", command]
 
 
 @functools.lru_cache(maxsize=8)
@@ -147,11 +160,12 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
     bwrap = bwrap_path or shutil.which("bwrap")
     if not bwrap or not os.access(bwrap, os.X_OK):
         return False, f"bubblewrap not found ({bwrap_path or 'bwrap on PATH'})"
+    if _is_root() and not os.access(SETPRIV, os.X_OK):
+        return False, f"{SETPRIV} (util-linux) is missing; it drops root to the sandbox uid"
     argv = [bwrap, *_namespace_args(False), *_system_args(), "--proc", "/proc", "--dev", "/dev",
-            "/bin/sh", "-c", "exit 0"]
+            *_command_prefix(), "/bin/sh", "-c", "exit 0"]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH},
-                              **_user_kwargs())
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH})
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"{bwrap} could not be started: {exc}"
     if done.returncode != 0:
@@ -172,23 +186,12 @@ def _set_rlimits(limits: Limits) -> None:
     set_limit(resource.RLIMIT_CORE, 0)
 
 
-def _check_reachable(path: Path) -> None:
-    """As root we hand the sandbox uid the paths; bwrap, running as that uid, must be able to reach them."""
-    for parent in path.parents:
-        st = parent.stat()
-        if not (st.st_mode & stat.S_IXOTH or st.st_uid == SANDBOX_UID):
-            raise ValueError(f"{path} is not reachable by the sandbox uid {SANDBOX_UID}: {parent} is not "
-                             f"world-searchable; move the workspace or `chmod o+x {parent}`")
-
-
 def _prepare_workspace(scope: Scope) -> None:
     workspace = scope.workspace
     if not workspace.is_dir():
         raise ValueError(f"workspace {workspace} is not a directory; create it first")
     if not _is_root():
         return
-    for path in (workspace, *scope.read_only, *scope.read_write):
-        _check_reachable(path)
     # Only the top folder is handed over: the command can create files there; files the admin placed
     # inside keep their owner and mode.
     if workspace.stat().st_uid != SANDBOX_UID:
@@ -250,13 +253,13 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
         argv, cwd = bwrap_argv(bwrap, command, scope, clean_env), None
     else:
-        argv, cwd = ["/bin/sh", "-c", command], scope.workspace
+        argv, cwd = [*_command_prefix(), "/bin/sh", "-c", command], scope.workspace
 
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=cwd, env=clean_env, start_new_session=True,
-        preexec_fn=functools.partial(_set_rlimits, limits), **_user_kwargs())
+        preexec_fn=functools.partial(_set_rlimits, limits))
     # Our own readers, never communicate(): output survives a timeout, and a background child that
     # keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
     budget = _OutputBudget(limits.output_bytes)

@@ -28,6 +28,7 @@ class AuditNote:
 
     exit_status: int | None = None
     detail: str | None = None
+    failed: bool = False  # the skill returned output (for the model) but did not succeed
 
 
 @dataclass

@@ -74,7 +74,9 @@ class Executor:
         started = time.monotonic()
         try:
             output = await asyncio.wait_for(skill.run(args, ctx), self.timeout_s)
-            outcome = Outcome(output, True, "allowed")
+            # A program that ran but failed (non-zero exit, killed at a limit) is not a success.
+            outcome = Outcome(output, ctx.audit.exit_status in (None, 0) and not ctx.audit.failed,
+                              "allowed")
         except SkillDenied as exc:
             outcome = Outcome(f"error: denied: {exc}", False, "denied")
         except SkillError as exc:
@@ -90,7 +92,7 @@ class Executor:
         except Exception as exc:  # a broken skill must not end the conversation
             log.exception("skill %s failed", name)
             outcome = Outcome(f"error: {name} failed: {type(exc).__name__}: {exc}", False, "allowed")
-        if not outcome.ok and ctx.audit.detail is None:
+        if not outcome.ok and ctx.audit.detail is None and outcome.text.startswith("error"):
             ctx.audit.detail = outcome.text[:500]
         return await self._done(principal, name, args, outcome, ctx.audit, started)
 

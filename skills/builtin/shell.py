@@ -32,7 +32,7 @@ class ShellSkill(Skill):
         ctx.audit.exit_status = result.exit_status
         if result.timed_out:
             status = f"killed after {ctx.principal.limits.wall_seconds:g} s (wall-clock limit)"
-            ctx.audit.detail = "wall-clock limit"
+            ctx.audit.detail, ctx.audit.failed = "killed at the wall-clock limit", True
         else:
             status = f"exit status {result.exit_status}"
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]

@@ -183,9 +183,14 @@ async def test_allow_unsandboxed_runs_without_isolation_but_with_limits(workspac
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the workspace to another uid")
-async def test_workspace_the_sandbox_uid_cannot_reach_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="not reachable by the sandbox uid"):
-        await run_command("true", Scope(tmp_path), LIMITS)
+async def test_as_root_a_workspace_under_a_private_folder_works_and_the_command_is_unprivileged(tmp_path):
+    # pytest's tmp_path is under a 0700 folder the sandbox uid could not walk through by itself.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    result = await run_command("id -u; grep CapBnd /proc/self/status; echo x > f", Scope(workspace), LIMITS)
+    assert result.exit_status == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["65534", "CapBnd:\t0000000000000000"]
+    assert (workspace / "f").stat().st_uid == 65534
 
 
 async def test_granted_paths_are_bound_at_the_same_place_and_tmp_is_private(workspace):

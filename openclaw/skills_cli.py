@@ -1,0 +1,84 @@
+"""`openclaw skills list` and `openclaw skills run NAME --as USER --args JSON`: what each skill is,
+where it came from and who may use it; and a run as any user through exactly the policy, sandbox,
+approval and audit a model's call goes through (skills/executor.py), printed as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+
+from openclaw.config import _check_user, load_config
+from openclaw.skillset import configured_skills, executor_for
+
+
+def add_commands(sub, common_sub) -> None:
+    skills = common_sub(sub.add_parser("skills", help="installed skills; run one as a user")
+                        .add_subparsers(dest="skills_cmd", required=True))
+    skills.add_parser("list", help="each skill, its origin and the roles that may use it") \
+        .set_defaults(func=cmd_skills_list)
+    p = skills.add_parser("run", help="run a skill as USER, as a model's call would (JSON out)")
+    p.add_argument("name")
+    p.add_argument("--as", dest="user", required=True, help='the user, e.g. "telegram:1001"')
+    p.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
+    p.add_argument("--yes", action="store_true",
+                   help="approve the call if the user's role needs approval (else asked on a terminal, "
+                        "refused when not interactive)")
+    p.set_defaults(func=cmd_skills_run)
+
+
+def cmd_skills_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    registry = configured_skills(config)
+    policy = config.policy()
+    for name in registry.names:
+        skill = registry.get(name)
+        roles = policy.roles_granting(name)
+        approval = [r for r in roles if name in policy.roles[r].approval]
+        print(f"{name}\n  {skill.description}\n  from: {registry.origin(name)}\n"
+              f"  permissions: {', '.join(sorted(skill.permissions)) or 'none'}\n"
+              f"  roles: {', '.join(roles) or 'none'}"
+              + (f" (approval needed: {', '.join(approval)})" if approval else ""))
+    if not registry.names:
+        print("no skills enabled; add them to [skills] enabled")
+    return 0
+
+
+def cmd_skills_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    try:
+        user = _check_user(args.user)
+        arguments = json.loads(args.arguments)
+    except (ValueError, json.JSONDecodeError) as exc:
+        print(f"openclaw skills run: {exc}", file=sys.stderr)
+        return 2
+    registry = configured_skills(config)
+    principal = config.policy().principal(user)
+
+    async def approve(_principal, skill: str, summary: str) -> bool:
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            print(f"{skill} needs approval for {user}; not interactive, so refused (use --yes)",
+                  file=sys.stderr)
+            return False
+        answer = await asyncio.to_thread(input, f"Approval needed ({skill}): {summary}\nAllow? [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    async def run():
+        from openclaw.store import Store
+
+        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = await Store.open(config.store.url)
+        try:
+            executor = executor_for(config, registry, store.add_audit)
+            return await executor.call(args.name, arguments, principal, chat_id="cli", approver=approve)
+        finally:
+            await store.close()
+
+    outcome = asyncio.run(run())
+    print(json.dumps({"skill": args.name, "user": user, "role": principal.role.name,
+                      "decision": outcome.decision, "ok": outcome.ok, "output": outcome.text},
+                     ensure_ascii=False, indent=2))
+    return 0 if outcome.ok else 1

@@ -1,0 +1,209 @@
+"""The shell skill as the daemon runs it: a config with roles, the policy, the executor, the real
+bubblewrap sandbox and a real SQLite audit log. Every hostile command is contained, reported to the
+model, and audited."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from openclaw.config import load_config
+from openclaw.skillset import configured_skills, executor_for
+from openclaw.store import Store
+from sandbox.runner import isolation_available
+
+ROLES = """
+[skills]
+enabled = ["clock", "shell"]
+[access]
+roles = { "telegram:1" = "dev", "telegram:2" = "netdev", "telegram:3" = "careful" }
+[roles.dev]
+skills = ["shell"]
+cpu_seconds = 2
+memory_mb = 256
+wall_seconds = 4
+output_bytes = 4096
+processes = 32
+[roles.netdev]
+skills = ["shell"]
+network = true
+wall_seconds = 10
+[roles.careful]
+skills = ["shell"]
+approval = ["shell"]
+approval_timeout_s = 0.3
+"""
+
+
+@pytest.fixture(autouse=True)
+def bwrap_installed():
+    if shutil.which("bwrap") is None or not isolation_available()[0]:
+        pytest.fail("bubblewrap is missing or cannot create namespaces: run `make setup`")
+
+
+@pytest.fixture
+async def daemon_parts():
+    # Not tmp_path: pytest's /tmp/pytest-of-root is 0700, which the sandbox uid cannot walk through.
+    root = Path(tempfile.mkdtemp(prefix="openclaw-skills-", dir="/tmp"))
+    config_file = root / "openclaw.toml"
+    config_file.write_text(f'data_dir = "{root}/data"\n' + ROLES)
+    config = load_config(config_file)
+    config.data_dir.mkdir(mode=0o700)
+    store = await Store.open(config.store.url)
+    executor = executor_for(config, configured_skills(config), store.add_audit)
+    policy = config.policy()
+
+    async def shell(user: str, command: str, approver=None):
+        kwargs = {"approver": approver} if approver else {}
+        return await executor.call("shell", {"command": command}, policy.principal(user), **kwargs)
+
+    yield shell, store, config
+    await store.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_command_runs_in_the_users_own_workspace_and_is_audited(daemon_parts):
+    shell, store, config = daemon_parts
+    out = await shell("telegram:1", "echo made > note.txt; pwd; id -u")
+    assert out.ok and out.decision == "allowed"
+    assert "exit status 0" in out.text and "/workspace" in out.text
+    assert (config.data_dir / "workspaces/telegram-1/note.txt").read_text() == "made\n"
+    [row] = await store.list_audit()
+    assert (row.user, row.skill, row.decision, row.exit_status) == ("telegram:1", "shell", "allowed", 0)
+    assert row.arguments == {"command": "echo made > note.txt; pwd; id -u"}
+    assert row.duration_ms is not None and row.output_bytes == len(out.text.encode())
+
+
+async def test_secrets_of_the_host_and_of_the_daemon_are_out_of_reach(daemon_parts):
+    shell, store, config = daemon_parts
+    (config.data_dir / "openclaw.db").exists() or pytest.fail("the store should have made its file")
+    other = config.data_dir / "workspaces/telegram-9"
+    other.mkdir(parents=True)
+    (other / "diary.txt").write_text("TOPSECRET-DIARY")
+    out = await shell("telegram:1", f"cat /etc/shadow; cat {config.source}; cat {config.data_dir}/openclaw.db; "
+                      f"ls {Path.home()}/.ssh; cat {other}/diary.txt; echo LISTING; ls -a /workspace/..; "
+                      "echo END")
+    assert "/etc/shadow: No such file" in out.text and "END" in out.text
+    assert "TOPSECRET-DIARY" not in out.text and "[roles." not in out.text and "SQLite" not in out.text
+    listing = out.text.split("LISTING", 1)[1].split("END")[0]
+    assert "telegram-9" not in listing and "workspace" in listing  # the sandbox root, not the host's
+
+
+async def test_writes_outside_the_workspace_do_not_reach_the_host(daemon_parts):
+    shell, _, _ = daemon_parts
+    marker = f"openclaw-escape-{os.getpid()}"
+    out = await shell("telegram:1", f"touch /usr/{marker}; echo x > /tmp/{marker}; echo x > /{marker}; true")
+    assert "Read-only file system" in out.text
+    assert not Path(f"/usr/{marker}").exists() and not Path(f"/tmp/{marker}").exists()
+    assert not Path(f"/{marker}").exists()
+
+
+@pytest.fixture
+def listener():
+    server = socket.create_server(("127.0.0.1", 0))
+    yield server.getsockname()[1]
+    server.close()
+
+
+async def test_network_follows_the_role(daemon_parts, listener):
+    shell, _, _ = daemon_parts
+    connect = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), "
+               "timeout=2); print('CONNECTED')\"")
+    denied = await shell("telegram:1", connect)
+    assert "CONNECTED" not in denied.text and not denied.ok
+    granted = await shell("telegram:2", connect)
+    assert "CONNECTED" in granted.text and granted.ok
+
+
+@pytest.mark.parametrize("command, expect", [
+    (":(){ :|:& };:", "exit status"),  # fork bomb: contained by the process limit, call returns
+    ("while :; do :; done", "exit status"),  # CPU loop: killed by the CPU limit
+    ("python3 -c 'x = bytearray(1 << 30)'", "MemoryError"),
+    ("yes | head -c 1000000000", "[output cut at 4096 bytes]"),
+    ("sleep 30", "killed after 4 s"),
+])
+async def test_resource_abuse_is_stopped_and_reported(daemon_parts, command, expect):
+    shell, store, _ = daemon_parts
+    out = await shell("telegram:1", command)
+    assert expect in out.text
+    assert not out.ok or "cut" in out.text
+    [row] = await store.list_audit()
+    assert row.decision == "allowed" and row.duration_ms < 8000
+
+
+async def test_a_background_process_does_not_outlive_the_call(daemon_parts):
+    shell, _, _ = daemon_parts
+    tag = f"openclaw-bg-{os.getpid()}"
+    out = await shell("telegram:1", f"(exec -a {tag} sleep 300 &) ; echo started")
+    assert "started" in out.text
+    await asyncio.sleep(0.2)
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(tag)]
+    assert leftovers == []
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+async def test_the_daemons_environment_does_not_leak(daemon_parts, monkeypatch):
+    shell, _, _ = daemon_parts
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:very-secret")
+    out = await shell("telegram:1", "env")
+    assert "very-secret" not in out.text and "PATH=" in out.text
+
+
+async def test_a_role_without_shell_is_denied_and_told_why(daemon_parts):
+    shell, store, _ = daemon_parts
+    out = await shell("telegram:77", "echo hi")  # unlisted user: the built-in "user" role
+    assert out.decision == "denied" and not out.ok
+    assert "role 'user'" in out.text and "may not use 'shell'" in out.text
+    [row] = await store.list_audit()
+    assert row.decision == "denied" and row.exit_status is None
+
+
+async def test_approval_timeout_counts_as_deny_and_nothing_runs(daemon_parts):
+    shell, store, config = daemon_parts
+    asked = []
+
+    async def silent_user(principal, skill, summary):
+        asked.append(summary)
+        await asyncio.sleep(60)
+
+    out = await shell("telegram:3", "echo ran > ran.txt", approver=silent_user)
+    assert out.decision == "timeout" and "did not run" in out.text
+    assert asked == ["run the shell command: echo ran > ran.txt"]
+    assert not (config.data_dir / "workspaces/telegram-3/ran.txt").exists()
+    [row] = await store.list_audit()
+    assert row.decision == "timeout"
+
+
+async def test_approval_granted_or_refused(daemon_parts):
+    shell, store, config = daemon_parts
+
+    async def yes(principal, skill, summary):
+        return True
+
+    async def no(principal, skill, summary):
+        return False
+
+    assert (await shell("telegram:3", "echo ok", approver=yes)).ok
+    refused = await shell("telegram:3", "echo ok", approver=no)
+    assert refused.decision == "rejected" and "denied this shell call" in refused.text
+    assert [r.decision for r in await store.list_audit()] == ["rejected", "allowed"]
+
+
+async def test_without_bubblewrap_the_skill_refuses_with_the_fix(daemon_parts, tmp_path):
+    _, store, config = daemon_parts
+    config.sandbox.bwrap_path = tmp_path / "no-bwrap"
+    executor = executor_for(config, configured_skills(config), store.add_audit)
+    out = await executor.call("shell", {"command": "echo hi"}, config.policy().principal("telegram:1"))
+    assert not out.ok and "apt-get install bubblewrap" in out.text and "allow_unsandboxed" in out.text
