@@ -434,7 +434,8 @@ async def _in_thread(server: _Server, work: Callable[[imaplib.IMAP4], _T]) -> _T
     except SkillError:
         raise
     except (TimeoutError, imaplib.IMAP4.abort, OSError) as exc:
-        detail = f"no answer within {server.timeout_s:g} s" if isinstance(exc, TimeoutError) else _said(exc)
+        detail = (f"no answer within {server.timeout_s:g} s" if isinstance(exc, TimeoutError)
+                  else _said(exc) if isinstance(exc, imaplib.IMAP4.error) else str(exc))
         raise SkillError(server.scrub(f"could not talk to the {server.where}: {detail}; an admin should "
                                       "check imap_host, imap_port and imap_security (\"tls\" is usually "
                                       "port 993, \"starttls\" 143)")) from None
@@ -477,8 +478,8 @@ def _login(conn: imaplib.IMAP4, server: _Server) -> None:
             conn.authenticate("PLAIN", lambda _: credentials)
     except imaplib.IMAP4.error as exc:
         raise SkillError(server.scrub(
-            f"the {server.where} refused the login of {server.username!r} ({_said(exc)}); an admin should check "
-            "imap_username and imap_password in [skills.email]")) from None
+            f"the {server.where} refused the login of {server.username!r} ({_said(exc)}); an admin should "
+            "check imap_username and imap_password in [skills.email]")) from None
 
 
 def _select(conn: imaplib.IMAP4, mailbox: str) -> None:

@@ -86,8 +86,9 @@ async def test_secrets_of_the_host_and_of_the_daemon_are_out_of_reach(daemon_par
     other = config.data_dir / "workspaces/telegram-9"
     other.mkdir(parents=True)
     (other / "diary.txt").write_text("TOPSECRET-DIARY")
-    out = await shell("telegram:1", f"cat /etc/shadow; cat {config.source}; cat {config.data_dir}/openclaw.db; "
-                      f"ls {Path.home()}/.ssh; cat {other}/diary.txt; echo LISTING; ls -a /workspace/..; "
+    out = await shell("telegram:1", f"cat /etc/shadow; cat {config.source}; "
+                      f"cat {config.data_dir}/openclaw.db; ls {Path.home()}/.ssh; cat {other}/diary.txt; "
+                      "echo LISTING; ls -a /workspace/..; "
                       "echo END")
     assert "/etc/shadow: No such file" in out.text and "END" in out.text
     assert "TOPSECRET-DIARY" not in out.text and "[roles." not in out.text and "SQLite" not in out.text

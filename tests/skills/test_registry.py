@@ -1,0 +1,201 @@
+"""Installing skills through the config: built-ins, a third-party package's entry point, a
+"module:Class" reference, SKILL.md folders; and the errors an admin gets, each naming the key."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from openclaw.config import ConfigError, load_config
+from openclaw.skillset import configured_skills, executor_for
+from openclaw.store import Store
+from sandbox.runner import Sandbox
+from skills import Executor, SkillLoadError, load_skills
+
+PLUGIN = '''
+from skills import Skill, SkillError
+
+
+class Weather(Skill):
+    name = "weather"
+    description = "The weather in a city."
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    permissions = frozenset({"network"})
+
+    @classmethod
+    def check_settings(cls, settings):
+        unit = settings.get("unit", "C")
+        return [] if unit in ("C", "F") else [f'unit: expected "C" or "F", got {unit!r}']
+
+    async def run(self, args, ctx):
+        if args["city"] == "Atlantis":
+            raise SkillError("no such city")
+        return f"sunny in {args['city']}, 21 {ctx.settings.get('unit', 'C')} (for {ctx.user})"
+
+
+class NotASkill:
+    name = "nope"
+'''
+
+
+@pytest.fixture
+def plugin_package(tmp_path, monkeypatch):
+    """A real installed distribution on sys.path: a module and dist-info with an entry point."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "weather_plugin.py").write_text(PLUGIN)
+    info = site / "weather_plugin-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: weather-plugin\nVersion: 1.2\n")
+    (info / "entry_points.txt").write_text("[openclaw.skills]\nweather = weather_plugin:Weather\n")
+    monkeypatch.syspath_prepend(str(site))
+    yield site
+    sys.modules.pop("weather_plugin", None)
+
+
+def write_config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "openclaw.toml"
+    path.write_text(f'data_dir = "{tmp_path}/data"\n' + textwrap.dedent(body))
+    return path
+
+
+async def test_an_entry_point_skill_is_installed_by_name_and_runs_with_its_settings(tmp_path, plugin_package):
+    config = load_config(write_config(tmp_path, """
+        [skills]
+        enabled = ["clock", "weather"]
+        [skills.weather]
+        unit = "F"
+        [roles.user]
+        skills = ["clock", "weather"]
+    """))
+    registry = configured_skills(config)
+    assert registry.names == ["clock", "weather"]
+    assert registry.origin("weather") == "entry point from weather-plugin 1.2"
+    store = await Store.open(config.store.url)
+    try:
+        executor = executor_for(config, registry, store.add_audit)
+        principal = config.policy().principal("telegram:5")
+        out = await executor.call("weather", {"city": "Paris"}, principal)
+        assert out.ok and out.text == "sunny in Paris, 21 F (for telegram:5)"
+        failed = await executor.call("weather", {"city": "Atlantis"}, principal)
+        assert not failed.ok and failed.text == "error: no such city"
+        assert [a.decision for a in await store.list_audit()] == ["allowed", "allowed"]
+    finally:
+        await store.close()
+
+
+def test_a_module_class_reference_loads_the_same_class(tmp_path, plugin_package):
+    registry = load_skills(["weather_plugin:Weather"], [], {})
+    assert registry.names == ["weather"] and registry.origin("weather") == "weather_plugin:Weather"
+
+
+@pytest.mark.parametrize("ref, expected", [
+    ("wether", "no such skill; built-ins and installed entry points: clock, email, files, shell, weather"),
+    ("weather_plugin:Missing", "cannot import weather_plugin:Missing: AttributeError"),
+    ("weather_plugin:NotASkill", "weather_plugin:NotASkill is not a subclass of skills.Skill"),
+    ("no_such_module:X", "cannot import no_such_module:X: ModuleNotFoundError"),
+])
+def test_a_bad_reference_is_a_config_error_naming_the_entry(tmp_path, plugin_package, ref, expected):
+    config = load_config(write_config(tmp_path, f'[skills]\nenabled = ["clock", "{ref}"]\n'))
+    with pytest.raises(ConfigError) as err:
+        configured_skills(config)
+    [problem] = err.value.problems
+    assert problem.startswith(f"skills.enabled[1] ({ref!r}): {expected}")
+
+
+def test_settings_errors_name_the_key(tmp_path, plugin_package):
+    config = load_config(write_config(tmp_path, """
+        [skills]
+        enabled = ["weather"]
+        [skills.weather]
+        unit = "K"
+        [skills.shell]
+        timeout = 3
+    """))
+    with pytest.raises(ConfigError) as err:
+        configured_skills(config)
+    assert err.value.problems == [
+        "skills.weather.unit: expected \"C\" or \"F\", got 'K'",
+        "skills.shell: settings for a skill that is not enabled (enabled: weather)",
+    ]
+
+
+def test_a_role_naming_an_unknown_skill_is_refused(tmp_path):
+    config = load_config(write_config(tmp_path, '[roles.family]\nskills = ["clock", "shel"]\n'))
+    expected = r"roles.family: unknown skill\(s\) \['shel'\]; enabled skills: clock"
+    with pytest.raises(ConfigError, match=expected):
+        configured_skills(config)
+
+
+def test_a_skill_secret_reference_is_resolved_and_a_missing_one_named(tmp_path, plugin_package, monkeypatch):
+    path = write_config(tmp_path, '[skills]\nenabled = ["weather"]\n'
+                                  '[skills.weather]\napi_key = "env:WEATHER_KEY"\n')
+    monkeypatch.delenv("WEATHER_KEY", raising=False)
+    missing = "skills.weather.api_key: environment variable WEATHER_KEY is not set"
+    with pytest.raises(ConfigError, match=missing):
+        configured_skills(load_config(path))
+    monkeypatch.setenv("WEATHER_KEY", "k-123")
+    registry = configured_skills(load_config(path))
+    assert registry.settings("weather") == {"api_key": "k-123"}
+    assert "k-123" not in repr(load_config(path))  # the config itself never shows it
+
+
+SKILL_MD = """---
+name: recipes
+description: >
+  Find and scale cooking recipes.
+metadata: {"openclaw": {"emoji": "x"}}
+---
+# Recipes
+
+To scale a recipe, multiply every quantity.
+"""
+
+
+async def test_skill_md_folders_are_offered_by_name_and_read_on_demand(tmp_path):
+    base = tmp_path / "skills"
+    (base / "recipes").mkdir(parents=True)
+    (base / "recipes/SKILL.md").write_text(SKILL_MD)
+    (base / "recipes/scale.py").write_text("print('x')\n")
+    (base / "notes").mkdir()  # a folder without SKILL.md is not a skill
+    config = load_config(write_config(tmp_path, """
+        [skills]
+        enabled = []
+        dirs = ["skills"]
+        [roles.user]
+        skills = ["recipes"]
+    """))
+    registry = configured_skills(config)
+    assert registry.names == ["recipes"]
+    assert registry.origin("recipes") == f"SKILL.md: {base / 'recipes'}"
+    [spec] = registry.tool_specs()
+    assert spec["function"]["name"] == "recipes"
+    assert spec["function"]["description"] == "Find and scale cooking recipes."
+    assert "multiply" not in str(spec)  # the body costs no prompt tokens until it is read
+    executor = Executor(registry, Sandbox())
+    out = await executor.call("recipes", {}, config.policy().principal("discord:1"))
+    assert out.ok and "multiply every quantity" in out.text and "scale.py" in out.text
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("# no front matter\n", "has no YAML front matter"),
+    ("---\nname: [unclosed\n---\nbody\n", "front matter is not valid YAML"),
+    ("---\nname: x\n---\nbody\n", "front matter needs a non-empty 'description'"),
+])
+def test_a_broken_skill_md_is_a_config_error(tmp_path, content, problem):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken/SKILL.md").write_text(content)
+    with pytest.raises(SkillLoadError) as err:
+        load_skills([], [tmp_path / "broken"], {})
+    [found] = err.value.problems
+    assert found.startswith("skills.dirs: ") and problem in found
+
+
+def test_two_skills_with_one_name_are_refused(tmp_path):
+    (tmp_path / "clock").mkdir()
+    (tmp_path / "clock/SKILL.md").write_text("---\nname: clock\ndescription: another clock\n---\n")
+    with pytest.raises(SkillLoadError, match="two skills are named 'clock'"):
+        load_skills(["clock"], [tmp_path], {})
