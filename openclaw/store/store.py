@@ -433,6 +433,12 @@ class Store:
             await session.flush()
             return _record(OutboundMessage, row)
 
+    async def list_outbound(self, limit: int = 100) -> list[OutboundMessage]:
+        """Oldest first, every status: what was sent, what waits for a retry, what failed."""
+        query = select(OutboundMessageRow).order_by(OutboundMessageRow.id).limit(limit)
+        async with self._tx() as session:
+            return [_record(OutboundMessage, row) for row in await session.scalars(query)]
+
     async def pending_outbound(self, limit: int | None = None) -> list[OutboundMessage]:
         query = (select(OutboundMessageRow).where(OutboundMessageRow.status == OutboundStatus.PENDING)
                  .order_by(OutboundMessageRow.id).limit(limit))

@@ -1,0 +1,110 @@
+"""Replies survive a service that is down: they stay pending in the outbound table, are retried
+with backoff in their order, and go out once it is back; a refusal for good is not retried."""
+
+from __future__ import annotations
+
+from connectors.base import DeliveryRefused
+from openclaw.daemon import Daemon
+from openclaw.store.records import OutboundStatus
+from tests.openclaw.scripted_model import ScriptedModel
+from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
+
+
+class FlakyConnector(RecordingConnector):
+    """Raises like a client library whose network is gone while `down`; refuses chats in `gone`."""
+
+    max_message_len = 40
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.gone: set[str] = set()
+        self.attempts = 0
+
+    async def send_text(self, chat_id: str, text: str) -> str:
+        self.attempts += 1
+        if chat_id in self.gone:
+            raise DeliveryRefused("Forbidden: bot was blocked by the user")
+        if self.down:
+            raise ConnectionError("network is unreachable")
+        return await super().send_text(chat_id, text)
+
+
+async def start(tmp_path, conn, reply=lambda m: "reply to: " + m[-1]["content"]) -> Daemon:
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(reply), connectors=[conn])
+    await daemon.start()
+    daemon.gateway.outbox.first_delay_s = 0.02  # the production backoff starts at 1 s
+    daemon.gateway.outbox.max_delay_s = 0.1
+    return daemon
+
+
+async def outbound(daemon: Daemon):
+    return [(o.chat_id, o.text, o.status, o.attempts) for o in await daemon.store.list_outbound()]
+
+
+async def test_replies_wait_out_an_outage_and_arrive_in_order(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    try:
+        conn.down = True
+        for text in ("first question", "second question, which is long enough to need two pieces"):
+            await conn.handler(msg(text, user="local"))
+        await daemon.gateway.wait_idle()
+        rows = await outbound(daemon)
+        assert rows and all(status is OutboundStatus.PENDING for _, _, status, _ in rows)
+        await until(lambda: conn.attempts >= 3)  # it keeps trying while down
+        conn.down = False
+        await daemon.gateway.outbox.wait_delivered()
+        sent = "".join(conn.texts("local")).replace("\n", " ")
+        assert conn.texts("local")[0] == "reply to: first question"
+        assert sent.index("first question") < sent.index("second question")
+        assert all(status is OutboundStatus.SENT for _, _, status, _ in await outbound(daemon))
+        assert max(attempts for *_, attempts in await outbound(daemon)) >= 2
+        # and the chat goes on normally afterwards
+        await conn.handler(msg("third", user="local"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("local")[-1] == "reply to: third"
+    finally:
+        await daemon.stop()
+
+
+async def test_a_refusal_for_good_is_marked_failed_and_not_retried(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    try:
+        conn.gone.add("local")
+        await conn.handler(msg("hello", user="local"))
+        await daemon.gateway.wait_idle()
+        await daemon.gateway.outbox.wait_delivered()
+        [(_, _, status, attempts)] = await outbound(daemon)
+        assert status is OutboundStatus.FAILED and attempts == 1 and conn.attempts == 1
+    finally:
+        await daemon.stop()
+
+
+async def test_what_a_stopped_daemon_left_pending_is_sent_at_the_next_start(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    conn.down = True
+    await conn.handler(msg("before the restart", user="local"))
+    await daemon.gateway.wait_idle()
+    await daemon.stop()
+    assert [s for *_, s, _ in await _rows_after(tmp_path)] == [OutboundStatus.PENDING]
+
+    conn2 = FlakyConnector()
+    daemon = await start(tmp_path, conn2)
+    try:
+        await until(lambda: conn2.texts("local"))
+        assert conn2.texts("local") == ["reply to: before the restart"]
+    finally:
+        await daemon.stop()
+
+
+async def _rows_after(tmp_path):
+    from openclaw.store import Store
+
+    store = await Store.open(config(tmp_path).store.url)
+    try:
+        return [(o.chat_id, o.text, o.status, o.attempts) for o in await store.pending_outbound()]
+    finally:
+        await store.close()
