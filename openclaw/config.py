@@ -939,13 +939,24 @@ enabled = false
 # Folders of SKILL.md skills.
 # dirs = []
 
+# e.g. enabled = ["clock", "files", "shell", "email"]
+
 # A skill's settings go in its own table:
 # [skills.email]
+# e.g. smtp_host = "smtp.example.org"
+# e.g. from_address = "assistant@example.org"
+# e.g. smtp_username = "assistant@example.org"
 # e.g. smtp_password = "env:SMTP_PASSWORD"
 
-# Roles: what each role may do (skills, paths, network, limits).
+# Roles: what each role may do. Built in: "admin" (every enabled skill, network) and "user"
+# (clock and files in the user's own workspace); a [roles.admin] or [roles.user] table changes
+# only the keys it sets.
 # [roles.family]
-# e.g. skills = ["clock"]
+# e.g. skills = ["clock", "files", "shell"]
+# e.g. network = false
+# e.g. read_only = ["/srv/media"]
+# e.g. approval = ["shell"]
+# e.g. email_recipients = ["me@example.org"]
 '''
 
 
