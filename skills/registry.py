@@ -91,6 +91,9 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
         if problem:
             problems.append(f"skills.dirs: {problem}")
             continue
+        if not _NAME.fullmatch(skill.name):
+            problems.append(f"skills.dirs: {origin}: name {skill.name!r} must be letters, digits, _ or -")
+            continue
         try:
             registry.add(skill, origin, settings.get(skill.name, {}))
         except SkillLoadError as exc:

@@ -184,6 +184,7 @@ async def test_skill_md_folders_are_offered_by_name_and_read_on_demand(tmp_path)
     ("# no front matter\n", "has no YAML front matter"),
     ("---\nname: [unclosed\n---\nbody\n", "front matter is not valid YAML"),
     ("---\nname: x\n---\nbody\n", "front matter needs a non-empty 'description'"),
+    ("---\nname: two words\ndescription: d\n---\n", "name 'two words' must be letters, digits, _ or -"),
 ])
 def test_a_broken_skill_md_is_a_config_error(tmp_path, content, problem):
     (tmp_path / "broken").mkdir()
