@@ -38,6 +38,8 @@ class Connector(Protocol):
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None: ...
 
+    # Optional: `async def fetch_attachment(self, ref, folder) -> (file name | None, note | None)`
+    # saves one of InboundMessage.attachments into `folder` (the user's workspace), or says why not.
     # Optional: `async def draft(self, chat_id, text)` shows a reply while it is generated (the
     # whole text so far each call; the connector rate-limits its edits). Only called when the
     # channel's `stream_edits` is on.

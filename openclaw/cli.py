@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from openclaw import __version__
-from openclaw.channels import configured_connectors, default_workspace_for
+from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, default_config_path, load_config, write_starter_config
 
 
@@ -140,7 +140,7 @@ async def _run_daemon(config, terminal) -> int:
     from connectors.console_socket import ConsoleSocketConnector
     from openclaw.daemon import Daemon
 
-    connectors = configured_connectors(config, default_workspace_for(config))
+    connectors = configured_connectors(config)
     daemon = Daemon(config, connectors=connectors)
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None

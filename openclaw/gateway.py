@@ -113,6 +113,10 @@ class Gateway:
         if command in COMMANDS:
             await self._command(command, msg, event)
             return
+        if msg.notice and not msg.text.strip():
+            await self._send(msg.channel, msg.chat_id, msg.notice, conversation_id=None, event=event)
+            await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
+            return
         self._lane(msg).queue.put_nowait((msg, event, role, False))
 
     async def recover(self) -> int:
@@ -270,9 +274,7 @@ class Gateway:
             msg.channel == "terminal")
         sink = _Sink(connector, msg.chat_id, stream)
         typing = asyncio.create_task(self._keep_typing(sink))
-        text = msg.text
-        if msg.attachments:
-            text += "\n\n[attached files: " + ", ".join(msg.attachments) + "]"
+        text = (msg.text + await self._attachments_note(connector, msg.attachments, principal)).strip()
         started = time.monotonic()
         lane.current = asyncio.create_task(self.agent.run_turn(
             conversation_id, caller, text, sink, run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}",
@@ -307,6 +309,21 @@ class Gateway:
         await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
                                conversation_id=conversation_id,
                                inbound_event_id=event.id if event else None)
+
+    @staticmethod
+    async def _attachments_note(connector: Connector, refs: list[str], principal: Principal) -> str:
+        """Fetch the user's files into their workspace (only now: the user is admitted) and tell
+        the agent where they are, or why one could not be fetched."""
+        if not refs:
+            return ""
+        fetch = getattr(connector, "fetch_attachment", None)
+        names, notes = [], []
+        for ref in refs:
+            name, note = await fetch(ref, principal.workspace) if fetch else (ref, None)
+            names += [name] if name else []
+            notes += [note] if note else []
+        parts = ([f"[attached files, in your workspace: {', '.join(names)}]"] if names else []) + notes
+        return "\n\n" + "\n".join(parts)
 
     def _approver(self, msg: InboundMessage):
         """Asks in this chat; the answer must come from this user (see Approvals)."""

@@ -15,7 +15,12 @@ class InboundMessage:
     text: str
     display_name: str | None = None
     is_group: bool = False
-    attachments: list[str] = field(default_factory=list)  # paths saved in the user's workspace
+    # Files the user sent, as the connector names them: it fetches each (fetch_attachment) into the
+    # user's workspace only once the gateway admitted the user and the turn runs.
+    attachments: list[str] = field(default_factory=list)
+    # A fixed answer instead of the model's, for what the agent cannot take yet (a voice note):
+    # sent after access control and storage, like any reply.
+    notice: str | None = None
 
     @property
     def user(self) -> str:

@@ -22,6 +22,7 @@ from skills.registry import SkillRegistry, check_arguments
 log = logging.getLogger(__name__)
 
 MAX_RESULT_CHARS = 16_000
+MAX_AUDIT_VALUE_CHARS = 2_000  # a 64 MiB file write is audited by its size, not its content
 
 # (principal, skill name, what it will do) -> approved? The gateway asks in the chat.
 Approver = Callable[[Principal, str, str], Awaitable[bool]]
@@ -118,9 +119,17 @@ class Executor:
             note = note or AuditNote(detail=None if outcome.ok else outcome.text[:500])
             duration = None if started is None else int((time.monotonic() - started) * 1000)
             try:
-                await self._audit(principal.user, name, args if isinstance(args, dict) else {"raw": args},
+                await self._audit(principal.user, name, _for_audit(args),
                                   outcome.decision, exit_status=note.exit_status, duration_ms=duration,
                                   output_bytes=len(outcome.text.encode()), detail=note.detail)
             except Exception:  # the audit must not turn a finished action into a crash
                 log.exception("could not write the audit row for %s", name)
         return outcome
+
+
+def _for_audit(args: Any) -> dict[str, Any]:
+    """The arguments as the audit row keeps them: long texts cut, with their length noted."""
+    if not isinstance(args, dict):
+        args = {"raw": args}
+    return {k: (v[:MAX_AUDIT_VALUE_CHARS] + f"[... {len(v)} characters in all]"
+                if isinstance(v, str) and len(v) > MAX_AUDIT_VALUE_CHARS else v) for k, v in args.items()}

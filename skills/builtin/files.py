@@ -27,7 +27,10 @@ from sandbox.policy import Principal
 from sandbox.runner import SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
 
-DEFAULT_MAX_READ_BYTES = 256 * 1024
+# One read fits the executor's 16,000-character result limit, so the "[cut ...; read on with
+# offset=K]" note reaches the model instead of being cut off itself.
+DEFAULT_MAX_READ_BYTES = 12 * 1024
+SEARCH_MAX_FILE_BYTES = 1 << 20  # search reads bigger files than one read shows
 BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB means binary, as git and grep decide
 MAX_LIST_ENTRIES = 500
 MAX_SEARCH_VISITS = 5000  # files and folders looked at by one search
@@ -134,17 +137,16 @@ def _resolve(raw: str, roots: list[_Root]) -> _Target:
     real = _real(joined)
     root = _root_of(real, roots)
     if root is None:
-        raise SkillDenied(f"{_q(raw)} {_how_it_leaves(raw, joined, roots, real)}, outside your folders "
+        raise SkillDenied(f"{_q(raw)} {_how_it_leaves(joined, roots, real)}, outside your folders "
                           f"({_listing(roots)})")
     return _Target(raw, root, tuple(part for part in real[len(root.real):].split("/") if part))
 
 
-def _how_it_leaves(raw: str, joined: str, roots: list[_Root], real: str) -> str:
+def _how_it_leaves(joined: str, roots: list[_Root], real: str) -> str:
     """Which symlink takes `joined` out of the folders, for the denial message."""
+    parts = [part for part in joined.split("/") if part not in ("", ".")]
     current = "/"
-    for part in joined.split("/"):
-        if part in ("", "."):
-            continue
+    for index, part in enumerate(parts):
         if part == "..":
             current = os.path.dirname(current)
             continue
@@ -152,11 +154,12 @@ def _how_it_leaves(raw: str, joined: str, roots: list[_Root], real: str) -> str:
         if os.path.islink(step):
             target = _real(step)
             if _root_of(target, roots) is None:
+                pointed = _q(os.readlink(step))
+                if index == len(parts) - 1:
+                    return f"is a symbolic link to {pointed}"
                 root = _root_of(current, roots)
-                link = _show(root, tuple(os.path.relpath(step, root.real).split("/"))) if root else step
-                if link in (raw, raw.rstrip("/")):
-                    return f"is a symbolic link to {_q(os.readlink(step))}"
-                return f"goes through {link}, a symbolic link to {_q(os.readlink(step))}"
+                link = _show(root, tuple(os.path.relpath(step, root.real).split("/"))) if root else _q(step)
+                return f"goes through {link}, a symbolic link to {pointed}"
             step = target
         current = step
     return f"resolves to {_q(real)}"
@@ -247,9 +250,17 @@ def _open_file(target: _Target, flags: int, *, create: bool = False) -> tuple[in
             raise SkillError(f"{target.shown()} does not exist") from None
         except IsADirectoryError:
             raise SkillError(f"{target.shown()} is a folder; use action \"list\"") from None
+        except OSError as exc:
+            if exc.errno in (errno.ENXIO, errno.ENODEV):  # a pipe with no reader, a socket
+                raise _not_regular(target) from None
+            raise
         return fd, False
     finally:
         os.close(parent)
+
+
+def _not_regular(target: _Target) -> SkillError:
+    return SkillError(f"{target.shown()} is not a regular file (a device, socket or pipe)")
 
 
 def _regular(target: _Target, fd: int) -> os.stat_result:
@@ -257,7 +268,7 @@ def _regular(target: _Target, fd: int) -> os.stat_result:
     if stat.S_ISDIR(st.st_mode):
         raise SkillError(f"{target.shown()} is a folder; use action \"list\"")
     if not stat.S_ISREG(st.st_mode):
-        raise SkillError(f"{target.shown()} is not a regular file (a device, socket or pipe)")
+        raise _not_regular(target)
     return st
 
 
@@ -428,9 +439,9 @@ class FilesSkill(Skill):
     def describe(self, args: dict[str, Any]) -> str:
         action, path = args.get("action"), _q(str(args.get("path", "")))
         if action in ("write", "append"):
-            size = len(str(args.get("content", "")).encode())
-            return (f"files: write {size:,} bytes to {path} (replacing what is there)" if action == "write"
-                    else f"files: append {size:,} bytes to {path}")
+            size = _n(len(str(args.get("content", "")).encode()), "byte")
+            return (f"files: write {size} to {path} (replacing what is there)" if action == "write"
+                    else f"files: append {size} to {path}")
         if action == "edit":
             times = ("every occurrence" if args.get("all") else
                      f"{args['count']} occurrences" if "count" in args else "the one occurrence")
@@ -549,12 +560,12 @@ class FilesSkill(Skill):
             lines = [_entry_line(entry, fd) for entry in entries[:MAX_LIST_ENTRIES]]
         finally:
             os.close(fd)
-        ctx.audit.detail = f"list {target.shown()} {len(entries)} entries"
+        ctx.audit.detail = f"list {target.shown()} {_n(len(entries), 'entry', 'entries')}"
         if not entries:
             return f"{target.shown()} is empty"
         more = len(entries) - len(lines)
         tail = [f"[{more} more not shown]"] if more else []
-        return "\n".join([f"{target.shown()}: {len(entries)} entries", *lines, *tail])
+        return "\n".join([f"{target.shown()}: {_n(len(entries), 'entry', 'entries')}", *lines, *tail])
 
     def _search(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
         glob, pattern, limit, cap = _search_options(args, ctx)
@@ -641,7 +652,7 @@ def _entry_line(entry: os.DirEntry, fd: int) -> str:
     if stat.S_ISDIR(st.st_mode):
         return f"{name}/"
     if stat.S_ISREG(st.st_mode):
-        return f"{name}  {st.st_size:,} bytes"
+        return f"{name}  {_n(st.st_size, 'byte')}"
     return f"{name}  (special file)"
 
 
@@ -682,15 +693,19 @@ def _lines_of(text: str, old: str, shown: int = 10) -> str:
     return ", ".join(lines) + (", ..." if text.count(old) > shown else "")
 
 
+def _n(count: int, word: str, words: str | None = None) -> str:
+    return f"{count:,} {word if count == 1 else words or word + 's'}"
+
+
 def _snippet(text: Any) -> str:
     text = str(text or "")
     short = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "..."
-    return f"{json.dumps(short, ensure_ascii=False)} ({len(text.encode()):,} bytes)"
+    return f"{json.dumps(short, ensure_ascii=False)} ({_n(len(text.encode()), 'byte')})"
 
 
 def _search_options(args: dict[str, Any], ctx: SkillContext) -> tuple[str | None, str | None, int, int]:
     limit = min(args.get("max_results", DEFAULT_SEARCH_RESULTS), MAX_SEARCH_RESULTS)
-    cap = ctx.settings.get("max_read_bytes", DEFAULT_MAX_READ_BYTES)
+    cap = ctx.settings.get("max_read_bytes", SEARCH_MAX_FILE_BYTES)
     return args.get("glob") or None, args.get("pattern") or None, limit, cap
 
 
