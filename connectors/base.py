@@ -14,6 +14,11 @@ from openclaw.gateway_types import InboundMessage
 Handler = Callable[[InboundMessage], Awaitable[None]]
 
 
+class ConnectorStartError(Exception):
+    """A connector cannot start for a reason the admin must fix (a rejected token): the daemon
+    stops with this message instead of a traceback."""
+
+
 class DeliveryRefused(Exception):
     """The service refused a message for good (the user blocked the bot, the chat is gone, the text
     is invalid): the gateway marks it failed instead of retrying. Any other exception from

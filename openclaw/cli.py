@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from connectors.base import ConnectorStartError
 from openclaw import __version__
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, default_config_path, load_config, write_starter_config
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as exc:
         print(f"config error:\n{exc}", file=sys.stderr)
+        return 2
+    except ConnectorStartError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

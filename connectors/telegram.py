@@ -1,0 +1,484 @@
+"""Telegram, through python-telegram-bot's Bot: our own long-polling loop, replies, drafts, files.
+
+PTB's Updater confirms an update's offset before handling it; a crash in between would lose the
+message. So this connector polls itself and confirms an update (by asking for the next offset) only
+after the gateway's handler returned for it, i.e. once the message is stored. A redelivery after a
+crash is recognised by the gateway through a message id stable across deliveries ("chat:message").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+import random
+import re
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from telegram import Bot, BotCommand, Message, MessageEntity, Update
+from telegram.constants import ChatAction, ChatType, ParseMode
+from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter, TelegramError
+from telegram.warnings import PTBDeprecationWarning
+
+from connectors.base import ConnectorStartError, DeliveryRefused, Handler
+from openclaw.gateway_types import InboundMessage
+
+log = logging.getLogger(__name__)
+
+COMMANDS = [
+    BotCommand("new", "Archive this conversation and start a fresh one"),
+    BotCommand("stop", "Stop the answer being generated"),
+    BotCommand("status", "Model, queue and tokens used today"),
+    BotCommand("help", "What I can do and the commands"),
+]
+# Media we cannot read yet, as the agent is told about them (checked in this order).
+UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("audio", "an audio file"),
+               ("video", "a video"), ("animation", "a GIF"), ("photo", "a photo"),
+               ("sticker", "a sticker"), ("location", "a location"), ("contact", "a contact"),
+               ("poll", "a poll")]
+MAX_FILE_NAME_BYTES = 120
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Reconnect delays: doubling from `initial` up to `maximum`, each scaled by a random factor in
+    [0.5, 1] so many clients cut off together do not all come back in the same instant."""
+
+    initial: float = 1.0
+    maximum: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.maximum, self.initial * 2 ** max(failures - 1, 0)) * random.uniform(0.5, 1.0)
+
+
+@dataclass
+class _Draft:
+    """A reply being streamed into one message of a chat."""
+
+    text: str = ""  # the latest text the reply has reached
+    shown: str = ""  # what the draft message shows
+    message_id: int | None = None
+    last_edit: float = float("-inf")  # loop time of the last send or edit
+    task: asyncio.Task | None = None
+    in_flight: bool = False  # a send or edit is on the wire: its result (the id) is needed
+    closed: bool = False
+    failed: bool = False
+
+
+class TelegramConnector:
+    name = "telegram"
+    max_message_len = 4096
+
+    def __init__(self, token: str, *, base_url: str | None = None, base_file_url: str | None = None,
+                 poll_timeout: float = 30.0, backoff: Backoff = Backoff(),
+                 max_file_bytes: int = 20 * 1024 * 1024, send_attempts: int = 3,
+                 max_retry_after: float = 60.0, draft_interval: float = 1.0) -> None:
+        _keep_token_out_of_logs()  # before Bot(), which logs its URLs
+        urls = {k: v for k, v in (("base_url", base_url), ("base_file_url", base_file_url)) if v}
+        self._bot = Bot(token, **urls)
+        self._poll_timeout, self._backoff = poll_timeout, backoff
+        self._max_file_bytes = max_file_bytes
+        self._send_attempts, self._max_retry_after = send_attempts, max_retry_after
+        self._draft_interval = draft_interval
+        self._handler: Handler | None = None
+        self._task: asyncio.Task | None = None
+        self._offset: int | None = None  # the next update id wanted; all below are handled
+        self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
+        self._drafts: dict[str, _Draft] = {}
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, handler: Handler) -> None:
+        """Check the token (a rejected one stops the daemon's start), then poll in the background.
+        An unreachable service is not fatal: the loop keeps trying with backoff."""
+        self._handler = handler
+        try:
+            await self._bot.initialize()
+        except InvalidToken:
+            await self._bot.shutdown()
+            # `from None`: PTB's message repeats the token, which must never reach a log
+            raise ConnectorStartError("telegram: the Bot API rejected the bot token; check telegram.token "
+                               "(from @BotFather)") from None
+        except TelegramError as exc:
+            log.warning("telegram: cannot reach the Bot API yet (%s); will keep trying", _why(exc))
+        self._task = asyncio.create_task(self._run(), name="telegram polling")
+
+    async def stop(self) -> None:
+        """End polling at once (the long poll is cancelled), confirm what was handled, and close
+        the HTTP clients."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        for chat_id in list(self._drafts):
+            await self._close_draft(chat_id)
+        if self._offset is not None:  # saves the next start a redelivery (harmless, but noise)
+            try:
+                await asyncio.wait_for(self._bot.get_updates(offset=self._offset, timeout=0), 2)
+            except (TelegramError, TimeoutError) as exc:
+                log.debug("telegram: could not confirm the last updates at stop: %s", _why(exc))
+        await self._bot.shutdown()
+
+    async def _run(self) -> None:
+        await self._connect()
+        failures = 0
+        while True:
+            try:
+                updates = await self._bot.get_updates(offset=self._offset, timeout=self._poll_timeout,
+                                                      allowed_updates=["message"])
+            except RetryAfter as exc:
+                await asyncio.sleep(_retry_seconds(exc))
+                continue
+            except TelegramError as exc:  # unreachable, 5xx, timed out, 409 another poller...
+                failures += 1
+                await self._pause("polling failed", exc, failures)
+                continue
+            except Exception:  # e.g. an update PTB cannot parse: keep the bot alive, and loud
+                failures += 1
+                log.exception("telegram: polling failed unexpectedly")
+                await asyncio.sleep(self._backoff.delay(failures))
+                continue
+            delivered = True
+            for update in updates:
+                delivered = await self._deliver(update)
+                if not delivered:
+                    break
+                self._offset = update.update_id + 1  # confirmed by the next getUpdates
+            if delivered:
+                failures = 0
+            else:
+                failures += 1
+                await asyncio.sleep(self._backoff.delay(failures))
+
+    async def _connect(self) -> None:
+        """getMe (the bot's id and username, for groups), drop any webhook (it would make getUpdates
+        fail with 409) and register the command menu; retried until the service answers."""
+        failures = 0
+        while True:
+            try:
+                await self._bot.initialize()
+                await self._bot.delete_webhook(drop_pending_updates=False)
+                await self._bot.set_my_commands(COMMANDS)
+                return
+            except RetryAfter as exc:
+                await asyncio.sleep(_retry_seconds(exc))
+            except TelegramError as exc:
+                failures += 1
+                await self._pause("connecting failed", exc, failures)
+
+    async def _pause(self, what: str, exc: TelegramError, failures: int) -> None:
+        delay = self._backoff.delay(failures)
+        log.warning("telegram: %s (%s); retrying in %.1f s", what, _why(exc), delay)
+        await asyncio.sleep(delay)
+
+    # ---- inbound ------------------------------------------------------------------------------
+
+    async def _deliver(self, update: Update) -> bool:
+        """Hand one update to the gateway. False: not stored (the daemon is stopping, the store
+        failed): leave it unconfirmed so Telegram delivers it again."""
+        if update.update_id not in self._read:
+            try:
+                self._read[update.update_id] = await self._inbound(update)
+            except Exception:  # a bug reading one update must not block all the ones after it
+                log.exception("telegram: skipping update %d, which could not be read", update.update_id)
+                return True
+        inbound = self._read[update.update_id]
+        if inbound is not None:
+            try:
+                await self._handler(inbound)
+            except Exception as exc:
+                log.warning("telegram: message %s was not stored (%s); it stays unconfirmed",
+                            inbound.message_id, exc)
+                return False
+        del self._read[update.update_id]
+        return True
+
+    async def _inbound(self, update: Update) -> InboundMessage | None:
+        """The update as the gateway's message; None for what is not for the agent (edits,
+        button presses, membership changes, other bots, group talk not addressed to us)."""
+        msg = update.message
+        if msg is None or msg.from_user is None or msg.from_user.is_bot:
+            return None
+        is_group = msg.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+        if msg.chat.type == ChatType.CHANNEL:
+            return None
+        text = msg.text or msg.caption or ""
+        if is_group:
+            text = self._addressed(msg, text)
+            if text is None:
+                return None
+        attachments: list[str] = []
+        notice = None
+        if msg.document is not None:  # fetched by the gateway once the user is admitted
+            doc = msg.document
+            name = safe_file_name(doc.file_name, f"document-{doc.file_unique_id}")
+            attachments = [json.dumps({"file_id": doc.file_id, "size": doc.file_size, "name": name})]
+        elif (kind := _unsupported_kind(msg)) is not None:
+            if text:  # the caption is still worth answering
+                text = _join(f"[The user sent {kind}, which I cannot open yet.]", text)
+            else:
+                notice = (f"Sorry, I cannot open {kind} yet: I read text messages and documents. "
+                          "Please type your message.")
+        if not text and not attachments and notice is None:
+            return None  # a service message (pinned, joined...): nothing to answer
+        return InboundMessage("telegram", str(msg.from_user.id), str(msg.chat.id),
+                              f"{msg.chat.id}:{msg.message_id}", text,
+                              display_name=msg.from_user.full_name, is_group=is_group,
+                              attachments=attachments, notice=notice)
+
+    def _addressed(self, msg: Message, text: str) -> str | None:
+        """A group message's text without the mention, if it is for us: it mentions the bot, replies
+        to one of its messages, or is a command (plain, or /cmd@ourbot); else None."""
+        me = self._bot.bot
+        entities = msg.parse_entities() if msg.text else msg.parse_caption_entities()
+        mention = re.compile(rf"(?<![\w@])@{re.escape(me.username or '')}\b", re.IGNORECASE)
+        named = [value for entity, value in entities.items()
+                 if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == me.id]
+        replied = (msg.reply_to_message is not None and msg.reply_to_message.from_user is not None
+                   and msg.reply_to_message.from_user.id == me.id)
+        if not (replied or named or mention.search(text) or _command_for(entities, me.username)):
+            return None
+        for value in named:
+            text = text.replace(value, "", 1)
+        text = re.sub(r"[ \t]{2,}", " ", mention.sub("", text))
+        return text.strip().lstrip(",:;").strip()
+
+    async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
+        """Download a document into the sender's workspace (called by the gateway for admitted
+        users only): (its name in the folder, None) or (None, a note for the agent saying why not)."""
+        doc = json.loads(ref)
+        name = doc["name"]
+        if doc.get("size") and doc["size"] > self._max_file_bytes:
+            return None, (f"[The user sent the file {name!r} ({doc['size']} bytes), too big for me "
+                          f"to download: the limit is {self._max_file_bytes} bytes.]")
+        path, out = create_unique(folder, name)
+        try:
+            with out:
+                remote = await self._bot.get_file(doc["file_id"])
+                await remote.download_to_memory(out, read_timeout=120)
+        except (TelegramError, OSError, RuntimeError) as exc:
+            path.unlink(missing_ok=True)
+            log.warning("telegram: could not download %s: %s", name, _why(exc))
+            return None, f"[The user sent the file {name!r}, but downloading it failed: {_why(exc)}]"
+        return path.name, None
+
+    # ---- outbound -----------------------------------------------------------------------------
+
+    async def send_text(self, chat_id: str, text: str) -> str | None:
+        """Send one message (as Telegram HTML, plain text if Telegram cannot parse it). If a draft
+        is open in this chat, it becomes this message instead. Raises DeliveryRefused when Telegram
+        refuses it for good (bot blocked, chat gone), another error when it may work later."""
+        try:
+            return await self._send_or_finish_draft(chat_id, text)
+        except (Forbidden, BadRequest, ChatMigrated) as exc:
+            raise DeliveryRefused(f"telegram refused a message to chat {chat_id}: {exc}") from exc
+
+    async def _send_or_finish_draft(self, chat_id: str, text: str) -> str:
+        draft = await self._close_draft(chat_id)
+        if draft is not None and draft.message_id is not None:
+            try:
+                await self.edit_text(chat_id, str(draft.message_id), text)
+                return str(draft.message_id)
+            except BadRequest as exc:  # deleted by the user meanwhile, say: send it anew
+                log.info("telegram: could not turn the draft into the reply (%s)", _why(exc))
+            except TelegramError:  # may work later: the retry should edit the draft, not add one
+                self._drafts.setdefault(chat_id, draft)
+                raise
+        message = await self._formatted(
+            lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode), text)
+        return str(message.message_id)
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        try:
+            await self._formatted(lambda body, mode: self._bot.edit_message_text(
+                body, _chat(chat_id), int(message_id), parse_mode=mode), text)
+        except BadRequest as exc:
+            if "not modified" not in str(exc).lower():  # the same text again: already done
+                raise
+
+    async def typing(self, chat_id: str) -> None:
+        await self._bot.send_chat_action(_chat(chat_id), ChatAction.TYPING)
+
+    async def _formatted(self, call: Callable[[str, str | None], Awaitable[Any]], text: str) -> Any:
+        try:
+            return await self._retrying(lambda: call(markdown_to_html(text), ParseMode.HTML))
+        except BadRequest as exc:
+            if "can't parse entities" not in str(exc).lower():
+                raise
+            log.info("telegram: formatting rejected (%s); sending plain text", exc)
+            return await self._retrying(lambda: call(text, None))
+
+    async def _retrying(self, op: Callable[[], Awaitable[Any]]) -> Any:
+        """`op()`, waiting out 429s a bounded number of times. A wait longer than max_retry_after
+        is not slept through here: the error goes to the gateway, which keeps the message."""
+        for attempt in range(1, self._send_attempts + 1):
+            try:
+                return await op()
+            except RetryAfter as exc:
+                wait = _retry_seconds(exc)
+                if attempt == self._send_attempts or wait > self._max_retry_after:
+                    raise
+                log.info("telegram: rate limited; retrying in %.0f s", wait)
+                await asyncio.sleep(wait)
+
+    # ---- streamed drafts ----------------------------------------------------------------------
+
+    async def draft(self, chat_id: str, text: str) -> None:
+        """Show the reply so far: the first call sends a message, later ones edit it, at most once
+        per draft_interval (the latest text wins). Never waits for the network."""
+        draft = self._drafts.setdefault(chat_id, _Draft())
+        if draft.failed:
+            return
+        draft.text = _draft_view(text, self.max_message_len)
+        if draft.task is None or draft.task.done():
+            draft.task = asyncio.create_task(self._show_draft(chat_id, draft), name="telegram draft")
+
+    async def _show_draft(self, chat_id: str, draft: _Draft) -> None:
+        loop = asyncio.get_running_loop()
+        while not draft.closed and draft.text and draft.text != draft.shown:
+            wait = draft.last_edit + self._draft_interval - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                continue
+            text = draft.text
+            draft.in_flight = True
+            try:
+                if draft.message_id is None:
+                    draft.message_id = (await self._bot.send_message(_chat(chat_id), text)).message_id
+                else:
+                    await self._bot.edit_message_text(text, _chat(chat_id), draft.message_id)
+            except RetryAfter as exc:
+                draft.last_edit = loop.time() + _retry_seconds(exc) - self._draft_interval
+                continue
+            except TelegramError as exc:  # cosmetic: the final reply is still sent
+                log.debug("telegram: draft update failed: %s", _why(exc))
+                draft.failed = True
+                return
+            finally:
+                draft.in_flight = False
+            draft.shown, draft.last_edit = text, loop.time()
+
+    async def _close_draft(self, chat_id: str) -> _Draft | None:
+        """Stop updating the chat's draft; wait for a send on the wire, whose message id we need."""
+        draft = self._drafts.pop(chat_id, None)
+        if draft is None:
+            return None
+        draft.closed = True
+        if draft.task is not None and not draft.task.done():
+            if not draft.in_flight:
+                draft.task.cancel()
+            await asyncio.gather(draft.task, return_exceptions=True)
+        return draft
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)\n?```", re.DOTALL)
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*", re.DOTALL)
+
+
+def markdown_to_html(text: str) -> str:
+    """The little Markdown models write, as Telegram HTML: ``` fences, `code`, **bold**. All else
+    is escaped text, so no input can produce markup Telegram refuses (and if it does, the caller
+    falls back to plain text)."""
+    out, at = [], 0
+    for m in _FENCE.finditer(text):
+        out.append(_inline_html(text[at:m.start()]))
+        lang = m.group(1).strip()
+        css = f' class="language-{lang}"' if re.fullmatch(r"[\w+#.-]+", lang) else ""
+        out.append(f"<pre><code{css}>{html.escape(m.group(2), quote=False)}</code></pre>")
+        at = m.end()
+    out.append(_inline_html(text[at:]))
+    return "".join(out)
+
+
+def _inline_html(text: str) -> str:
+    out, at = [], 0
+    for m in _INLINE_CODE.finditer(text):
+        out.append(_BOLD.sub(r"<b>\1</b>", html.escape(text[at:m.start()], quote=False)))
+        out.append(f"<code>{html.escape(m.group(1), quote=False)}</code>")
+        at = m.end()
+    out.append(_BOLD.sub(r"<b>\1</b>", html.escape(text[at:], quote=False)))
+    return "".join(out)
+
+
+def safe_file_name(name: str | None, fallback: str) -> str:
+    """A name that stays inside the folder: no path separators or control characters, no leading
+    dot (hidden files, "..") and at most MAX_FILE_NAME_BYTES bytes, keeping the extension."""
+    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if ch.isprintable()).strip().lstrip(".").strip()
+    name = name or fallback
+    stem, dot, ext = name.rpartition(".")
+    if not stem or len(ext) > 16:
+        stem, dot, ext = name, "", ""
+    while len(f"{stem}{dot}{ext}".encode()) > MAX_FILE_NAME_BYTES:
+        stem = stem[:-1]
+    return f"{stem.rstrip() or 'file'}{dot}{ext}"
+
+
+def create_unique(folder: Path, name: str) -> tuple[Path, BinaryIO]:
+    """Create `name` in `folder`, or "stem-1.ext", "stem-2.ext"... if taken; never overwrites.
+    Exclusive creation also refuses a planted symlink rather than writing through it."""
+    stem, dot, ext = name.rpartition(".")
+    if not stem:
+        stem, dot, ext = name, "", ""
+    number = 0
+    while True:
+        path = folder / (name if number == 0 else f"{stem}-{number}{dot}{ext}")
+        try:
+            return path, open(path, "xb")  # the caller closes it
+        except FileExistsError:
+            number += 1
+
+
+def _command_for(entities: dict[MessageEntity, str], username: str | None) -> bool:
+    """The message starts with a command that is ours: "/cmd" or "/cmd@ourbot"."""
+    for entity, value in entities.items():
+        if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
+            _, _, target = value.partition("@")
+            return not target or target.lower() == (username or "").lower()
+    return False
+
+
+def _unsupported_kind(msg: Message) -> str | None:
+    return next((what for attr, what in UNSUPPORTED if getattr(msg, attr, None)), None)
+
+
+def _draft_view(text: str, limit: int) -> str:
+    # Telegram trims trailing spaces, so an edit adding only a space would be "not modified".
+    text = text.rstrip()
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _join(note: str | None, text: str) -> str:
+    return "\n\n".join(part for part in (note, text) if part)
+
+
+def _chat(chat_id: str) -> int | str:
+    return int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():  # PTB 22 warns that retry_after becomes a timedelta; take both
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = exc.retry_after
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _keep_token_out_of_logs() -> None:
+    """httpx logs every request URL at INFO, and Bot API URLs contain the token; PTB's debug logs
+    do too. The daemon logs at INFO, so both are held at WARNING (the one global tweak here)."""
+    for name in ("httpx", "telegram"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -1,0 +1,484 @@
+"""The Telegram connector end to end: the real daemon (real SQLite, gateway, agent) with a scripted
+model, the real python-telegram-bot client, and a local fake of the Bot API (tests/fakes): DMs,
+pairing, groups, long replies, formatting, commands, rate limits, outages, files, media, drafts,
+and a daemon killed between storing a message and answering it.
+
+Run as a module (`python -m tests.connectors.test_telegram CONFIG MODE`) it is that daemon as a
+process, built from the config like `openclaw run` but with the scripted model, so a test can
+SIGKILL it at a chosen moment without paying for the embedded engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from connectors.base import ConnectorStartError
+from connectors.telegram import Backoff, TelegramConnector, markdown_to_html, safe_file_name
+from openclaw.channels import configured_connectors
+from openclaw.config import ConfigError, load_config
+from openclaw.daemon import Daemon
+from tests.fakes.telegram_api import FakeTelegram
+from tests.openclaw.scripted_model import ScriptedModel, last_user
+
+# PTB itself warns, while building a RetryAfter, that retry_after will become a timedelta; the
+# connector reads either form, so the notice says nothing about this code.
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:DeprecationWarning")
+
+ADA = 1001  # the admin, in config
+BOB = 2002  # a stranger
+GROUP = -100500
+REPO = Path(__file__).resolve().parents[2]
+
+
+def echo(messages: list[dict]) -> str:
+    return "re: " + last_user(messages)
+
+
+def history_echo(messages: list[dict]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return f"you said {len(users)} things: " + " | ".join(users)
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait for `condition()`; no fixed sleeps, the machine may be busy."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def write_config(tmp_path: Path, fake: FakeTelegram, telegram_extra: str = "") -> Path:
+    path = tmp_path / "openclaw.toml"
+    path.touch(mode=0o600)  # it holds a token
+    path.write_text(f"""
+data_dir = "{tmp_path / 'data'}"
+[access]
+admins = ["telegram:{ADA}"]
+dm_policy = "pairing"
+[admin]
+enabled = false
+[telegram]
+enabled = true
+token = "{fake.token}"
+base_url = "{fake.base_url}"
+base_file_url = "{fake.base_file_url}"
+{telegram_extra}
+""")
+    return path
+
+
+class Env:
+    """The fake Bot API plus, once started, one daemon with a Telegram connector talking to it."""
+
+    def __init__(self, tmp_path: Path, fake: FakeTelegram) -> None:
+        self.tmp_path, self.fake = tmp_path, fake
+        self.daemon: Daemon | None = None
+        self.config = None
+
+    async def start(self, model: ScriptedModel, telegram_extra: str = "", **connector_kw) -> Daemon:
+        self.config = load_config(write_config(self.tmp_path, self.fake, telegram_extra))
+        options = {"poll_timeout": 5, "backoff": Backoff(0.05, 0.4), **connector_kw}
+        connector = TelegramConnector(self.fake.token, base_url=self.fake.base_url,
+                                      base_file_url=self.fake.base_file_url, **options)
+        self.daemon = Daemon(self.config, model=model, connectors=[connector])
+        await self.daemon.start()
+        await until(lambda: self.fake.polls_waiting)
+        return self.daemon
+
+    async def stop(self) -> None:
+        if self.daemon is not None:
+            daemon, self.daemon = self.daemon, None
+            await daemon.stop(drain_timeout=2)
+
+    async def replies(self, chat: int, count: int, timeout: float = 10.0) -> list[str]:
+        """The bot's messages in `chat` once there are `count`; then checks no more came."""
+        await until(lambda: len(self.fake.texts(chat)) >= count, timeout)
+        await self.daemon.gateway.wait_idle()
+        assert len(self.fake.texts(chat)) == count, self.fake.texts(chat)
+        return self.fake.texts(chat)
+
+
+@pytest.fixture
+async def fake():
+    server = FakeTelegram()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def env(tmp_path, fake):
+    environment = Env(tmp_path, fake)
+    yield environment
+    await environment.stop()
+
+
+# ---- conversations ------------------------------------------------------------------------------
+
+
+async def test_a_dm_conversation_over_two_turns_is_remembered(env, fake):
+    await env.start(ScriptedModel(history_echo))
+    fake.send("my name is Ada")
+    assert await env.replies(ADA, 1) == ["you said 1 things: my name is Ada"]
+    fake.send("what is my name?")
+    assert (await env.replies(ADA, 2))[1] == "you said 2 things: my name is Ada | what is my name?"
+    assert (ADA, "typing") in fake.actions
+    assert [c["command"] for c in fake.commands] == ["new", "stop", "status", "help"]
+    assert all(c["description"] for c in fake.commands)
+
+
+async def test_an_unknown_user_gets_a_pairing_code_and_after_approval_a_reply(env, fake):
+    model = ScriptedModel(lambda m: "hello friend")
+    daemon = await env.start(model)
+    fake.send("hi", user=BOB, first_name="Bob")
+    [pairing] = await env.replies(BOB, 1)
+    [code] = await daemon.store.list_pairing_codes()
+    assert code.user == f"telegram:{BOB}" and code.display_name == "Bob"
+    assert code.code in pairing and "pairing code" in pairing
+    assert model.prompts == []  # nothing reached the model
+    assert await daemon.store.approve_pairing(code.code) is not None
+    fake.send("hi again", user=BOB)
+    assert (await env.replies(BOB, 2))[1] == "hello friend"
+
+
+async def test_start_is_passed_to_the_gateway_which_greets(env, fake):
+    await env.start(ScriptedModel(echo))
+    fake.send("/start")
+    [greeting] = await env.replies(ADA, 1)
+    assert greeting.startswith("Hello!") and "/new" in greeting
+
+
+async def test_in_a_group_only_messages_addressed_to_the_bot_are_answered(env, fake):
+    model = ScriptedModel(echo)
+    await env.start(model)
+    fake.send("just chatting among ourselves", chat=GROUP)
+    fake.send(f"@{fake.username}, what is 2+2?", chat=GROUP)
+    [first] = await env.replies(GROUP, 1)
+    assert first == "re: what is 2+2?"  # the mention is stripped
+    bot_message = fake.message(GROUP, fake.bot_messages[GROUP][0].message_id)
+    own = fake.send("replying to myself", chat=GROUP)
+    fake.send("no bot here either", chat=GROUP, reply_to=own)
+    fake.send(f"hi @{fake.username}2", chat=GROUP)  # another bot, whose name starts like ours
+    fake.send(f"hey @{fake.username}", user=BOB, chat=GROUP)  # strangers in groups: nothing
+    fake.send("and 3+3?", chat=GROUP, reply_to=bot_message)
+    assert (await env.replies(GROUP, 2))[1] == "re: and 3+3?"
+    fake.send(f"/help@{fake.username}", chat=GROUP)
+    assert "/new" in (await env.replies(GROUP, 3))[2]
+    assert [last_user(p) for p in model.prompts] == ["what is 2+2?", "and 3+3?"]
+    assert fake.texts(BOB) == []
+
+
+async def test_a_10000_character_reply_arrives_in_order_in_pieces_of_at_most_4096(env, fake):
+    long = "\n\n".join(f"Paragraph {i}: " + " ".join(f"w{i}.{j}" for j in range(60))
+                       for i in range(25))
+    assert len(long) == 10_013
+    await env.start(ScriptedModel(lambda m: long, chunk=1000))
+    fake.send("write a lot")
+    await until(lambda: len(fake.texts(ADA)) >= 3)
+    await env.daemon.gateway.wait_idle()
+    pieces = fake.texts(ADA)
+    assert len(pieces) == 3 and all(len(p) <= 4096 for p in pieces)
+    assert "\n\n".join(pieces).split() == long.split()  # nothing lost, reordered or repeated
+
+
+async def test_markdown_is_sent_as_html_and_as_plain_text_when_telegram_cannot_parse_it(env, fake):
+    reply = "Use **bold** and `x < y` here:\n```python\nprint('a & b')\n```"
+    await env.start(ScriptedModel(lambda m: reply))
+    fake.send("format please")
+    [shown] = await env.replies(ADA, 1)
+    assert fake.bot_messages[ADA][0].parse_mode == "HTML"
+    assert shown == "Use bold and x < y here:\nprint('a & b')"
+    fake.reject_formatting = True
+    fake.send("again")
+    assert (await env.replies(ADA, 2))[1] == reply
+    assert fake.bot_messages[ADA][1].parse_mode is None
+    assert [c.status for c in fake.calls_to("sendMessage")] == [200, 400, 200]
+
+
+async def test_new_and_stop_commands(env, fake):
+    model = ScriptedModel(history_echo)
+    await env.start(model)
+    fake.send("one")
+    assert await env.replies(ADA, 1) == ["you said 1 things: one"]
+    fake.send("/new")
+    assert (await env.replies(ADA, 2))[1] == "Started a new conversation."
+    fake.send("two")
+    assert (await env.replies(ADA, 3))[2] == "you said 1 things: two"
+    model.gate = asyncio.Event()  # the next reply stalls after its first chunk
+    fake.send("tell me everything")
+    await until(lambda: len(model.prompts) == 3)
+    fake.send("/stop")
+    assert (await env.replies(ADA, 4))[3] == "Stopped."
+    assert model.aborted
+
+
+# ---- rate limits, outages, crashes --------------------------------------------------------------
+
+
+async def test_a_429_on_send_message_delays_the_reply_but_it_arrives(env, fake):
+    await env.start(ScriptedModel(echo))
+    fake.fail_next("sendMessage", 429, retry_after=1)
+    fake.send("hello")
+    assert await env.replies(ADA, 1, timeout=15) == ["re: hello"]
+    refused, served = fake.calls_to("sendMessage")
+    assert (refused.status, served.status) == (429, 200)
+    assert served.at - refused.at >= 1.0  # retry_after was honoured
+
+
+async def test_polling_survives_errors_and_the_service_going_away_and_coming_back(env, fake, caplog):
+    caplog.set_level(logging.WARNING, logger="connectors.telegram")
+    await env.start(ScriptedModel(echo))
+    fake.send("first")
+    assert await env.replies(ADA, 1) == ["re: first"]
+    fake.fail_next("getUpdates", 502, "Bad Gateway")
+    fake.fail_next("getUpdates", 429, retry_after=1)
+    await fake.stop()  # the network goes away, cutting the long poll
+    fake.send("are you there?")  # Telegram keeps it until the bot is back
+    await until(lambda: caplog.text.count("polling failed") >= 3)  # reconnecting, with backoff
+    await fake.start()
+    assert await env.replies(ADA, 2, timeout=15) == ["re: first", "re: are you there?"]
+    assert [c.status for c in fake.calls_to("getUpdates")].count(502) == 1
+
+
+async def test_updates_without_a_message_are_confirmed_and_skipped(env, fake):
+    model = ScriptedModel(echo)
+    await env.start(model)
+    user = {"id": ADA, "is_bot": False, "first_name": "Ada"}
+    chat = {"id": ADA, "type": "private", "first_name": "Ada"}
+    fake.add_update({"edited_message": {"message_id": 1, "date": 0, "edit_date": 1, "chat": chat,
+                                        "from": user, "text": "edited"}})
+    fake.add_update({"callback_query": {"id": "7", "from": user, "chat_instance": "c", "data": "x"}})
+    member = {"status": "member", "user": {"id": fake.bot_id, "is_bot": True, "first_name": "B"}}
+    fake.add_update({"my_chat_member": {"chat": chat, "from": user, "date": 0,
+                                        "old_chat_member": {**member, "status": "left"},
+                                        "new_chat_member": member}})
+    fake.send(chat=GROUP, new_chat_members=[user])  # a service message in a group
+    fake.send(None, pinned_message={"message_id": 1, "date": 0, "chat": chat})  # in a DM
+    last = fake.add_update({"message": {"message_id": 99, "date": 0, "chat": chat, "from": user,
+                                        "text": "still there?"}})
+    assert await env.replies(ADA, 1) == ["re: still there?"]
+    await until(lambda: fake.confirmed > last)
+    assert [last_user(p) for p in model.prompts] == ["still there?"]
+
+
+async def test_stop_ends_a_long_poll_at_once_and_confirms_what_was_handled(env, fake):
+    await env.start(ScriptedModel(echo), poll_timeout=30)
+    fake.send("hello")
+    await env.replies(ADA, 1)
+    await until(lambda: fake.polls_waiting)  # a 30 s long poll is open
+    started = time.monotonic()
+    await env.stop()
+    assert time.monotonic() - started < 3
+    assert fake.updates == []  # the handled message was confirmed on the way out
+
+
+async def test_a_message_refused_while_the_daemon_stops_is_not_confirmed_and_answered_later(
+        env, fake, caplog):
+    await env.start(ScriptedModel(echo))
+    fake.send("first")
+    await env.replies(ADA, 1)
+    await env.daemon.gateway.drain(1)  # what a SIGTERM does first: the gateway takes no more
+    late = fake.send("late")
+    await until(lambda: "was not stored" in caplog.text)
+    await env.stop()
+    assert [u["message"]["message_id"] for u in fake.updates] == [late["message_id"]]
+    await env.start(ScriptedModel(echo))
+    assert await env.replies(ADA, 2) == ["re: first", "re: late"]
+
+
+async def test_a_reply_that_cannot_be_sent_is_retried_until_the_service_is_back(env, fake):
+    model = ScriptedModel(echo)
+    daemon = await env.start(model)
+    model.gate = asyncio.Event()
+    fake.send("hello")
+    await until(lambda: model.prompts)
+    await fake.stop()
+    model.gate.set()  # the reply is ready while Telegram is unreachable: send_text raises
+    await until(lambda: daemon.gateway.outbox.backlog)
+    await fake.start()
+    await until(lambda: fake.texts(ADA), timeout=15)
+    await daemon.gateway.outbox.wait_delivered()
+    assert fake.texts(ADA) == ["re: hello"]
+
+
+async def test_a_reply_telegram_refuses_for_good_is_not_retried(env, fake):
+    daemon = await env.start(ScriptedModel(echo))
+    fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
+    fake.send("hello")
+    await until(lambda: fake.calls_to("sendMessage"))
+    await daemon.gateway.wait_idle()
+    assert daemon.gateway.outbox.backlog == 0  # marked failed, no retry scheduled
+    assert await daemon.store.pending_outbound() == []
+    assert fake.texts(ADA) == []
+
+
+def _serve(config_path: str, mode: str) -> None:
+    """The daemon process for the kill test: connectors from the config, a scripted model whose
+    reply never finishes in mode "hang"."""
+    async def main() -> None:
+        config = load_config(Path(config_path))
+        model = ScriptedModel(echo)
+        if mode == "hang":
+            model.gate = asyncio.Event()  # never set: the reply stalls after its first chunk
+        daemon = Daemon(config, model=model,
+                        connectors=configured_connectors(config))
+        await daemon.start()
+        await daemon.run_until_stopped(drain_timeout=2)
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    asyncio.run(main())
+
+
+def _spawn(config: Path, mode: str, log_file: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("NOTIFY_SOCKET", None)
+    return subprocess.Popen([sys.executable, "-m", "tests.connectors.test_telegram", str(config), mode],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=log_file.open("ab"))
+
+
+async def test_an_update_redelivered_after_a_kill_is_answered_exactly_once(tmp_path, fake):
+    """Killed after storing a message but before confirming it (the confirming poll got a 429)
+    and before replying: the restarted daemon gets the update again and answers once."""
+    config, log_file = write_config(tmp_path, fake), tmp_path / "daemon.log"
+    first = _spawn(config, "hang", log_file)
+    try:
+        await until(lambda: fake.polls_waiting, timeout=60)
+        fake.fail_next("getUpdates", 429, retry_after=30)  # the poll after "hello": unconfirmed
+        hello = fake.send("hello")
+        await until(lambda: any(c.status == 429 for c in fake.calls_to("getUpdates")))
+        first.kill()  # the handler returned (it is stored); no reply yet
+        assert first.wait(10) == -signal.SIGKILL
+    finally:
+        first.kill()
+    assert [u["message"]["message_id"] for u in fake.updates] == [hello["message_id"]]
+    assert fake.texts(ADA) == []
+    second = _spawn(config, "echo", log_file)
+    try:
+        await until(lambda: fake.texts(ADA), timeout=60)
+        fake.send("ping")  # same conversation lane: a second "re: hello" would come first
+        await until(lambda: len(fake.texts(ADA)) >= 2)
+        assert fake.texts(ADA) == ["re: hello", "re: ping"], log_file.read_text()[-3000:]
+        # the update came again, and the gateway knew it by its id (recovery answered it)
+        assert f"ignoring redelivered message telegram:{ADA}:{hello['message_id']}" in log_file.read_text()
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(20) == 0, log_file.read_text()[-3000:]
+    finally:
+        second.kill()
+    assert fake.updates == []  # everything confirmed
+    assert "123456:TEST" not in log_file.read_text()  # the token never reaches the log
+
+
+# ---- files and media ----------------------------------------------------------------------------
+
+
+async def test_a_document_is_saved_in_the_workspace_and_the_agent_is_told_its_path(env, fake):
+    model = ScriptedModel(echo)
+    await env.start(model)
+    fake.send_document("../../etc/.report v1.pdf", b"%PDF first", caption="summarise this")
+    assert await env.replies(ADA, 1) == [
+        "re: summarise this\n\n[attached files, in your workspace: report v1.pdf]"]
+    fake.send_document("report v1.pdf", b"%PDF second")
+    assert (await env.replies(ADA, 2))[1] == "re: [attached files, in your workspace: report v1-1.pdf]"
+    workspace = env.config.policy().principal(f"telegram:{ADA}").workspace
+    assert (workspace / "report v1.pdf").read_bytes() == b"%PDF first"  # never overwritten
+    assert (workspace / "report v1-1.pdf").read_bytes() == b"%PDF second"
+    assert sorted(p.name for p in workspace.iterdir()) == ["report v1-1.pdf", "report v1.pdf"]
+
+
+async def test_a_strangers_document_is_never_downloaded(env, fake):
+    await env.start(ScriptedModel(echo))
+    fake.send_document("payload.bin", b"x" * 100, user=BOB)
+    assert "pairing code" in (await env.replies(BOB, 1))[0]
+    assert fake.calls_to("getFile") == []
+
+
+async def test_a_document_too_big_is_not_downloaded_and_the_agent_is_told(env, fake):
+    await env.start(ScriptedModel(echo), max_file_bytes=10)
+    fake.send_document("big.bin", b"x" * 11)
+    [reply] = await env.replies(ADA, 1)
+    assert "'big.bin'" in reply and "too big" in reply
+    assert fake.calls_to("getFile") == []
+
+
+async def test_voice_notes_and_photos_are_answered_as_not_supported_yet(env, fake):
+    model = ScriptedModel(echo)
+    await env.start(model)
+    fake.send_voice()
+    [voice] = await env.replies(ADA, 1)
+    assert voice == ("Sorry, I cannot open a voice note yet: I read text messages and documents. "
+                     "Please type your message.")
+    fake.send_photo(caption="what is this?")
+    photo = (await env.replies(ADA, 2))[1]
+    assert "a photo" in photo and photo.endswith("what is this?")  # the caption still counts
+    fake.send_voice(user=BOB)
+    assert "pairing code" in (await env.replies(BOB, 1))[0]  # access control as for text
+    assert len(model.prompts) == 1  # only the captioned photo reached the model
+
+
+def test_file_names_are_made_safe():
+    assert safe_file_name("../../etc/passwd", "f") == "passwd"
+    assert safe_file_name("..\\..\\boot.ini", "f") == "boot.ini"
+    assert safe_file_name("..", "fallback") == "fallback"
+    assert safe_file_name(".bashrc", "f") == "bashrc"
+    assert safe_file_name("a\x00b\nc.txt", "f") == "abc.txt"
+    long = safe_file_name("é" * 300 + ".tar.gz", "f")
+    assert long.endswith(".gz") and len(long.encode()) <= 120
+
+
+def test_markdown_to_html_escapes_everything_else():
+    assert markdown_to_html("a < b & **c** `<i>`") == "a &lt; b &amp; <b>c</b> <code>&lt;i&gt;</code>"
+    assert markdown_to_html("```sh\nrm -rf **x**\n```") == (
+        '<pre><code class="language-sh">rm -rf **x**</code></pre>')
+    assert markdown_to_html("**unclosed and 2*3") == "**unclosed and 2*3"
+
+
+# ---- streaming and configuration ----------------------------------------------------------------
+
+
+async def test_a_streamed_reply_is_one_message_edited_at_most_once_per_interval(env, fake):
+    text = " ".join(f"word{i}" for i in range(60))
+    model = ScriptedModel(lambda m: text, chunk=25, delay=0.05)
+    await env.start(model, "stream_edits = true", draft_interval=0.25)
+    fake.send("stream please")
+    assert await env.replies(ADA, 1) == [text]  # one message: the draft became the reply
+    edits = fake.calls_to("editMessageText")
+    drafts = [c for c in edits if c.params.get("parse_mode") is None]
+    assert drafts and edits[-1].params.get("parse_mode") == "HTML"  # the final edit is formatted
+    sends = [fake.calls_to("sendMessage")[0], *drafts]
+    gaps = [b.at - a.at for a, b in zip(sends, sends[1:], strict=False)]
+    assert all(gap >= 0.2 for gap in gaps), gaps  # 0.25 s apart, minus timer slack
+    assert len({c.params["text"] for c in drafts}) == len(drafts)  # no edit repeats its text
+
+
+def test_the_config_builds_the_connector_and_refuses_webhooks(tmp_path, fake):
+    config = load_config(write_config(tmp_path, fake))
+    [connector] = configured_connectors(config)
+    assert isinstance(connector, TelegramConnector) and connector.max_message_len == 4096
+    path = write_config(tmp_path, fake, 'webhook_url = "https://example.org/hook"')
+    with pytest.raises(ConfigError, match="telegram.webhook_url.*long polling"):
+        configured_connectors(load_config(path))
+
+
+async def test_a_rejected_token_stops_the_start_without_printing_the_token(fake):
+    connector = TelegramConnector("999:wrong-token", base_url=fake.base_url, base_file_url=fake.base_file_url)
+
+    async def handler(message) -> None:
+        raise AssertionError("no message expected")
+
+    with pytest.raises(ConnectorStartError, match="telegram.token") as raised:
+        await connector.start(handler)
+    assert "wrong-token" not in str(raised.value) and raised.value.__cause__ is None
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], sys.argv[2])
