@@ -91,6 +91,7 @@ class TelegramConnector:
         self._offset: int | None = None  # the next update id wanted; all below are handled
         self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
         self._drafts: dict[str, _Draft] = {}
+        self.connected = False  # the last poll reached the Bot API (for /healthz)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -137,6 +138,7 @@ class TelegramConnector:
                 continue
             except TelegramError as exc:  # unreachable, 5xx, timed out, 409 another poller...
                 failures += 1
+                self.connected = False
                 await self._pause("polling failed", exc, failures)
                 continue
             except Exception:  # e.g. an update PTB cannot parse: keep the bot alive, and loud
@@ -144,6 +146,7 @@ class TelegramConnector:
                 log.exception("telegram: polling failed unexpectedly")
                 await asyncio.sleep(self._backoff.delay(failures))
                 continue
+            self.connected = True
             delivered = True
             for update in updates:
                 delivered = await self._deliver(update)

@@ -73,7 +73,8 @@ class Daemon:
     def health(self) -> dict[str, Any]:
         return {"status": "ok" if self.gateway is not None else "starting",
                 "uptime_s": round(time.time() - self.started_at, 1),
-                "connectors": [c.name for c in self.connectors],
+                # `connected` where a connector can tell (a service it keeps reconnecting to)
+                "connectors": {c.name: getattr(c, "connected", True) for c in self.connectors},
                 "queue": self.gateway.queue_length() if self.gateway else 0}
 
     def _register_gauges(self) -> None:

@@ -1,47 +1,46 @@
 """`files`: read, write, append, list, search and edit files in the caller's workspace and in the extra
 folders its role grants.
 
-Containment has two layers. First every path is resolved to where it really is (symlinks and `..`
-followed, as the kernel would) and must lie inside one of the principal's folders; that check gives the
-denial its wording. Then the work is done through file descriptors opened one component at a time from
-the folder's own descriptor, each with O_NOFOLLOW, so a symlink swapped in after the check (the
-sandboxed shell can write the same workspace) cannot lead the operation anywhere else.
+This module is the skill as the model meets it: the actions, the checks on their arguments, and the
+wording of what it reports. Where a path leads and how it is opened safely is in file_paths; walking
+a folder for matches (and the child process regular expressions run in) is in file_search.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
-import errno
 import json
 import os
 import re
 import stat
-import sys
-from dataclasses import dataclass
-from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import Any
 
-from sandbox.policy import Principal
-from sandbox.runner import SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT
-from skills.base import Skill, SkillContext, SkillDenied, SkillError
+from skills.base import Skill, SkillContext, SkillError
+from skills.builtin import file_search
+from skills.builtin.file_paths import (
+    Target,
+    give_to_sandbox,
+    open_file,
+    open_folder,
+    pread_all,
+    q,
+    regular,
+    require_writable,
+    resolve,
+    too_big,
+    write_all,
+)
+from skills.builtin.file_search import BINARY_SNIFF_BYTES, search_in_child, search_tree
 
 # One read fits the executor's 16,000-character result limit, so the "[cut ...; read on with
 # offset=K]" note reaches the model instead of being cut off itself.
 DEFAULT_MAX_READ_BYTES = 12 * 1024
 SEARCH_MAX_FILE_BYTES = 1 << 20  # search reads bigger files than one read shows
-BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB means binary, as git and grep decide
 MAX_LIST_ENTRIES = 500
-MAX_SEARCH_VISITS = 5000  # files and folders looked at by one search
 DEFAULT_SEARCH_RESULTS = 50
 MAX_SEARCH_RESULTS = 200
-MAX_LINE_CHARS = 200  # of a matching line, in search results
 SNIPPET_CHARS = 80  # of `old`/`new`, in approval prompts
-
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
-# O_NONBLOCK: opening a FIFO someone left in the workspace must not hang the daemon.
-FILE_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 # What each action takes besides `action` and `path`; anything else is refused so that a confused
 # call (content given to read) fails loudly rather than being half-done.
@@ -54,339 +53,6 @@ ACTION_ARGS: dict[str, frozenset[str]] = {
     "edit": frozenset({"old", "new", "count", "all"}),
 }
 REQUIRED_ARGS = {"write": ("content",), "append": ("content",), "edit": ("old", "new")}
-PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
-
-
-@dataclass(frozen=True)
-class _Root:
-    real: str  # resolved; containment is checked against this
-    configured: str  # as the admin wrote it, for messages
-    writable: bool
-    workspace: bool
-
-    def shown(self) -> str:
-        if self.workspace:
-            return WORKSPACE_MOUNT
-        return self.configured + ("" if self.writable else " (read-only)")
-
-
-@dataclass(frozen=True)
-class _Target:
-    raw: str  # as the caller wrote it
-    root: _Root  # the folder the resolved path lies in
-    parts: tuple[str, ...]  # the resolved path below root.real, no symlinks, no dots
-
-    def shown(self, parts: tuple[str, ...] | None = None) -> str:
-        return _show(self.root, self.parts if parts is None else parts)
-
-
-def _show(root: _Root, parts: tuple[str, ...]) -> str:
-    """Workspace paths relative (as the model writes them), other folders' paths absolute."""
-    if root.workspace:
-        return _q("/".join(parts)) if parts else WORKSPACE_MOUNT
-    return _q(os.path.join(root.real, *parts))
-
-
-def _q(text: str) -> str:
-    """A name as it may be shown: quoted when it holds newlines or other control characters, so a
-    file name cannot forge extra lines in a listing or an approval prompt."""
-    return text if text.isprintable() else repr(text)
-
-
-def _real(path: str) -> str:
-    # One seam for the test that fools the first layer and checks the second still holds.
-    return os.path.realpath(path)
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _roots(principal: Principal) -> list[_Root]:
-    return [_Root(_real(str(path)), str(path), writable, index == 0)
-            for index, (path, writable) in enumerate(principal.file_roots())]
-
-
-def _listing(roots: list[_Root]) -> str:
-    return ", ".join(root.shown() for root in roots)
-
-
-def _root_of(path: str, roots: list[_Root]) -> _Root | None:
-    """The innermost folder holding `path`: a read-only folder inside a writable one stays read-only
-    (and a workspace inside a read-only folder stays writable)."""
-    holding = [root for root in roots if _inside(path, root.real)]
-    return max(holding, key=lambda root: len(root.real), default=None)
-
-
-def _resolve(raw: str, roots: list[_Root]) -> _Target:
-    if not raw.strip():
-        raise SkillError("the path is empty; use \".\" for the workspace")
-    if "\0" in raw:
-        raise SkillError("the path contains a NUL character")
-    workspace = roots[0]
-    if raw == WORKSPACE_MOUNT or raw.startswith(WORKSPACE_MOUNT + "/"):
-        # The shell skill shows the workspace at /workspace; the model reuses those paths here.
-        joined = os.path.join(workspace.real, raw[len(WORKSPACE_MOUNT):].lstrip("/"))
-    else:
-        joined = os.path.join(workspace.real, raw)  # an absolute `raw` replaces the workspace
-    lexical = os.path.normpath(joined)
-    if not any(_inside(lexical, root.real) or _inside(lexical, os.path.normpath(root.configured))
-               for root in roots):
-        raise SkillDenied(f"{_q(raw)} is outside your folders ({_listing(roots)})")
-    # Not realpath(lexical): "link/.." means the link's parent to the kernel, not ".".
-    real = _real(joined)
-    root = _root_of(real, roots)
-    if root is None:
-        raise SkillDenied(f"{_q(raw)} {_how_it_leaves(joined, roots, real)}, outside your folders "
-                          f"({_listing(roots)})")
-    return _Target(raw, root, tuple(part for part in real[len(root.real):].split("/") if part))
-
-
-def _how_it_leaves(joined: str, roots: list[_Root], real: str) -> str:
-    """Which symlink takes `joined` out of the folders, for the denial message."""
-    parts = [part for part in joined.split("/") if part not in ("", ".")]
-    current = "/"
-    for index, part in enumerate(parts):
-        if part == "..":
-            current = os.path.dirname(current)
-            continue
-        step = os.path.join(current, part)
-        if os.path.islink(step):
-            target = _real(step)
-            if _root_of(target, roots) is None:
-                pointed = _q(os.readlink(step))
-                if index == len(parts) - 1:
-                    return f"is a symbolic link to {pointed}"
-                root = _root_of(current, roots)
-                link = _show(root, tuple(os.path.relpath(step, root.real).split("/"))) if root else _q(step)
-                return f"goes through {link}, a symbolic link to {pointed}"
-            step = target
-        current = step
-    return f"resolves to {_q(real)}"
-
-
-def _open_dir(target: _Target, parts: tuple[str, ...], *, create: bool = False, hint: str = "") -> int:
-    """A descriptor for the folder root/parts, every component opened with O_NOFOLLOW from the one
-    above it. With `create`, missing folders are made (and given to the sandbox uid in a workspace
-    when we are root, so the sandboxed shell can change what we made). `hint` is added when the last
-    component turns out not to be a folder."""
-    chown = create and target.root.workspace and os.geteuid() == 0
-    try:
-        fd = os.open(target.root.real, DIR_FLAGS & ~os.O_NOFOLLOW)  # the admin's folder, as configured
-    except FileNotFoundError:
-        raise SkillError(f"the folder {target.root.configured} does not exist") from None
-    try:
-        for index, part in enumerate(parts):
-            where = parts[:index + 1]
-            try:
-                child = os.open(part, DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    raise SkillError(f"{target.shown(where)} does not exist") from None
-                made = _mkdir(fd, part)
-                child = _open_or_deny(target, where, fd, part, DIR_FLAGS)
-                if made and chown:
-                    os.fchown(child, SANDBOX_UID, SANDBOX_GID)
-            except OSError as exc:
-                _deny_if_link(target, where, fd, part, exc)
-                if exc.errno != errno.ENOTDIR:
-                    raise
-                last = hint if index == len(parts) - 1 else ""
-                raise SkillError(f"{target.shown(where)} is not a folder{last}") from None
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _mkdir(fd: int, name: str) -> bool:
-    try:
-        os.mkdir(name, 0o777, dir_fd=fd)
-        return True
-    except FileExistsError:  # made meanwhile by someone else; opening it checks what it is
-        return False
-
-
-def _open_or_deny(target: _Target, where: tuple[str, ...], fd: int, name: str, flags: int,
-                  mode: int = 0o666) -> int:
-    try:
-        return os.open(name, flags, mode, dir_fd=fd)
-    except OSError as exc:
-        _deny_if_link(target, where, fd, name, exc)
-        raise
-
-
-def _deny_if_link(target: _Target, where: tuple[str, ...], fd: int, name: str, exc: OSError) -> None:
-    """An O_NOFOLLOW open refused a component: if it is a symlink, the path changed after we resolved
-    it (or the link loops); never follow it."""
-    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-        return
-    try:
-        is_link = stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
-    except OSError:
-        is_link = False
-    if is_link or exc.errno == errno.ELOOP:
-        raise SkillDenied(f"{_q(target.raw)}: {target.shown(where)} is a symbolic link that was not "
-                          "there when the path was checked (or it loops); it is not followed") from None
-
-
-def _open_file(target: _Target, flags: int, *, create: bool = False) -> tuple[int, bool]:
-    """(descriptor, whether we created the file) for the target file, through _open_dir."""
-    if not target.parts:
-        raise SkillError(f"{target.shown()} is a folder; use action \"list\"")
-    parent = _open_dir(target, target.parts[:-1], create=create)
-    name = target.parts[-1]
-    try:
-        if create:
-            try:
-                return os.open(name, flags | FILE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=parent), True
-            except FileExistsError:
-                pass
-        try:
-            fd = _open_or_deny(target, target.parts, parent, name, flags | FILE_FLAGS)
-        except FileNotFoundError:
-            raise SkillError(f"{target.shown()} does not exist") from None
-        except IsADirectoryError:
-            raise SkillError(f"{target.shown()} is a folder; use action \"list\"") from None
-        except OSError as exc:
-            if exc.errno in (errno.ENXIO, errno.ENODEV):  # a pipe with no reader, a socket
-                raise _not_regular(target) from None
-            raise
-        return fd, False
-    finally:
-        os.close(parent)
-
-
-def _not_regular(target: _Target) -> SkillError:
-    return SkillError(f"{target.shown()} is not a regular file (a device, socket or pipe)")
-
-
-def _regular(target: _Target, fd: int) -> os.stat_result:
-    st = os.fstat(fd)
-    if stat.S_ISDIR(st.st_mode):
-        raise SkillError(f"{target.shown()} is a folder; use action \"list\"")
-    if not stat.S_ISREG(st.st_mode):
-        raise _not_regular(target)
-    return st
-
-
-def _pread_all(fd: int, size: int, offset: int) -> bytes:
-    chunks, left = [], size
-    while left > 0:
-        chunk = os.pread(fd, min(left, 1 << 20), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes, offset: int | None = None) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
-        view = view[done:]
-        if offset is not None:
-            offset += done
-
-
-def _give_to_sandbox(target: _Target, fd: int) -> None:
-    # Only what we created, only in the workspace: the sandboxed shell runs as this uid and must be
-    # able to change the files the model made for it. Never anything outside the workspace.
-    if target.root.workspace and os.geteuid() == 0:
-        os.fchown(fd, SANDBOX_UID, SANDBOX_GID)
-
-
-def _too_big(target: _Target, size: int, limit: int, what: str) -> SkillDenied:
-    return SkillDenied(f"{what} {target.shown()} would make it {size:,} bytes, over your file size limit "
-                       f"of {limit:,} bytes; nothing was written")
-
-
-def _require_writable(target: _Target) -> None:
-    if not target.root.writable:
-        raise SkillDenied(f"{_q(target.raw)} is in {target.root.configured}, which is read-only for you")
-
-
-# -- search -----------------------------------------------------------------------------------------
-
-
-def _search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool, max_results: int,
-                 max_file_bytes: int) -> dict[str, Any]:
-    """Matches below the folder `dir_fd`: (relative path, line number or 0, line). os.fwalk walks by
-    descriptor and does not follow symlinked folders; files are opened with O_NOFOLLOW."""
-    found = {"matches": [], "visited": 0, "binary": 0, "large": 0, "stopped": False, "more": False}
-    matches: list[tuple[str, int, str]] = found["matches"]
-    if pattern is None:
-        matcher = None
-    elif regex:
-        matcher = re.compile(pattern).search
-    else:
-        def matcher(line: str) -> bool:
-            return pattern in line
-    for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=dir_fd):
-        dirnames.sort()
-        found["visited"] += 1
-        if found["visited"] > MAX_SEARCH_VISITS:
-            found["stopped"] = True
-            return found
-        for name in sorted(filenames):
-            found["visited"] += 1
-            if found["visited"] > MAX_SEARCH_VISITS:
-                found["stopped"] = True
-                return found
-            rel = os.path.join(dirpath, name)[2:]  # no "./"
-            if glob and not fnmatchcase(rel if "/" in glob else name, glob):
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue  # links, pipes: never followed or opened
-            lines = [(0, "")] if matcher is None else _matching_lines(fd, name, st, matcher, max_file_bytes,
-                                                                      found)
-            for number, line in lines:
-                if len(matches) == max_results:
-                    found["more"] = True
-                    return found
-                matches.append((rel, number, line))
-    return found
-
-
-def _matching_lines(fd: int, name: str, st: os.stat_result, matcher: Any, max_file_bytes: int,
-                    found: dict[str, Any]) -> list[tuple[int, str]]:
-    if st.st_size > max_file_bytes:
-        found["large"] += 1
-        return []
-    try:
-        file_fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=fd)
-    except OSError:
-        return []
-    try:
-        data = _pread_all(file_fd, max_file_bytes, 0)
-    finally:
-        os.close(file_fd)
-    if b"\0" in data[:BINARY_SNIFF_BYTES]:
-        found["binary"] += 1
-        return []
-    return [(number, line[:MAX_LINE_CHARS])
-            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1)
-            if matcher(line)]
-
-
-def _search_child_main() -> None:
-    """Entry point of the child process a regex search runs in (see FilesSkill._search_regex)."""
-    job = json.load(sys.stdin)
-    found = _search_tree(job["fd"], job["glob"], job["pattern"], True, job["max_results"],
-                         job["max_file_bytes"])
-    json.dump(found, sys.stdout)
-
-
-_CHILD_CODE = ("import sys; sys.path.insert(0, {root!r}); "
-               "from skills.builtin.files import _search_child_main; _search_child_main()")
 
 
 class FilesSkill(Skill):
@@ -437,7 +103,7 @@ class FilesSkill(Skill):
         return problems
 
     def describe(self, args: dict[str, Any]) -> str:
-        action, path = args.get("action"), _q(str(args.get("path", "")))
+        action, path = args.get("action"), q(str(args.get("path", "")))
         if action in ("write", "append"):
             size = _n(len(str(args.get("content", "")).encode()), "byte")
             return (f"files: write {size} to {path} (replacing what is there)" if action == "write"
@@ -448,7 +114,7 @@ class FilesSkill(Skill):
             return (f"files: edit {path}: replace {times} of {_snippet(args.get('old'))} with "
                     f"{_snippet(args.get('new'))}")
         if action == "search":
-            what = [f"names matching {_q(str(args['glob']))}" if args.get("glob") else "",
+            what = [f"names matching {q(str(args['glob']))}" if args.get("glob") else "",
                     f"lines with {_snippet(args.get('pattern'))}" if args.get("pattern") else ""]
             return f"files: search below {path} for " + " and ".join(w for w in what if w)
         return f"files: {action} {path}"
@@ -457,27 +123,27 @@ class FilesSkill(Skill):
         action = args["action"]
         _check_args(action, args)
         try:
-            target = await asyncio.to_thread(lambda: _resolve(args["path"], _roots(ctx.principal)))
+            target = await asyncio.to_thread(resolve, args["path"], ctx.principal)
             if action == "search" and args.get("regex") and args.get("pattern"):
                 return await self._search_regex(target, args, ctx)
             return await asyncio.to_thread(getattr(self, f"_{action}"), target, args, ctx)
         except OSError as exc:  # no space left, permission refused by the system: the model's business
-            raise SkillError(f"{action} {_q(args['path'])}: {exc.strerror or exc}") from None
+            raise SkillError(f"{action} {q(args['path'])}: {exc.strerror or exc}") from None
 
     # Each action below runs in a worker thread: file work must not stall the event loop.
 
-    def _read(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
+    def _read(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         cap = ctx.settings.get("max_read_bytes", DEFAULT_MAX_READ_BYTES)
         offset = args.get("offset", 0)
-        fd, _ = _open_file(target, os.O_RDONLY)
+        fd, _ = open_file(target, os.O_RDONLY)
         try:
-            size = _regular(target, fd).st_size
+            size = regular(target, fd).st_size
             if b"\0" in os.pread(fd, BINARY_SNIFF_BYTES, 0):
                 ctx.audit.detail = f"read {target.shown()}: binary, {size} bytes"
                 return f"{target.shown()} is a binary file ({size:,} bytes); its content is not shown"
             if offset > size:
                 raise SkillError(f"offset {offset} is past the end of {target.shown()} ({size:,} bytes)")
-            data = _pread_all(fd, cap, offset)
+            data = pread_all(fd, cap, offset)
         finally:
             os.close(fd)
         cut = offset + len(data) < size
@@ -492,28 +158,28 @@ class FilesSkill(Skill):
             text += f"\n[cut at {len(data):,} bytes of {size:,}; read on with offset={read_on}]"
         return text
 
-    def _write(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
+    def _write(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         return self._put(target, args["content"].encode(), ctx, append=False)
 
-    def _append(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
+    def _append(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         return self._put(target, args["content"].encode(), ctx, append=True)
 
-    def _put(self, target: _Target, data: bytes, ctx: SkillContext, *, append: bool) -> str:
-        _require_writable(target)
+    def _put(self, target: Target, data: bytes, ctx: SkillContext, *, append: bool) -> str:
+        require_writable(target)
         limit = ctx.principal.limits.file_size_bytes
         verb = "appending to" if append else "writing"
         if len(data) > limit:
-            raise _too_big(target, len(data), limit, verb)
-        fd, created = _open_file(target, os.O_WRONLY | (os.O_APPEND if append else 0), create=True)
+            raise too_big(target, len(data), limit, verb)
+        fd, created = open_file(target, os.O_WRONLY | (os.O_APPEND if append else 0), create=True)
         try:
-            before = _regular(target, fd).st_size
+            before = regular(target, fd).st_size
             if created:
-                _give_to_sandbox(target, fd)
+                give_to_sandbox(target, fd)
             if append and before + len(data) > limit:
-                raise _too_big(target, before + len(data), limit, verb)
+                raise too_big(target, before + len(data), limit, verb)
             if not append:
                 os.ftruncate(fd, 0)
-            _write_all(fd, data)
+            write_all(fd, data)
         finally:
             os.close(fd)
         new = " (a new file)" if created else ""
@@ -524,25 +190,25 @@ class FilesSkill(Skill):
         ctx.audit.detail = f"write {target.shown()} {len(data)} bytes"
         return f"wrote {len(data):,} bytes to {target.shown()}{new}"
 
-    def _edit(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        _require_writable(target)
+    def _edit(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
+        require_writable(target)
         old, new = args["old"], args["new"]
         limit = ctx.principal.limits.file_size_bytes
-        fd, _ = _open_file(target, os.O_RDWR)
+        fd, _ = open_file(target, os.O_RDWR)
         try:
-            size = _regular(target, fd).st_size
+            size = regular(target, fd).st_size
             if size > limit:
                 raise SkillError(f"{target.shown()} is {size:,} bytes, over your file size limit of "
                                  f"{limit:,}; it cannot be edited here")
-            data = _pread_all(fd, size, 0)
+            data = pread_all(fd, size, 0)
             text = _decode_for_edit(target, data)
             found = text.count(old)
             _check_occurrences(target, found, args)
             updated = text.replace(old, new).encode()
             if len(updated) > limit:
-                raise _too_big(target, len(updated), limit, "editing")
+                raise too_big(target, len(updated), limit, "editing")
             # In place on the descriptor we read from: owner, mode and hard links stay as they were.
-            _write_all(fd, updated, 0)
+            write_all(fd, updated, 0)
             os.ftruncate(fd, len(updated))
         finally:
             os.close(fd)
@@ -552,8 +218,8 @@ class FilesSkill(Skill):
         where = "line" if found == 1 else "lines"
         return f"replaced {times} in {target.shown()} ({where} {lines}); it is now {len(updated):,} bytes"
 
-    def _list(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        fd = _open_folder(target)
+    def _list(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
+        fd = open_folder(target)
         try:
             with os.scandir(fd) as scan:
                 entries = sorted(scan, key=lambda entry: entry.name)
@@ -567,47 +233,29 @@ class FilesSkill(Skill):
         tail = [f"[{more} more not shown]"] if more else []
         return "\n".join([f"{target.shown()}: {_n(len(entries), 'entry', 'entries')}", *lines, *tail])
 
-    def _search(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
+    def _search(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         glob, pattern, limit, cap = _search_options(args, ctx)
-        fd = _open_folder(target)
+        fd = open_folder(target)
         try:
-            found = _search_tree(fd, glob, pattern, False, limit, cap)
+            found = search_tree(fd, glob, pattern, False, limit, cap)
         finally:
             os.close(fd)
         return _search_report(target, args, ctx, found, cap)
 
-    async def _search_regex(self, target: _Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        """A regular expression can backtrack for minutes, holding the GIL (so the whole daemon), and
-        cannot be interrupted; it runs in a child process, handed the checked folder's descriptor,
-        and is killed at the role's wall-clock limit."""
+    async def _search_regex(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
+        """A regular expression search runs in a child process the daemon can kill (see
+        file_search.search_in_child), handed the checked folder's descriptor."""
         glob, pattern, limit, cap = _search_options(args, ctx)
         try:
             re.compile(pattern)
         except re.error as exc:
             raise SkillError(f"pattern is not a valid regular expression: {exc}") from None
-        fd = await asyncio.to_thread(_open_folder, target)
-        wall = ctx.principal.limits.wall_seconds
-        proc = None
+        fd = await asyncio.to_thread(open_folder, target)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-c", _CHILD_CODE.format(root=PROJECT_ROOT),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, pass_fds=(fd,))
-            job = {"fd": fd, "glob": glob, "pattern": pattern, "max_results": limit, "max_file_bytes": cap}
-            try:
-                out, err = await asyncio.wait_for(proc.communicate(json.dumps(job).encode()), wall)
-            except TimeoutError:
-                raise SkillError(f"the regular expression search did not finish within {wall:g} s (the "
-                                 "pattern may backtrack heavily); simplify it, or search plain "
-                                 "text") from None
+            found = await search_in_child(fd, glob, pattern, limit, cap, ctx.principal.limits.wall_seconds)
         finally:
             os.close(fd)
-            if proc is not None and proc.returncode is None:  # timed out, or we were cancelled
-                proc.kill()
-                await proc.wait()
-        if proc.returncode != 0:
-            raise SkillError(f"the search failed: {err.decode(errors='replace').strip()[-500:]}")
-        return _search_report(target, args, ctx, json.loads(out), cap)
+        return _search_report(target, args, ctx, found, cap)
 
 
 def _check_args(action: str, args: dict[str, Any]) -> None:
@@ -637,18 +285,14 @@ def _check_args(action: str, args: dict[str, Any]) -> None:
             raise SkillError("'max_results' must be 1 or more")
 
 
-def _open_folder(target: _Target) -> int:
-    return _open_dir(target, target.parts, hint="; use action \"read\" for a file")
-
-
 def _entry_line(entry: os.DirEntry, fd: int) -> str:
-    name = _q(entry.name)
+    name = q(entry.name)
     try:
         st = entry.stat(follow_symlinks=False)
     except OSError:
         return f"{name}  (vanished)"
     if stat.S_ISLNK(st.st_mode):
-        return f"{name} -> {_q(os.readlink(entry.name, dir_fd=fd))}  (symbolic link)"
+        return f"{name} -> {q(os.readlink(entry.name, dir_fd=fd))}  (symbolic link)"
     if stat.S_ISDIR(st.st_mode):
         return f"{name}/"
     if stat.S_ISREG(st.st_mode):
@@ -656,7 +300,7 @@ def _entry_line(entry: os.DirEntry, fd: int) -> str:
     return f"{name}  (special file)"
 
 
-def _decode_for_edit(target: _Target, data: bytes) -> str:
+def _decode_for_edit(target: Target, data: bytes) -> str:
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         raise SkillError(f"{target.shown()} is a binary file; it cannot be edited as text")
     try:
@@ -667,7 +311,7 @@ def _decode_for_edit(target: _Target, data: bytes) -> str:
                          "shell instead") from None
 
 
-def _check_occurrences(target: _Target, found: int, args: dict[str, Any]) -> None:
+def _check_occurrences(target: Target, found: int, args: dict[str, Any]) -> None:
     where = target.shown()
     if found == 0:
         raise SkillError(f"'old' does not occur in {where} (it must match exactly, including spaces and "
@@ -709,10 +353,10 @@ def _search_options(args: dict[str, Any], ctx: SkillContext) -> tuple[str | None
     return args.get("glob") or None, args.get("pattern") or None, limit, cap
 
 
-def _search_report(target: _Target, args: dict[str, Any], ctx: SkillContext, found: dict[str, Any],
+def _search_report(target: Target, args: dict[str, Any], ctx: SkillContext, found: dict[str, Any],
                    cap: int) -> str:
     prefix = "" if target.root.workspace and not target.parts else target.shown() + "/"
-    lines = [f"{_q(prefix + path)}:{number}: {line}" if number else _q(prefix + path)
+    lines = [f"{q(prefix + path)}:{number}: {line}" if number else q(prefix + path)
              for path, number, line in found["matches"]]
     count = len(lines)
     ctx.audit.detail = f"search {target.shown()} {count} matches"
@@ -723,8 +367,9 @@ def _search_report(target: _Target, args: dict[str, Any], ctx: SkillContext, fou
         notes.append(f"[more matches exist; showing the first {count}: narrow the search or raise "
                      f"max_results (up to {MAX_SEARCH_RESULTS})]")
     if found["stopped"]:
-        notes.append(f"[stopped after {MAX_SEARCH_VISITS} files and folders; search a smaller folder or "
-                     "use a glob]")
+        # Read from file_search at each call: the walk stops at that number, so both say the same.
+        notes.append(f"[stopped after {file_search.MAX_SEARCH_VISITS} files and folders; search a smaller "
+                     "folder or use a glob]")
     if found["binary"] or found["large"]:
         notes.append(f"[skipped {found['binary']} binary files and {found['large']} files over "
                      f"{cap:,} bytes]")

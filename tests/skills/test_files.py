@@ -13,7 +13,7 @@ import pytest
 
 from sandbox.policy import Policy, Principal, Role
 from sandbox.runner import SANDBOX_GID, SANDBOX_UID, Limits, Sandbox
-from skills.builtin import files
+from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
 from skills.executor import Executor, Outcome, _for_audit
 from skills.registry import SkillLoadError, load_skills
@@ -196,7 +196,7 @@ async def test_search_is_bounded_and_skips_binaries_and_big_files(env, monkeypat
     everything = await env.ok(action="search", path=".", pattern="needle")
     assert everything.count(": needle") == 5
     assert "skipped 1 binary files and 1 files over 1,048,576 bytes" in everything
-    monkeypatch.setattr(files, "MAX_SEARCH_VISITS", 3)
+    monkeypatch.setattr(file_search, "MAX_SEARCH_VISITS", 3)
     assert "stopped after 3 files and folders" in await env.ok(action="search", path=".", glob="*")
 
 
@@ -461,7 +461,7 @@ async def test_instructions_inside_a_file_change_nothing(env):
 async def test_a_symlink_swapped_in_after_the_check_is_not_followed(env, monkeypatch):
     # Fool the first layer (as a race would: the path was clean when it was resolved), and the
     # descriptor walk must still refuse every link it meets.
-    monkeypatch.setattr(files, "_real", os.path.normpath)
+    monkeypatch.setattr(file_paths, "_real", os.path.normpath)
     os.symlink(env.outside, env.workspace / "dir")
     os.symlink(env.outside / "secret.txt", env.workspace / "file")
     os.symlink(env.outside / "planted", env.workspace / "dangling")

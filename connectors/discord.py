@@ -1,0 +1,453 @@
+"""Discord through discord.py: direct messages, and guild channels where the bot is mentioned; the
+slash commands /new /stop /status /help; replies sent as messages of at most 2000 characters, and
+optionally streamed by editing one draft message.
+
+discord.py owns the transport: REST rate limits (it waits out a 429's retry-after), heartbeats, and
+the gateway's reconnect-and-RESUME once connected. This module adds what the daemon needs around it:
+a start that does not hang when Discord is down (it keeps trying in the background), a clear error
+for a rejected token, and arrival order for inbound messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import random
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import discord
+import yarl
+from discord import app_commands
+
+from connectors.base import ConnectorStartError, Handler
+from openclaw.gateway_types import InboundMessage
+
+log = logging.getLogger(__name__)
+
+SLASH_COMMANDS = {
+    "new": "Archive this conversation and start a fresh one",
+    "stop": "Stop the answer being generated (and any running tool)",
+    "status": "Model, queue, KV cache use, tokens used today",
+    "help": "What the assistant's commands do",
+}
+DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
+
+
+class DiscordLoginError(ConnectorStartError):
+    """Discord refused the bot (bad token, intents not enabled): retrying cannot help."""
+
+
+class DiscordConnector:
+    name = "discord"
+    max_message_len = 2000
+
+    def __init__(self, token: str, *, api_base: str | None = None, gateway_url: str | None = None,
+                 connect_timeout: float = 30.0, retry_delay: float = 1.0, max_retry_delay: float = 60.0,
+                 max_ratelimit_wait: float = 30.0) -> None:
+        """`api_base` / `gateway_url` replace discord.com's endpoints (tests, proxies).
+        `start()` waits at most `connect_timeout` for the first connection. Logging in is retried
+        after `retry_delay`, doubling up to `max_retry_delay`. A 429 asking to wait longer than
+        `max_ratelimit_wait` makes a send fail (the gateway retries it later) instead of stalling
+        the conversation."""
+        self._token = token
+        self._endpoints = _Endpoints(api_base.rstrip("/") if api_base else None,
+                                     yarl.URL(gateway_url) if gateway_url else None)
+        if api_base or gateway_url:
+            _install_endpoint_overrides()
+        self.connect_timeout, self.retry_delay, self.max_retry_delay = (
+            connect_timeout, retry_delay, max_retry_delay)
+        self.max_ratelimit_wait = max_ratelimit_wait
+        self._client: _Client | None = None
+        self._handler: Handler | None = None
+        self._inbox: asyncio.Queue[tuple[InboundMessage, discord.Interaction | None]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self._first_outcome: asyncio.Future[Exception | None] | None = None
+        self._stopping = False
+        self._failures = 0  # failed attempts since the last successful connection
+        self._drafts: dict[str, _Draft] = {}
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, handler: Handler) -> None:
+        """Connect. Returns once connected (READY); raises DiscordLoginError when Discord refuses
+        the bot; when Discord cannot be reached, logs a warning and returns while it keeps trying
+        in the background, so a network outage does not keep the daemon from starting."""
+        self._handler = handler
+        self._first_outcome = asyncio.get_running_loop().create_future()
+        context = contextvars.copy_context()  # every task of the client sees our endpoints
+        context.run(_endpoints.set, self._endpoints)
+        self._tasks = [asyncio.create_task(self._run(), name="discord client", context=context),
+                       asyncio.create_task(self._deliver(), name="discord inbox", context=context)]
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(self._first_outcome), self.connect_timeout)
+        except TimeoutError:
+            log.warning("discord: not connected after %.0f s; still trying in the background",
+                        self.connect_timeout)
+            return
+        if isinstance(outcome, DiscordLoginError):
+            await self.stop()
+            raise outcome
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._client is not None:
+            await self._client.close()
+        for task in self._tasks:
+            task.cancel()
+        for draft in self._drafts.values():
+            draft.cancel_flush()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def connected(self) -> bool:
+        """Whether the gateway connection is up (READY or RESUMED, and not closed since)."""
+        client = self._client
+        return bool(client and client.is_ready() and client.ws is not None and client.ws.open)
+
+    async def _run(self) -> None:
+        """Log in and stay connected; a failure before the client is connected is retried here
+        with backoff (once connected, discord.py reconnects and resumes by itself)."""
+        while not self._stopping:
+            client = self._client = _Client(self)
+            delay = None
+            try:
+                await self._login(client)
+                await client.connect(reconnect=True)  # returns once closed by stop()
+            except (discord.LoginFailure, discord.PrivilegedIntentsRequired,
+                    discord.ConnectionClosed) as exc:
+                # ConnectionClosed only escapes connect() for codes that mean "fix your config"
+                error = DiscordLoginError(_explain(exc))
+                log.error("%s", error)
+                self._settle(error)
+                return
+            except Exception as exc:  # unreachable, 5xx, a 429 on login...: try again later
+                if self._stopping:
+                    return
+                delay = min(self.max_retry_delay, self.retry_delay * 2 ** self._failures)
+                delay *= random.uniform(0.5, 1.0)  # jitter: many bots must not return in step
+                self._failures += 1
+                log.warning("discord: cannot connect (%s: %s); retrying in %.1f s",
+                            type(exc).__name__, exc, delay)
+                self._settle(exc)
+            finally:
+                await client.close()
+            if delay is not None:
+                await asyncio.sleep(delay)
+
+    async def _login(self, client: _Client) -> None:
+        await client.login(self._token)  # GET /users/@me (401: LoginFailure), application info
+        for name, description in SLASH_COMMANDS.items():
+            client.tree.add_command(self._slash_command(name, description))
+        try:
+            await client.tree.sync()  # one bulk overwrite; unchanged commands cost Discord nothing
+        except discord.HTTPException as exc:  # the text forms still work: not worth failing for
+            log.warning("discord: could not register the slash commands: %s", exc)
+
+    def _settle(self, outcome: Exception | None) -> None:
+        """Report how the first attempt went to a waiting start() (later attempts only log)."""
+        if self._first_outcome is not None and not self._first_outcome.done():
+            self._first_outcome.set_result(outcome)
+
+    def _on_ready(self, client: _Client) -> None:
+        log.info("discord: connected as %s (%s)", client.user, client.user.id if client.user else "?")
+        self._failures = 0
+        self._settle(None)
+
+    # ---- inbound -------------------------------------------------------------------------
+
+    def _on_message(self, client: _Client, message: discord.Message) -> None:
+        """Queue a message meant for the bot. No await before the queue: discord.py runs each
+        event in its own task, and queueing at once keeps the order Discord sent them in."""
+        text = _text_for_bot(client, message)
+        if text is None:
+            return
+        author = message.author
+        is_group = not isinstance(message.channel, discord.DMChannel)
+        self._inbox.put_nowait((InboundMessage(
+            "discord", str(author.id), str(message.channel.id), str(message.id), text,
+            display_name=author.display_name, is_group=is_group), None))
+
+    def _slash_command(self, name: str, description: str) -> app_commands.Command:
+        async def callback(interaction: discord.Interaction) -> None:
+            await self._on_slash(interaction, f"/{name}")
+
+        return app_commands.Command(name=name, description=description, callback=callback)
+
+    async def _on_slash(self, interaction: discord.Interaction, text: str) -> None:
+        """Acknowledge at once (Discord allows 3 s) with "thinking..."; the gateway's answer then
+        replaces it. If acknowledging fails, the answer goes to the channel as a message."""
+        user = interaction.user
+        msg = InboundMessage("discord", str(user.id), str(interaction.channel_id), str(interaction.id),
+                             text, display_name=user.display_name,
+                             is_group=interaction.guild_id is not None)
+        try:
+            await interaction.response.defer()
+        except discord.HTTPException as exc:
+            log.warning("discord: could not acknowledge %s: %s", text, exc)
+            self._inbox.put_nowait((msg, None))
+            return
+        self._inbox.put_nowait((msg, interaction))
+
+    async def _deliver(self) -> None:
+        """Hand queued messages to the gateway one at a time, in arrival order."""
+        while True:
+            msg, interaction = await self._inbox.get()
+            try:
+                await self._hand_over(msg, interaction)
+            except Exception:
+                log.exception("discord: could not hand over message %s", msg.message_id)
+
+    async def _hand_over(self, msg: InboundMessage, interaction: discord.Interaction | None) -> None:
+        reply = _InteractionReply(interaction) if interaction is not None else None
+        token = _replying.set(reply)  # send_text within the handler answers the interaction
+        try:
+            await self._handler(msg)
+        except RuntimeError as exc:  # the daemon is shutting down; Discord will not redeliver
+            log.warning("discord: message %s not taken: %s", msg.message_id, exc)
+        except Exception:
+            log.exception("discord: handing over message %s failed", msg.message_id)
+        finally:
+            _replying.reset(token)
+        if reply is not None:  # unanswered (a blocked user, a refusal): remove "thinking...",
+            await reply.close()  # and say nothing: the access check may not have run
+
+    # ---- outbound ------------------------------------------------------------------------
+
+    async def send_text(self, chat_id: str, text: str) -> str | None:
+        with self._using_endpoints():
+            reply = _replying.get()
+            if reply is not None and reply.chat_id == chat_id:
+                self._drop_draft(chat_id)  # a stopped turn's draft must not become a later reply
+                sent = await reply.send(text)
+                if sent is not None:
+                    return sent
+            draft = self._drafts.pop(chat_id, None)
+            if draft is not None:
+                return await self._finish_draft(chat_id, draft, text)
+            message = await self._channel(chat_id).send(text)
+            return str(message.id)
+
+    async def typing(self, chat_id: str) -> None:
+        with self._using_endpoints():
+            await self._channel(chat_id).typing()
+
+    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+        with self._using_endpoints():
+            await self._channel(chat_id).get_partial_message(int(message_id)).edit(content=text)
+
+    async def draft(self, chat_id: str, text: str) -> None:
+        """Show a reply while it is generated: a message, sent and then edited at most once per
+        DRAFT_EDIT_INTERVAL (the latest text wins), in the background so generation never waits
+        on Discord; the reply's first send_text turns it into the final text."""
+        text = _fit(text, self.max_message_len)
+        if not text.strip():
+            return
+        draft = self._drafts.setdefault(chat_id, _Draft())
+        draft.wanted = text
+        if draft.flush is None or draft.flush.done():
+            with self._using_endpoints():  # the task inherits them
+                draft.flush = asyncio.create_task(self._flush_draft(chat_id, draft))
+
+    async def _flush_draft(self, chat_id: str, draft: _Draft) -> None:
+        """Bring the draft message up to date with the latest text, then end."""
+        while True:
+            await asyncio.sleep(max(0.0, draft.edited_at + DRAFT_EDIT_INTERVAL - time.monotonic()))
+            async with draft.lock:
+                if draft.finished or draft.wanted == draft.shown:
+                    return
+                text = draft.wanted
+                try:
+                    channel = self._channel(chat_id)
+                    if draft.message_id is None:
+                        draft.message_id = (await channel.send(text)).id
+                    else:
+                        await channel.get_partial_message(draft.message_id).edit(content=text)
+                except Exception as exc:  # cosmetic, like typing: the final send still comes
+                    log.debug("discord: updating the draft failed: %s", exc)
+                    return
+                draft.shown, draft.edited_at = text, time.monotonic()
+
+    def _drop_draft(self, chat_id: str) -> None:
+        """Leave the chat's draft as it is; the next draft starts a new message."""
+        draft = self._drafts.pop(chat_id, None)
+        if draft is not None:
+            draft.finished = True
+            draft.cancel_flush()
+
+    async def _finish_draft(self, chat_id: str, draft: _Draft, text: str) -> str:
+        async with draft.lock:  # a flush in the middle of a request finishes first
+            draft.finished = True
+            draft.cancel_flush()
+            channel = self._channel(chat_id)
+            if draft.message_id is None:  # never shown: an ordinary message
+                return str((await channel.send(text)).id)
+            await channel.get_partial_message(draft.message_id).edit(content=text)
+            return str(draft.message_id)
+
+    def _channel(self, chat_id: str) -> discord.PartialMessageable:
+        if self._client is None or self._client.is_closed():
+            raise RuntimeError("discord: no connection to Discord now (stopped, or reconnecting)")
+        return self._client.get_partial_messageable(int(chat_id))
+
+    @contextlib.contextmanager
+    def _using_endpoints(self) -> Iterator[None]:
+        """Calls from the gateway's tasks reach discord.py outside our client's tasks."""
+        token = _endpoints.set(self._endpoints)
+        try:
+            yield
+        finally:
+            _endpoints.reset(token)
+
+
+class _Client(discord.Client):
+    """discord.py's client with our intents and handlers, and a command tree for slash commands."""
+
+    def __init__(self, connector: DiscordConnector) -> None:
+        intents = discord.Intents.none()
+        intents.guilds = True  # guild and channel objects, so guild messages resolve properly
+        intents.dm_messages = intents.guild_messages = True
+        intents.message_content = True  # privileged: enable it in the developer portal
+        super().__init__(intents=intents, guild_ready_timeout=0, max_messages=None,
+                         max_ratelimit_timeout=connector.max_ratelimit_wait,
+                         allowed_mentions=discord.AllowedMentions.none())  # model text pings nobody
+        self.connector = connector
+        self.tree = app_commands.CommandTree(self)
+
+    async def on_ready(self) -> None:
+        self.connector._on_ready(self)
+
+    async def on_message(self, message: discord.Message) -> None:
+        self.connector._on_message(self, message)
+
+
+def _text_for_bot(client: discord.Client, message: discord.Message) -> str | None:
+    """The text addressed to the bot, or None: bots (itself included) and system messages are
+    ignored, and in guild channels only messages that mention the bot count (mention removed)."""
+    me = client.user
+    if me is None or message.author.bot or message.author.id == me.id or message.webhook_id:
+        return None
+    if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+        return None
+    text = message.content
+    if not isinstance(message.channel, discord.DMChannel):
+        if not any(user.id == me.id for user in message.mentions):
+            return None
+        text = re.sub(rf"\s*<@!?{me.id}>\s*", " ", text)
+    return text.strip() or None
+
+
+# ---- slash command replies ----------------------------------------------------------------------
+
+
+_replying: contextvars.ContextVar[_InteractionReply | None] = contextvars.ContextVar(
+    "discord_interaction_reply", default=None)
+
+
+class _InteractionReply:
+    """Where the answer to one slash command goes: first its deferred response, then follow-ups.
+    Set (in a context variable) only while the gateway handles that command, so a reply to some
+    other message in the same chat never lands in it."""
+
+    def __init__(self, interaction: discord.Interaction) -> None:
+        self.interaction = interaction
+        self.chat_id = str(interaction.channel_id)
+        self.answered = False
+
+    async def send(self, text: str) -> str | None:
+        """The sent message's id, or None if the interaction cannot carry it (expired)."""
+        try:
+            if not self.answered:
+                message = await self.interaction.edit_original_response(content=text)
+            else:
+                message = await self.interaction.followup.send(text, wait=True)
+        except discord.HTTPException as exc:
+            log.warning("discord: answering the slash command failed (%s); sending it plainly", exc)
+            return None
+        self.answered = True
+        return str(message.id)
+
+    async def close(self) -> None:
+        """If nothing answered the command, remove its "thinking..." response."""
+        if self.answered:
+            return
+        try:
+            await self.interaction.delete_original_response()
+        except discord.HTTPException as exc:
+            log.debug("discord: tidying the slash command's response failed: %s", exc)
+
+
+# ---- streamed drafts ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Draft:
+    message_id: int | None = None  # None until the first flush sent it
+    wanted: str = ""  # the latest text asked for
+    shown: str = ""  # what the message shows now
+    edited_at: float = float("-inf")
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    flush: asyncio.Task | None = None
+    finished: bool = False
+
+    def cancel_flush(self) -> None:
+        if self.flush is not None:
+            self.flush.cancel()
+
+
+def _fit(text: str, limit: int) -> str:
+    """A draft longer than a message shows its start; the final chunks replace it."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# ---- endpoints: discord.com's, or the ones in the config ---------------------------------------
+
+
+@dataclass(frozen=True)
+class _Endpoints:
+    api_base: str | None
+    gateway: yarl.URL | None
+
+
+_endpoints: contextvars.ContextVar[_Endpoints | None] = contextvars.ContextVar(
+    "discord_endpoints", default=None)
+
+
+class _PerContext:
+    """A discord.py class attribute (Route.BASE, DiscordWebSocket.DEFAULT_GATEWAY) whose value is
+    the current context's endpoint, else the library's own. discord.py reads these globals when it
+    builds each request, so a plain assignment would send every connector in the process to the
+    last one's server; a context variable keeps each connector's calls on its own endpoints."""
+
+    def __init__(self, field_name: str, default: object) -> None:
+        self.field_name, self.default = field_name, default
+
+    def __get__(self, obj: object, owner: type) -> object:
+        endpoints = _endpoints.get()
+        value = getattr(endpoints, self.field_name) if endpoints is not None else None
+        return self.default if value is None else value
+
+
+def _install_endpoint_overrides() -> None:
+    """Done once, and only when a connector has endpoints of its own."""
+    route, websocket = discord.http.Route, discord.gateway.DiscordWebSocket
+    if not isinstance(route.__dict__.get("BASE"), _PerContext):
+        route.BASE = _PerContext("api_base", route.BASE)
+    if not isinstance(websocket.__dict__.get("DEFAULT_GATEWAY"), _PerContext):
+        websocket.DEFAULT_GATEWAY = _PerContext("gateway", websocket.DEFAULT_GATEWAY)
+
+
+def _explain(exc: Exception) -> str:
+    if isinstance(exc, discord.LoginFailure):
+        return ("discord: the bot token was rejected (401 on GET /users/@me); set discord.token to "
+                "the token under Bot > Token in the Discord developer portal")
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        return ("discord: the bot needs the Message Content intent; enable it under Bot > "
+                "Privileged Gateway Intents in the Discord developer portal")
+    code = getattr(exc, "code", None)
+    return f"discord: the gateway closed the connection with code {code} ({exc}); check the token and intents"

@@ -1,0 +1,131 @@
+"""Search below a folder for the files skill: walking the tree by descriptor, matching file names and
+lines, and running regular expressions in a child process the daemon can kill.
+
+The folder comes in as a descriptor already opened safely (file_paths.open_folder); nothing here
+resolves paths or follows symlinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import stat
+import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from skills.base import SkillError
+from skills.builtin.file_paths import FILE_FLAGS, pread_all
+
+BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB means binary, as git and grep decide
+MAX_SEARCH_VISITS = 5000  # files and folders looked at by one search
+MAX_LINE_CHARS = 200  # of a matching line, in search results
+PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool, max_results: int,
+                max_file_bytes: int) -> dict[str, Any]:
+    """Matches below the folder `dir_fd`: (relative path, line number or 0, line). os.fwalk walks by
+    descriptor and does not follow symlinked folders; files are opened with O_NOFOLLOW."""
+    found = {"matches": [], "visited": 0, "binary": 0, "large": 0, "stopped": False, "more": False}
+    matches: list[tuple[str, int, str]] = found["matches"]
+    if pattern is None:
+        matcher = None
+    elif regex:
+        matcher = re.compile(pattern).search
+    else:
+        def matcher(line: str) -> bool:
+            return pattern in line
+    for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=dir_fd):
+        dirnames.sort()
+        found["visited"] += 1
+        if found["visited"] > MAX_SEARCH_VISITS:
+            found["stopped"] = True
+            return found
+        for name in sorted(filenames):
+            found["visited"] += 1
+            if found["visited"] > MAX_SEARCH_VISITS:
+                found["stopped"] = True
+                return found
+            rel = os.path.join(dirpath, name)[2:]  # no "./"
+            if glob and not fnmatchcase(rel if "/" in glob else name, glob):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue  # links, pipes: never followed or opened
+            lines = [(0, "")] if matcher is None else _matching_lines(fd, name, st, matcher, max_file_bytes,
+                                                                      found)
+            for number, line in lines:
+                if len(matches) == max_results:
+                    found["more"] = True
+                    return found
+                matches.append((rel, number, line))
+    return found
+
+
+def _matching_lines(fd: int, name: str, st: os.stat_result, matcher: Any, max_file_bytes: int,
+                    found: dict[str, Any]) -> list[tuple[int, str]]:
+    if st.st_size > max_file_bytes:
+        found["large"] += 1
+        return []
+    try:
+        file_fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=fd)
+    except OSError:
+        return []
+    try:
+        data = pread_all(file_fd, max_file_bytes, 0)
+    finally:
+        os.close(file_fd)
+    if b"\0" in data[:BINARY_SNIFF_BYTES]:
+        found["binary"] += 1
+        return []
+    return [(number, line[:MAX_LINE_CHARS])
+            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1)
+            if matcher(line)]
+
+
+def _search_child_main() -> None:
+    """Entry point of the child process a regex search runs in (see search_in_child)."""
+    job = json.load(sys.stdin)
+    found = search_tree(job["fd"], job["glob"], job["pattern"], True, job["max_results"],
+                        job["max_file_bytes"])
+    json.dump(found, sys.stdout)
+
+
+_CHILD_CODE = ("import sys; sys.path.insert(0, {root!r}); "
+               "from skills.builtin.file_search import _search_child_main; _search_child_main()")
+
+
+async def search_in_child(fd: int, glob: str | None, pattern: str, max_results: int, max_file_bytes: int,
+                          wall: float) -> dict[str, Any]:
+    """search_tree with `pattern` as a regular expression. A regular expression can backtrack for
+    minutes, holding the GIL (so the whole daemon), and cannot be interrupted; it runs in a child
+    process, handed the checked folder's descriptor `fd` (which stays the caller's to close), and is
+    killed at `wall` seconds (the role's wall-clock limit)."""
+    proc = None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-c", _CHILD_CODE.format(root=PROJECT_ROOT),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, pass_fds=(fd,))
+        job = {"fd": fd, "glob": glob, "pattern": pattern, "max_results": max_results,
+               "max_file_bytes": max_file_bytes}
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(json.dumps(job).encode()), wall)
+        except TimeoutError:
+            raise SkillError(f"the regular expression search did not finish within {wall:g} s (the "
+                             "pattern may backtrack heavily); simplify it, or search plain "
+                             "text") from None
+    finally:
+        if proc is not None and proc.returncode is None:  # timed out, or we were cancelled
+            proc.kill()
+            await proc.wait()
+    if proc.returncode != 0:
+        raise SkillError(f"the search failed: {err.decode(errors='replace').strip()[-500:]}")
+    return json.loads(out)

@@ -1,0 +1,377 @@
+"""The Discord connector end to end: the real daemon (real SQLite store, gateway, agent) with a
+scripted model, the real discord.py client, and a fake Discord on loopback that speaks the REST and
+gateway protocols (tests/fakes/discord_api.py). Nothing of discord.py or the daemon is mocked."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+
+import pytest
+
+from connectors.base import chunk_text
+from connectors.discord import DiscordConnector, DiscordLoginError
+from openclaw.channels import configured_connectors
+from openclaw.config import load_config
+from openclaw.daemon import Daemon
+from openclaw.gateway_types import InboundMessage
+from tests.fakes.discord_api import FakeDiscord
+from tests.openclaw.scripted_model import ScriptedModel, last_user
+
+ADA = 1_300_000_000_000_000_001  # an admin
+BOB = 1_300_000_000_000_000_002  # nobody the daemon knows
+EVE = 1_300_000_000_000_000_003  # blocked in the config
+OTHER_BOT = 1_300_000_000_000_000_009  # another bot, listed as an admin to show the bot flag wins
+
+
+@pytest.fixture
+async def fake():
+    server = FakeDiscord()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def daemon_with(tmp_path, fake):
+    """Start the daemon with the Discord connector built from its config, as `openclaw run` does."""
+    daemons: list[Daemon] = []
+
+    async def start(model: ScriptedModel, discord_extra: str = "",
+                    token: str | None = None) -> tuple[Daemon, DiscordConnector]:
+        path = tmp_path / "openclaw.toml"
+        path.write_text(f"""
+data_dir = "{tmp_path / 'data'}"
+[access]
+admins = ["discord:{ADA}", "discord:{OTHER_BOT}"]
+blocked = ["discord:{EVE}"]
+dm_policy = "pairing"
+[admin]
+enabled = false
+[agent]
+temperature = 0.0
+[discord]
+enabled = true
+token = "{token or fake.token}"
+api_base = "{fake.api_base}"
+gateway_url = "{fake.gateway_url}"
+{discord_extra}
+""")
+        path.chmod(0o600)  # it holds a token
+        config = load_config(path)
+        connectors = configured_connectors(config)
+        daemon = Daemon(config, model=model, connectors=connectors)
+        daemons.append(daemon)
+        await daemon.start()
+        return daemon, connectors[0]
+
+    yield start
+    for daemon in daemons:
+        await daemon.stop(drain_timeout=1)
+
+
+async def until(condition, timeout: float = 10.0) -> None:
+    """Wait for `condition()` (no fixed sleeps: the machine may be busy)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def dm(fake: FakeDiscord, user: int, text: str, **kw) -> str:
+    """Send a DM and wait for the bot's next message in that chat."""
+    channel = fake.dm_channel_id(user)
+    before = len(fake.texts(channel))
+    fake.send_dm(user, text, **kw)
+    await until(lambda: len(fake.texts(channel)) > before)
+    return fake.texts(channel)[-1]
+
+
+def history_echo(messages: list[dict]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return f"you said {len(users)} things: " + " | ".join(users)
+
+
+def echo(messages: list[dict]) -> str:
+    return "re: " + last_user(messages)
+
+
+# ---- conversations ------------------------------------------------------------------------------
+
+
+async def test_a_dm_conversation_over_two_turns(fake, daemon_with):
+    daemon, _ = await daemon_with(ScriptedModel(history_echo))
+    assert await dm(fake, ADA, "my name is Ada") == "you said 1 things: my name is Ada"
+    assert await dm(fake, ADA, "what is my name?") == (
+        "you said 2 things: my name is Ada | what is my name?")
+    channel = fake.dm_channel_id(ADA)
+    assert channel in fake.typing  # the typing indicator was shown while it answered
+    conv = await daemon.store.active_conversation(f"discord:{ADA}", str(channel), "discord")
+    assert [m.content for m in await daemon.store.list_messages(conv.id) if m.role == "user"] == [
+        "my name is Ada", "what is my name?"]
+
+
+async def test_unknown_user_gets_a_pairing_code_and_after_approval_a_reply(fake, daemon_with):
+    model = ScriptedModel(lambda m: "hello friend")
+    daemon, _ = await daemon_with(model)
+    first = await dm(fake, BOB, "hi")
+    codes = await daemon.store.list_pairing_codes()
+    assert [c.user for c in codes] == [f"discord:{BOB}"]
+    assert "pairing code" in first and codes[0].code in first
+    assert model.prompts == []  # nothing reached the model
+    assert await daemon.store.approve_pairing(codes[0].code) is not None
+    assert await dm(fake, BOB, "hi again") == "hello friend"
+
+
+async def test_in_a_guild_channel_only_mentions_are_answered_without_the_mention(fake, daemon_with):
+    model = ScriptedModel(echo)
+    await daemon_with(model)
+    channel = fake.guild_channel_id
+    fake.send_guild_message(ADA, "just chatting with friends")
+    fake.send_guild_message(BOB, "hey bot, pair me", mention=True)  # a group: no pairing code there
+    fake.send_guild_message(ADA, "what is 2+2?", mention=True)
+    await until(lambda: fake.texts(channel))
+    assert fake.texts(channel) == ["re: what is 2+2?"]
+    assert [last_user(p) for p in model.prompts] == ["what is 2+2?"]
+
+
+async def test_the_bot_ignores_its_own_and_other_bots_messages(fake, daemon_with):
+    model = ScriptedModel(echo)
+    await daemon_with(model)
+    assert await dm(fake, ADA, "hello") == "re: hello"  # Discord echoes this reply to the bot
+    fake.send_dm(OTHER_BOT, "I am a bot, answer me", bot=True)
+    fake.send_guild_message(OTHER_BOT, "bots talking to bots", mention=True, bot=True)
+    # messages are handed over in arrival order, so once this is answered the others were seen
+    assert await dm(fake, ADA, "still there?") == "re: still there?"
+    assert [last_user(p) for p in model.prompts] == ["hello", "still there?"]
+    assert fake.texts(fake.dm_channel_id(OTHER_BOT)) == []
+    assert fake.texts(fake.guild_channel_id) == []
+
+
+async def test_a_10000_character_reply_with_code_is_sent_in_pieces_of_at_most_2000(fake, daemon_with):
+    code = "\n".join(f"    total += step({i})  # accumulate the {i}th term of the series" for i in range(90))
+    prose = " ".join(f"Sentence {i} explains one more detail of the answer." for i in range(90))
+    reply = f"{prose}\n\n```python\ndef compute():\n    total = 0\n{code}\n    return total\n```\n\n{prose}"
+    assert len(reply) > 10_000
+    await daemon_with(ScriptedModel(lambda m: reply, chunk=500))
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "explain with code")
+    expected = len(chunk_text(reply, 2000))
+    await until(lambda: len(fake.texts(channel)) == expected)
+    pieces = fake.texts(channel)
+    assert expected >= 6 and all(len(p) <= 2000 for p in pieces)
+    for piece in pieces:  # each renders on its own: every opened fence is closed
+        assert sum(line.strip().startswith("```") for line in piece.split("\n")) % 2 == 0
+    squash = lambda s: re.sub(r"```\w*|\s+", "", s)  # noqa: E731 - text without fences and spacing
+    assert squash("\n".join(pieces)) == squash(reply)  # nothing lost, nothing reordered
+
+
+# ---- commands -----------------------------------------------------------------------------------
+
+
+async def test_new_and_stop_typed_as_text(fake, daemon_with):
+    model = ScriptedModel(history_echo)
+    await daemon_with(model)
+    await dm(fake, ADA, "one")
+    assert await dm(fake, ADA, "/new") == "Started a new conversation."
+    assert await dm(fake, ADA, "two") == "you said 1 things: two"
+    model.reply = lambda m: "a long answer " * 20
+    model.gate = asyncio.Event()  # the stream stalls after its first chunk
+    fake.send_dm(ADA, "tell me everything")
+    await until(lambda: len(model.prompts) == 3)
+    assert await dm(fake, ADA, "/stop") == "Stopped."
+    assert model.aborted
+    fake.send_guild_message(ADA, "/new", mention=True)  # in a guild, after the mention
+    await until(lambda: fake.texts(fake.guild_channel_id) == ["Started a new conversation."])
+
+
+async def test_slash_commands_are_registered_and_answered_in_their_interaction(fake, daemon_with):
+    model = ScriptedModel(history_echo)
+    await daemon_with(model)
+    assert sorted(c["name"] for c in fake.commands) == ["help", "new", "status", "stop"]
+    channel = fake.dm_channel_id(ADA)
+    await dm(fake, ADA, "one")
+    new = fake.slash(ADA, "new")
+    await until(lambda: len(fake.texts(channel)) == 2)
+    answer = fake.messages[channel][-1]
+    assert answer["content"] == "Started a new conversation."
+    assert answer["interaction_metadata"]["id"] == new["id"]  # the "thinking..." response, edited
+    assert fake.interactions[int(new["id"])]["callback"] == 5  # deferred at once
+    assert await dm(fake, ADA, "two") == "you said 1 things: two"
+    help_ = fake.slash(ADA, "help", guild=True)  # in a guild, no mention needed
+    await until(lambda: fake.texts(fake.guild_channel_id))
+    assert "/new" in fake.texts(fake.guild_channel_id)[0]
+    assert fake.messages[fake.guild_channel_id][0]["interaction_metadata"]["id"] == help_["id"]
+    assert model.prompts and all(last_user(p) in ("one", "two") for p in model.prompts)
+
+
+async def test_slash_stop_aborts_the_answer_and_its_draft_is_not_reused(fake, daemon_with):
+    model = ScriptedModel(lambda m: "a long answer " * 20)
+    await daemon_with(model, "stream_edits = true")
+    model.gate = asyncio.Event()  # the stream stalls after its first chunk, shown as a draft
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "tell me everything")
+    await until(lambda: fake.texts(channel) == ["a lo"])
+    stop = fake.slash(ADA, "stop")
+    await until(lambda: "Stopped." in fake.texts(channel))
+    assert fake.interactions[int(stop["id"])]["response_id"] == int(fake.messages[channel][-1]["id"])
+    assert model.aborted
+    model.gate, model.reply = None, (lambda m: "fresh answer")
+    assert await dm(fake, ADA, "again") == "fresh answer"  # a new message, below the others
+    assert fake.texts(channel) == ["a lo", "Stopped.", "fresh answer"]
+
+
+async def test_a_slash_command_nobody_may_answer_leaves_no_thinking_message(fake, daemon_with):
+    await daemon_with(ScriptedModel(echo))
+    eve = fake.slash(EVE, "status")  # blocked: the gateway drops it without a word
+    await until(lambda: fake.interactions[int(eve["id"])].get("deleted"))
+    assert fake.texts(fake.dm_channel_id(EVE)) == []
+
+
+# ---- failures -----------------------------------------------------------------------------------
+
+
+async def test_a_429_on_sending_is_waited_out_and_the_reply_arrives_once(fake, daemon_with):
+    await daemon_with(ScriptedModel(echo))
+    fake.fail("POST /channels/*/messages", 429, retry_after=0.8)
+    assert await dm(fake, ADA, "hello") == "re: hello"
+    refused, sent = fake.requests_to("POST", "/channels/*/messages")
+    assert sent.at - refused.at >= 0.8  # it honoured retry-after, then sent the same message
+    assert refused.body["content"] == sent.body["content"] == "re: hello"
+    assert fake.texts(fake.dm_channel_id(ADA)) == ["re: hello"]
+
+
+async def test_a_dropped_websocket_resumes_and_the_message_sent_meanwhile_is_answered_once(
+        fake, daemon_with):
+    model = ScriptedModel(echo)
+    await daemon_with(model)
+    assert await dm(fake, ADA, "before") == "re: before"
+    fake.drop_websocket()
+    fake.send_dm(ADA, "while you were away")  # waits in the session until the client resumes
+    channel = fake.dm_channel_id(ADA)
+    await until(lambda: len(fake.texts(channel)) == 2)
+    assert await dm(fake, ADA, "after") == "re: after"
+    assert fake.texts(channel) == ["re: before", "re: while you were away", "re: after"]
+    assert (fake.identifies, fake.resumes) == (1, 1)  # a RESUME, not a new session
+    assert [last_user(p) for p in model.prompts] == ["before", "while you were away", "after"]
+
+
+async def test_a_session_discord_forgot_is_replaced_by_a_new_one(fake, daemon_with):
+    await daemon_with(ScriptedModel(echo))
+    assert await dm(fake, ADA, "before") == "re: before"
+    fake.forget_sessions()  # the client's RESUME is refused; it must IDENTIFY again
+    await until(lambda: fake.identifies == 2, timeout=15)  # discord.py waits 5 s first, by design
+    assert await dm(fake, ADA, "after") == "re: after"
+
+
+async def test_discord_going_away_and_coming_back(fake, daemon_with, caplog):
+    daemon, connector = await daemon_with(ScriptedModel(echo))
+    assert await dm(fake, ADA, "before") == "re: before"
+    caplog.set_level(logging.INFO, logger="discord")
+    await fake.stop()
+    await until(lambda: not connector.connected)
+    with pytest.raises(Exception):  # noqa: B017 - whichever network error: the gateway retries
+        await connector.send_text(str(fake.dm_channel_id(ADA)), "nobody is listening")
+    await until(lambda: "Attempting a reconnect" in caplog.text)  # it tried, failed, backs off
+    await fake.start()
+    await until(lambda: connector.connected, timeout=20)
+    assert await dm(fake, ADA, "after") == "re: after"
+    assert fake.identifies == 1 and fake.resumes >= 1
+
+
+async def test_start_does_not_wait_for_discord_and_connects_once_it_is_up(fake, daemon_with):
+    await fake.stop()  # the port is known, nothing listens
+    started = time.monotonic()
+    _, connector = await daemon_with(ScriptedModel(echo))
+    assert time.monotonic() - started < 5 and not connector.connected
+    await fake.start()
+    await until(lambda: connector.connected, timeout=15)
+    assert await dm(fake, ADA, "hello") == "re: hello"
+
+
+async def test_a_server_error_at_login_is_retried(fake, daemon_with):
+    fake.fail("GET /users/@me", 503)
+    _, connector = await daemon_with(ScriptedModel(echo))
+    await until(lambda: connector.connected, timeout=15)
+    assert len(fake.requests_to("GET", "/users/@me")) == 2
+    assert await dm(fake, ADA, "hello") == "re: hello"
+
+
+async def test_a_rejected_token_stops_the_start_with_a_clear_error(fake, daemon_with):
+    with pytest.raises(DiscordLoginError, match="token was rejected.*discord.token"):
+        await daemon_with(ScriptedModel(echo), token="not-the-token")
+    assert len(fake.requests_to("GET", "/users/@me")) == 1  # no retrying a bad token
+    assert fake.identifies == 0
+
+
+async def test_a_bot_without_the_message_content_intent_stops_the_start_clearly(fake, daemon_with):
+    fake.message_content_intent = False
+    with pytest.raises(DiscordLoginError, match="Message Content intent"):
+        await daemon_with(ScriptedModel(echo))
+
+
+# ---- streaming, stopping, endpoints -------------------------------------------------------------
+
+
+async def test_a_streamed_draft_is_edited_at_most_once_a_second_and_becomes_the_reply(
+        fake, daemon_with):
+    reply = " ".join(f"word{i}" for i in range(60))
+    await daemon_with(ScriptedModel(lambda m: reply, chunk=4, delay=0.03), "stream_edits = true")
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "stream it")
+    await until(lambda: fake.texts(channel) == [reply])  # one message: the draft, finished
+    draft_id = int(fake.messages[channel][-1]["id"])
+    edits = [(text, at) for mid, text, at in fake.edits if mid == draft_id]
+    assert len(edits) >= 2 and edits[-1][0] == reply
+    for (_, earlier), (_, later) in zip(edits[:-2], edits[1:-1], strict=True):
+        assert later - earlier >= 0.95  # rate-limited; only the final edit may come sooner
+    assert len(fake.requests_to("POST", "/channels/*/messages")) == 1
+
+
+async def test_a_draft_discord_refuses_does_not_cost_the_reply(fake, daemon_with):
+    model = ScriptedModel(lambda m: "the full answer", chunk=4, delay=0.03)
+    await daemon_with(model, "stream_edits = true")
+    fake.fail("POST /channels/*/messages", 403)  # the draft's first message is refused
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "stream it")
+    await until(lambda: fake.texts(channel) == ["the full answer"])
+    assert len(model.prompts) == 1  # one turn, answered, no apology
+
+
+async def test_stop_closes_the_client_promptly(fake, daemon_with):
+    daemon, connector = await daemon_with(ScriptedModel(echo))
+    assert await dm(fake, ADA, "hello") == "re: hello"
+    started = time.monotonic()
+    await connector.stop()
+    assert time.monotonic() - started < 2
+    assert not connector.connected
+    await until(lambda: fake.connections == 0, timeout=2)
+
+
+async def test_two_connectors_in_one_process_each_use_their_own_server(fake):
+    other = FakeDiscord(token="other-token")
+    await other.start()
+    connectors = []
+
+    def answering(connector: DiscordConnector, label: str):
+        async def handler(msg: InboundMessage) -> None:
+            await connector.send_text(msg.chat_id, f"{label} got {msg.text}")
+        return handler
+
+    try:
+        for server, label in ((fake, "first"), (other, "second")):
+            connector = DiscordConnector(server.token, api_base=server.api_base,
+                                         gateway_url=server.gateway_url)
+            connectors.append(connector)
+            await connector.start(answering(connector, label))
+        fake.send_dm(ADA, "ping")
+        other.send_dm(ADA, "pong")
+        await until(lambda: fake.texts(fake.dm_channel_id(ADA)) and other.texts(other.dm_channel_id(ADA)))
+        assert fake.texts(fake.dm_channel_id(ADA)) == ["first got ping"]
+        assert other.texts(other.dm_channel_id(ADA)) == ["second got pong"]
+    finally:
+        for connector in connectors:
+            await connector.stop()
+        await other.stop()
