@@ -1,0 +1,274 @@
+"""The Triton attention backend against the torch reference: natively on CUDA when there is one
+(fp32, fp16, bf16), otherwise on CPU tensors under TRITON_INTERPRET=1 (fp32, fp16: the interpreter's
+bf16 tl.dot is wrong).
+
+Ragged contexts, block tables in random physical order, lengths off the block size, GQA and MHA,
+decodes split across several partitions, prefill with and without a cached prefix, mixed batches,
+padding slots (-1) and padding rows (context 0) as CUDA graphs produce them. Tiles are shrunk so tiny
+shapes still run every loop.
+
+TRITON_INTERPRET: triton (3.x, checked on 3.9) reads it through triton.knobs when `triton.jit` wraps
+a function. Our kernels are wrapped when engine.kernels.attention is first imported (only by the
+backend's first forward), but triton's own helpers (tl.max, tl.sum, tl.cdiv) are wrapped when triton
+itself is imported, and natively wrapped helpers cannot run in the interpreter. So on a machine
+without CUDA the variable is set here, before triton is imported; the engine never imports triton
+there, and test_triton_kernels.py sets it the same way. On CUDA it is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from engine.attention import (  # noqa: E402
+    AttentionMetadata,
+    TorchAttentionBackend,
+    TritonAttentionBackend,
+    get_backend,
+)
+
+triton = pytest.importorskip("triton", reason="triton is not installed (pip install 'openclaw-py[gpu]')")
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
+
+
+def _kernels() -> ModuleType:
+    import engine.kernels.attention
+
+    return engine.kernels.attention
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreted_helpers() -> None:
+    if DEVICE.type == "cpu":
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if not isinstance(triton.language.standard.max, InterpretedFunction):
+            pytest.fail("triton was imported before TRITON_INTERPRET=1 was set, so its own helpers "
+                        "(tl.max) cannot run in the interpreter: set TRITON_INTERPRET=1 in every test "
+                        "module that imports triton on a CPU-only machine, before the import")
+    elif os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.skip("TRITON_INTERPRET is set on a CUDA machine: these would test the interpreter, not "
+                    "the compiled kernels; run this file without it")
+
+
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+@dataclass
+class Step:
+    """One forward's inputs: the flat batch, the pool and the metadata (host lists kept for rebuilding)."""
+
+    seqs: list[tuple[int, int]]  # (context incl. new tokens, new tokens); context 0 = padding row
+    tables: list[list[int]]
+    num_decodes: int
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    block_size: int
+    table_width: int
+
+    def meta(self, keep: list[int] | None = None) -> AttentionMetadata:
+        keep = list(range(len(self.seqs))) if keep is None else keep
+        bs = self.block_size
+        slots, query_start, lens = [], [0], []
+        for s in keep:
+            ctx, new = self.seqs[s]
+            table = self.tables[s]
+            slots += [table[p // bs] * bs + p % bs for p in range(ctx - new, ctx)] if ctx else [-1]
+            query_start.append(query_start[-1] + new)
+            lens.append(ctx)
+        rows = [self.tables[s] + [0] * (self.table_width - len(self.tables[s])) for s in keep]
+        return AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=DEVICE),
+            block_tables=torch.tensor(rows, dtype=torch.int64, device=DEVICE),
+            context_lens=torch.tensor(lens, dtype=torch.int64, device=DEVICE),
+            query_start=query_start, context_lens_host=lens,
+            num_decodes=sum(1 for s in keep if s < self.num_decodes))
+
+    def token_rows(self, keep: list[int]) -> list[int]:
+        starts = [0]
+        for _, new in self.seqs:
+            starts.append(starts[-1] + new)
+        return [i for s in keep for i in range(starts[s], starts[s + 1])]
+
+
+def make_step(seqs: list[tuple[int, int]], num_decodes: int, heads: int, kv_heads: int, head_dim: int,
+              block_size: int, dtype: torch.dtype, seed: int = 0, table_width: int | None = None) -> Step:
+    gen = torch.Generator().manual_seed(seed)  # on the CPU: the same values on every device
+    # Every sequence (a padding row too) owns its blocks; physical blocks handed out in random order.
+    counts = [max(1, math.ceil(ctx / block_size)) for ctx, _ in seqs]
+    num_blocks = sum(counts) + 3
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    tables, cursor = [], 0
+    for n in counts:
+        tables.append(perm[cursor:cursor + n])
+        cursor += n
+    num_tokens = sum(new for _, new in seqs)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(device=DEVICE, dtype=dtype)
+
+    # k and v as strided views of one fused projection, the way the model hands them over.
+    qkv = randn(num_tokens, (heads + 2 * kv_heads) * head_dim)
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    pool = (num_blocks, block_size, kv_heads, head_dim)
+    return Step(seqs, tables, num_decodes, q.reshape(num_tokens, heads, head_dim),
+                k.view(num_tokens, kv_heads, head_dim), v.view(num_tokens, kv_heads, head_dim),
+                randn(*pool), randn(*pool), block_size, table_width or max(counts))
+
+
+def run_both(step: Step, backend: TritonAttentionBackend) -> None:
+    """Triton on the step's dtype against the torch reference in fp32 on the same values: outputs,
+    and the pools after the KV write. Padding rows must come out as zeros."""
+    got_k, got_v = step.k_cache.clone(), step.v_cache.clone()
+    got = backend.forward(step.q, step.k, step.v, got_k, got_v, step.meta(), step.q.shape[-1] ** -0.5)
+
+    # The reference cannot take slot -1 or context 0: it runs without the padding rows.
+    keep = [s for s, (ctx, _) in enumerate(step.seqs) if ctx > 0]
+    rows = step.token_rows(keep)
+    want_k, want_v = step.k_cache.float(), step.v_cache.float()
+    want = TorchAttentionBackend().forward(step.q[rows].float(), step.k[rows].float(), step.v[rows].float(),
+                                           want_k, want_v, step.meta(keep), step.q.shape[-1] ** -0.5)
+    assert torch.equal(got_k.float(), want_k) and torch.equal(got_v.float(), want_v), "pool after KV write"
+    err = (got[rows].float() - want).abs().max().item()
+    assert err <= TOL[step.q.dtype], f"max abs error {err}"
+    padding = [r for r in range(got.shape[0]) if r not in set(rows)]
+    assert torch.equal(got[padding], torch.zeros_like(got[padding])), "padding rows must be zeros"
+
+
+# (query heads, KV heads, head_dim): GQA 4:1 on a power-of-two head_dim; MHA on 24 (padded to 32)
+SHAPES = [(8, 2, 32), (3, 3, 24)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_kv_write_stores_every_token_at_its_slot_and_skips_padding_slots(dtype):
+    step = make_step([(0, 1), (11, 11), (0, 1), (5, 2)], 0, 4, 2, 32, 8, dtype)
+    meta = step.meta()
+    assert (meta.slot_mapping == -1).sum() == 2
+    got_k, got_v = step.k_cache.clone(), step.v_cache.clone()
+    _kernels().store_kv(step.k, step.v, got_k, got_v, meta.slot_mapping)
+    real = meta.slot_mapping >= 0
+    want_k, want_v = step.k_cache.clone(), step.v_cache.clone()
+    want_k.view(-1, 2, 32)[meta.slot_mapping[real]] = step.k[real]
+    want_v.view(-1, 2, 32)[meta.slot_mapping[real]] = step.v[real]
+    assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["gqa", "mha"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_decode_splits_a_long_context_and_reduces_by_log_sum_exp(dtype, shape):
+    heads, kv_heads, head_dim = shape
+    # 45 tokens over 16-token partitions: three splits, the last partly filled; 1 token; 8 = one block.
+    step = make_step([(45, 1), (1, 1), (20, 1), (8, 1)], 4, heads, kv_heads, head_dim, 8, dtype, seed=1)
+    run_both(step, TritonAttentionBackend(decode_partition=16, decode_block_n=16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_decode_in_one_partition_writes_the_output_without_a_reduce(dtype):
+    step = make_step([(37, 1), (1, 1), (16, 1)], 3, 8, 2, 32, 16, dtype, seed=2)
+    run_both(step, TritonAttentionBackend())  # default tiles: the 48-token table is one partition
+
+
+@pytest.mark.parametrize("partition", [None, 16], ids=["one-partition", "split"])
+def test_decode_padding_rows_give_zeros_and_wide_tables_change_nothing(partition):
+    # A CUDA-graph batch: padding rows (context 0, slot -1) and a table as wide as max_model_len.
+    step = make_step([(30, 1), (0, 1), (3, 1), (0, 1)], 4, 8, 2, 32, 8, torch.float32, seed=3, table_width=12)
+    run_both(step, TritonAttentionBackend(decode_partition=partition, decode_block_n=16))
+    # Written, not left as they were: an output buffer full of NaN must come back finite.
+    out = torch.full_like(step.q, float("nan"))
+    meta = step.meta()
+    _kernels().decode_attention(step.q, step.k_cache, step.v_cache, meta.block_tables, meta.context_lens,
+                                0.2, out, partition, 16)
+    assert torch.equal(out[[1, 3]], torch.zeros_like(out[[1, 3]])) and not out.isnan().any()
+
+
+def test_decode_reads_no_host_lists():
+    """The decode path must replay inside a CUDA graph: device tensors and shapes only."""
+    step = make_step([(21, 1), (4, 1)], 2, 8, 2, 32, 8, torch.float32, seed=4)
+    backend = TritonAttentionBackend(decode_partition=16, decode_block_n=16)
+    meta = step.meta()
+    want = backend.forward(step.q, step.k, step.v, step.k_cache.clone(), step.v_cache.clone(), meta, 0.2)
+    meta.query_start, meta.context_lens_host = [], []  # a step captured once, replayed with new tensors
+    got = backend.forward(step.q, step.k, step.v, step.k_cache.clone(), step.v_cache.clone(), meta, 0.2)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["gqa", "mha"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_prefill_chunks_with_and_without_a_cached_prefix(dtype, shape):
+    heads, kv_heads, head_dim = shape
+    # A fresh prompt of 19; 11 new tokens over a 26-token cached prefix (prefix-cache hit, or an
+    # earlier chunk); 2 new over 7. Tiles of 4-16 query tokens x 16 keys: several per chunk, both the
+    # unmasked and the causal loop.
+    step = make_step([(19, 19), (37, 11), (9, 2)], 0, heads, kv_heads, head_dim, 8, dtype, seed=5)
+    run_both(step, TritonAttentionBackend(prefill_block_m=16 // (heads // kv_heads), prefill_block_n=16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_mixed_batch_of_decodes_then_prefill_chunks(dtype):
+    seqs = [(40, 1), (1, 1), (17, 1), (0, 1), (23, 23), (50, 14)]
+    step = make_step(seqs, 4, 8, 2, 32, 16, dtype, seed=6)
+    run_both(step, TritonAttentionBackend(decode_partition=32, decode_block_n=16,
+                                          prefill_block_m=4, prefill_block_n=16))
+
+
+def test_mixed_batch_with_default_tiles():
+    step = make_step([(70, 1), (5, 1), (33, 33), (90, 20)], 2, 8, 2, 32, 16, torch.float32, seed=7)
+    run_both(step, TritonAttentionBackend())
+
+
+def test_backend_choice_follows_device_and_environment(monkeypatch):
+    monkeypatch.delenv("OPENCLAW_ATTENTION", raising=False)
+    assert isinstance(get_backend(torch.device("cpu")), TorchAttentionBackend)
+    if DEVICE.type == "cuda":
+        assert isinstance(get_backend(DEVICE), TritonAttentionBackend)
+    else:  # forcing Triton on the CPU works only under the interpreter, which is on here
+        monkeypatch.setenv("OPENCLAW_ATTENTION", "triton")
+        assert isinstance(get_backend(torch.device("cpu")), TritonAttentionBackend)
+    monkeypatch.setenv("OPENCLAW_ATTENTION", "torch")
+    assert isinstance(get_backend(torch.device("cuda")), TorchAttentionBackend)
+    monkeypatch.setenv("OPENCLAW_ATTENTION", "flash")
+    with pytest.raises(ValueError, match="not a backend"):
+        get_backend(torch.device("cpu"))
+
+
+def test_forcing_triton_without_a_way_to_run_it_names_the_fix(monkeypatch):
+    monkeypatch.setenv("OPENCLAW_ATTENTION", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # read per call by get_backend; kernels stay as wrapped
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        get_backend(torch.device("cpu"))
+
+
+def test_the_benchmarks_reference_check_runs_and_passes_at_tiny_shapes():
+    from engine.attention.triton_check import check_against_reference
+
+    results = dict(check_against_reference(DEVICE, torch.float32, num_decodes=4, max_context=40,
+                                           prefill=((13, 13), (30, 11), (9, 2)), heads=4, kv_heads=2,
+                                           head_dim=32, block_size=8))
+    assert {"store_kv", "decode_attention", "prefill_attention", "decode_padding_row_abs"} <= set(results)
+    assert results["store_kv"] == 0 and results["decode_padding_row_abs"] == 0
+    assert max(results.values()) <= TOL[torch.float32], results
+
+
+def test_choosing_a_backend_on_the_cpu_does_not_import_triton():
+    code = ("import sys, torch; from engine.attention import get_backend; get_backend(torch.device('cpu')); "
+            "print('triton' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "OPENCLAW_ATTENTION")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"
