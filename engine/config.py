@@ -83,11 +83,12 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     block_size: int = 16
-    kv_cache_gib: float | None = None  # CPU pool size; default 1 GiB
+    kv_cache_gib: float | None = None  # pool size; default: CPU 1 GiB, CUDA what memory is left
     gpu_memory_utilization: float = 0.85
     enable_prefix_caching: bool = True
     max_model_len: int | None = None  # default: the model's context length
     seed: int = 0  # seeds the shared RNG used by requests without their own seed
+    enforce_eager: bool = False  # CUDA: run decode steps eagerly instead of replaying CUDA graphs
 
     def __post_init__(self) -> None:
         checks = [

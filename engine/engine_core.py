@@ -13,7 +13,7 @@ from engine.block_manager import BlockManager
 from engine.chat import ChatFormatter
 from engine.config import EngineConfig
 from engine.detokenizer import IncrementalDetokenizer
-from engine.loader import open_checkpoint
+from engine.loader import Checkpoint, open_checkpoint
 from engine.model_runner import ModelRunner
 from engine.outputs import RequestOutput
 from engine.sampler import make_generator
@@ -32,9 +32,12 @@ class _Request:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, checkpoint: Checkpoint | None = None) -> None:
+        """`checkpoint`: one already open (benchmarks build random-weight models in memory);
+        otherwise config.model is opened."""
         self.config = config
-        ckpt = open_checkpoint(config.model)
+        ckpt = checkpoint if checkpoint is not None else open_checkpoint(config.model)
+        self._in_memory = checkpoint is not None
         self.model_config = ckpt.config
         self.tokenizer = ckpt.tokenizer
         self.max_model_len = (config.max_model_len or ckpt.context_length
@@ -164,7 +167,8 @@ class LLMEngine:
     def stats(self) -> dict[str, float | int | str]:
         bm = self.block_manager
         return {
-            "model": self.config.model or "SmolLM2-135M-Instruct (embedded)",
+            "model": self.config.model or ("(in-memory checkpoint)" if self._in_memory
+                                           else "SmolLM2-135M-Instruct (embedded)"),
             "device": str(self.device),
             "num_running": len(self.scheduler.running),
             "num_waiting": self.scheduler.num_waiting,

@@ -2,21 +2,38 @@
 
 Owns the model, the paged KV pool (one [2, blocks, block_size, kv_heads, head_dim] tensor per
 layer) and the attention backend. Knows nothing of requests beyond their token ids and block tables.
+
+On CUDA, decode-only steps replay CUDA graphs captured at a ladder of batch sizes (DecodeGraphs);
+prefill and mixed steps run eagerly. Host inputs go up through pinned memory without waiting, so
+the one host read per step is that of the sampled tokens.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
+from collections.abc import Callable
+
 import torch
 
-from engine.attention import AttentionMetadata, get_backend
+from engine.attention import AttentionBackend, AttentionMetadata, TritonAttentionBackend, get_backend
 from engine.config import EngineConfig, ModelConfig
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
 from engine.loader import Checkpoint
 from engine.models import MODEL_CLASSES
-from engine.sampler import Sampler
+from engine.sampler import Sampler, to_device
+from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledBatch
 
 _DEFAULT_CPU_KV_GIB = 1.0
+# Graph ladder: 1, 2, 4, 8, then every 8 up to max_num_seqs (capped: past a few hundred rows a
+# decode step is long enough that launch overhead no longer matters, and capture takes time).
+_GRAPH_BATCH_STEP = 8
+_MAX_GRAPH_BATCH = 512
+# Kept back from the KV pool for the decode graphs' private memory pool (their activations at the
+# largest captured batch, and the attention kernels' split-decode partials).
+_GRAPH_MEMORY_MARGIN = 512 * 2**20
 
 
 class ModelRunner:
@@ -26,6 +43,7 @@ class ModelRunner:
         self.device = config.resolve_device()
         self.dtype = config.resolve_dtype(self.device)
         self.block_size = config.block_size
+        self.max_model_len = max_model_len
         cfg = ckpt.config
         inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, ckpt.rope_freq_factors)
         rotary = RotaryEmbedding(max_model_len, inv_freq, self.device)
@@ -42,6 +60,17 @@ class ModelRunner:
         shape = (2, self.num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim)
         self.kv_caches = [torch.zeros(shape, dtype=self.dtype, device=self.device)
                           for _ in range(cfg.num_layers)]
+        self.graphs: DecodeGraphs | None = None
+        if self._graphs_wanted():
+            self.graphs = DecodeGraphs(self.model, self.kv_caches, self.backend,
+                                       graph_batch_sizes(config.max_num_seqs),
+                                       math.ceil(max_model_len / self.block_size), self.device)
+
+    def _graphs_wanted(self) -> bool:
+        # The torch reference backend sizes its work from host lists, which a graph would freeze;
+        # the Triton backend's decode path reads only device tensors and shapes.
+        return (self.device.type == "cuda" and not self.config.enforce_eager
+                and isinstance(self.backend, TritonAttentionBackend))
 
     def _pool_blocks(self) -> int:
         block_bytes = self.model_config.kv_bytes_per_token(self.dtype) * self.block_size
@@ -50,14 +79,66 @@ class ModelRunner:
             return max(1, int(gib * 2**30) // block_bytes)
         if self.config.kv_cache_gib is not None:
             return max(1, int(self.config.kv_cache_gib * 2**30) // block_bytes)
+        peak_activations = self._profile_peak_step()
         free, total = torch.cuda.mem_get_info(self.device)
-        # Leave (1 - utilization) of the card plus room for one step's activations and logits.
-        cfg = self.model_config
-        activations = self.config.max_num_batched_tokens * (
-            12 * cfg.hidden_size + 4 * cfg.intermediate_size) * self.dtype.itemsize
-        logits = self.config.max_num_seqs * cfg.vocab_size * 4 * 3
-        budget = free - (1 - self.config.gpu_memory_utilization) * total - activations - logits
-        return max(1, int(budget) // block_bytes)
+        margin = 0 if not self._graphs_wanted() else _GRAPH_MEMORY_MARGIN
+        # What the card may hold, less what is in use now (weights, CUDA context, other processes),
+        # less the largest step's transient memory and the graphs' share.
+        budget = total * self.config.gpu_memory_utilization - (total - free) - peak_activations - margin
+        if budget < block_bytes:
+            raise RuntimeError(
+                f"no GPU memory left for the KV cache: {free / 2**30:.1f} of {total / 2**30:.1f} GiB "
+                f"free after the weights, {peak_activations / 2**30:.2f} GiB needed by the largest "
+                f"step; raise gpu_memory_utilization ({self.config.gpu_memory_utilization}) or lower "
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}) or max_num_seqs")
+        return int(budget) // block_bytes
+
+    def _profile_peak_step(self) -> int:
+        """The bytes the largest step needs beyond what stays allocated (the weights)."""
+        dev = self.device
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+        self.run_largest_step()
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()  # what the step freed must not count as in use
+        return torch.cuda.max_memory_allocated(dev) - torch.cuda.memory_allocated(dev)
+
+    @torch.inference_mode()
+    def run_largest_step(self) -> torch.Tensor:
+        """The largest step the scheduler can make, on a throwaway one-layer pool: a prefill of
+        max_num_batched_tokens (sequences of up to max_model_len), then logits and a top-k/top-p
+        draw for max_num_seqs rows. Returns the drawn tokens; the point is its memory peak."""
+        dev, cfg, mc = self.device, self.config, self.model_config
+        tokens = cfg.max_num_batched_tokens
+        seq_len = min(tokens, self.max_model_len)
+        lens = [seq_len] * (tokens // seq_len) + ([tokens % seq_len] if tokens % seq_len else [])
+        tables, start = [], 0
+        for n in lens:
+            blocks = -(-n // self.block_size)
+            tables.append(list(range(start, start + blocks)))
+            start += blocks
+        pool = torch.empty((2, start, self.block_size, mc.num_kv_heads, mc.head_dim), dtype=self.dtype,
+                           device=dev)
+        width = max(len(t) for t in tables)
+        bs = self.block_size
+        slots = [t[p // bs] * bs + p % bs for t, n in zip(tables, lens, strict=True) for p in range(n)]
+        meta = AttentionMetadata(
+            slot_mapping=to_device(torch.tensor(slots), dev),
+            block_tables=to_device(torch.tensor([t + [0] * (width - len(t)) for t in tables]), dev),
+            context_lens=to_device(torch.tensor(lens), dev),
+            query_start=[0, *itertools.accumulate(lens)],
+            context_lens_host=lens,
+            num_decodes=0,
+        )
+        positions = to_device(torch.tensor([p for n in lens for p in range(n)]), dev)
+        hidden = self.model(torch.zeros(tokens, dtype=torch.int64, device=dev), positions,
+                            [pool] * mc.num_layers, meta, self.backend)
+        rows = cfg.max_num_seqs
+        logits = self.model.compute_logits(hidden[-1:].expand(rows, -1).contiguous())
+        del hidden, pool
+        params = [SamplingParams(temperature=1.0, top_k=50, top_p=0.9)] * rows
+        return self.sampler(logits, params, [None] * rows, [[]] * rows, [[]] * rows)
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
@@ -67,7 +148,7 @@ class ModelRunner:
         result: list[int | None] = [None] * len(batch)
         if not sample_rows:
             return result
-        logits = self.model.compute_logits(hidden[sample_rows])
+        logits = self.model.compute_logits(self._rows(hidden, sample_rows))
         seqs = [batch.seqs[i] for i in sample_of]
         tokens = self.sampler(
             logits,
@@ -75,7 +156,7 @@ class ModelRunner:
             [s.generator for s in seqs],
             [s.prompt_token_ids if s.params.repetition_penalty != 1.0 else [] for s in seqs],
             [s.output_token_ids if s.params.has_penalties else [] for s in seqs],
-        ).tolist()
+        ).tolist()  # the step's one wait for the device
         for i, tok in zip(sample_of, tokens, strict=True):
             result[i] = tok
         return result
@@ -92,6 +173,14 @@ class ModelRunner:
             raise ValueError("prompt does not fit the KV pool")
         hidden, _, _ = self._forward(ScheduledBatch([seq], [len(token_ids)]))
         return self.model.compute_logits(hidden)
+
+    def _rows(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """hidden[rows] (rows ascending) without a synchronising copy of the index on CUDA."""
+        if rows[-1] == len(rows) - 1:  # ascending and ending at len - 1: exactly 0..len-1
+            return hidden[: len(rows)]
+        if self.device.type == "cpu":
+            return hidden[rows]
+        return hidden.index_select(0, to_device(torch.tensor(rows), self.device))
 
     def _forward(self, batch: ScheduledBatch) -> tuple[torch.Tensor, list[int], list[int]]:
         """Lay the batch out flat and run the model. Returns the hidden states, the flat rows to
@@ -122,13 +211,16 @@ class ModelRunner:
                 sample_rows.append(query_start[-1] - 1)
                 sample_of.append(i)
         num_decodes = sum(1 for i in order if batch.num_new_tokens[i] == 1)
+        if self.graphs is not None and num_decodes == len(batch) <= self.graphs.max_batch:
+            hidden = self.graphs.run(input_ids, positions, slots, context_lens, tables)
+            return hidden, sample_rows, sample_of
         width = max(len(t) for t in tables)
         dev = self.device
         meta = AttentionMetadata(
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables],
-                                      dtype=torch.int64, device=dev),
-            context_lens=torch.tensor(context_lens, dtype=torch.int64, device=dev),
+            slot_mapping=to_device(torch.tensor(slots, dtype=torch.int64), dev),
+            block_tables=to_device(torch.tensor([t + [0] * (width - len(t)) for t in tables],
+                                                dtype=torch.int64), dev),
+            context_lens=to_device(torch.tensor(context_lens, dtype=torch.int64), dev),
             query_start=query_start,
             context_lens_host=context_lens,
             num_decodes=num_decodes,
@@ -136,8 +228,8 @@ class ModelRunner:
                 tables[:num_decodes], context_lens[:num_decodes], bs),
         )
         hidden = self.model(
-            torch.tensor(input_ids, dtype=torch.int64, device=dev),
-            torch.tensor(positions, dtype=torch.int64, device=dev),
+            to_device(torch.tensor(input_ids, dtype=torch.int64), dev),
+            to_device(torch.tensor(positions, dtype=torch.int64), dev),
             self.kv_caches, meta, self.backend,
         )
         return hidden, sample_rows, sample_of
@@ -153,3 +245,119 @@ def _shared_prefix_blocks(tables: list[list[int]], context_lens: list[int], bloc
     while n < limit and all(t[n] == first[n] for t in tables):
         n += 1
     return n
+
+
+# ---- CUDA graphs of decode steps -----------------------------------------------------------------
+
+
+def graph_batch_sizes(max_num_seqs: int) -> list[int]:
+    """The batch sizes decode graphs are captured at: 1, 2, 4, 8, 16, 24, ... and max_num_seqs
+    itself (capped at _MAX_GRAPH_BATCH). A step of n decodes replays the smallest size >= n."""
+    top = min(max_num_seqs, _MAX_GRAPH_BATCH)
+    sizes = [s for s in (1, 2, 4, 8) if s <= top]
+    sizes += range(2 * _GRAPH_BATCH_STEP, top + 1, _GRAPH_BATCH_STEP)
+    if sizes[-1] != top:
+        sizes.append(top)
+    return sizes
+
+
+def padded_batch_size(n: int, sizes: list[int]) -> int:
+    """The captured size a step of n decodes runs at (sizes ascending, n <= sizes[-1])."""
+    return sizes[bisect.bisect_left(sizes, n)]
+
+
+def fill_decode_inputs(
+    vector_buf: torch.Tensor,
+    table_buf: torch.Tensor,
+    input_ids: list[int],
+    positions: list[int],
+    slots: list[int],
+    context_lens: list[int],
+    tables: list[list[int]],
+    padded: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lay one decode step out in flat int64 host buffers, padded to `padded` rows. Returns
+    contiguous views: [4, padded] (input ids, positions, slots, context lens) and the block tables
+    [padded, width], width the longest table. Padding rows are token 0 at position 0 with slot -1
+    and context 0, which the Triton attention kernels skip (no KV write) and answer with zeros;
+    their table rows are zeros."""
+    n = len(input_ids)
+    width = max(len(t) for t in tables)
+    vectors = vector_buf[: 4 * padded].view(4, padded)
+    rows = table_buf[: padded * width].view(padded, width)
+    v, t = vectors.numpy(), rows.numpy()  # numpy fills from lists far faster than torch indexing
+    v[0, :n], v[1, :n], v[2, :n], v[3, :n] = input_ids, positions, slots, context_lens
+    v[0:2, n:], v[2, n:], v[3, n:] = 0, -1, 0
+    t[n:] = 0
+    for i, table in enumerate(tables):
+        t[i, : len(table)] = table
+        t[i, len(table) :] = 0
+    return vectors, rows
+
+
+class DecodeGraphs:
+    """One CUDA graph per ladder size, replayed for decode-only steps over static input buffers.
+
+    The graphs share one memory pool and are captured largest first, so the smaller ones fit in
+    what the largest allocated. Their attention metadata is fixed at capture: views of the static
+    buffers, and host fields that a decode-only Triton step never reads.
+    """
+
+    def __init__(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], backend: AttentionBackend,
+                 sizes: list[int], max_blocks: int, device: torch.device) -> None:
+        self.sizes = sizes
+        self.max_batch = sizes[-1]
+        self.max_blocks = max_blocks
+        pin = device.type == "cuda"
+        # Host staging (pinned) and the device buffers the graphs read; the latter start as pure
+        # padding, so the eager warm-up and the capture runs write no KV and read none.
+        self._host_vectors = torch.zeros(4 * self.max_batch, dtype=torch.int64, pin_memory=pin)
+        self._host_tables = torch.zeros(self.max_batch * max_blocks, dtype=torch.int64, pin_memory=pin)
+        self._vectors = torch.zeros(4, self.max_batch, dtype=torch.int64, device=device)
+        self._vectors[2] = -1
+        self._tables = torch.zeros(self.max_batch, max_blocks, dtype=torch.int64, device=device)
+        self._replays: dict[int, Callable[[], object]] = {}
+        self._outputs: dict[int, torch.Tensor] = {}
+        self._capture(model, kv_caches, backend, device)
+
+    def _step_args(self, bs: int, kv_caches: list[torch.Tensor], backend: AttentionBackend) -> tuple:
+        """The model's arguments for a decode step of bs rows, all views of the static buffers."""
+        ids, positions, slots, lens = self._vectors
+        block_size = kv_caches[0].shape[2]
+        meta = AttentionMetadata(
+            slot_mapping=slots[:bs], block_tables=self._tables[:bs], context_lens=lens[:bs],
+            query_start=list(range(bs + 1)),
+            context_lens_host=[self.max_blocks * block_size] * bs,  # capacity: never read
+            num_decodes=bs,
+        )
+        return ids[:bs], positions[:bs], kv_caches, meta, backend
+
+    @torch.inference_mode()
+    def _capture(self, model: torch.nn.Module, kv_caches: list[torch.Tensor], backend: AttentionBackend,
+                 device: torch.device) -> None:
+        pool = None
+        for bs in reversed(self.sizes):
+            args = self._step_args(bs, kv_caches, backend)
+            model(*args)  # compiles the Triton kernels for this shape before the capture
+            torch.cuda.synchronize(device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self._outputs[bs] = model(*args)
+            pool = graph.pool()
+            self._replays[bs] = graph.replay
+        torch.cuda.synchronize(device)
+
+    def run(self, input_ids: list[int], positions: list[int], slots: list[int], context_lens: list[int],
+            tables: list[list[int]]) -> torch.Tensor:
+        """Fill the static buffers (async copies from pinned memory) and replay the graph of the
+        smallest captured size that fits; returns the hidden states of the real rows. The pinned
+        buffers are reused next step: safe, as the runner's read of the sampled tokens waits for
+        these copies."""
+        n = len(input_ids)
+        bs = padded_batch_size(n, self.sizes)
+        vectors, rows = fill_decode_inputs(self._host_vectors, self._host_tables, input_ids, positions,
+                                           slots, context_lens, tables, bs)
+        self._vectors[:, :bs].copy_(vectors, non_blocking=True)
+        self._tables[:bs, : rows.shape[1]].copy_(rows, non_blocking=True)
+        self._replays[bs]()
+        return self._outputs[bs][:n]

@@ -1,4 +1,11 @@
-"""The batched sampler: turns one row of logits per request into that request's next token."""
+"""The batched sampler: turns one row of logits per request into that request's next token.
+
+Two paths with the same semantics. The CPU path (the reference, tested exactly) selects rows and
+sizes its work from device values freely, since on the CPU that costs nothing. The device path
+(CUDA) never waits for the GPU: every per-row knob goes up in one pinned, non-blocking copy, the
+work done is chosen from the host-side params only, and the result stays on the device, so the
+runner's read of the sampled tokens is the step's only synchronisation.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +29,15 @@ def make_generator(seed: int | None, device: torch.device) -> torch.Generator | 
     return generator
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the GPU: through pinned memory, copied
+    asynchronously. (A copy from pageable memory would synchronise with every queued kernel.)
+    Torch's pinned-memory cache keeps the staging buffer alive until the copy has run."""
+    if device.type == "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def token_counts(ids: list[list[int]], vocab_size: int, device: torch.device) -> torch.Tensor:
     """[B, V] float32: how often each token id occurs in each row's list."""
     batch = len(ids)
@@ -37,7 +53,7 @@ def token_counts(ids: list[list[int]], vocab_size: int, device: torch.device) ->
     # Each id becomes an offset into the flattened [B, V] counts, so one scatter_add does all rows.
     lengths = torch.tensor([len(row) for row in ids])
     offsets = torch.repeat_interleave(torch.arange(batch) * vocab_size, lengths) + flat
-    offsets = offsets.to(device)
+    offsets = to_device(offsets, device)
     counts.view(-1).scatter_add_(0, offsets, torch.ones(offsets.shape, device=device))
     return counts
 
@@ -174,6 +190,8 @@ class Sampler:
                 f"Sampler got logits for {batch} rows but params/generators/prompt_ids/"
                 f"output_ids of lengths {sizes}; pass one entry per row"
             )
+        if logits.is_cuda:
+            return sample_on_device(logits.float(), params, generators, prompt_ids, output_ids)
         logits = _penalise(logits.float(), params, prompt_ids, output_ids)
         rows = [i for i, p in enumerate(params) if not p.greedy]
         if len(rows) == batch:
@@ -232,3 +250,99 @@ def _sample(
     if any(p.min_p > 0.0 for p in params):
         logits = apply_min_p(logits, torch.tensor([p.min_p for p in params], device=device))
     return sample_from_logits(logits, generators)
+
+
+# ---- the device path -------------------------------------------------------------------------
+
+
+def sample_on_device(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+    prompt_ids: list[list[int]],
+    output_ids: list[list[int]],
+) -> torch.Tensor:
+    """The CPU path's semantics without a host sync: no row selection by index lists (masks and
+    torch.where instead), top-k by topk() over the largest k asked, a sort only when some row asks
+    for top-p. Seeded rows draw from their own CUDA generator (one small launch per seeded row);
+    their tokens are independent of batch mates, as on the CPU, but not equal to the CPU's."""
+    if any(p.has_penalties for p in params):
+        logits = _penalise_on_device(logits, params, prompt_ids, output_ids)
+    if all(p.greedy for p in params):
+        return logits.argmax(dim=-1)
+    vocab = logits.shape[1]
+    # One host row per knob, one copy. Greedy rows get temperature 1 (their draw is discarded).
+    knobs = torch.tensor([
+        [p.temperature if not p.greedy else 1.0 for p in params],
+        [float(p.top_k) for p in params],
+        [p.top_p for p in params],
+        [p.min_p for p in params],
+        [float(p.greedy) for p in params],
+    ], dtype=torch.float32)
+    temperature, top_k, top_p, min_p, greedy = to_device(knobs, logits.device).unbind(0)
+    scaled = logits / temperature.unsqueeze(1)
+    max_k = max(p.top_k for p in params)
+    if any(p.top_p < 1.0 for p in params):
+        scaled = top_k_top_p_by_sort(scaled, top_k if max_k else None, top_p)
+    elif max_k:
+        largest = scaled.topk(min(max_k, vocab), dim=-1).values
+        kth = largest.gather(1, (top_k.long().clamp(1, largest.shape[1]) - 1).unsqueeze(1))
+        threshold = torch.where((top_k > 0).unsqueeze(1), kth, -torch.inf)
+        scaled = scaled.masked_fill(scaled < threshold, -torch.inf)
+    if any(p.min_p > 0.0 for p in params):
+        scaled = apply_min_p(scaled, min_p)
+    # The exponential race of sample_from_logits: argmax(logit - log q), q ~ Exp(1). The floor
+    # keeps a q of 0 from turning a masked -inf logit into NaN (which argmax would pick).
+    q = torch.empty_like(scaled).exponential_()
+    for i, generator in enumerate(generators):
+        if generator is not None and not params[i].greedy:
+            q[i].exponential_(generator=generator)
+    sampled = (scaled - q.clamp_min_(torch.finfo(q.dtype).tiny).log_()).argmax(dim=-1)
+    if not any(p.greedy for p in params):
+        return sampled
+    return torch.where(greedy.bool(), logits.argmax(dim=-1), sampled)
+
+
+def top_k_top_p_by_sort(
+    logits: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor
+) -> torch.Tensor:
+    """apply_top_k_top_p with one full sort per row instead of widening candidate sets (whose
+    sizes the CPU path reads from the device). Same thresholds: top-k's k-th value (ties kept),
+    then the nucleus of the renormalised top-k distribution, float64 mass as on the CPU."""
+    vocab = logits.shape[1]
+    ranked = logits.sort(dim=-1, descending=True).values
+    threshold = torch.full_like(ranked[:, :1], -torch.inf)
+    if top_k is not None:
+        kth = ranked.gather(1, (top_k.long().clamp(1, vocab) - 1).unsqueeze(1))
+        threshold = torch.where((top_k > 0).unsqueeze(1), kth, threshold)
+        ranked = ranked.masked_fill(ranked < threshold, -torch.inf)
+    log_total = ranked.logsumexp(dim=-1, keepdim=True).double()
+    probs = (ranked.double() - log_total).exp()
+    mass_before = torch.nn.functional.pad(probs.cumsum(dim=-1)[:, :-1], (1, 0))
+    keep = mass_before < top_p.double().unsqueeze(1) - _TOP_P_EPS
+    keep[:, 0] = True
+    last_kept = keep.sum(dim=-1, keepdim=True) - 1
+    nucleus = torch.where((top_p < 1.0).unsqueeze(1), ranked.gather(1, last_kept), -torch.inf)
+    threshold = torch.maximum(threshold, nucleus)
+    return logits.masked_fill(logits < threshold, -torch.inf)
+
+
+def _penalise_on_device(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    prompt_ids: list[list[int]],
+    output_ids: list[list[int]],
+) -> torch.Tensor:
+    """_penalise over every row: rows without penalties get the neutral values (1, 0, 0), which
+    leave their logits unchanged, so no row index has to go to the device."""
+    device, vocab = logits.device, logits.shape[1]
+    output_counts = token_counts(
+        [ids if p.has_penalties else [] for p, ids in zip(params, output_ids, strict=True)], vocab, device)
+    seen = output_counts > 0
+    if any(p.repetition_penalty != 1.0 for p in params):
+        seen |= token_counts([ids if p.repetition_penalty != 1.0 else []
+                              for p, ids in zip(params, prompt_ids, strict=True)], vocab, device) > 0
+    knobs = torch.tensor([[p.repetition_penalty for p in params], [p.frequency_penalty for p in params],
+                          [p.presence_penalty for p in params]], dtype=torch.float32)
+    repetition, frequency, presence = to_device(knobs, device).unbind(0)
+    return apply_penalties(logits, seen, output_counts, repetition, frequency, presence)

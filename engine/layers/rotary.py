@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from engine.kernels.rope import apply_rope
+
 
 def rope_inv_freq(
     head_dim: int, theta: float, scaling: dict[str, Any] | None, freq_factors: torch.Tensor | None
@@ -54,12 +56,6 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: [N, heads, head_dim], k: [N, kv_heads, head_dim], positions: [N]."""
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        """q: [N, heads, head_dim], k: [N, kv_heads, head_dim], positions: [N]. On CUDA the Triton
+        kernel rotates q and k in place; the CPU gets new tensors (engine/kernels/rope.py)."""
+        return apply_rope(positions, q, k, self.cos, self.sin)

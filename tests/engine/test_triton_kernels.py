@@ -1,0 +1,180 @@
+"""The fused Triton kernels (RMSNorm with residual, RoPE in place, SiLU-and-mul) against their torch
+references on tiny ragged shapes: natively on CUDA when there is one (fp32, fp16, bf16), otherwise
+on the CPU under the Triton interpreter (fp32, fp16: the interpreter gets bf16 wrong).
+
+How triton (3.x, checked on 3.9) reads TRITON_INTERPRET: `triton.jit` consults it each time it
+wraps a function. Our kernels are wrapped on first call, once per value of the variable, so for
+them any moment before the first call would do; but triton's own helpers (tl.sum, tl.max, ...) are
+wrapped when triton is first imported, and natively wrapped helpers cannot run inside the
+interpreter. So the variable is set below before triton is imported, and only on a machine
+without CUDA: there, the engine never imports triton, so nothing else imports it first (the
+attention tests set the same variable the same way). On CUDA it is left alone, since interpreting
+there would turn every later kernel launch of the test session into an interpreted one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+
+from engine.kernels.activation import silu_and_mul_torch, silu_and_mul_triton
+from engine.kernels.norm import rms_norm_torch, rms_norm_triton
+from engine.kernels.rope import rope_torch, rope_triton_
+from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
+
+triton = pytest.importorskip("triton")
+
+if torch.cuda.is_available():
+    CASES = [("cuda", torch.float32), ("cuda", torch.float16), ("cuda", torch.bfloat16)]
+else:
+    CASES = [("cpu", torch.float32), ("cpu", torch.float16)]
+# Kernels and references round at the same points, so the differences are an ulp or two of the
+# dtype at the magnitudes involved (norm outputs up to ~4, rotated values up to ~5).
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 4e-2}
+
+
+@pytest.fixture(params=CASES, ids=[f"{d}-{str(t).removeprefix('torch.')}" for d, t in CASES])
+def case(request) -> tuple[torch.device, torch.dtype]:
+    device, dtype = request.param
+    if device == "cpu" and not _helpers_interpreted():
+        pytest.fail("triton was imported before TRITON_INTERPRET=1 was set, so its own helpers "
+                    "(tl.sum) cannot run in the interpreter: set TRITON_INTERPRET=1 in every test "
+                    "module that imports triton on a CPU-only machine, before the import")
+    if device == "cuda" and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.skip("TRITON_INTERPRET is set for this session (by another test module), so these would "
+                    "test the interpreter, not the compiled kernels: run this file alone")
+    return torch.device(device), dtype
+
+
+def _helpers_interpreted() -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(triton.language.standard.sum, InterpretedFunction)
+
+
+def randn(*shape: int, dtype: torch.dtype, device: torch.device, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+# ---- RMSNorm ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows,hidden", [(5, 72), (1, 64), (3, 130)])
+def test_rms_norm_matches_the_reference(case, rows, hidden):
+    device, dtype = case
+    x = randn(rows, hidden, dtype=dtype, device=device) * 3
+    weight = randn(hidden, dtype=dtype, device=device, seed=1).abs() + 0.5
+    got = rms_norm_triton(x, weight, 1e-6)
+    want = rms_norm_torch(x, weight, 1e-6)
+    assert_close(got, want, dtype)
+    assert not torch.allclose(got.float(), x.float(), atol=0.1)  # it really normalised
+
+
+def test_rms_norm_with_residual_returns_the_normed_sum_and_the_sum(case):
+    device, dtype = case
+    x, residual = randn(7, 72, dtype=dtype, device=device), randn(7, 72, dtype=dtype, device=device, seed=2)
+    weight = randn(72, dtype=dtype, device=device, seed=1).abs() + 0.5
+    got, got_sum = rms_norm_triton(x, weight, 1e-5, residual)
+    want, want_sum = rms_norm_torch(x, weight, 1e-5, residual)
+    assert torch.equal(got_sum, want_sum)  # one rounded add each: bit-identical
+    assert_close(got, want, dtype)
+    assert_close(got, rms_norm_torch(x + residual, weight, 1e-5), dtype)
+
+
+def test_rms_norm_of_strided_heads_normalises_each_head(case):
+    # Qwen3's qk-norm: q is a [tokens, heads, head_dim] view of the wider fused qkv output.
+    device, dtype = case
+    qkv = randn(6, 5 * 24, dtype=dtype, device=device)
+    q = qkv[:, : 3 * 24].view(6, 3, 24)
+    weight = randn(24, dtype=dtype, device=device, seed=3).abs() + 0.5
+    got = rms_norm_triton(q, weight, 1e-6)
+    assert got.shape == (6, 3, 24)
+    assert_close(got, rms_norm_torch(q, weight, 1e-6), dtype)
+
+
+# ---- RoPE ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 2, 24), (3, 1, 72), (2, 2, 8)])
+def test_rope_rotates_q_and_k_in_place_like_the_reference(case, heads, kv_heads, head_dim):
+    device, dtype = case
+    tokens = 9
+    rotary = RotaryEmbedding(64, rope_inv_freq(head_dim, 10000.0, None, None), device)
+    # q and k as the model has them: views into one fused qkv row per token.
+    qkv = randn(tokens, (heads + 2 * kv_heads) * head_dim, dtype=dtype, device=device)
+    q = qkv[:, : heads * head_dim].view(tokens, heads, head_dim)
+    k = qkv[:, heads * head_dim : (heads + kv_heads) * head_dim].view(tokens, kv_heads, head_dim)
+    v_before = qkv[:, (heads + kv_heads) * head_dim :].clone()
+    positions = torch.tensor([0, 5, 63, 1, 17, 17, 2, 40, 9], device=device)
+    want_q, want_k = rope_torch(positions, q.clone(), k.clone(), rotary.cos, rotary.sin)
+    q_before = q.clone()
+    rope_triton_(positions, q, k, rotary.cos, rotary.sin)
+    assert_close(q, want_q, dtype)
+    assert_close(k, want_k, dtype)
+    assert torch.equal(qkv[:, (heads + kv_heads) * head_dim :], v_before)  # v untouched
+    assert torch.equal(q[0], q_before[0])  # position 0 is the identity
+    assert not torch.allclose(q[2].float(), q_before[2].float(), atol=0.1)  # position 63 rotates
+
+
+def test_rope_pairs_dimension_i_with_i_plus_half(case):
+    # The rotate-half convention, spelled out on one vector: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s).
+    device, dtype = case
+    head_dim = 8
+    cos = torch.full((4, head_dim // 2), 0.6, device=device)
+    sin = torch.full((4, head_dim // 2), 0.8, device=device)
+    q = torch.arange(1, 9, dtype=dtype, device=device).view(1, 1, head_dim)
+    k = q.clone()
+    rope_triton_(torch.tensor([3], device=device), q, k, cos, sin)
+    x1, x2 = torch.arange(1.0, 5.0), torch.arange(5.0, 9.0)
+    want = torch.cat((x1 * 0.6 - x2 * 0.8, x2 * 0.6 + x1 * 0.8))
+    assert_close(q.flatten().float().cpu(), want, dtype)
+
+
+# ---- SiLU-and-mul -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows,inter", [(4, 72), (1, 1100), (3, 5)])
+def test_silu_and_mul_matches_the_reference(case, rows, inter):
+    device, dtype = case
+    x = randn(rows, 2 * inter, dtype=dtype, device=device) * 2
+    got = silu_and_mul_triton(x)
+    want = silu_and_mul_torch(x)
+    assert_close(got, want, dtype)
+    gate, up = x.float().chunk(2, dim=-1)
+    assert not torch.allclose(want.float(), gate * up, atol=0.1)  # silu is not the identity
+
+
+def test_silu_and_mul_reads_a_strided_batch_of_rows(case):
+    device, dtype = case
+    wide = randn(5, 3 * 72, dtype=dtype, device=device)
+    x = wide[:, : 2 * 72]  # rows of a wider buffer: stride 216, not 144
+    assert_close(silu_and_mul_triton(x), silu_and_mul_torch(x), dtype)
+
+
+# ---- no triton on the CPU path ------------------------------------------------------------------
+
+
+def test_engine_and_kernel_modules_import_without_triton():
+    """The CPU path must not import triton (it cannot launch there, and importing it costs)."""
+    code = ("import sys, engine, engine.kernels.norm, engine.kernels.rope, engine.kernels.activation, "
+            "engine.model_runner; print('triton' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=env, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"
