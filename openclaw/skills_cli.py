@@ -35,7 +35,7 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
     for name in registry.names:
         skill = registry.get(name)
         roles = policy.roles_granting(name)
-        approval = [r for r in roles if name in policy.roles[r].approval]
+        approval = [r for r in roles if policy.roles[r].requires_approval(name)]
         print(f"{name}\n  {skill.description}\n  from: {registry.origin(name)}\n"
               f"  permissions: {', '.join(sorted(skill.permissions)) or 'none'}\n"
               f"  roles: {', '.join(roles) or 'none'}"

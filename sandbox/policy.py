@@ -8,6 +8,7 @@ from the messaging service, never of anything the model or a tool's output wrote
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,16 @@ from pathlib import Path
 from sandbox.runner import Limits, Scope
 
 ANY = "*"
+# Per-user sandbox uids (when the daemon is root), far above login users and the subordinate ranges
+# container tools hand out; no passwd entry needed.
+SANDBOX_UID_BASE = 1_500_000_000
+SANDBOX_UID_SPAN = 100_000_000
+
+
+def sandbox_uid(user: str) -> int:
+    """The uid `user`'s commands run as: stable across restarts (their files keep their owner) and
+    different for different users, so one user's processes never count against another's limit."""
+    return SANDBOX_UID_BASE + zlib.crc32(user.encode()) % SANDBOX_UID_SPAN
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,9 @@ class Role:
 
     def grants(self, skill: str) -> bool:
         return ANY in self.skills or skill in self.skills
+
+    def requires_approval(self, skill: str) -> bool:
+        return ANY in self.approval or skill in self.approval
 
 
 # The two roles every install has. An admin may redefine either with [roles.admin] / [roles.user].
@@ -62,7 +76,7 @@ class Principal:
     @property
     def scope(self) -> Scope:
         return Scope(workspace=self.workspace, read_only=self.role.read_only,
-                     read_write=self.role.read_write, network=self.role.network)
+                     read_write=self.role.read_write, network=self.role.network, uid=sandbox_uid(self.user))
 
     @property
     def limits(self) -> Limits:
@@ -72,7 +86,7 @@ class Principal:
         return self.role.grants(skill)
 
     def needs_approval(self, skill: str) -> bool:
-        return skill in self.role.approval
+        return self.role.requires_approval(skill)
 
     def may_email(self, address: str) -> bool:
         address = address.strip().lower()

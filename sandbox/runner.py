@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# nobody/nogroup. A uid used by other services would share their RLIMIT_NPROC count (it is per uid,
-# system-wide); an admin who runs other things as nobody should point this at a dedicated uid.
+# nobody/nogroup: the default uid of commands when the daemon is root. The policy gives each user a
+# uid of their own (sandbox.policy.sandbox_uid), because RLIMIT_NPROC counts per uid, system-wide: a
+# shared uid would let one user's processes use up everyone's limit.
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 
@@ -75,6 +76,7 @@ class Scope:
     read_only: tuple[Path, ...] = ()
     read_write: tuple[Path, ...] = ()
     network: bool = False
+    uid: int = SANDBOX_UID  # what commands run as when the daemon is root (gid the same number)
 
 
 @dataclass
@@ -127,14 +129,41 @@ def _namespace_args(network: bool) -> list[str]:
     return args + ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
 
 
-def _command_prefix() -> list[str]:
-    """As root: become the sandbox uid inside the sandbox, with no capabilities left (bounding set
-    included) and no_new_privs, so setuid binaries cannot win them back. A real unprivileged uid is
-    also what makes RLIMIT_NPROC count (root ignores it)."""
+def _command_prefix(uid: int = SANDBOX_UID) -> list[str]:
+    """As root: become `uid` inside the sandbox, with no capabilities left (bounding set included)
+    and no_new_privs, so setuid binaries cannot win them back. A real unprivileged uid is also what
+    makes RLIMIT_NPROC count (root ignores it)."""
     if not _is_root():
         return []
-    return [SETPRIV, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups",
+    return [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
+
+
+def _binds(scope: Scope) -> list[tuple[str, str, bool]]:
+    """(destination, source, read-only) for the workspace and the granted paths, parents before
+    children: a later bind over a parent would hide an earlier one below it, so a read-only folder
+    inside a writable one must come after it. A read-only folder inside the workspace is also
+    re-bound read-only under /workspace, where the command sees the workspace."""
+    binds = [(WORKSPACE_MOUNT, str(scope.workspace), False)]
+    binds += [(str(p), str(p), False) for p in scope.read_write]
+    for path in scope.read_only:
+        binds.append((str(path), str(path), True))
+        if path.is_relative_to(scope.workspace) and path != scope.workspace:
+            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(scope.workspace)}", str(path), True))
+    return sorted(binds, key=lambda b: (len(Path(b[0]).parts), b[2]))
+
+
+def _parent_dirs(destinations: list[str]) -> list[str]:
+    """Folders to create on the sandbox's root for the binds, with a usable mode: as root bwrap
+    would make them 0700, which the command's uid could not walk through. Those under another bind
+    or a system folder exist already."""
+    covered = [*destinations, "/etc", "/proc", "/dev", *SYSTEM_DIRS]
+    wanted: set[str] = set()
+    for dest in destinations:
+        for parent in Path(dest).parents:
+            if str(parent) not in ("/", "/tmp") and not any(parent.is_relative_to(c) for c in covered):
+                wanted.add(str(parent))
+    return sorted(wanted, key=lambda d: len(Path(d).parts))
 
 
 def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> list[str]:
@@ -142,16 +171,17 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> l
     argv = [bwrap, *_namespace_args(scope.network), *_system_args()]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
-    for path in scope.read_only:
-        argv += ["--ro-bind", str(path), str(path)]
-    for path in scope.read_write:
-        argv += ["--bind", str(path), str(path)]
-    argv += ["--bind", str(scope.workspace), WORKSPACE_MOUNT, "--chdir", WORKSPACE_MOUNT]
+    binds = _binds(scope)
+    for folder in _parent_dirs([dest for dest, _, _ in binds]):
+        argv += ["--perms", "0755", "--dir", folder]
+    for dest, source, read_only in binds:
+        argv += ["--ro-bind" if read_only else "--bind", source, dest]
+    argv += ["--chdir", WORKSPACE_MOUNT]
     # bwrap's root is a scratch tmpfs the command could otherwise fill with files of its own.
     argv += ["--remount-ro", "/", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    return [*argv, *_command_prefix(), "/bin/sh", "-c", command]
+    return [*argv, *_command_prefix(scope.uid), "/bin/sh", "-c", command]
 
 
 @functools.lru_cache(maxsize=8)
@@ -173,7 +203,19 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
     return True, f"bubblewrap ({bwrap})"
 
 
-def _set_rlimits(limits: Limits) -> None:
+def _tasks_of_uid(uid: int) -> int:
+    """Processes and threads the kernel counts against `uid`'s RLIMIT_NPROC right now."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                count += len(os.listdir(f"/proc/{entry.name}/task"))
+        except OSError:
+            pass  # it exited while we looked
+    return count
+
+
+def _set_rlimits(limits: Limits, nproc: int) -> None:
     """Runs in the child between fork and exec; the limits are inherited by bwrap and the command."""
     def set_limit(kind: int, value: int) -> None:
         resource.setrlimit(kind, (value, value))
@@ -181,7 +223,7 @@ def _set_rlimits(limits: Limits) -> None:
     set_limit(resource.RLIMIT_CPU, limits.cpu_seconds)
     set_limit(resource.RLIMIT_AS, limits.memory_bytes)
     set_limit(resource.RLIMIT_FSIZE, limits.file_size_bytes)
-    set_limit(resource.RLIMIT_NPROC, limits.processes)
+    set_limit(resource.RLIMIT_NPROC, nproc)
     set_limit(resource.RLIMIT_NOFILE, limits.open_files)
     set_limit(resource.RLIMIT_CORE, 0)
 
@@ -194,8 +236,8 @@ def _prepare_workspace(scope: Scope) -> None:
         return
     # Only the top folder is handed over: the command can create files there; files the admin placed
     # inside keep their owner and mode.
-    if workspace.stat().st_uid != SANDBOX_UID:
-        os.chown(workspace, SANDBOX_UID, SANDBOX_GID)
+    if workspace.stat().st_uid != scope.uid:
+        os.chown(workspace, scope.uid, scope.uid)
 
 
 class _OutputBudget:
@@ -253,13 +295,16 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
         argv, cwd = bwrap_argv(bwrap, command, scope, clean_env), None
     else:
-        argv, cwd = [*_command_prefix(), "/bin/sh", "-c", command], scope.workspace
+        argv, cwd = [*_command_prefix(scope.uid), "/bin/sh", "-c", command], scope.workspace
 
+    # RLIMIT_NPROC counts every task of the uid. As root the command gets a uid of its own; as an
+    # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count.
+    nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid()))
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, cwd=cwd, env=clean_env, start_new_session=True,
-        preexec_fn=functools.partial(_set_rlimits, limits))
+        preexec_fn=functools.partial(_set_rlimits, limits, nproc))
     # Our own readers, never communicate(): output survives a timeout, and a background child that
     # keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
     budget = _OutputBudget(limits.output_bytes)

@@ -18,7 +18,7 @@ import stat
 from dataclasses import dataclass
 
 from sandbox.policy import Principal
-from sandbox.runner import SANDBOX_GID, SANDBOX_UID, WORKSPACE_MOUNT
+from sandbox.runner import SANDBOX_UID, WORKSPACE_MOUNT
 from skills.base import SkillDenied, SkillError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -44,6 +44,7 @@ class Target:
     raw: str  # as the caller wrote it
     root: _Root  # the folder the resolved path lies in
     parts: tuple[str, ...]  # the resolved path below root.real, no symlinks, no dots
+    uid: int = SANDBOX_UID  # the principal's sandbox uid: owner of what we create in its workspace
 
     def shown(self, parts: tuple[str, ...] | None = None) -> str:
         return _show(self.root, self.parts if parts is None else parts)
@@ -110,7 +111,8 @@ def resolve(raw: str, principal: Principal) -> Target:
     if root is None:
         raise SkillDenied(f"{q(raw)} {_how_it_leaves(joined, roots, real)}, outside your folders "
                           f"({_listing(roots)})")
-    return Target(raw, root, tuple(part for part in real[len(root.real):].split("/") if part))
+    parts = tuple(part for part in real[len(root.real):].split("/") if part)
+    return Target(raw, root, parts, uid=principal.scope.uid)
 
 
 def _how_it_leaves(joined: str, roots: list[_Root], real: str) -> str:
@@ -157,7 +159,7 @@ def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, h
                 made = _mkdir(fd, part)
                 child = _open_or_deny(target, where, fd, part, DIR_FLAGS)
                 if made and chown:
-                    os.fchown(child, SANDBOX_UID, SANDBOX_GID)
+                    os.fchown(child, target.uid, target.uid)
             except OSError as exc:
                 _deny_if_link(target, where, fd, part, exc)
                 if exc.errno != errno.ENOTDIR:
@@ -273,7 +275,7 @@ def give_to_sandbox(target: Target, fd: int) -> None:
     # Only what we created, only in the workspace: the sandboxed shell runs as this uid and must be
     # able to change the files the model made for it. Never anything outside the workspace.
     if target.root.workspace and os.geteuid() == 0:
-        os.fchown(fd, SANDBOX_UID, SANDBOX_GID)
+        os.fchown(fd, target.uid, target.uid)
 
 
 def too_big(target: Target, size: int, limit: int, what: str) -> SkillDenied:

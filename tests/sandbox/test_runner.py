@@ -1,5 +1,6 @@
 """The process runner against real bubblewrap: each hostile command is contained, and the Result says so."""
 
+import asyncio
 import os
 import shutil
 import socket
@@ -211,3 +212,43 @@ async def test_granted_paths_are_bound_at_the_same_place_and_tmp_is_private(work
     finally:
         shutil.rmtree(shared)
         shutil.rmtree(inbox)
+
+
+async def test_a_read_only_folder_inside_a_writable_one_stays_read_only(tmp_path):
+    # tmp_path is under a 0700 folder: as root, the folders above the binds must still be walkable.
+    share, workspace = tmp_path / "share", tmp_path / "ws"
+    (share / "ro").mkdir(parents=True)
+    (workspace / "reference").mkdir(parents=True)
+    (share / "ro/keep.txt").write_text("keep\n")
+    (workspace / "reference/policy.txt").write_text("keep")
+    # Everything writable by anyone: only the read-only mounts may stop the writes.
+    for path in (share, share / "ro", workspace / "reference", share / "ro/keep.txt",
+                 workspace / "reference/policy.txt"):
+        path.chmod(0o777)
+    scope = Scope(workspace, read_write=(share,), read_only=(share / "ro", workspace / "reference"))
+    command = (f"echo new > {share}/new.txt && echo rw-ok; cat {share}/ro/keep.txt; "
+               f"echo x > {share}/ro/keep.txt || echo ro-refused; "
+               "echo x > /workspace/reference/policy.txt || echo ws-ro-refused; echo y > own.txt")
+    result = await run_command(command, scope, LIMITS)
+    assert result.stdout.split() == ["rw-ok", "keep", "ro-refused", "ws-ro-refused"], result.stderr
+    assert (share / "ro/keep.txt").read_text() == "keep\n"
+    assert (workspace / "reference/policy.txt").read_text() == "keep"
+    assert (share / "new.txt").exists() and (workspace / "own.txt").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="per-user uids exist only when the daemon is root")
+async def test_one_users_processes_do_not_use_up_anothers_process_limit(tmp_path):
+    from sandbox.policy import sandbox_uid
+
+    limits = Limits(wall_seconds=6, processes=8)
+    busy, idle = tmp_path / "alice", tmp_path / "bob"
+    busy.mkdir()
+    idle.mkdir()
+    alice, bob = sandbox_uid("telegram:1"), sandbox_uid("telegram:2")
+    assert alice != bob
+    hog = asyncio.create_task(run_command("for i in 1 2 3 4 5 6 7; do sleep 3 & done; wait",
+                                          Scope(busy, uid=alice), limits))
+    await asyncio.sleep(0.5)
+    result = await run_command("id -u; sh -c 'echo forked'", Scope(idle, uid=bob), limits)
+    assert result.stdout.split() == [str(bob), "forked"], result.stderr
+    await hog

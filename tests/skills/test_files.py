@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.policy import Policy, Principal, Role
-from sandbox.runner import SANDBOX_GID, SANDBOX_UID, Limits, Sandbox
+from sandbox.policy import Policy, Principal, Role, sandbox_uid
+from sandbox.runner import Limits, Sandbox
 from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
 from skills.executor import Executor, Outcome, _for_audit
@@ -504,7 +504,7 @@ async def test_what_the_skill_creates_in_the_workspace_belongs_to_the_sandbox_ui
     await env.ok(action="write", path="kept.txt", content="edited")
     for made in ("made", "made/deeper", "made/deeper/new.txt", "log.txt"):
         st = (env.workspace / made).stat()
-        assert (st.st_uid, st.st_gid) == (SANDBOX_UID, SANDBOX_GID), made
+        assert (st.st_uid, st.st_gid) == (sandbox_uid(USER), sandbox_uid(USER)), made
     assert (env.workspace / "kept.txt").stat().st_uid == 0  # existing files keep their owner
     # Never outside the workspace, even in a folder the role may write.
     await env.ok(action="write", path=str(env.rw / "sub" / "out.txt"), content="x")

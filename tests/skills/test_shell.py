@@ -187,6 +187,13 @@ async def test_approval_timeout_counts_as_deny_and_nothing_runs(daemon_parts):
     assert row.decision == "timeout"
 
 
+async def test_approval_star_means_every_skill(daemon_parts):
+    _, _, config = daemon_parts
+    config.roles["careful"].approval = ["*"]
+    principal = config.policy().principal("telegram:3")
+    assert principal.needs_approval("shell") and principal.needs_approval("clock")
+
+
 async def test_approval_granted_or_refused(daemon_parts):
     shell, store, config = daemon_parts
 
