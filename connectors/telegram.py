@@ -127,6 +127,14 @@ class TelegramConnector:
         await self._bot.shutdown()
 
     async def _run(self) -> None:
+        try:
+            await self._poll()
+        except InvalidToken:  # revoked while running, or rejected once the service came back
+            self.connected = False
+            log.error("telegram: the Bot API rejected the bot token; polling stopped. Fix "
+                      "telegram.token (from @BotFather) and restart the daemon")
+
+    async def _poll(self) -> None:
         await self._connect()
         failures = 0
         while True:
@@ -136,6 +144,8 @@ class TelegramConnector:
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))
                 continue
+            except InvalidToken:
+                raise
             except TelegramError as exc:  # unreachable, 5xx, timed out, 409 another poller...
                 failures += 1
                 self.connected = False
@@ -171,6 +181,8 @@ class TelegramConnector:
                 return
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))
+            except InvalidToken:
+                raise
             except TelegramError as exc:
                 failures += 1
                 await self._pause("connecting failed", exc, failures)
@@ -477,7 +489,8 @@ def _retry_seconds(exc: RetryAfter) -> float:
 
 
 def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    # PTB repeats the token in some messages (InvalidToken); a bot token is "<digits>:<secret>".
+    return re.sub(r"\b\d{3,}:[\w-]{20,}", "***", f"{type(exc).__name__}: {exc}")
 
 
 def _keep_token_out_of_logs() -> None:

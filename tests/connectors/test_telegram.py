@@ -480,5 +480,26 @@ async def test_a_rejected_token_stops_the_start_without_printing_the_token(fake)
     assert "wrong-token" not in str(raised.value) and raised.value.__cause__ is None
 
 
+
+async def test_a_token_rejected_after_an_outage_stops_polling_and_is_never_logged(fake, caplog):
+    secret = "424242:SECRET-token-value-xyz"
+    await fake.stop()  # the service is down when the daemon starts
+    connector = TelegramConnector(secret, base_url=fake.base_url, base_file_url=fake.base_file_url,
+                                  backoff=Backoff(0.05, 0.1))
+
+    async def handler(message) -> None:
+        raise AssertionError("no message expected")
+
+    await connector.start(handler)  # not fatal: it keeps trying in the background
+    await fake.start()  # back, but it does not know this token
+    try:
+        await until(lambda: "polling stopped" in caplog.text, timeout=10)
+        await asyncio.sleep(0.3)
+        assert caplog.text.count("polling stopped") == 1  # it gave up instead of retrying for ever
+        assert "SECRET-token" not in caplog.text and not connector.connected
+    finally:
+        await connector.stop()
+
+
 if __name__ == "__main__":
     _serve(sys.argv[1], sys.argv[2])
