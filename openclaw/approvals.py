@@ -40,11 +40,9 @@ class Approvals:
         """The reply to `/approve N` or `/deny N` from `user`."""
         verb = "approve" if approve else "deny"
         mine = sorted(n for n, r in self._pending.items() if r.user == user)
-        if not argument.strip():
-            if len(mine) != 1:
-                return (f"Which one? Pending: {', '.join(map(str, mine))}." if mine
-                        else "Nothing is waiting for your approval.")
-            argument = str(mine[0])
+        if not argument.strip():  # never guess: a repeated tap must not answer a newer request
+            return (f"Which one? Reply /{verb} N; waiting: {', '.join(map(str, mine))}." if mine
+                    else "Nothing is waiting for your approval.")
         try:
             number = int(argument.strip().lstrip("#"))
         except ValueError:

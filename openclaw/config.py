@@ -567,6 +567,18 @@ class RoleConfig(_Section):
     approval_timeout_s: float = Field(300, gt=0)
     """Seconds to wait for an approval; no answer counts as deny."""
 
+    @field_validator("workspace")
+    @classmethod
+    def _workspace_path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Like every path in the file: relative to the file's folder, never to the daemon's cwd.
+        if value is None:
+            return None
+        if "{user}" not in value:
+            raise ValueError('must contain "{user}" (each user gets a folder of their own), '
+                             'e.g. "/srv/openclaw/{user}"')
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else _base_dir(info) / path)
+
     @field_validator("email_recipients")
     @classmethod
     def _addresses(cls, values: list[str]) -> list[str]:

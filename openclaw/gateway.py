@@ -104,7 +104,8 @@ class Gateway:
             return
         event, is_new = await self.store.record_inbound(
             msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
-            payload={"display_name": msg.display_name, "attachments": msg.attachments})
+            payload={"display_name": msg.display_name, "attachments": msg.attachments,
+                     "notice": msg.notice})
         if not is_new:
             log.info("ignoring redelivered message %s:%s", msg.channel, msg.message_id)
             return
@@ -115,7 +116,6 @@ class Gateway:
             return
         if msg.notice and not msg.text.strip():
             await self._send(msg.channel, msg.chat_id, msg.notice, conversation_id=None, event=event)
-            await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
             return
         self._lane(msg).queue.put_nowait((msg, event, role, False))
 
@@ -127,11 +127,15 @@ class Gateway:
             payload = event.payload or {}
             msg = InboundMessage(channel, user_id, event.chat_id, event.message_id, event.text,
                                  display_name=payload.get("display_name"),
-                                 attachments=payload.get("attachments") or [])
+                                 attachments=payload.get("attachments") or [],
+                                 notice=payload.get("notice"))
             user = await self.store.get_user(channel, user_id)
             if (user is None or user.status is not UserStatus.ALLOWED
                     or msg.user in self.config.access.blocked):
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
+                continue
+            if msg.notice and not msg.text.strip():
+                await self._send(msg.channel, msg.chat_id, msg.notice, conversation_id=None, event=event)
                 continue
             self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user), True))
         if pending:
@@ -209,7 +213,6 @@ class Gateway:
         else:
             text = HELP
         await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
-        await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
 
     async def _status_text(self, user: str) -> str:
         stats = self.model.stats()
@@ -268,18 +271,30 @@ class Gateway:
             lane.stop_requested = False
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
             return
-        principal = self.policy.principal(msg.user, role)
+        try:
+            principal = self.policy.principal(msg.user, role)
+        except OSError as exc:  # the role's workspace cannot be created: tell the user, and the log
+            log.error("cannot prepare the workspace of %s (role %s; see roles.%s.workspace): %s",
+                      msg.user, role, role, exc)
+            await self._send(msg.channel, msg.chat_id, "Sorry, I cannot work right now: my workspace "
+                             "for you is not usable. The owner has been told (see the daemon's log).",
+                             conversation_id=None, event=event)
+            return
         caller = Caller(principal, msg.chat_id, approver=self._approver(msg))
         stream = bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False)) or (
             msg.channel == "terminal")
         sink = _Sink(connector, msg.chat_id, stream)
-        typing = asyncio.create_task(self._keep_typing(sink))
-        text = (msg.text + await self._attachments_note(connector, msg.attachments, principal)).strip()
         started = time.monotonic()
-        lane.current = asyncio.create_task(self.agent.run_turn(
-            conversation_id, caller, text, sink, run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}",
-            resumed=resumed))
+
+        async def answer():  # one task for /stop to cancel: fetching the files, then the turn
+            note = await self._attachments_note(connector, msg.attachments, principal)
+            return await self.agent.run_turn(
+                conversation_id, caller, (msg.text + note).strip(), sink,
+                run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", resumed=resumed)
+
+        typing = asyncio.create_task(self._keep_typing(sink))
         try:
+            lane.current = asyncio.create_task(answer())
             result = await lane.current
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
@@ -292,23 +307,25 @@ class Gateway:
         self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
         self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
         self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
+        # Storing the reply marks the message answered, in one transaction: after a crash the
+        # reply is re-sent, the turn never run twice.
         await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conversation_id,
                          event=event)
-        # bookkeeping after the reply is out: the user does not wait for it
         await self.store.add_usage(msg.user, result.prompt_tokens, result.completion_tokens,
                                    conversation_id=conversation_id)
-        await self.store.mark_inbound(event.id, InboundStatus.PROCESSED)
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
                     event: InboundEvent | None) -> None:
-        """Chunk to the channel's limit and hand to the outbox (stored, sent in order, retried)."""
+        """Chunk to the channel's limit and hand to the outbox (stored, sent in order, retried).
+        With `event`, storing the reply also marks that message processed."""
         connector = self.connectors.get(channel)
         if connector is None:
             log.warning("no %s connector to deliver a reply", channel)
+            if event is not None:
+                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
         await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
-                               conversation_id=conversation_id,
-                               inbound_event_id=event.id if event else None)
+                               conversation_id=conversation_id, answers=event.id if event else None)
 
     @staticmethod
     async def _attachments_note(connector: Connector, refs: list[str], principal: Principal) -> str:

@@ -1,7 +1,11 @@
-"""Ordered, retried delivery of replies. Every piece is stored as `pending` before it is sent; a
-send that fails stays pending and is retried with backoff, in order per chat, until the service
-takes it (or it is too old to matter). At start-up what an earlier run left pending is sent too:
-a rare duplicate after a crash beats a lost reply."""
+"""Ordered, retried delivery of replies. A reply's pieces are stored as `pending` (in the same
+transaction that marks the message they answer as processed) before anything is sent; a send that
+fails stays pending and is retried with backoff, in order per chat, until the service takes it (or
+it is too old to matter). At start-up what an earlier run left pending is sent too: a rare
+duplicate after a crash beats a lost reply.
+
+One chat's deliveries never overlap: every send and every retry of a chat holds that chat's lock,
+so a piece is never sent twice by two senders and never overtakes an earlier one."""
 
 from __future__ import annotations
 
@@ -27,19 +31,21 @@ class Outbox:
         self.store, self.connectors = store, connectors
         self.metrics = metrics or Metrics()
         self.first_delay_s, self.max_delay_s, self.max_age_s = first_delay_s, max_delay_s, max_age_s
+        self._locks: dict[ChatKey, asyncio.Lock] = {}
         self._retrying: dict[ChatKey, asyncio.Task] = {}
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
-                   inbound_event_id: int | None) -> None:
-        """Store the pieces, then send them in order. Returns when they are sent, or queued for
-        retry behind an earlier failure in the same chat."""
-        stored = [await self.store.add_outbound(channel, chat_id, piece, conversation_id=conversation_id,
-                                                inbound_event_id=inbound_event_id) for piece in pieces]
+                   answers: int | None) -> None:
+        """Store the pieces (marking the inbound event they answer processed), then send them in
+        order. Returns when they are sent, or queued for retry behind an earlier failure."""
+        stored = await self.store.add_reply(channel, chat_id, pieces, conversation_id=conversation_id,
+                                            answers=answers)
         key = (channel, chat_id)
-        if key in self._retrying:  # an earlier reply is still waiting: keep the order
-            return
-        if not await self._deliver(stored):
-            self._start_retry(key)
+        async with self._lock(key):
+            if key in self._retrying:  # an earlier reply is still waiting: it goes first
+                return
+            if not await self._deliver(stored):
+                self._start_retry(key)
 
     async def recover(self) -> int:
         """Send what an earlier run left pending (it stopped or crashed before the service took it)."""
@@ -59,31 +65,41 @@ class Outbox:
 
     async def close(self) -> None:
         """Stop retrying; what is still pending stays pending for the next start."""
-        for task in self._retrying.values():
-            task.cancel()
-        await asyncio.gather(*self._retrying.values(), return_exceptions=True)
+        tasks = list(self._retrying.values())
         self._retrying.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _lock(self, key: ChatKey) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
 
     def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
         if key not in self._retrying:
-            task = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
-            self._retrying[key] = task
-            task.add_done_callback(lambda t, key=key: self._retrying.pop(key, None)
-                                   if self._retrying.get(key) is t else None)
+            self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
 
     async def _retry(self, key: ChatKey, immediately: bool) -> None:
         delay = self.first_delay_s
-        if not immediately:
-            await asyncio.sleep(_jitter(delay))
-        while True:
-            pending = [o for o in await self.store.pending_outbound() if (o.channel, o.chat_id) == key]
-            pending = [o for o in pending if not await self._expired(o)]
-            if not pending:
-                return
-            if await self._deliver(pending):
-                continue  # more may have been queued meanwhile; the next look finds none and ends
-            delay = min(delay * 2, self.max_delay_s)
-            await asyncio.sleep(_jitter(delay))
+        try:
+            if not immediately:
+                await asyncio.sleep(_jitter(delay))
+            while True:
+                async with self._lock(key):
+                    pending = [o for o in await self.store.pending_outbound(*key)
+                               if not await self._expired(o)]
+                    if not pending:
+                        # Under the lock: a send waiting for it now sees no retry and sends itself.
+                        self._retrying.pop(key, None)
+                        return
+                    delivered = await self._deliver(pending)
+                if not delivered:
+                    delay = min(delay * 2, self.max_delay_s)
+                    await asyncio.sleep(_jitter(delay))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # e.g. the database went away: log it; the next start resends
+            log.exception("retrying replies to %s:%s failed; they stay pending", *key)
+            self._retrying.pop(key, None)
 
     async def _expired(self, item: OutboundMessage) -> bool:
         if self.store.now() - item.created_at < timedelta(seconds=self.max_age_s):

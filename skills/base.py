@@ -5,6 +5,7 @@ daemon from the config, never from anything the model wrote."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -72,9 +73,15 @@ class Skill(ABC):
     def describe(self, args: dict[str, Any]) -> str:
         """What a call will do, shown to the user when it needs approval: the exact command or
         file. Default: the arguments as JSON."""
-        return f"{self.name} {json.dumps(args, ensure_ascii=False)}"
+        return visible(f"{self.name} {json.dumps(args, ensure_ascii=False)}")
 
     def spec(self) -> dict[str, Any]:
         """The tool as the chat template lists it (OpenAI function format)."""
         return {"type": "function", "function": {
             "name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+def visible(text: str) -> str:
+    """`text` as an approval prompt must show it: control and format characters (newlines, bidi
+    overrides that reorder what the user reads) escaped, so what is shown is what runs."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c)[0] == "C" else c for c in text)

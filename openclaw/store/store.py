@@ -410,6 +410,28 @@ class Store:
             await session.flush()
             return _record(OutboundMessage, row)
 
+    async def add_reply(self, channel: str, chat_id: str | int, pieces: list[str], *,
+                        conversation_id: int | None = None,
+                        answers: int | None = None) -> list[OutboundMessage]:
+        """Store a reply's pieces as pending and, in the same transaction, mark the inbound event
+        it `answers` processed: after a crash the reply is re-sent (the outbox) but the turn is
+        never run a second time."""
+        async with self._tx() as session:
+            now = self.now()
+            rows = [OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=answers,
+                                       channel=channel, chat_id=str(chat_id), text=piece,
+                                       status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
+                                       error=None, created_at=now, updated_at=now, sent_at=None)
+                    for piece in pieces]
+            session.add_all(rows)
+            if answers is not None:
+                await session.execute(
+                    update(InboundEventRow).where(InboundEventRow.id == answers)
+                    .values(status=InboundStatus.PROCESSED, processed_at=now, error=None)
+                    .execution_options(synchronize_session=False))
+            await session.flush()
+            return [_record(OutboundMessage, row) for row in rows]
+
     async def mark_outbound(self, outbound_id: int, status: OutboundStatus | str,
                             external_message_id: str | int | None = None,
                             error: str | None = None) -> OutboundMessage:
@@ -439,9 +461,14 @@ class Store:
         async with self._tx() as session:
             return [_record(OutboundMessage, row) for row in await session.scalars(query)]
 
-    async def pending_outbound(self, limit: int | None = None) -> list[OutboundMessage]:
-        query = (select(OutboundMessageRow).where(OutboundMessageRow.status == OutboundStatus.PENDING)
-                 .order_by(OutboundMessageRow.id).limit(limit))
+    async def pending_outbound(self, channel: str | None = None, chat_id: str | None = None,
+                               limit: int | None = None) -> list[OutboundMessage]:
+        """Oldest first; all chats, or one."""
+        query = select(OutboundMessageRow).where(OutboundMessageRow.status == OutboundStatus.PENDING)
+        if channel is not None:
+            query = query.where(OutboundMessageRow.channel == channel,
+                                OutboundMessageRow.chat_id == str(chat_id))
+        query = query.order_by(OutboundMessageRow.id).limit(limit)
         async with self._tx() as session:
             return [_record(OutboundMessage, row) for row in await session.scalars(query)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skills.base import Skill, SkillContext, SkillError
+from skills.base import Skill, SkillContext, SkillError, visible
 
 
 class ShellSkill(Skill):
@@ -22,7 +22,7 @@ class ShellSkill(Skill):
     permissions = frozenset({"exec"})
 
     def describe(self, args: dict[str, Any]) -> str:
-        return f"run the shell command: {args.get('command', '')}"
+        return f"run the shell command: {visible(args.get('command', ''))}"
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         command = args["command"]

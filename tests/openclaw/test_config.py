@@ -451,3 +451,12 @@ def test_world_readable_file_with_a_literal_token_is_warned_about(tmp_path: Path
     os.chmod(path, 0o600)
     load_config(path)
     assert caplog.text == ""
+
+
+def test_a_role_workspace_is_per_user_and_relative_to_the_file(tmp_path: Path):
+    config = load_config(write(tmp_path, '[roles.team]\nworkspace = "spaces/{user}"\n'))
+    assert config.roles["team"].workspace == f"{tmp_path}/spaces/{{user}}"
+    assert config.policy().workspace_path("telegram:5", config.policy().role("team")) == \
+        tmp_path / "spaces/telegram-5"
+    problem = only_problem(write(tmp_path, '[roles.team]\nworkspace = "/srv/shared"\n'))
+    assert problem.startswith('roles.team.workspace = "/srv/shared": must contain "{user}"')

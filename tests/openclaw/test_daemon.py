@@ -406,3 +406,21 @@ async def test_admin_port_serves_health_and_metrics_after_a_turn(tmp_path):
                    "openclaw_queue_length 0", "openclaw_kv_cache_usage", "openclaw_tokens_per_second"):
         assert series in metrics, series
     await daemon.stop()
+
+
+async def test_a_notice_stored_before_a_crash_is_sent_after_restart_without_the_model(tmp_path):
+    from openclaw.store import Store
+
+    store = await Store.open(config(tmp_path).store.url)
+    await store.set_user_status("terminal", "local", "allowed")
+    await store.record_inbound("terminal", "v1", "terminal:local", "local", "",
+                               payload={"notice": "Sorry, I cannot open a voice note yet."})
+    await store.close()
+    model = ScriptedModel(lambda m: "model answer")
+    daemon, conn = await started(tmp_path, model)
+    try:
+        await until(lambda: conn.texts("local"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("local") == ["Sorry, I cannot open a voice note yet."] and model.prompts == []
+    finally:
+        await daemon.stop()

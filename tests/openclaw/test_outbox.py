@@ -3,6 +3,8 @@ with backoff in their order, and go out once it is back; a refusal for good is n
 
 from __future__ import annotations
 
+import asyncio
+
 from connectors.base import DeliveryRefused
 from openclaw.daemon import Daemon
 from openclaw.store.records import OutboundStatus
@@ -108,3 +110,60 @@ async def _rows_after(tmp_path):
         return [(o.chat_id, o.text, o.status, o.attempts) for o in await store.pending_outbound()]
     finally:
         await store.close()
+
+
+class SlowConnector(RecordingConnector):
+    """A send that never completes (a long 429 wait, a dead network) until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def send_text(self, chat_id: str, text: str) -> str:
+        await self.release.wait()
+        return await super().send_text(chat_id, text)
+
+
+async def test_a_restart_during_the_send_resends_the_reply_but_never_reruns_the_turn(tmp_path):
+    runs = []
+
+    def model(messages):
+        runs.append(1)
+        return f"answer #{len(runs)}"
+
+    conn = SlowConnector()
+    daemon = await start(tmp_path, conn, reply=model)
+    await conn.handler(msg("hello", user="local"))
+    await until(lambda: runs)
+    await asyncio.sleep(0.1)  # the reply is stored and its send is in flight
+    await daemon.stop(drain_timeout=0.2)
+    conn2 = FlakyConnector()
+    daemon = await start(tmp_path, conn2, reply=model)
+    try:
+        await until(lambda: conn2.texts("local"))
+        await asyncio.sleep(0.2)
+        assert conn2.texts("local") == ["answer #1"] and len(runs) == 1
+    finally:
+        await daemon.stop()
+
+
+async def test_concurrent_replies_to_one_chat_are_each_sent_once_and_in_order(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    outbox = daemon.gateway.outbox
+    try:
+        conn.down = True
+        first = asyncio.create_task(outbox.send("terminal", "local", ["a1", "a2"], conversation_id=None,
+                                                answers=None))
+        second = asyncio.create_task(outbox.send("terminal", "local", ["b1"], conversation_id=None,
+                                                 answers=None))
+        await asyncio.gather(first, second)
+        await until(lambda: conn.attempts >= 2)
+        conn.down = False
+        await outbox.wait_delivered()
+        third = outbox.send("terminal", "local", ["c1"], conversation_id=None, answers=None)
+        await third
+        assert conn.texts("local") == ["a1", "a2", "b1", "c1"]
+        assert [o.status for o in await daemon.store.list_outbound()] == [OutboundStatus.SENT] * 4
+    finally:
+        await daemon.stop()

@@ -189,3 +189,39 @@ async def test_stop_withdraws_a_pending_approval(tmp_path):
         assert not (daemon.config.data_dir / "workspaces/terminal-careful/late.txt").exists()
     finally:
         await daemon.stop()
+
+
+async def test_a_bare_approve_never_guesses_which_request(tmp_path):
+    daemon, conn = await start(tmp_path, tool_then_echo("echo ran > ran.txt"))
+    try:
+        await conn.handler(msg("do it", user="careful"))
+        await until(lambda: any("/approve" in t for t in conn.texts("careful")))
+        number = approval_number(conn.texts("careful")[-1])
+        await conn.handler(msg("/approve", user="careful"))
+        await until(lambda: conn.texts("careful")[-1].startswith("Which one?"))
+        assert conn.texts("careful")[-1] == f"Which one? Reply /approve N; waiting: {number}."
+        assert not (daemon.config.data_dir / "workspaces/terminal-careful/ran.txt").exists()
+        await conn.handler(msg(f"/deny {number}", user="careful"))
+        await daemon.gateway.wait_idle()
+    finally:
+        await daemon.stop()
+
+
+async def test_a_workspace_that_cannot_be_made_gets_a_reply_not_silence(tmp_path, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the workspaces should go")
+    dirs = tmp_path / "skill-dirs"
+    (dirs / "notes").mkdir(parents=True)
+    (dirs / "notes/SKILL.md").write_text(INJECTION.format(target="/nonexistent"))
+    body = ROLES.format(dirs=dirs, timeout=1) + f'[roles.admin]\nworkspace = "{blocker}/{{user}}"\n'
+    conn = RecordingConnector()
+    daemon = Daemon(config(tmp_path, body), model=ScriptedModel(lambda m: "hi"), connectors=[conn])
+    await daemon.start()
+    try:
+        await conn.handler(msg("hello", user="local"))
+        await daemon.gateway.wait_idle()
+        assert "my workspace for you is not usable" in conn.texts("local")[-1]
+        assert "roles.admin.workspace" in caplog.text
+        assert await daemon.store.pending_inbound() == []  # answered: not re-run at the next start
+    finally:
+        await daemon.stop()

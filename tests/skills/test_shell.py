@@ -215,3 +215,10 @@ async def test_without_bubblewrap_the_skill_refuses_with_the_fix(daemon_parts, t
     executor = executor_for(config, configured_skills(config), store.add_audit)
     out = await executor.call("shell", {"command": "echo hi"}, config.policy().principal("telegram:1"))
     assert not out.ok and "apt-get install bubblewrap" in out.text and "allow_unsandboxed" in out.text
+
+
+def test_the_approval_prompt_shows_hidden_characters():
+    from skills.builtin.shell import ShellSkill
+
+    shown = ShellSkill().describe({"command": "echo safe\u202e;rm -rf ~ #\nls"})
+    assert shown == "run the shell command: echo safe\\u202e;rm -rf ~ #\\u000als"
