@@ -35,6 +35,11 @@ SLASH_COMMANDS = {
     "status": "Model, queue, KV cache use, tokens used today",
     "help": "What the assistant's commands do",
 }
+# Answers to a tool call waiting for the user's approval; the number is the request's.
+NUMBERED_COMMANDS = {
+    "approve": "Allow the tool call with this number to run",
+    "deny": "Refuse the tool call with this number",
+}
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
 
 
@@ -144,6 +149,8 @@ class DiscordConnector:
         await client.login(self._token)  # GET /users/@me (401: LoginFailure), application info
         for name, description in SLASH_COMMANDS.items():
             client.tree.add_command(self._slash_command(name, description))
+        for name, description in NUMBERED_COMMANDS.items():
+            client.tree.add_command(self._numbered_command(name, description))
         try:
             await client.tree.sync()  # one bulk overwrite; unchanged commands cost Discord nothing
         except discord.HTTPException as exc:  # the text forms still work: not worth failing for
@@ -176,6 +183,12 @@ class DiscordConnector:
     def _slash_command(self, name: str, description: str) -> app_commands.Command:
         async def callback(interaction: discord.Interaction) -> None:
             await self._on_slash(interaction, f"/{name}")
+
+        return app_commands.Command(name=name, description=description, callback=callback)
+
+    def _numbered_command(self, name: str, description: str) -> app_commands.Command:
+        async def callback(interaction: discord.Interaction, number: int) -> None:
+            await self._on_slash(interaction, f"/{name} {number}")
 
         return app_commands.Command(name=name, description=description, callback=callback)
 

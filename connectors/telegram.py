@@ -36,6 +36,8 @@ COMMANDS = [
     BotCommand("stop", "Stop the answer being generated"),
     BotCommand("status", "Model, queue and tokens used today"),
     BotCommand("help", "What I can do and the commands"),
+    BotCommand("approve", "Allow a tool call: /approve N"),
+    BotCommand("deny", "Refuse a tool call: /deny N"),
 ]
 # Media we cannot read yet, as the agent is told about them (checked in this order).
 UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("audio", "an audio file"),

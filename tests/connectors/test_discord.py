@@ -190,7 +190,7 @@ async def test_new_and_stop_typed_as_text(fake, daemon_with):
 async def test_slash_commands_are_registered_and_answered_in_their_interaction(fake, daemon_with):
     model = ScriptedModel(history_echo)
     await daemon_with(model)
-    assert sorted(c["name"] for c in fake.commands) == ["help", "new", "status", "stop"]
+    assert sorted(c["name"] for c in fake.commands) == ["approve", "deny", "help", "new", "status", "stop"]
     channel = fake.dm_channel_id(ADA)
     await dm(fake, ADA, "one")
     new = fake.slash(ADA, "new")
@@ -375,3 +375,22 @@ async def test_two_connectors_in_one_process_each_use_their_own_server(fake):
         for connector in connectors:
             await connector.stop()
         await other.stop()
+
+
+async def test_a_tool_call_is_approved_with_the_slash_command(fake, daemon_with, tmp_path):
+    def reply(messages: list[dict]) -> str:
+        if messages[-1]["role"] == "tool":
+            return "RESULT: " + messages[-1]["content"]
+        return '<tool_call>{"name": "shell", "arguments": {"command": "echo ok > proof.txt"}}</tool_call>'
+
+    daemon, _ = await daemon_with(ScriptedModel(reply), '[skills]\nenabled = ["shell"]\n'
+                                  '[roles.admin]\napproval = ["shell"]\n')
+    approve = next(c for c in fake.commands if c["name"] == "approve")
+    assert [o["name"] for o in approve["options"]] == ["number"] and approve["options"][0]["type"] == 4
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "make a proof")
+    await until(lambda: any("/approve" in t for t in fake.texts(channel)))
+    number = int(fake.texts(channel)[-1].split("/approve ")[1].split()[0])
+    fake.slash(ADA, "approve", options={"number": number})
+    await until(lambda: fake.texts(channel)[-1].startswith("RESULT: exit status 0"))
+    assert (daemon.config.policy().principal(f"discord:{ADA}").workspace / "proof.txt").exists()

@@ -182,8 +182,10 @@ class FakeDiscord:
         self._store(message)
         return message
 
-    def slash(self, user_id: int, command: str, *, guild: bool = False, name: str | None = None) -> dict:
-        """A user runs /`command` (a registered global command), in a DM or in the guild."""
+    def slash(self, user_id: int, command: str, *, guild: bool = False, name: str | None = None,
+              options: dict[str, int] | None = None) -> dict:
+        """A user runs /`command` (a registered global command), in a DM or in the guild, with
+        integer `options` by name."""
         registered = next((c for c in self.commands if c["name"] == command), None)
         if registered is None:
             raise AssertionError(f"/{command} is not registered (have {[c['name'] for c in self.commands]})")
@@ -195,6 +197,8 @@ class FakeDiscord:
             "authorizing_integration_owners": {"0": str(self.guild_id if guild else user_id)},
             "data": {"id": registered["id"], "name": command, "type": 1},
         }
+        if options:
+            interaction["data"]["options"] = [{"name": k, "type": 4, "value": v} for k, v in options.items()]
         if guild:
             interaction.update(guild_id=str(self.guild_id), context=0,
                                channel_id=str(self.guild_channel_id), channel=self._guild_channel(),
