@@ -281,8 +281,9 @@ class Gateway:
                              conversation_id=None, event=event)
             return
         caller = Caller(principal, msg.chat_id, approver=self._approver(msg))
-        stream = bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False)) or (
-            msg.channel == "terminal")
+        # Drafts are one per chat: in a group two users' answers could stream into the same one.
+        stream = (bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False))
+                  and not msg.is_group) or msg.channel == "terminal"
         sink = _Sink(connector, msg.chat_id, stream)
         started = time.monotonic()
 
