@@ -7,7 +7,8 @@ environment). When the daemon is root, bwrap runs as root without a user namespa
 any granted path) and the command itself becomes a real unprivileged uid through setpriv, with an
 empty capability bounding set and no_new_privs: root would ignore RLIMIT_NPROC and keep every
 capability. Where bubblewrap cannot run we refuse with `SandboxUnavailable`, unless the admin set
-`[sandbox] allow_unsandboxed = true` (the uid drop and the rlimits still apply then).
+`[sandbox] allow_unsandboxed = true`: the rlimits still apply then, and as root the uid drop, but an
+unprivileged daemon runs the command as its own user, able to read the daemon's config and data.
 """
 
 from __future__ import annotations
@@ -204,13 +205,23 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
 
 
 def _tasks_of_uid(uid: int) -> int:
-    """Processes and threads the kernel counts against `uid`'s RLIMIT_NPROC right now."""
+    """Processes and threads the kernel counts against `uid`'s RLIMIT_NPROC right now. The kernel
+    charges a task to its real uid; /proc/<pid>'s owner is the effective one, which differs for a
+    setuid program the daemon's user started (real uid ours, not counted) and for a process that only
+    took our uid as its effective one (counted, though the kernel does not)."""
     count = 0
     for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
         try:
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
-                count += len(os.listdir(f"/proc/{entry.name}/task"))
-        except OSError:
+            with open(f"/proc/{entry.name}/status", "rb") as status:
+                for line in status:  # "Uid:" (real, effective, ...) comes before "Threads:"
+                    if line.startswith(b"Uid:") and int(line.split()[1]) != uid:
+                        break
+                    if line.startswith(b"Threads:"):
+                        count += int(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
             pass  # it exited while we looked
     return count
 
@@ -298,7 +309,9 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         argv, cwd = [*_command_prefix(scope.uid), "/bin/sh", "-c", command], scope.workspace
 
     # RLIMIT_NPROC counts every task of the uid. As root the command gets a uid of its own; as an
-    # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count.
+    # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count. A
+    # snapshot: tasks of ours that start while the command runs (Python 3.11's waitpid thread for
+    # this very process, say) come out of its budget, and ones that end add to it.
     nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid()))
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(

@@ -1,16 +1,27 @@
 """The process runner against real bubblewrap: each hostile command is contained, and the Result says so."""
 
 import asyncio
+import functools
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from sandbox.runner import Limits, SandboxUnavailable, Scope, isolation_available, run_command
+from sandbox.runner import (
+    SANDBOX_UID,
+    Limits,
+    SandboxUnavailable,
+    Scope,
+    _tasks_of_uid,
+    isolation_available,
+    run_command,
+)
 
 # Small limits keep the suite fast; every call must still return within its wall limit.
 LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_bytes=4096,
@@ -64,6 +75,8 @@ async def test_echo_status_stderr_cwd_and_files_land_in_workspace(workspace):
     assert lines[2].split() == ["CapEff:", "0000000000000000"]
     if os.geteuid() == 0:
         assert lines[3] == "65534"  # never root inside, so RLIMIT_NPROC applies
+    else:
+        assert lines[3] == str(os.getuid())  # our own uid in its user namespace, not root there
     assert result.stderr == "oops\n"
     assert (workspace / "out.txt").read_text() == "data\n"
 
@@ -116,8 +129,90 @@ async def test_fork_bomb_is_contained_and_returns(workspace):
     result = await run("f(){ f|f& };f; sleep 4321", workspace)
     assert time.monotonic() - started < LIMITS.wall_seconds + 2
     assert result.isolation == "bubblewrap"
-    assert "Cannot fork" in result.stderr or result.timed_out
+    assert "Cannot fork" in result.stderr  # stopped by the process limit, not only by the wall clock
     assert processes_running("sleep", "4321") == []
+
+
+# Forks sleepers until the process limit refuses one, says how many it got, and holds them a moment:
+# unlike a fork bomb's, the count of tasks then stands still, so sampling /proc sees it exactly.
+FORK_UNTIL_REFUSED = """
+import os, time
+forked = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        forked += 1
+except OSError:
+    pass
+print(forked, flush=True)
+time.sleep(1)
+"""
+
+
+async def test_a_daemon_with_many_threads_can_still_fork_and_a_fork_bomb_gets_only_its_limit(workspace):
+    # An unprivileged daemon's commands share its uid, and RLIMIT_NPROC counts every task of that uid,
+    # threads included: the command's `processes` must come on top of ours, and no more than that.
+    uid = SANDBOX_UID if os.geteuid() == 0 else os.getuid()
+    idle, sampling = threading.Event(), threading.Event()
+    threads = [threading.Thread(target=idle.wait) for _ in range(100)]
+    peak = 0
+
+    def sample():
+        nonlocal peak
+        while sampling.is_set():
+            peak = max(peak, _tasks_of_uid(uid))
+            time.sleep(0.005)
+
+    for thread in threads:
+        thread.start()
+    try:
+        assert len(threads) > LIMITS.processes
+        result = await run("for i in $(seq 20); do sleep 0.2 & done; wait; echo forked", workspace)
+        assert result.exit_status == 0 and result.stdout == "forked\n", result.stderr
+        result = await run("f(){ f|f& };f; sleep 4325", workspace)
+        assert "Cannot fork" in result.stderr
+        assert processes_running("sleep", "4325") == []
+
+        (workspace / "forks.py").write_text(FORK_UNTIL_REFUSED)
+        # Start every thread of asyncio's executor now, so that our count stands still from here on:
+        # otherwise run_command's to_thread may start one more just after we counted.
+        await asyncio.gather(*(asyncio.to_thread(time.sleep, 0.05) for _ in range(64)))
+        sampling.set()
+        sampler = threading.Thread(target=sample)
+        threads.append(sampler)
+        sampler.start()
+        before = await asyncio.to_thread(_tasks_of_uid, uid)
+        result = await run("python3 forks.py", workspace)
+        sampling.clear()
+        sampler.join()
+        assert result.exit_status == 0, result.stderr
+        # sh/python and bwrap's own processes (as an unprivileged daemon) are part of the limit too
+        assert LIMITS.processes - 8 <= int(result.stdout) < LIMITS.processes, result.stdout
+        assert before < peak <= before + LIMITS.processes, (before, peak)
+        assert processes_running("python3", "forks.py") == []  # the held children went with it
+    finally:
+        idle.set()
+        sampling.clear()
+        for thread in threads:
+            thread.join()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start processes with mixed uids")
+def test_tasks_count_against_their_real_uid_as_the_kernel_counts_them():
+    # A setuid program the daemon's user started (real uid ours) counts against our RLIMIT_NPROC; a
+    # process that only took our uid as its effective one does not. /proc/<pid>'s owner is the latter.
+    uid = 1_499_999_999  # nobody's
+    before = _tasks_of_uid(uid)
+    started = [subprocess.Popen(["sleep", "4326"], preexec_fn=functools.partial(os.setresuid, *uids))
+               for uids in ((uid, 0, 0), (uid, 0, 0), (0, uid, 0))]
+    try:
+        assert _tasks_of_uid(uid) == before + 2
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
 
 
 async def test_infinite_loop_is_killed_by_cpu_limit(workspace):
