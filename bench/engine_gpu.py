@@ -16,22 +16,32 @@ single-stream decode, each against the device's memory-bandwidth ceiling.
 (c) Single-stream decode tokens/s for Qwen3-0.6B and Llama-3-8B shapes (random weights) against
     the ceiling of one weight read plus the context's KV per token.
 
-Run: python bench/engine_gpu.py (under 8 minutes on an H200). --cpu-smoke (automatic without
-CUDA) runs a reduced version on the CPU: tiny shapes, a handful of requests, the fused kernels
-under the Triton interpreter, the attention check skipped. Written for torch >= 2.11,
-triton >= 3.6, transformers >= 5.17, Python >= 3.11.
+Run: python bench/engine_gpu.py (at most --budget seconds, 6 minutes by default). --cpu-smoke
+(automatic without CUDA) runs a reduced version on the CPU: tiny shapes, a handful of requests,
+the kernels (attention included, at tiny shapes) under the Triton interpreter. Written for
+torch >= 2.11, triton >= 3.6, transformers >= 5.17, Python >= 3.11. Order: kernel checks, copy
+bandwidth, (c) for Llama, then (b) and (c) for Qwen3, transformers last.
+
+Time: --budget (seconds, default 360) bounds the whole run. A phase that would start with too
+little of it left is skipped, a phase still running when it runs out is interrupted (SIGALRM),
+and transformers has its own limit inside it; each of these is reported as a note, the report
+is printed all the same. Killed from outside (SIGTERM, as `timeout` does), the script prints the
+report it has so far before it exits. Every result row is also printed as soon as it is known.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import faulthandler
 import gc
 import importlib
 import inspect
 import os
 import platform
 import random
+import signal
 import sys
 import time
 import traceback
@@ -84,11 +94,55 @@ class Settings:
     smoke: bool
 
 
+class Overrun(BaseException):
+    """A time limit ran out (raised by SIGALRM). A BaseException, so that no library's own
+    `except Exception` swallows it; the phase runner catches it by name."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str) -> Iterator[None]:
+    """Raise Overrun in the main thread once `seconds` have passed. Nests: an enclosing limit that
+    ends sooner stays in force (and is restored, less the time spent, on the way out)."""
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+    outer_left = signal.getitimer(signal.ITIMER_REAL)[0]
+    if outer_left and outer_left <= seconds:
+        yield
+        return
+    start = time.monotonic()
+
+    def expire(signum, frame) -> None:
+        raise Overrun(f"{what} ran past its {seconds:.0f}s limit")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer_left:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 0.01))
+
+
 @dataclass
 class Report:
     kernels: list[tuple[str, str, str]] = field(default_factory=list)  # (check, value, verdict)
     rows: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def kernel(self, check: str, value: str, verdict: str) -> None:
+        self.kernels.append((check, value, verdict))
+        print(f"[kernel] {check}: {value} {verdict}", flush=True)
+
+    def row(self, *cells: str) -> None:
+        self.rows.append(cells)  # type: ignore[arg-type]
+        print("[result] " + " | ".join(cells), flush=True)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"[note] {text}", flush=True)
 
     def markdown(self) -> str:
         out = ["| kernel check (vs torch reference) | max error | verdict |", "|---|---:|---|"]
@@ -153,14 +207,13 @@ def run_kernel_checks(s: Settings, report: Report) -> None:
     where = "interpreter, fp32" if s.smoke else str(dtype).removeprefix("torch.")
     try:
         for name, e, tol in check_kernels(s.device, dtype, small=s.smoke):
-            report.kernels.append((f"{name} ({where})", f"{e:.2e} (tol {tol:.1e})",
-                                   "PASS" if e <= tol else "FAIL"))
+            report.kernel(f"{name} ({where})", f"{e:.2e} (tol {tol:.1e})", "PASS" if e <= tol else "FAIL")
     except Exception as exc:  # report and go on: the throughput numbers are still worth having
         traceback.print_exc()
-        report.kernels.append(("fused kernels", f"error: {exc!r}"[:120], "FAIL"))
+        report.kernel("fused kernels", f"error: {exc!r}"[:120], "FAIL")
     check = _attention_check()
     if check is None:
-        report.kernels.append(("attention (check_against_reference)", "missing", "n/a"))
+        report.kernel("attention (check_against_reference)", "missing", "n/a")
         return
     # The attention engineer's check: realistic shapes on CUDA; on the CPU (interpreted) the tiny
     # shapes of its own test. Their doc: errors about 1e-2 at bf16, 1e-3 at fp16, 0 for the KV write.
@@ -171,11 +224,11 @@ def run_kernel_checks(s: Settings, report: Report) -> None:
         params = inspect.signature(check).parameters
         kwargs = {k: v for k, v in tiny.items() if k in params} if s.smoke else {}
         for name, e in check(s.device, dtype, **kwargs):
-            report.kernels.append((f"attention: {name} ({where})", f"{e:.2e} (tol {tol:.1e})",
-                                   "PASS" if e <= tol else "FAIL"))
+            report.kernel(f"attention: {name} ({where})", f"{e:.2e} (tol {tol:.1e})",
+                          "PASS" if e <= tol else "FAIL")
     except Exception as exc:
         traceback.print_exc()
-        report.kernels.append(("attention (check_against_reference)", f"error: {exc!r}"[:120], "FAIL"))
+        report.kernel("attention (check_against_reference)", f"error: {exc!r}"[:120], "FAIL")
 
 
 def _attention_check() -> Callable | None:
@@ -423,7 +476,7 @@ class CBManager:
 
     def __enter__(self):
         kwargs = {"generation_config": self.gen, "continuous_batching_config": self.cb, "block": True,
-                  "timeout": 60}
+                  "timeout": 30}
         factory = getattr(self.model, "continuous_batching_context_manager", None)
         if factory is None:
             factory = self.model.init_continuous_batching
@@ -441,7 +494,7 @@ class CBManager:
     def __exit__(self, *exc):
         if self.cm is not None:
             return self.cm.__exit__(*exc)
-        self.manager.stop(block=True, timeout=60)
+        self.manager.stop(block=True, timeout=30)
         return False
 
 
@@ -480,65 +533,82 @@ def fmt(x: float | None) -> str:
 
 
 def throughput_phase(s: Settings, report: Report, bandwidth: float, time_left: Callable[[], float]) -> None:
+    """Ours on the whole workload, ours and transformers on its first --hf-requests, single-stream.
+    Each part reports on its own: one that fails leaves a note and the others still run."""
     cfg = hf_config_dict(s.qwen)
     prompts, lengths = nano_vllm_workload(s.num_requests, s.min_len, s.max_len)
     temperature = 0.6
     model, attn = load_hf_model(s.qwen, s)
-    engine = build_engine(cfg, iter(model.state_dict().items()), s)
-    w_bytes, kv_bytes = weight_bytes_per_step(engine), engine.model_config.kv_bytes_per_token(s.dtype)
-    print(f"ours: {engine.runner.num_blocks} KV blocks, CUDA graphs: "
-          f"{engine.runner.graphs.sizes if engine.runner.graphs else 'off'}; weights read per step "
-          f"{w_bytes / 1e9:.2f} GB, KV {kv_bytes} B/token")
-    run_ours(engine, [[1, 2, 3]] * 2, [4, 4], temperature)  # warm-up (nano-vllm does one too)
-
-    def ceiling(seconds: float, tokens: int, trace: StepTrace) -> tuple[float, float]:
-        floor_s = (trace.steps * w_bytes + trace.kv_tokens * kv_bytes) / bandwidth
-        return tokens / floor_s, floor_s / seconds
-
-    seconds, tokens, trace = run_ours(engine, prompts, lengths, temperature)
-    ceil_tps, frac = ceiling(seconds, tokens, trace)
-    print(f"ours, {len(prompts)} requests: {tokens} tokens in {seconds:.1f}s = {tokens / seconds:,.0f} tok/s "
-          f"({trace.steps} steps)")
-    report.rows.append((f"nano-vllm workload, {len(prompts)} requests, {s.qwen_name}", fmt(tokens / seconds),
-                        "-", "-", fmt(ceil_tps), f"{frac:.2f}"))
-
     k = min(s.hf_requests, len(prompts))
     sub_p, sub_l = prompts[:k], lengths[:k]
-    o_seconds, o_tokens, o_trace = run_ours(engine, sub_p, sub_l, temperature)
-    ours_tps = o_tokens / o_seconds
-    o_ceil, o_frac = ceiling(o_seconds, o_tokens, o_trace)
-    single = single_stream(engine, s.decode_prompt, s.decode_tokens, 10000)
-    single_ceil = bandwidth / (w_bytes + (s.decode_prompt + s.decode_tokens / 2) * kv_bytes)
-    del engine, trace, o_trace
-    gc.collect()
-    if s.device.type == "cuda":
-        torch.cuda.empty_cache()
+    ours_tps = o_ceil = o_frac = None
+    try:
+        engine = build_engine(cfg, iter(model.state_dict().items()), s)
+        w_bytes, kv_bytes = weight_bytes_per_step(engine), engine.model_config.kv_bytes_per_token(s.dtype)
+        print(f"ours: {engine.runner.num_blocks} KV blocks, CUDA graphs: "
+              f"{engine.runner.graphs.sizes if engine.runner.graphs else 'off'}; weights read per step "
+              f"{w_bytes / 1e9:.2f} GB, KV {kv_bytes} B/token", flush=True)
+        run_ours(engine, [[1, 2, 3]] * 2, [4, 4], temperature)  # warm-up (nano-vllm does one too)
 
-    cap = max(10.0, min(s.hf_cap_s, time_left() - (0 if s.smoke else 90)))
+        def ceiling(seconds: float, tokens: int, trace: StepTrace) -> tuple[float, float]:
+            floor_s = (trace.steps * w_bytes + trace.kv_tokens * kv_bytes) / bandwidth
+            return tokens / floor_s, floor_s / seconds
+
+        try:
+            seconds, tokens, trace = run_ours(engine, prompts, lengths, temperature)
+            ceil_tps, frac = ceiling(seconds, tokens, trace)
+            print(f"ours, {len(prompts)} requests: {tokens} tokens in {seconds:.1f}s = "
+                  f"{tokens / seconds:,.0f} tok/s ({trace.steps} steps)", flush=True)
+            report.row(f"nano-vllm workload, {len(prompts)} requests, {s.qwen_name}", fmt(tokens / seconds),
+                       "-", "-", fmt(ceil_tps), f"{frac:.2f}")
+        except Exception as exc:
+            traceback.print_exc()
+            report.note(f"ours on the {len(prompts)}-request workload failed: {exc!r}"[:300])
+        try:
+            o_seconds, o_tokens, o_trace = run_ours(engine, sub_p, sub_l, temperature)
+            ours_tps = o_tokens / o_seconds
+            o_ceil, o_frac = ceiling(o_seconds, o_tokens, o_trace)
+        except Exception as exc:
+            traceback.print_exc()
+            report.note(f"ours on the first {k} requests failed: {exc!r}"[:300])
+        try:
+            single = single_stream(engine, s.decode_prompt, s.decode_tokens, 10000)
+            single_ceil = bandwidth / (w_bytes + (s.decode_prompt + s.decode_tokens / 2) * kv_bytes)
+            report.row(f"single-stream decode, {s.qwen_name} ({s.decode_tokens} tokens after "
+                       f"{s.decode_prompt})", fmt(single), "-", "-", fmt(single_ceil),
+                       f"{single / single_ceil:.2f}")
+        except Exception as exc:
+            traceback.print_exc()
+            report.note(f"single-stream decode of {s.qwen_name} failed: {exc!r}"[:300])
+    except Exception as exc:  # the engine itself: transformers still runs
+        traceback.print_exc()
+        report.note(f"building or warming up our engine failed: {exc!r}"[:300])
+    engine = trace = o_trace = None  # noqa: F841 (free the KV pool before transformers runs)
+    free_memory(s.device)
+
+    # The last thing the benchmark runs, within what is left of the budget: the timed run gets `cap`
+    # seconds, its warm-up (CUDA graph capture) and shutdown `slack` more, after which it is stopped.
+    slack = 30 if s.smoke else 90
+    cap = max(10.0, min(s.hf_cap_s, time_left() - slack - 10))
     hf = None
     try:
-        h_seconds, h_tokens, h_done, described = run_transformers(model, sub_p, sub_l, temperature,
-                                                                  s.max_num_batched_tokens, cap)
+        with time_limit(cap + slack, "transformers (warm-up, run, shutdown)"):
+            h_seconds, h_tokens, h_done, described = run_transformers(model, sub_p, sub_l, temperature,
+                                                                      s.max_num_batched_tokens, cap)
         hf = h_tokens / h_seconds
         print(f"transformers ({attn}; {described}): {h_done}/{k} requests, {h_tokens} tokens in "
-              f"{h_seconds:.1f}s = {hf:,.0f} tok/s")
+              f"{h_seconds:.1f}s = {hf:,.0f} tok/s", flush=True)
         if h_done < k:
-            report.notes.append(f"transformers hit the {cap:.0f}s cap with {h_done}/{k} requests finished: "
-                                "its tokens/s counts finished requests only (a lower bound)")
-    except Exception as exc:
+            report.note(f"transformers hit the {cap:.0f}s cap with {h_done}/{k} requests finished: "
+                        "its tokens/s counts finished requests only (a lower bound)")
+    except (Exception, Overrun) as exc:
         traceback.print_exc()
-        report.notes.append(f"transformers failed: {exc!r}"[:300])
+        report.note(f"transformers failed: {exc!r}"[:300])
     attn_cell = attn.replace("|", "\\|")  # a bare | would split the markdown cell
-    report.rows.append((f"same, first {k} requests: ours vs transformers continuous batching ({attn_cell})",
-                        fmt(ours_tps), fmt(hf), "-" if hf is None else f"{ours_tps / hf:.2f}",
-                        fmt(o_ceil), f"{o_frac:.2f}"))
-    report.rows.append((f"single-stream decode, {s.qwen_name} ({s.decode_tokens} tokens after "
-                        f"{s.decode_prompt})", fmt(single), "-", "-", fmt(single_ceil),
-                        f"{single / single_ceil:.2f}"))
+    report.row(f"same, first {k} requests: ours vs transformers continuous batching ({attn_cell})",
+               fmt(ours_tps), fmt(hf), "-" if hf is None or ours_tps is None else f"{ours_tps / hf:.2f}",
+               fmt(o_ceil), "-" if o_frac is None else f"{o_frac:.2f}")
     del model
-    gc.collect()
-    if s.device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def llama_phase(s: Settings, report: Report, bandwidth: float) -> None:
@@ -548,14 +618,16 @@ def llama_phase(s: Settings, report: Report, bandwidth: float) -> None:
                           kv_cache_gib=0.5 if s.smoke else 4.0)
     w_bytes, kv_bytes = weight_bytes_per_step(engine), engine.model_config.kv_bytes_per_token(s.dtype)
     print(f"{s.llama_name} built in {time.perf_counter() - start:.0f}s "
-          f"({w_bytes / 1e9:.1f} GB read per step)")
+          f"({w_bytes / 1e9:.1f} GB read per step)", flush=True)
     tps = single_stream(engine, s.decode_prompt, s.decode_tokens, 10000)
     ceil_tps = bandwidth / (w_bytes + (s.decode_prompt + s.decode_tokens / 2) * kv_bytes)
-    report.rows.append((f"single-stream decode, {s.llama_name} ({s.decode_tokens} tokens after "
-                        f"{s.decode_prompt})", fmt(tps), "-", "-", fmt(ceil_tps), f"{tps / ceil_tps:.2f}"))
-    del engine
+    report.row(f"single-stream decode, {s.llama_name} ({s.decode_tokens} tokens after "
+               f"{s.decode_prompt})", fmt(tps), "-", "-", fmt(ceil_tps), f"{tps / ceil_tps:.2f}")
+
+
+def free_memory(device: torch.device) -> None:
     gc.collect()
-    if s.device.type == "cuda":
+    if device.type == "cuda":
         torch.cuda.empty_cache()
 
 
@@ -569,8 +641,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--hf-requests", type=int, default=64,
                     help="first N requests of the workload that transformers (and ours, for the ratio) run")
     ap.add_argument("--hf-cap", type=float, default=150.0, help="seconds transformers may take at most")
-    ap.add_argument("--budget", type=float, default=450.0, help="seconds for the whole run; later phases "
-                    "are skipped when it runs out")
+    ap.add_argument("--budget", type=float, default=360.0, help="seconds for the whole run: a phase "
+                    "still running then is interrupted, later ones are skipped, the report is printed")
     return ap.parse_args()
 
 
@@ -613,33 +685,70 @@ def main() -> None:
         torch.set_num_threads(min(torch.get_num_threads(), 2))
     s = settings(args)
     start = time.perf_counter()
+    report = Report()
+    failed_phases: list[str] = []
 
     def time_left() -> float:
         return args.budget - (time.perf_counter() - start)
 
-    print(machine_info(s.device))
-    report = Report()
-    run_kernel_checks(s, report)
-    bandwidth = copy_bandwidth(s.device)
-    print(f"device copy bandwidth: {bandwidth / 1e9:,.0f} GB/s (read + write)")
-    report.notes.append(f"bandwidth ceiling at the measured copy bandwidth, {bandwidth / 1e9:,.0f} GB/s; "
-                        "prefill steps are priced as reads too, so the throughput ceiling is loose")
-    phases = [("throughput", lambda: throughput_phase(s, report, bandwidth, time_left)),
-              ("llama", lambda: llama_phase(s, report, bandwidth))]
-    for name, phase in phases:
-        if time_left() < (20 if s.smoke else 60):
-            report.notes.append(f"phase {name} skipped: the {args.budget:.0f}s budget ran out")
-            continue
-        try:
-            phase()
-        except Exception as exc:
-            traceback.print_exc()
-            report.notes.append(f"phase {name} failed: {exc!r}"[:300])
-    report.notes.append(f"total bench time {time.perf_counter() - start:.0f}s"
-                        + (" (CPU smoke: tiny shapes, numbers mean nothing)" if s.smoke else ""))
-    print()
-    print(report.markdown())
-    failed = any(v == "FAIL" for _, _, v in report.kernels) or any("failed" in n for n in report.notes)
+    def finish(exit_code: int | None = None) -> None:
+        report.notes.append(f"total bench time {time.perf_counter() - start:.0f}s"
+                            + (" (CPU smoke: tiny shapes, numbers mean nothing)" if s.smoke else ""))
+        print()
+        print(report.markdown(), flush=True)
+        if exit_code is not None:
+            os._exit(exit_code)  # from a signal handler: no cleanup that could hang on the GPU
+
+    def terminated(signum, frame) -> None:
+        report.notes.append(f"killed from outside (signal {signum}): the report holds what finished")
+        finish(1)
+
+    signal.signal(signal.SIGTERM, terminated)
+    # A hang in native code (a kernel that never returns) lets no Python handler run: dump every
+    # thread's stack shortly before an outer `timeout` would kill the process.
+    faulthandler.dump_traceback_later(args.budget + 15, exit=False)
+
+    try:
+        print(machine_info(s.device), flush=True)
+    except Exception as exc:  # e.g. transformers missing: the engine's own phases still run
+        report.note(f"machine info failed: {exc!r}"[:300])
+    bandwidth = float("nan")
+
+    def measure_bandwidth() -> None:
+        nonlocal bandwidth
+        bandwidth = copy_bandwidth(s.device)
+        print(f"device copy bandwidth: {bandwidth / 1e9:,.0f} GB/s (read + write)", flush=True)
+        report.notes.append(f"bandwidth ceiling at the measured copy bandwidth, {bandwidth / 1e9:,.0f} GB/s; "
+                            "prefill steps are priced as reads too, so the throughput ceiling is loose")
+
+    # Cheap and bounded first; transformers, the least predictable, runs last (in "throughput").
+    phases = [("kernel checks", lambda: run_kernel_checks(s, report)),
+              ("copy bandwidth", measure_bandwidth),
+              ("llama", lambda: llama_phase(s, report, bandwidth)),
+              ("throughput", lambda: throughput_phase(s, report, bandwidth, time_left))]
+    try:
+        with time_limit(args.budget, f"the {args.budget:.0f}s budget"):
+            for name, phase in phases:
+                if name in ("throughput", "llama") and time_left() < (20 if s.smoke else 60):
+                    report.note(f"phase {name} skipped: the {args.budget:.0f}s budget ran out")
+                    continue
+                phase_start = time.perf_counter()
+                try:
+                    phase()
+                except (Exception, Overrun) as exc:
+                    traceback.print_exc()
+                    failed_phases.append(name)
+                    report.note(f"phase {name} failed: {exc!r}"[:300])
+                finally:
+                    free_memory(s.device)
+                print(f"phase {name}: {time.perf_counter() - phase_start:.0f}s", flush=True)
+    except Overrun as exc:  # the budget ran out between phases
+        failed_phases.append("budget")
+        report.note(f"stopped: {exc}")
+    faulthandler.cancel_dump_traceback_later()
+    finish()
+    failed = (any(v == "FAIL" for _, _, v in report.kernels) or bool(failed_phases)
+              or any("failed" in n for n in report.notes))
     sys.exit(1 if failed else 0)
 
 

@@ -107,8 +107,9 @@ class ModelRunner:
     @torch.inference_mode()
     def run_largest_step(self) -> torch.Tensor:
         """The largest step the scheduler can make, on a throwaway one-layer pool: a prefill of
-        max_num_batched_tokens (sequences of up to max_model_len), then logits and a top-k/top-p
-        draw for max_num_seqs rows. Returns the drawn tokens; the point is its memory peak."""
+        max_num_batched_tokens (sequences of up to max_model_len), then logits and a draw with
+        penalties, top-k, top-p and min-p for max_num_seqs rows. Returns the drawn tokens; the point
+        is its memory peak."""
         dev, cfg, mc = self.device, self.config, self.model_config
         tokens = cfg.max_num_batched_tokens
         seq_len = min(tokens, self.max_model_len)
@@ -137,8 +138,11 @@ class ModelRunner:
         rows = cfg.max_num_seqs
         logits = self.model.compute_logits(hidden[-1:].expand(rows, -1).contiguous())
         del hidden, pool
-        params = [SamplingParams(temperature=1.0, top_k=50, top_p=0.9)] * rows
-        return self.sampler(logits, params, [None] * rows, [[]] * rows, [[]] * rows)
+        # Every knob that allocates [rows, vocab] working tensors: penalties (token counts), the
+        # top-p sort, min-p.
+        params = [SamplingParams(temperature=1.0, top_k=50, top_p=0.9, min_p=0.01, repetition_penalty=1.1,
+                                 frequency_penalty=0.1)] * rows
+        return self.sampler(logits, params, [None] * rows, [[1]] * rows, [[2]] * rows)
 
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
@@ -318,6 +322,8 @@ class DecodeGraphs:
         self._tables = torch.zeros(self.max_batch, max_blocks, dtype=torch.int64, device=device)
         self._replays: dict[int, Callable[[], object]] = {}
         self._outputs: dict[int, torch.Tensor] = {}
+        # Marks the last step's copies out of the pinned staging buffers (see run()).
+        self._copied = torch.cuda.Event() if device.type == "cuda" else None
         self._capture(model, kv_caches, backend, device)
 
     def _step_args(self, bs: int, kv_caches: list[torch.Tensor], backend: AttentionBackend) -> tuple:
@@ -350,14 +356,23 @@ class DecodeGraphs:
     def run(self, input_ids: list[int], positions: list[int], slots: list[int], context_lens: list[int],
             tables: list[list[int]]) -> torch.Tensor:
         """Fill the static buffers (async copies from pinned memory) and replay the graph of the
-        smallest captured size that fits; returns the hidden states of the real rows. The pinned
-        buffers are reused next step: safe, as the runner's read of the sampled tokens waits for
-        these copies."""
+        smallest captured size that fits; returns the hidden states of the real rows, a view of the
+        graph's output, valid until the next replay (the graphs share one memory pool, so a larger
+        graph's intermediates may overlay a smaller one's output): read or copy it before then.
+
+        The pinned buffers are reused every step, and a non-blocking copy out of them runs only when
+        the GPU reaches it. execute()'s read of the sampled tokens normally waits for it, but a step
+        that samples nothing (or a caller of _forward) would not: so before overwriting them, wait
+        for the previous step's copies alone (already done in the usual case: no wait at all)."""
         n = len(input_ids)
         bs = padded_batch_size(n, self.sizes)
+        if self._copied is not None:
+            self._copied.synchronize()
         vectors, rows = fill_decode_inputs(self._host_vectors, self._host_tables, input_ids, positions,
                                            slots, context_lens, tables, bs)
         self._vectors[:, :bs].copy_(vectors, non_blocking=True)
         self._tables[:bs, : rows.shape[1]].copy_(rows, non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
         self._replays[bs]()
         return self._outputs[bs][:n]

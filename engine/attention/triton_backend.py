@@ -13,6 +13,7 @@ from types import ModuleType
 import torch
 
 from engine.attention.base import AttentionBackend, AttentionMetadata
+from engine.sampler import to_device
 
 
 def _kernels() -> ModuleType:
@@ -68,7 +69,9 @@ class TritonAttentionBackend(AttentionBackend):
         if self._layout_meta is not meta or self._layout is None:
             starts = meta.query_start[meta.num_decodes:]
             longest = max(b - a for a, b in zip(starts, starts[1:], strict=False))
-            self._layout = torch.tensor(starts, dtype=torch.int64, device=device), longest
+            # Through pinned memory, without waiting: torch.tensor(..., device="cuda") copies from
+            # pageable memory and synchronises the host with the GPU on every prefill step.
+            self._layout = to_device(torch.tensor(starts, dtype=torch.int64), device), longest
             self._layout_meta = meta  # held, so its id cannot be reused by a later step's meta
         return self._layout
 

@@ -40,7 +40,7 @@ def _store_kv_kernel(
 ):
     # One program per token, all KV heads at once (num_kv_heads * head_dim elements: one wide row).
     tok = tl.program_id(0)
-    slot = tl.load(slot_ptr + tok)
+    slot = tl.load(slot_ptr + tok).to(tl.int64)  # 64-bit whatever the slot dtype: pools pass 2**31
     heads = tl.arange(0, HEADS_P)
     dims = tl.arange(0, HEAD_DIM_P)
     # slot -1 pads a CUDA-graph batch: a head_dim bound of 0 masks every lane. (Not `& (slot >= 0)`:
@@ -98,7 +98,9 @@ def _attend_tile(
     else:
         pages = tl.load(table_ptr + keys // BLOCK_SIZE)
         kv_mask = dim_mask[None, :]  # tl.load broadcasts it over the keys
-    if not OFFSETS_64:
+    if OFFSETS_64:
+        pages = pages.to(tl.int64)  # an int32 block table would otherwise overflow pages * stride_cb
+    else:
         # 32-bit element offsets when the pool allows: 64-bit ones cost enough registers to spill.
         pages = pages.to(tl.int32)
     offs = pages * stride_cb + (keys % BLOCK_SIZE) * stride_cs + kv_head * stride_ch

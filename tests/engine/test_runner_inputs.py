@@ -280,3 +280,57 @@ def test_generation_with_decode_graphs_finishes_every_request(tmp_path):
     outs = llm.generate(prompts, SamplingParams(temperature=0.8, max_tokens=20, ignore_eos=True, seed=3))
     assert [len(o.token_ids) for o in outs] == [20] * 13
     assert all(0 <= t < 384 for o in outs for t in o.token_ids)
+
+
+@cuda
+def test_a_decode_step_does_not_overwrite_the_staging_buffers_of_a_copy_still_queued(tmp_path):
+    # The pinned staging buffers are reused every step. Without a sampled-token read in between
+    # (a step that samples nothing), the next step's fill must wait for the previous step's
+    # non-blocking copies, or the GPU would copy the next step's inputs for the previous step.
+    from engine import LLM
+
+    from .hf_reference import build_tiny_checkpoint
+
+    folder = build_tiny_checkpoint("llama", tmp_path / "llama")
+    llm = LLM(str(folder), dtype="float32", kv_cache_gib=0.05, max_num_seqs=4)
+    graphs = llm.engine.runner.graphs
+    assert graphs is not None
+
+    def step(token: int) -> torch.Tensor:  # padding-like rows: no KV read or written, output per token
+        return graphs.run([token], [0], [-1], [0], [[0]])
+
+    with torch.inference_mode():
+        want = step(5).clone()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(500_000_000)  # keep the GPU busy so that the next copies stay queued
+        got = step(5).clone()
+        step(9)
+        torch.cuda.synchronize()
+        other = step(9).clone()
+    assert not torch.equal(want, other)  # the two inputs give different outputs
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@cuda
+def test_an_eager_prefill_step_never_waits_for_the_gpu(tmp_path):
+    from engine import LLM
+
+    from .hf_reference import build_tiny_checkpoint
+
+    folder = build_tiny_checkpoint("qwen3", tmp_path / "qwen3")
+    llm = LLM(str(folder), kv_cache_gib=0.05, max_num_seqs=4)
+    engine, runner = llm.engine, llm.engine.runner
+    for i in range(3):
+        engine.add_request(f"r{i}", [(5 * i + j) % 380 + 1 for j in range(7 + 9 * i)],
+                           SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+    batch = engine.scheduler.schedule()
+    assert any(n > 1 for n in batch.num_new_tokens)
+    with torch.inference_mode():
+        runner._forward(batch)  # compiles the kernels and warms the pinned-memory cache
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            hidden = runner._forward(batch)[0]  # rewrites the same K/V
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert hidden.is_cuda and hidden.shape[0] == sum(batch.num_new_tokens)

@@ -232,6 +232,24 @@ def test_mixed_batch_with_default_tiles():
     run_both(step, TritonAttentionBackend())
 
 
+@pytest.mark.parametrize("offsets_64", [False, True], ids=["32-bit-offsets", "64-bit-offsets"])
+def test_int32_slots_and_block_tables_give_the_same_result(monkeypatch, offsets_64):
+    # A pool of 2**31 elements or more switches the kernels to 64-bit offsets (forced here on a tiny
+    # one); slots and block tables may come as int32, which must then be widened before the multiply.
+    monkeypatch.setattr(_kernels(), "_needs_64bit_offsets", lambda k_cache: offsets_64)
+    step = make_step([(40, 1), (0, 1), (17, 1), (23, 23), (50, 14)], 3, 8, 2, 32, 16, torch.float32, seed=8)
+    backend = TritonAttentionBackend(decode_partition=32, decode_block_n=16, prefill_block_m=4,
+                                     prefill_block_n=16)
+    run_both(step, backend)
+    meta = step.meta()
+    want_k, want_v = step.k_cache.clone(), step.v_cache.clone()
+    want = backend.forward(step.q, step.k, step.v, want_k, want_v, meta, 0.2)
+    meta.slot_mapping, meta.block_tables = meta.slot_mapping.int(), meta.block_tables.int()
+    got_k, got_v = step.k_cache.clone(), step.v_cache.clone()
+    got = backend.forward(step.q, step.k, step.v, got_k, got_v, meta, 0.2)
+    assert torch.equal(got, want) and torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
 def test_backend_choice_follows_device_and_environment(monkeypatch):
     monkeypatch.delenv("OPENCLAW_ATTENTION", raising=False)
     assert isinstance(get_backend(torch.device("cpu")), TorchAttentionBackend)
