@@ -122,12 +122,29 @@ def _namespace_args(network: bool) -> list[str]:
             args.append("--unshare-net")
     else:
         args = ["--unshare-all", "--cap-drop", "ALL"]  # user, pid, ipc, uts, net, cgroup
+        if _bwrap_can_disable_userns():
+            # No user namespaces inside: a nested one would hand the command a fresh set of
+            # capabilities there, and much more of the kernel to attack.
+            args += ["--unshare-user", "--disable-userns"]
         if network:
             args.append("--share-net")
     # die-with-parent: if we are killed (or kill bwrap at the wall limit) the sandbox's pid 1 gets
     # SIGKILL, which takes every process in the pid namespace with it. new-session: no TIOCSTI into
     # our terminal.
     return args + ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_can_disable_userns() -> bool:
+    """bubblewrap 0.8 and later have --disable-userns."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False
+    try:
+        usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in usage.stdout + usage.stderr
 
 
 def _command_prefix(uid: int = SANDBOX_UID) -> list[str]:

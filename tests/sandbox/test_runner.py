@@ -347,3 +347,9 @@ async def test_one_users_processes_do_not_use_up_anothers_process_limit(tmp_path
     result = await run_command("id -u; sh -c 'echo forked'", Scope(idle, uid=bob), limits)
     assert result.stdout.split() == [str(bob), "forked"], result.stderr
     await hog
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="bwrap makes no user namespace as root")
+async def test_an_unprivileged_sandbox_cannot_make_a_user_namespace_of_its_own(workspace):
+    result = await run("unshare -Ur id -u; echo rc=$?", workspace)
+    assert "rc=1" in result.stdout and "0\n" not in result.stdout
