@@ -161,13 +161,18 @@ def _binds(scope: Scope) -> list[tuple[str, str, bool]]:
     """(destination, source, read-only) for the workspace and the granted paths, parents before
     children: a later bind over a parent would hide an earlier one below it, so a read-only folder
     inside a writable one must come after it. A read-only folder inside the workspace is also
-    re-bound read-only under /workspace, where the command sees the workspace."""
-    binds = [(WORKSPACE_MOUNT, str(scope.workspace), False)]
-    binds += [(str(p), str(p), False) for p in scope.read_write]
-    for path in scope.read_only:
+    re-bound read-only under /workspace, where the command sees the workspace. Every path is
+    resolved first (symlinks, ".."): nesting is decided on the real folders, as the kernel sees them,
+    and each granted folder is bound at its real path."""
+    workspace = Path(os.path.realpath(scope.workspace))
+    writable = [Path(os.path.realpath(p)) for p in scope.read_write]
+    read_only = [Path(os.path.realpath(p)) for p in scope.read_only]
+    binds = [(WORKSPACE_MOUNT, str(workspace), False)]
+    binds += [(str(p), str(p), False) for p in writable]
+    for path in read_only:
         binds.append((str(path), str(path), True))
-        if path.is_relative_to(scope.workspace) and path != scope.workspace:
-            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(scope.workspace)}", str(path), True))
+        if path.is_relative_to(workspace) and path != workspace:
+            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(workspace)}", str(path), True))
     return sorted(binds, key=lambda b: (len(Path(b[0]).parts), b[2]))
 
 
@@ -175,11 +180,12 @@ def _parent_dirs(destinations: list[str]) -> list[str]:
     """Folders to create on the sandbox's root for the binds, with a usable mode: as root bwrap
     would make them 0700, which the command's uid could not walk through. Those under another bind
     or a system folder exist already."""
-    covered = [*destinations, "/etc", "/proc", "/dev", *SYSTEM_DIRS]
+    covered = [*destinations, *SYSTEM_DIRS]  # /etc, /proc, /dev hold only what we put there
     wanted: set[str] = set()
     for dest in destinations:
         for parent in Path(dest).parents:
-            if str(parent) not in ("/", "/tmp") and not any(parent.is_relative_to(c) for c in covered):
+            if (str(parent) not in ("/", "/tmp", "/etc", "/proc", "/dev")
+                    and not any(parent.is_relative_to(c) for c in covered)):
                 wanted.add(str(parent))
     return sorted(wanted, key=lambda d: len(Path(d).parts))
 

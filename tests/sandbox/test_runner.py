@@ -353,3 +353,26 @@ async def test_one_users_processes_do_not_use_up_anothers_process_limit(tmp_path
 async def test_an_unprivileged_sandbox_cannot_make_a_user_namespace_of_its_own(workspace):
     result = await run("unshare -Ur id -u; echo rc=$?", workspace)
     assert "rc=1" in result.stdout and "0\n" not in result.stdout
+
+
+async def test_granted_paths_are_compared_as_the_kernel_sees_them(tmp_path):
+    # The writable share is granted through a symlink and with "..": the read-only folder inside
+    # it, given by its real path, must still be read-only.
+    share, workspace = tmp_path / "data/share", tmp_path / "ws"
+    (share / "ro").mkdir(parents=True)
+    (workspace / "ref").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(share)
+    (tmp_path / "wslink").symlink_to(workspace)
+    for path, text in ((share / "ro/keep.txt", "keep\n"), (workspace / "ref/p.txt", "keep\n")):
+        path.write_text(text)
+    for path in (share, share / "ro", share / "ro/keep.txt", workspace / "ref", workspace / "ref/p.txt"):
+        path.chmod(0o777)
+    scope = Scope(tmp_path / "wslink", read_write=(tmp_path / "link",),
+                  read_only=(share / "ro", workspace / ".." / "ws/ref"))
+    command = (f"echo x > {share}/ro/keep.txt || echo ro-refused; "
+               "echo x > /workspace/ref/p.txt || echo ws-ro-refused; echo y > own.txt")
+    result = await run_command(command, scope, LIMITS)
+    assert result.stdout.split() == ["ro-refused", "ws-ro-refused"], result.stderr
+    assert (share / "ro/keep.txt").read_text() == "keep\n"
+    assert (workspace / "ref/p.txt").read_text() == "keep\n"
+    assert (workspace / "own.txt").exists()
