@@ -5,7 +5,7 @@ Only the user the call acts for can answer it; a number of someone else's reques
 from __future__ import annotations
 
 import asyncio
-import itertools
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -19,14 +19,17 @@ class _Request:
 
 class Approvals:
     def __init__(self) -> None:
-        self._numbers = itertools.count(1)
         self._pending: dict[int, _Request] = {}
 
     async def ask(self, user: str, skill: str, summary: str,
                   send: Callable[[str], Awaitable[None]]) -> bool:
         """Show the request to `user` (through `send`) and wait for the answer. Cancelling the wait
         (timeout, /stop) withdraws the request."""
-        number = next(self._numbers)
+        # Random, not counting from 1: a prompt from before a restart (or one delivered late)
+        # must not name a new request.
+        number = secrets.randbelow(900_000) + 100_000
+        while number in self._pending:
+            number = secrets.randbelow(900_000) + 100_000
         request = _Request(user, skill, asyncio.get_running_loop().create_future())
         self._pending[number] = request
         try:

@@ -61,8 +61,9 @@ class Daemon:
                      self.admin.port)
         for connector in self.connectors:
             self.gateway.add_connector(connector)
-        await self.gateway.recover()
+        # Older pending replies first: recovered turns and notices queue behind them per chat.
         await self.gateway.outbox.recover()
+        await self.gateway.recover()
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
         systemd.ready()

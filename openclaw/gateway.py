@@ -109,9 +109,8 @@ class Gateway:
         if not is_new:
             log.info("ignoring redelivered message %s:%s", msg.channel, msg.message_id)
             return
-        command = msg.text.strip().split(maxsplit=1)[0].lower() if msg.text.startswith("/") else ""
-        command = command.split("@", 1)[0]  # Telegram groups address commands as /cmd@botname
-        if command in COMMANDS:
+        command = _command_of(msg.text)
+        if command:
             await self._command(command, msg, event)
             return
         if msg.notice and not msg.text.strip():
@@ -136,6 +135,9 @@ class Gateway:
                 continue
             if msg.notice and not msg.text.strip():
                 await self._send(msg.channel, msg.chat_id, msg.notice, conversation_id=None, event=event)
+                continue
+            if command := _command_of(msg.text):  # a command is answered as one, not by the model
+                await self._command(command, msg, event)
                 continue
             self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user), True))
         if pending:
@@ -308,15 +310,13 @@ class Gateway:
         self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
         self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
         self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-        # Storing the reply marks the message answered, in one transaction: after a crash the
-        # reply is re-sent, the turn never run twice.
+        # Storing the reply marks the message answered and counts its tokens, in one transaction:
+        # after a crash the reply is re-sent, the turn never run (or counted) twice.
         await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conversation_id,
-                         event=event)
-        await self.store.add_usage(msg.user, result.prompt_tokens, result.completion_tokens,
-                                   conversation_id=conversation_id)
+                         event=event, usage=(msg.user, result.prompt_tokens, result.completion_tokens))
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
-                    event: InboundEvent | None) -> None:
+                    event: InboundEvent | None, usage: tuple[str, int, int] | None = None) -> None:
         """Chunk to the channel's limit and hand to the outbox (stored, sent in order, retried).
         With `event`, storing the reply also marks that message processed."""
         connector = self.connectors.get(channel)
@@ -326,7 +326,8 @@ class Gateway:
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
         await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
-                               conversation_id=conversation_id, answers=event.id if event else None)
+                               conversation_id=conversation_id, answers=event.id if event else None,
+                               usage=usage)
 
     @staticmethod
     async def _attachments_note(connector: Connector, refs: list[str], principal: Principal) -> str:
@@ -389,3 +390,11 @@ class Gateway:
 
 def _lane_key(msg: InboundMessage) -> tuple[str, str, str]:
     return (msg.channel, msg.chat_id, msg.user)
+
+
+def _command_of(text: str) -> str:
+    """The chat command a message is ("/new"), or "" for ordinary text."""
+    if not text.startswith("/"):
+        return ""
+    command = text.strip().split(maxsplit=1)[0].lower().split("@", 1)[0]  # Telegram: /cmd@botname
+    return command if command in COMMANDS else ""

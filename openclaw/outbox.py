@@ -33,18 +33,25 @@ class Outbox:
         self.first_delay_s, self.max_delay_s, self.max_age_s = first_delay_s, max_delay_s, max_age_s
         self._locks: dict[ChatKey, asyncio.Lock] = {}
         self._retrying: dict[ChatKey, asyncio.Task] = {}
+        self._closed = False
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
-                   answers: int | None) -> None:
-        """Store the pieces (marking the inbound event they answer processed), then send them in
-        order. Returns when they are sent, or queued for retry behind an earlier failure."""
+                   answers: int | None, usage: tuple[str, int, int] | None = None) -> None:
+        """Store the pieces (marking the inbound event they answer processed, and recording the
+        turn's `usage`), then send them in order. Returns when they are sent, or queued for retry
+        behind an earlier failure."""
         stored = await self.store.add_reply(channel, chat_id, pieces, conversation_id=conversation_id,
-                                            answers=answers)
+                                            answers=answers, usage=usage)
         key = (channel, chat_id)
         async with self._lock(key):
             if key in self._retrying:  # an earlier reply is still waiting: it goes first
                 return
-            if not await self._deliver(stored):
+            try:
+                delivered = await self._deliver(stored)
+            except BaseException:  # cancelled mid-send (/stop, shutdown): what is left is retried
+                self._start_retry(key)
+                raise
+            if not delivered:
                 self._start_retry(key)
 
     async def recover(self) -> int:
@@ -65,6 +72,7 @@ class Outbox:
 
     async def close(self) -> None:
         """Stop retrying; what is still pending stays pending for the next start."""
+        self._closed = True  # a send still in flight must not start a retry after this
         tasks = list(self._retrying.values())
         self._retrying.clear()
         for task in tasks:
@@ -75,7 +83,7 @@ class Outbox:
         return self._locks.setdefault(key, asyncio.Lock())
 
     def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
-        if key not in self._retrying:
+        if key not in self._retrying and not self._closed:
             self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
 
     async def _retry(self, key: ChatKey, immediately: bool) -> None:

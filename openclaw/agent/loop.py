@@ -102,7 +102,7 @@ class Agent:
                     conversation_id, "assistant", content, token_count=len(out.token_ids),
                     tool_calls=[_call_json(c) for c in calls] or None)
                 if not calls and not errors:
-                    result.text = content or "(no answer)"
+                    result.text = content if content.strip() else "(no answer)"
                     return result
                 for error in errors:  # a malformed call goes back to the model, not to the user
                     await self.context.add(conversation_id, "tool", f"error: {error}")

@@ -424,3 +424,19 @@ async def test_a_notice_stored_before_a_crash_is_sent_after_restart_without_the_
         assert conn.texts("local") == ["Sorry, I cannot open a voice note yet."] and model.prompts == []
     finally:
         await daemon.stop()
+
+
+async def test_a_command_stored_before_a_crash_is_answered_as_a_command(tmp_path):
+    from openclaw.store import Store
+
+    store = await Store.open(config(tmp_path).store.url)
+    await store.set_user_status("terminal", "local", "allowed")
+    await store.record_inbound("terminal", "c1", "terminal:local", "local", "/help")
+    await store.close()
+    model = ScriptedModel(lambda m: "model answer")
+    daemon, conn = await started(tmp_path, model)
+    try:
+        await until(lambda: conn.texts("local"))
+        assert conn.texts("local")[0].startswith("Commands:") and model.prompts == []
+    finally:
+        await daemon.stop()

@@ -167,3 +167,72 @@ async def test_concurrent_replies_to_one_chat_are_each_sent_once_and_in_order(tm
         assert [o.status for o in await daemon.store.list_outbound()] == [OutboundStatus.SENT] * 4
     finally:
         await daemon.stop()
+
+
+async def test_a_turn_cut_during_its_send_is_still_counted_and_its_reply_resent_first(tmp_path):
+    from openclaw.store import Store
+
+    conn = SlowConnector()
+    daemon = await start(tmp_path, conn)
+    await conn.handler(msg("first question", user="local"))
+    await until(lambda: daemon.gateway.model.prompts)
+    await asyncio.sleep(0.1)  # the reply is stored, its send hangs
+    await daemon.stop(drain_timeout=0.2)
+    store = await Store.open(config(tmp_path).store.url)
+    try:
+        assert await store.tokens_today() > 0  # counted with the stored reply, not after the send
+        # a voice note stored but not answered before the stop: recovered after the older reply
+        await store.record_inbound("terminal", "m-voice", "terminal:local", "local", "",
+                                   payload={"notice": "NOTICE: no voice notes yet"})
+    finally:
+        await store.close()
+    conn2 = FlakyConnector()
+    daemon = await start(tmp_path, conn2)
+    try:
+        await until(lambda: len(conn2.texts("local")) >= 2)
+        assert conn2.texts("local") == ["reply to: first question", "NOTICE: no voice notes yet"]
+    finally:
+        await daemon.stop()
+
+
+async def test_after_close_a_send_in_flight_starts_no_retry(tmp_path):
+    conn = SlowConnector()
+    daemon = await start(tmp_path, conn)
+    outbox = daemon.gateway.outbox
+    sending = asyncio.create_task(outbox.send("terminal", "local", ["hi"], conversation_id=None,
+                                              answers=None))
+    await asyncio.sleep(0.05)
+    await outbox.close()
+    sending.cancel()  # shutdown cuts the send
+    await asyncio.gather(sending, return_exceptions=True)
+    assert outbox.backlog == 0
+    await daemon.stop()
+
+
+async def test_a_send_cut_by_stop_is_retried_not_stranded(tmp_path):
+    conn = SlowConnector()
+    daemon = await start(tmp_path, conn)
+    outbox = daemon.gateway.outbox
+    try:
+        sending = asyncio.create_task(outbox.send("terminal", "local", ["prompt"], conversation_id=None,
+                                                  answers=None))
+        await asyncio.sleep(0.05)
+        sending.cancel()
+        await asyncio.gather(sending, return_exceptions=True)
+        assert outbox.backlog == 1
+        conn.release.set()
+        await outbox.wait_delivered()
+        assert conn.texts("local") == ["prompt"]
+    finally:
+        await daemon.stop()
+
+
+async def test_a_blank_answer_still_gets_a_reply(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn, reply=lambda m: " \n\n ")
+    try:
+        await conn.handler(msg("hello", user="local"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("local") == ["(no answer)"]
+    finally:
+        await daemon.stop()
