@@ -310,10 +310,15 @@ class Gateway:
         self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
         self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
         self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-        # Storing the reply marks the message answered and counts its tokens, in one transaction:
-        # after a crash the reply is re-sent, the turn never run (or counted) twice.
-        await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conversation_id,
-                         event=event, usage=(msg.user, result.prompt_tokens, result.completion_tokens))
+        # Storing the reply marks the message answered, in one transaction: after a crash the
+        # reply is re-sent, the turn never run twice. The tokens are counted after the send (the
+        # user does not wait for that write), even when shutdown cuts the send short.
+        try:
+            await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conversation_id,
+                             event=event)
+        finally:
+            await asyncio.shield(self.store.add_usage(
+                msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
                     event: InboundEvent | None, usage: tuple[str, int, int] | None = None) -> None:
