@@ -6,13 +6,13 @@ Importing this module never imports triton (see engine/kernels/norm.py for why a
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import os
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from engine.kernels.lazy_jit import jitted
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
 tl: Any = None  # triton.language, bound on first use (the kernel source names it)
@@ -62,15 +62,4 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, inter, BLOCK: tl.constexpr):
 
 
 def _kernels() -> Any:
-    return _jit(os.environ.get("TRITON_INTERPRET", ""))
-
-
-@functools.cache
-def _jit(interpret_flag: str) -> Any:
-    """The kernel under triton.jit, made once per TRITON_INTERPRET value (triton reads it here)."""
-    global tl
-    import triton
-    import triton.language
-
-    tl = triton.language
-    return triton.jit(_silu_and_mul_kernel)
+    return jitted(globals(), _silu_and_mul_kernel)

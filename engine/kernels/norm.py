@@ -9,12 +9,12 @@ moment; so a test may set the variable after this module was imported by the eng
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import os
 from typing import Any
 
 import torch
+
+from engine.kernels.lazy_jit import jitted
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
 tl: Any = None  # triton.language, bound on first use (the kernel source names it)
@@ -103,15 +103,4 @@ def _rms_norm_kernel(
 
 
 def _kernels() -> Any:
-    return _jit(os.environ.get("TRITON_INTERPRET", ""))
-
-
-@functools.cache
-def _jit(interpret_flag: str) -> Any:
-    """The kernel under triton.jit, made once per TRITON_INTERPRET value (triton reads it here)."""
-    global tl
-    import triton
-    import triton.language
-
-    tl = triton.language
-    return triton.jit(_rms_norm_kernel)
+    return jitted(globals(), _rms_norm_kernel)

@@ -10,12 +10,12 @@ Importing this module never imports triton (see engine/kernels/norm.py for why a
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import os
 from typing import Any
 
 import torch
+
+from engine.kernels.lazy_jit import jitted
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
 tl: Any = None  # triton.language, bound on first use (the kernel source names it)
@@ -102,15 +102,4 @@ def _rope_kernel(
 
 
 def _kernels() -> Any:
-    return _jit(os.environ.get("TRITON_INTERPRET", ""))
-
-
-@functools.cache
-def _jit(interpret_flag: str) -> Any:
-    """The kernel under triton.jit, made once per TRITON_INTERPRET value (triton reads it here)."""
-    global tl
-    import triton
-    import triton.language
-
-    tl = triton.language
-    return triton.jit(_rope_kernel)
+    return jitted(globals(), _rope_kernel)
