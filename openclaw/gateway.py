@@ -321,7 +321,7 @@ class Gateway:
                 msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
-                    event: InboundEvent | None, usage: tuple[str, int, int] | None = None) -> None:
+                    event: InboundEvent | None) -> None:
         """Chunk to the channel's limit and hand to the outbox (stored, sent in order, retried).
         With `event`, storing the reply also marks that message processed."""
         connector = self.connectors.get(channel)
@@ -331,8 +331,7 @@ class Gateway:
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
         await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
-                               conversation_id=conversation_id, answers=event.id if event else None,
-                               usage=usage)
+                               conversation_id=conversation_id, answers=event.id if event else None)
 
     @staticmethod
     async def _attachments_note(connector: Connector, refs: list[str], principal: Principal) -> str:

@@ -36,12 +36,11 @@ class Outbox:
         self._closed = False
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
-                   answers: int | None, usage: tuple[str, int, int] | None = None) -> None:
-        """Store the pieces (marking the inbound event they answer processed, and recording the
-        turn's `usage`), then send them in order. Returns when they are sent, or queued for retry
-        behind an earlier failure."""
+                   answers: int | None) -> None:
+        """Store the pieces (marking the inbound event they answer processed), then send them in
+        order. Returns when they are sent, or queued for retry behind an earlier failure."""
         stored = await self.store.add_reply(channel, chat_id, pieces, conversation_id=conversation_id,
-                                            answers=answers, usage=usage)
+                                            answers=answers)
         key = (channel, chat_id)
         async with self._lock(key):
             if key in self._retrying:  # an earlier reply is still waiting: it goes first

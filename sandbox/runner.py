@@ -28,7 +28,6 @@ from pathlib import Path
 # uid of their own (sandbox.policy.sandbox_uid), because RLIMIT_NPROC counts per uid, system-wide: a
 # shared uid would let one user's processes use up everyone's limit.
 SANDBOX_UID = 65534
-SANDBOX_GID = 65534
 
 SETPRIV = "/usr/bin/setpriv"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"

@@ -397,26 +397,12 @@ class Store:
 
     # -- outbound messages ---------------------------------------------------------------------
 
-    async def add_outbound(self, channel: str, chat_id: str | int, text: str, *,
-                           conversation_id: int | None = None,
-                           inbound_event_id: int | None = None) -> OutboundMessage:
-        async with self._tx() as session:
-            now = self.now()
-            row = OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=inbound_event_id,
-                                     channel=channel, chat_id=str(chat_id), text=text,
-                                     status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
-                                     error=None, created_at=now, updated_at=now, sent_at=None)
-            session.add(row)
-            await session.flush()
-            return _record(OutboundMessage, row)
-
     async def add_reply(self, channel: str, chat_id: str | int, pieces: list[str], *,
-                        conversation_id: int | None = None, answers: int | None = None,
-                        usage: tuple[str, int, int] | None = None) -> list[OutboundMessage]:
+                        conversation_id: int | None = None,
+                        answers: int | None = None) -> list[OutboundMessage]:
         """Store a reply's pieces as pending and, in the same transaction, mark the inbound event
-        it `answers` processed and record the turn's `usage` (user, prompt and completion tokens):
-        after a crash the reply is re-sent (the outbox) but the turn is never run, nor counted,
-        a second time."""
+        it `answers` processed: after a crash the reply is re-sent (the outbox) but the turn is
+        never run a second time."""
         async with self._tx() as session:
             now = self.now()
             rows = [OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=answers,
@@ -425,9 +411,6 @@ class Store:
                                        error=None, created_at=now, updated_at=now, sent_at=None)
                     for piece in pieces]
             session.add_all(rows)
-            if usage is not None:
-                session.add(UsageRow(at=now, user=usage[0], conversation_id=conversation_id,
-                                     prompt_tokens=usage[1], completion_tokens=usage[2]))
             if answers is not None:
                 await session.execute(
                     update(InboundEventRow).where(InboundEventRow.id == answers)

@@ -403,7 +403,7 @@ async def test_latest_summary_is_the_one_reaching_furthest(store: Store):
 
 async def test_outbound_delivery_attempts_and_status_transitions(store: Store):
     conv = await store.active_conversation((await store.ensure_user("telegram", 1)).key, 1)
-    out = await store.add_outbound("telegram", 1, "hello", conversation_id=conv.id)
+    [out] = await store.add_reply("telegram", 1, ["hello"], conversation_id=conv.id)
     assert (out.status, out.attempts, out.sent_at) == (OutboundStatus.PENDING, 0, None)
     assert [o.id for o in await store.pending_outbound()] == [out.id]
 
@@ -416,7 +416,7 @@ async def test_outbound_delivery_attempts_and_status_transitions(store: Store):
     with pytest.raises(ValueError, match="already sent"):
         await store.mark_outbound(out.id, "failed")
 
-    lost = await store.add_outbound("telegram", 1, "bye")
+    [lost] = await store.add_reply("telegram", 1, ["bye"])
     failed = await store.mark_outbound(lost.id, OutboundStatus.FAILED, error="chat not found")
     assert (failed.status, failed.attempts, failed.conversation_id) == (OutboundStatus.FAILED, 1, None)
     assert await store.pending_outbound() == []
