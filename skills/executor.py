@@ -85,7 +85,11 @@ class Executor:
         except SandboxUnavailable as exc:
             outcome = Outcome(f"error: {exc}", False, "allowed")
         except TimeoutError:
-            outcome = Outcome(f"error: {name} did not finish within {self.timeout_s:g} s", False, "allowed")
+            # Work in a worker thread (files, mail) cannot be interrupted, so the model must not
+            # assume the action did not happen: it may still complete after this answer.
+            outcome = Outcome(f"error: {name} did not finish within {self.timeout_s:g} s and was "
+                              "abandoned; what it started may still complete, so check before retrying",
+                              False, "allowed")
         except asyncio.CancelledError:
             ctx.audit.detail = "cancelled (/stop or shutdown)"
             await self._done(principal, name, args, Outcome("", False, "allowed"), ctx.audit, started)

@@ -1,0 +1,54 @@
+"""A skill that outlives the executor's time limit: the model is told the action was abandoned and
+may still complete (work in a worker thread cannot be interrupted), and the audit row says so."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from sandbox.policy import Policy, Role
+from sandbox.runner import Sandbox
+from skills import Skill
+from skills.executor import Executor
+from skills.registry import SkillRegistry
+
+
+class SlowWrite(Skill):
+    """Writes a file from a worker thread after a delay, the way the files skill works."""
+    name = "slow_write"
+    description = "Writes a marker file slowly."
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self, path, release: threading.Event) -> None:
+        self.path, self.release = path, release
+
+    async def run(self, args: dict[str, Any], ctx) -> str:
+        def work() -> str:
+            self.release.wait(10)
+            self.path.write_text("written")
+            return "done"
+        return await asyncio.to_thread(work)
+
+
+async def test_a_timed_out_thread_skill_is_reported_as_possibly_completing(tmp_path):
+    release = threading.Event()
+    marker = tmp_path / "marker"
+    audit: list[dict[str, Any]] = []
+
+    async def sink(user, skill, args, decision, **extra):
+        audit.append({"decision": decision, **extra})
+
+    policy = Policy({"r": Role("r", skills=frozenset({"slow_write"}))}, tmp_path, lambda user: "r")
+    executor = Executor(SkillRegistry([SlowWrite(marker, release)]), Sandbox(), audit=sink, timeout_s=0.2)
+    outcome = await executor.call("slow_write", {}, policy.principal("telegram:1"))
+    assert not outcome.ok
+    assert "did not finish within 0.2 s" in outcome.text and "may still complete" in outcome.text
+    assert audit[-1]["decision"] == "allowed" and "may still complete" in audit[-1]["detail"]
+    # And it does complete: exactly what the message warned about.
+    release.set()
+    for _ in range(100):
+        if marker.exists():
+            break
+        await asyncio.sleep(0.05)
+    assert marker.read_text() == "written"
