@@ -3,12 +3,14 @@
 The shell skill hands a command, the principal's scope and limits to `run_command` and gets a
 `Result` back. Isolation is bubblewrap (new user, pid, ipc, uts, cgroup and net namespaces, a
 read-only system, the workspace bound read-write at /workspace, all capabilities dropped, a cleared
-environment). When the daemon is root, bwrap runs as root without a user namespace (it can then bind
-any granted path) and the command itself becomes a real unprivileged uid through setpriv, with an
-empty capability bounding set and no_new_privs: root would ignore RLIMIT_NPROC and keep every
-capability. Where bubblewrap cannot run we refuse with `SandboxUnavailable`, unless the admin set
-`[sandbox] allow_unsandboxed = true`: the rlimits still apply then, and as root the uid drop, but an
-unprivileged daemon runs the command as its own user, able to read the daemon's config and data.
+environment) and a seccomp filter (sandbox.seccomp: no user namespaces; no keyrings, bpf, perf
+events, userfaultfd or io_uring). When the daemon is root, bwrap runs as root without a user
+namespace (it can then bind any granted path) and the command itself becomes a real unprivileged
+uid through setpriv, with an empty capability bounding set and no_new_privs: root would ignore
+RLIMIT_NPROC and keep every capability. Where bubblewrap cannot run, or cannot load the filter, we
+refuse with `SandboxUnavailable`, unless the admin set `[sandbox] allow_unsandboxed = true`: the
+rlimits still apply then, and as root the uid drop, but an unprivileged daemon runs the command as
+its own user, able to read the daemon's config and data.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandbox import seccomp
 
 # nobody/nogroup: the default uid of commands when the daemon is root. The policy gives each user a
 # uid of their own (sandbox.policy.sandbox_uid), because RLIMIT_NPROC counts per uid, system-wide: a
@@ -189,9 +193,15 @@ def _parent_dirs(destinations: list[str]) -> list[str]:
     return sorted(wanted, key=lambda d: len(Path(d).parts))
 
 
-def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> list[str]:
+def _seccomp_args(filter_fd: int) -> list[str]:
+    """bwrap reads the filter from `filter_fd` (see seccomp.program_fd) and loads it right before it
+    starts the command; if the kernel refuses it, bwrap fails and nothing runs."""
+    return ["--seccomp", str(filter_fd)]
+
+
+def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str], filter_fd: int) -> list[str]:
     """The full bubblewrap command line for one shell command."""
-    argv = [bwrap, *_namespace_args(scope.network), *_system_args()]
+    argv = [bwrap, *_namespace_args(scope.network), *_seccomp_args(filter_fd), *_system_args()]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
     binds = _binds(scope)
@@ -209,21 +219,27 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str]) -> l
 
 @functools.lru_cache(maxsize=8)
 def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
-    """Whether bubblewrap can really create our namespaces here (tried once per path), and why not."""
+    """Whether bubblewrap can really create our namespaces and load our seccomp filter here (tried
+    once per path), and why not."""
     bwrap = bwrap_path or shutil.which("bwrap")
     if not bwrap or not os.access(bwrap, os.X_OK):
         return False, f"bubblewrap not found ({bwrap_path or 'bwrap on PATH'})"
     if _is_root() and not os.access(SETPRIV, os.X_OK):
         return False, f"{SETPRIV} (util-linux) is missing; it drops root to the sandbox uid"
-    argv = [bwrap, *_namespace_args(False), *_system_args(), "--proc", "/proc", "--dev", "/dev",
-            *_command_prefix(), "/bin/sh", "-c", "exit 0"]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH})
+        with seccomp.program_fd() as filter_fd:
+            argv = [bwrap, *_namespace_args(False), *_seccomp_args(filter_fd), *_system_args(),
+                    "--proc", "/proc", "--dev", "/dev", *_command_prefix(), "/bin/sh", "-c", "exit 0"]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=10,
+                                  env={"PATH": SANDBOX_PATH}, pass_fds=(filter_fd,))
+    except seccomp.UnsupportedArchitecture as exc:
+        return False, str(exc)
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"{bwrap} could not be started: {exc}"
     if done.returncode != 0:
-        return False, f"{bwrap} failed to create namespaces: {done.stderr.strip() or done.returncode}"
-    return True, f"bubblewrap ({bwrap})"
+        why = done.stderr.strip() or f"exit status {done.returncode}"
+        return False, f"{bwrap} failed to create namespaces or load the seccomp filter: {why}"
+    return True, f"bubblewrap ({bwrap}) with a seccomp filter ({seccomp.SUMMARY})"
 
 
 def _tasks_of_uid(uid: int) -> int:
@@ -324,22 +340,24 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     _prepare_workspace(scope)
     home = WORKSPACE_MOUNT if ok else str(scope.workspace)
     clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
-    if ok:
-        bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
-        argv, cwd = bwrap_argv(bwrap, command, scope, clean_env), None
-    else:
-        argv, cwd = [*_command_prefix(scope.uid), "/bin/sh", "-c", command], scope.workspace
 
     # RLIMIT_NPROC counts every task of the uid. As root the command gets a uid of its own; as an
     # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count. A
     # snapshot: tasks of ours that start while the command runs (Python 3.11's waitpid thread for
     # this very process, say) come out of its budget, and ones that end add to it.
     nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid()))
-    started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=cwd, env=clean_env, start_new_session=True,
+    spawn = functools.partial(
+        asyncio.create_subprocess_exec, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
         preexec_fn=functools.partial(_set_rlimits, limits, nproc))
+    started = time.monotonic()
+    if ok:
+        bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
+        with seccomp.program_fd() as filter_fd:  # bwrap has its own copy once started
+            argv = bwrap_argv(bwrap, command, scope, clean_env, filter_fd)
+            proc = await spawn(*argv, pass_fds=(filter_fd,))
+    else:
+        proc = await spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command, cwd=scope.workspace)
     # Our own readers, never communicate(): output survives a timeout, and a background child that
     # keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
     budget = _OutputBudget(limits.output_bytes)

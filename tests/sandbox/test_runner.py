@@ -19,7 +19,6 @@ from sandbox.runner import (
     SandboxUnavailable,
     Scope,
     _tasks_of_uid,
-    isolation_available,
     run_command,
 )
 
@@ -28,22 +27,7 @@ LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_by
                 file_size_bytes=1 << 20, processes=32, open_files=64)
 
 
-@pytest.fixture(autouse=True)
-def bwrap_installed():
-    # `make test` installs bubblewrap; a missing one is a broken setup, not a reason to skip.
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap (bwrap) is not installed: run `apt-get install bubblewrap` or `make setup`")
-    ok, why = isolation_available()
-    if not ok:
-        pytest.fail(f"bubblewrap cannot create namespaces here: {why}")
-
-
-@pytest.fixture
-def workspace():
-    # Not tmp_path: pytest's /tmp/pytest-of-root is 0700, which the unprivileged sandbox uid cannot reach.
-    path = Path(tempfile.mkdtemp(prefix="openclaw-sbx-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py
 
 
 async def run(command, workspace, limits=LIMITS, **kwargs):

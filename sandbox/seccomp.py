@@ -1,0 +1,142 @@
+"""The sandbox's seccomp filter: a classic BPF program, built here, that bubblewrap loads (`--seccomp FD`)
+just before it starts the command, so the command and everything it starts are bound by it.
+
+What it refuses, and why (each rule is a way into the kernel that shell commands do not need):
+
+- New user namespaces: `unshare` and `clone` with CLONE_NEWUSER get EPERM. In a user namespace of its
+  own a process has every capability over it and the namespaces it creates there, which reaches
+  kernel code (mounting filesystems, netfilter, ...) otherwise kept from unprivileged users. As
+  root, bwrap makes no user namespace and the command runs as a plain uid that could make one; as
+  an unprivileged daemon `--disable-userns` already stops it, and this filter makes sure of it.
+- `clone3` gets ENOSYS: its flags sit in a struct in memory, which seccomp cannot read, so it cannot
+  be checked for CLONE_NEWUSER. glibc (pthread_create, posix_spawn) then falls back to `clone`.
+- EPERM for a short list of interfaces an unprivileged process can still reach (some only under
+  the host's sysctls) that keep yielding privilege escalations (see DENIED). Calls the kernel already
+  refuses to a process without capabilities (module loading, kexec, mount, open_by_handle_at, ...)
+  are left to it: now that no user namespace can give the command capabilities, a rule would add
+  nothing.
+- Any other ABI than the host's native one is killed (SIGSYS): on x86_64 the i386 entry (`int 0x80`)
+  and x32 calls (numbers with bit 30 set), on aarch64 32-bit ARM. Their syscall numbers differ, so
+  the rules above would not match them. 32-bit programs therefore cannot run in the sandbox.
+
+The filter is built for the machine the daemon runs on (bwrap loads it on the same kernel). On a CPU
+whose syscall table we do not carry, `program` raises UnsupportedArchitecture and the runner refuses
+to sandbox (fail closed) rather than run commands without the filter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# Refused with EPERM. Each can be reached by an unprivileged process on some hosts, no shell command
+# needs it, and each has a long record of kernel privilege-escalation bugs.
+DENIED = (
+    # The kernel keyrings are not namespaced: a uid's keyrings outlive the command and are shared by
+    # all of one user's commands; and a recurring source of refcount and use-after-free bugs.
+    "keyctl", "add_key", "request_key",
+    # eBPF's verifier and JIT are a rich exploit target; unprivileged use is refused only where
+    # kernel.unprivileged_bpf_disabled is set.
+    "bpf",
+    # Open to unprivileged processes up to kernel.perf_event_paranoid = 2 (the usual default): a large
+    # driver surface with many CVEs, and timing side channels.
+    "perf_event_open",
+    # Lets an exploit stall the kernel in the middle of a copy from user memory, turning races into
+    # reliable exploits (where vm.unprivileged_userfaultfd = 1).
+    "userfaultfd",
+    # io_uring is a second syscall interface with its own long list of CVEs (disabled on ChromeOS,
+    # Android, Docker's default profile); io_uring_enter/register need the fd only this creates.
+    # Programs that can use it fall back to plain syscalls.
+    "io_uring_setup",
+)
+SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused"
+
+CLONE_NEWUSER = 0x10000000
+
+# From the kernel's tables: arch/x86/entry/syscalls/syscall_64.tbl, and for aarch64 the generic
+# table (include/uapi/asm-generic/unistd.h). Both are little-endian, which ARG0_LOW below relies on.
+_X86_64 = {"clone": 56, "unshare": 272, "clone3": 435, "keyctl": 250, "add_key": 248,
+           "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+           "io_uring_setup": 425}
+_AARCH64 = {"clone": 220, "unshare": 97, "clone3": 435, "keyctl": 219, "add_key": 217,
+            "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
+            "io_uring_setup": 425}
+
+
+@dataclass(frozen=True)
+class Arch:
+    audit_arch: int  # what seccomp_data.arch holds for the native ABI (linux/audit.h)
+    syscalls: dict[str, int]
+    x32_bit: int = 0  # x86_64: x32 calls are numbered from here
+
+
+ARCHES = {
+    "x86_64": Arch(audit_arch=0xC000003E, syscalls=_X86_64, x32_bit=0x40000000),
+    "aarch64": Arch(audit_arch=0xC00000B7, syscalls=_AARCH64),
+}
+
+
+class UnsupportedArchitecture(Exception):
+    """No syscall table for this CPU, so no filter: the sandbox must not run."""
+
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
+NR, ARCH, ARG0_LOW = 0, 4, 16
+# Classic BPF opcodes (linux/filter.h) and seccomp return actions (linux/seccomp.h).
+LD_W_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+KILL_PROCESS, ERRNO, ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    """One struct sock_filter; jt/jf: how many instructions to skip when the test holds / fails."""
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def _refuse(nr: int, error: int) -> list[bytes]:
+    return [_op(JEQ, nr, jf=1), _op(RET, ERRNO | error)]
+
+
+def program(machine: str | None = None) -> bytes:
+    """The filter for `machine` (default: this one) as bwrap's --seccomp wants it: sock_filter
+    instructions back to back."""
+    machine = machine or os.uname().machine
+    arch = ARCHES.get(machine)
+    if arch is None:
+        raise UnsupportedArchitecture(
+            f"no seccomp filter for this CPU ({machine}): the sandbox knows the system calls of "
+            f"{' and '.join(ARCHES)} only, and will not run commands without the filter")
+    nr = arch.syscalls
+    code = [_op(LD_W_ABS, ARCH), _op(JEQ, arch.audit_arch, jt=1), _op(RET, KILL_PROCESS),
+            _op(LD_W_ABS, NR)]
+    if arch.x32_bit:
+        # Kill x32 calls, except -1 (what a tracer sets to skip a call; the kernel answers ENOSYS).
+        code += [_op(JGE, arch.x32_bit, jf=2), _op(JEQ, 0xFFFFFFFF, jt=1), _op(RET, KILL_PROCESS)]
+    code += _refuse(nr["clone3"], errno.ENOSYS)
+    for name in DENIED:
+        code += _refuse(nr[name], errno.EPERM)
+    # clone and unshare: EPERM when the flags (argument 0 of both, on both arches) ask for a user
+    # namespace. The argument is 64 bits wide but CLONE_NEWUSER is bit 28, in the low word, the only
+    # one loaded here: whatever the high word holds, the kernel makes a user namespace exactly when
+    # that bit is set (clone even ignores the high word).
+    code += [_op(JEQ, nr["clone"], jt=1), _op(JEQ, nr["unshare"], jf=3),
+             _op(LD_W_ABS, ARG0_LOW), _op(JSET, CLONE_NEWUSER, jf=1), _op(RET, ERRNO | errno.EPERM),
+             _op(RET, ALLOW)]
+    return b"".join(code)
+
+
+@contextlib.contextmanager
+def program_fd(machine: str | None = None) -> Iterator[int]:
+    """A file descriptor holding the filter, read from its start, for bwrap's `--seccomp FD` (pass it
+    to the child with pass_fds). One per bwrap: reading moves the offset that every copy shares."""
+    code = program(machine)
+    fd = os.memfd_create("openclaw-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, code)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
