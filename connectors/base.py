@@ -1,4 +1,5 @@
-"""What every connector provides, and what they share: chunking replies to a channel's limit.
+"""What every connector provides, and what they share: chunking replies to a channel's limit, and
+saving the files users send into their workspace (safe names, a size limit, never overwriting).
 
 A connector translates between its library's objects and InboundMessage / outbound text, and
 nothing else: access, storage and the agent live in `openclaw/`.
@@ -6,12 +7,18 @@ nothing else: access, storage and the agent live in `openclaw/`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from pathlib import Path
+from typing import BinaryIO, Protocol
 
 from openclaw.gateway_types import InboundMessage
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[InboundMessage], Awaitable[None]]
+MAX_FILE_BYTES = 20 * 1024 * 1024  # the largest file a user may send (Telegram's limit for bots)
+MAX_FILE_NAME_BYTES = 120
 
 
 class ConnectorStartError(Exception):
@@ -44,7 +51,8 @@ class Connector(Protocol):
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None: ...
 
     # Optional: `async def fetch_attachment(self, ref, folder) -> (file name | None, note | None)`
-    # saves one of InboundMessage.attachments into `folder` (the user's workspace), or says why not.
+    # saves one of InboundMessage.attachments into `folder` (the user's workspace), or says why not;
+    # save_attachment below does all of it but the download itself.
     # Optional: `async def draft(self, chat_id, text)` shows a reply while it is generated (the
     # whole text so far each call; the connector rate-limits its edits). Only called when the
     # channel's `stream_edits` is on.
@@ -94,3 +102,73 @@ def _open_fence(piece: str) -> str | None:
         if stripped.startswith("```"):
             fence = None if fence is not None else stripped
     return fence
+
+
+# ---- files users send ---------------------------------------------------------------------------
+
+
+def media_note(kind: str, text: str, *, with_files: bool = False) -> tuple[str, str | None]:
+    """(text, notice) for a message carrying media the agent cannot open yet (`kind`: "a photo").
+    With text or files left to answer, the agent is told about the media beside them; otherwise the
+    user gets a fixed notice (sent after access control) and the model does not run."""
+    if text or with_files:
+        note = f"[The user sent {kind}, which I cannot open yet.]"
+        return "\n\n".join(part for part in (note, text) if part), None
+    return "", (f"Sorry, I cannot open {kind} yet: I read text messages and documents. "
+                "Please type your message.")
+
+
+async def save_attachment(folder: Path, name: str, download: Callable[[BinaryIO], Awaitable[object]],
+                          *, size: int | None, max_bytes: int, errors: tuple[type[Exception], ...],
+                          channel: str, why: Callable[[BaseException], str] | None = None
+                          ) -> tuple[str | None, str | None]:
+    """What `fetch_attachment` does: save one file a user sent into `folder` (their workspace) as
+    `name` (from safe_file_name), or "name-1"... if taken: (its name there, None), or (None, a note
+    for the agent saying why not). A `size` over `max_bytes` is refused before any download;
+    `download(out)` writes the bytes, and an exception of `errors` becomes the note. A failed or
+    stopped download leaves no partial file. `why(exc)` words an error for the note and the log."""
+    if size is not None and size > max_bytes:
+        return None, (f"[The user sent the file {name!r} ({size} bytes), too big for me "
+                      f"to download: the limit is {max_bytes} bytes.]")
+    path, out = create_unique(folder, name)
+    try:
+        with out:
+            await download(out)
+    except errors as exc:
+        path.unlink(missing_ok=True)
+        reason = why(exc) if why else f"{type(exc).__name__}: {exc}"
+        log.warning("%s: could not download %s: %s", channel, name, reason)
+        return None, f"[The user sent the file {name!r}, but downloading it failed: {reason}]"
+    except BaseException:  # /stop, shutdown, or a bug: still no half-written file
+        path.unlink(missing_ok=True)
+        raise
+    return path.name, None
+
+
+def safe_file_name(name: str | None, fallback: str) -> str:
+    """A name that stays inside the folder: no path separators or control characters, no leading
+    dot (hidden files, "..") and at most MAX_FILE_NAME_BYTES bytes, keeping the extension."""
+    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if ch.isprintable()).strip().lstrip(".").strip()
+    name = name or fallback
+    stem, dot, ext = name.rpartition(".")
+    if not stem or len(ext) > 16:
+        stem, dot, ext = name, "", ""
+    while len(f"{stem}{dot}{ext}".encode()) > MAX_FILE_NAME_BYTES:
+        stem = stem[:-1]
+    return f"{stem.rstrip() or 'file'}{dot}{ext}"
+
+
+def create_unique(folder: Path, name: str) -> tuple[Path, BinaryIO]:
+    """Create `name` in `folder`, or "stem-1.ext", "stem-2.ext"... if taken; never overwrites.
+    Exclusive creation also refuses a planted symlink rather than writing through it."""
+    stem, dot, ext = name.rpartition(".")
+    if not stem:
+        stem, dot, ext = name, "", ""
+    number = 0
+    while True:
+        path = folder / (name if number == 0 else f"{stem}-{number}{dot}{ext}")
+        try:
+            return path, open(path, "xb")  # the caller closes it
+        except FileExistsError:
+            number += 1

@@ -1,6 +1,6 @@
-"""Discord through discord.py: direct messages, and guild channels where the bot is mentioned; the
-slash commands /new /stop /status /help; replies sent as messages of at most 2000 characters, and
-optionally streamed by editing one draft message.
+"""Discord through discord.py: direct messages, and guild channels where the bot is mentioned, with
+their attached files; the slash commands /new /stop /status /help; replies sent as messages of at
+most 2000 characters, and optionally streamed by editing one draft message.
 
 discord.py owns the transport: REST rate limits (it waits out a 429's retry-after), heartbeats, and
 the gateway's reconnect-and-RESUME once connected. This module adds what the daemon needs around it:
@@ -13,18 +13,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import random
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
 
+import aiohttp
 import discord
 import yarl
 from discord import app_commands
 
-from connectors.base import ConnectorStartError, Handler
+from connectors.base import (
+    MAX_FILE_BYTES,
+    ConnectorStartError,
+    Handler,
+    media_note,
+    safe_file_name,
+    save_attachment,
+)
 from openclaw.gateway_types import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -41,6 +52,8 @@ NUMBERED_COMMANDS = {
     "deny": "Refuse the tool call with this number",
 }
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
+# Attachments the agent cannot open yet, by the major part of their content type.
+UNSUPPORTED_MEDIA = {"image": "an image", "audio": "an audio file", "video": "a video"}
 
 
 class DiscordLoginError(ConnectorStartError):
@@ -53,12 +66,12 @@ class DiscordConnector:
 
     def __init__(self, token: str, *, api_base: str | None = None, gateway_url: str | None = None,
                  connect_timeout: float = 30.0, retry_delay: float = 1.0, max_retry_delay: float = 60.0,
-                 max_ratelimit_wait: float = 30.0) -> None:
+                 max_ratelimit_wait: float = 30.0, max_file_bytes: int = MAX_FILE_BYTES) -> None:
         """`api_base` / `gateway_url` replace discord.com's endpoints (tests, proxies).
         `start()` waits at most `connect_timeout` for the first connection. Logging in is retried
         after `retry_delay`, doubling up to `max_retry_delay`. A 429 asking to wait longer than
         `max_ratelimit_wait` makes a send fail (the gateway retries it later) instead of stalling
-        the conversation."""
+        the conversation. A file larger than `max_file_bytes` is not downloaded."""
         self._token = token
         self._endpoints = _Endpoints(api_base.rstrip("/") if api_base else None,
                                      yarl.URL(gateway_url) if gateway_url else None)
@@ -66,7 +79,7 @@ class DiscordConnector:
             _install_endpoint_overrides()
         self.connect_timeout, self.retry_delay, self.max_retry_delay = (
             connect_timeout, retry_delay, max_retry_delay)
-        self.max_ratelimit_wait = max_ratelimit_wait
+        self.max_ratelimit_wait, self.max_file_bytes = max_ratelimit_wait, max_file_bytes
         self._client: _Client | None = None
         self._handler: Handler | None = None
         self._inbox: asyncio.Queue[tuple[InboundMessage, discord.Interaction | None]] = asyncio.Queue()
@@ -170,15 +183,37 @@ class DiscordConnector:
 
     def _on_message(self, client: _Client, message: discord.Message) -> None:
         """Queue a message meant for the bot. No await before the queue: discord.py runs each
-        event in its own task, and queueing at once keeps the order Discord sent them in."""
+        event in its own task, and queueing at once keeps the order Discord sent them in. Its files
+        travel as references: the gateway has them fetched only once it admitted the sender."""
         text = _text_for_bot(client, message)
         if text is None:
+            return
+        files, media = _attachments(message.attachments)
+        notice = None
+        if media:  # images, sound, video: named to the agent beside the rest, or a fixed notice
+            text, notice = media_note(" and ".join(media), text, with_files=bool(files))
+        if not text and not files and notice is None:
             return
         author = message.author
         is_group = not isinstance(message.channel, discord.DMChannel)
         self._inbox.put_nowait((InboundMessage(
             "discord", str(author.id), str(message.channel.id), str(message.id), text,
-            display_name=author.display_name, is_group=is_group), None))
+            display_name=author.display_name, is_group=is_group, attachments=files,
+            notice=notice), None))
+
+    async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
+        """Download a file into the sender's workspace (called by the gateway for admitted users
+        only) from its CDN URL, as discord.py's Attachment.read() does: (its name in the folder,
+        None) or (None, a note for the agent saying why not)."""
+        file = json.loads(ref)
+
+        async def download(out: BinaryIO) -> None:
+            out.write(await self._live_client().http.get_from_cdn(file["url"]))
+
+        return await save_attachment(folder, file["name"], download, size=file["size"],
+                                     max_bytes=self.max_file_bytes, channel=self.name,
+                                     errors=(discord.DiscordException, aiohttp.ClientError, OSError,
+                                             RuntimeError))
 
     def _slash_command(self, name: str, description: str) -> app_commands.Command:
         async def callback(interaction: discord.Interaction) -> None:
@@ -304,9 +339,13 @@ class DiscordConnector:
             return str(draft.message_id)
 
     def _channel(self, chat_id: str) -> discord.PartialMessageable:
-        if self._client is None or self._client.is_closed():
+        return self._live_client().get_partial_messageable(int(chat_id))
+
+    def _live_client(self) -> _Client:
+        client = self._client
+        if client is None or client.is_closed() or client.user is None:  # user: set by logging in
             raise RuntimeError("discord: no connection to Discord now (stopped, or reconnecting)")
-        return self._client.get_partial_messageable(int(chat_id))
+        return client
 
     @contextlib.contextmanager
     def _using_endpoints(self) -> Iterator[None]:
@@ -340,8 +379,9 @@ class _Client(discord.Client):
 
 
 def _text_for_bot(client: discord.Client, message: discord.Message) -> str | None:
-    """The text addressed to the bot, or None: bots (itself included) and system messages are
-    ignored, and in guild channels only messages that mention the bot count (mention removed)."""
+    """The text addressed to the bot ("" when there is none, as with only a file), or None: bots
+    (itself included) and system messages are ignored, and in guild channels only messages that
+    mention the bot count (mention removed)."""
     me = client.user
     if me is None or message.author.bot or message.author.id == me.id or message.webhook_id:
         return None
@@ -352,7 +392,29 @@ def _text_for_bot(client: discord.Client, message: discord.Message) -> str | Non
         if not any(user.id == me.id for user in message.mentions):
             return None
         text = re.sub(rf"\s*<@!?{me.id}>\s*", " ", text)
-    return text.strip() or None
+    return text.strip()
+
+
+def _attachments(attachments: list[discord.Attachment]) -> tuple[list[str], list[str]]:
+    """The files the agent can be given, as references for fetch_attachment (the name already
+    made safe), and the kinds of media among them it cannot open yet ("an image"), each once."""
+    files: list[str] = []
+    media: list[str] = []
+    for attachment in attachments:
+        kind = _media_kind(attachment)
+        if kind is None:
+            name = safe_file_name(attachment.filename, f"attachment-{attachment.id}")
+            files.append(json.dumps({"url": attachment.url, "size": attachment.size, "name": name}))
+        elif kind not in media:
+            media.append(kind)
+    return files, media
+
+
+def _media_kind(attachment: discord.Attachment) -> str | None:
+    if attachment.is_voice_message():
+        return "a voice note"
+    major = (attachment.content_type or "").partition("/")[0].lower()
+    return UNSUPPORTED_MEDIA.get(major)
 
 
 # ---- slash command replies ----------------------------------------------------------------------

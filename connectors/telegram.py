@@ -26,7 +26,15 @@ from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
-from connectors.base import ConnectorStartError, DeliveryRefused, Handler
+from connectors.base import (
+    MAX_FILE_BYTES,
+    ConnectorStartError,
+    DeliveryRefused,
+    Handler,
+    media_note,
+    safe_file_name,
+    save_attachment,
+)
 from openclaw.gateway_types import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -44,7 +52,6 @@ UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("a
                ("video", "a video"), ("animation", "a GIF"), ("photo", "a photo"),
                ("sticker", "a sticker"), ("location", "a location"), ("contact", "a contact"),
                ("poll", "a poll")]
-MAX_FILE_NAME_BYTES = 120
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,7 @@ class TelegramConnector:
 
     def __init__(self, token: str, *, base_url: str | None = None, base_file_url: str | None = None,
                  poll_timeout: float = 30.0, backoff: Backoff = Backoff(),
-                 max_file_bytes: int = 20 * 1024 * 1024, send_attempts: int = 3,
+                 max_file_bytes: int = MAX_FILE_BYTES, send_attempts: int = 3,
                  max_retry_after: float = 60.0, draft_interval: float = 1.0) -> None:
         _keep_token_out_of_logs()  # before Bot(), which logs its URLs
         urls = {k: v for k, v in (("base_url", base_url), ("base_file_url", base_file_url)) if v}
@@ -236,12 +243,8 @@ class TelegramConnector:
             doc = msg.document
             name = safe_file_name(doc.file_name, f"document-{doc.file_unique_id}")
             attachments = [json.dumps({"file_id": doc.file_id, "size": doc.file_size, "name": name})]
-        elif (kind := _unsupported_kind(msg)) is not None:
-            if text:  # the caption is still worth answering
-                text = _join(f"[The user sent {kind}, which I cannot open yet.]", text)
-            else:
-                notice = (f"Sorry, I cannot open {kind} yet: I read text messages and documents. "
-                          "Please type your message.")
+        elif (kind := _unsupported_kind(msg)) is not None:  # a caption is still worth answering
+            text, notice = media_note(kind, text)
         if not text and not attachments and notice is None:
             return None  # a service message (pinned, joined...): nothing to answer
         return InboundMessage("telegram", str(msg.from_user.id), str(msg.chat.id),
@@ -270,20 +273,14 @@ class TelegramConnector:
         """Download a document into the sender's workspace (called by the gateway for admitted
         users only): (its name in the folder, None) or (None, a note for the agent saying why not)."""
         doc = json.loads(ref)
-        name = doc["name"]
-        if doc.get("size") and doc["size"] > self._max_file_bytes:
-            return None, (f"[The user sent the file {name!r} ({doc['size']} bytes), too big for me "
-                          f"to download: the limit is {self._max_file_bytes} bytes.]")
-        path, out = create_unique(folder, name)
-        try:
-            with out:
-                remote = await self._bot.get_file(doc["file_id"])
-                await remote.download_to_memory(out, read_timeout=120)
-        except (TelegramError, OSError, RuntimeError) as exc:
-            path.unlink(missing_ok=True)
-            log.warning("telegram: could not download %s: %s", name, _why(exc))
-            return None, f"[The user sent the file {name!r}, but downloading it failed: {_why(exc)}]"
-        return path.name, None
+
+        async def download(out: BinaryIO) -> None:
+            remote = await self._bot.get_file(doc["file_id"])
+            await remote.download_to_memory(out, read_timeout=120)
+
+        return await save_attachment(folder, doc["name"], download, size=doc.get("size"),
+                                     max_bytes=self._max_file_bytes, channel=self.name, why=_why,
+                                     errors=(TelegramError, OSError, RuntimeError))
 
     # ---- outbound -----------------------------------------------------------------------------
 
@@ -427,35 +424,6 @@ def _inline_html(text: str) -> str:
     return "".join(out)
 
 
-def safe_file_name(name: str | None, fallback: str) -> str:
-    """A name that stays inside the folder: no path separators or control characters, no leading
-    dot (hidden files, "..") and at most MAX_FILE_NAME_BYTES bytes, keeping the extension."""
-    name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if ch.isprintable()).strip().lstrip(".").strip()
-    name = name or fallback
-    stem, dot, ext = name.rpartition(".")
-    if not stem or len(ext) > 16:
-        stem, dot, ext = name, "", ""
-    while len(f"{stem}{dot}{ext}".encode()) > MAX_FILE_NAME_BYTES:
-        stem = stem[:-1]
-    return f"{stem.rstrip() or 'file'}{dot}{ext}"
-
-
-def create_unique(folder: Path, name: str) -> tuple[Path, BinaryIO]:
-    """Create `name` in `folder`, or "stem-1.ext", "stem-2.ext"... if taken; never overwrites.
-    Exclusive creation also refuses a planted symlink rather than writing through it."""
-    stem, dot, ext = name.rpartition(".")
-    if not stem:
-        stem, dot, ext = name, "", ""
-    number = 0
-    while True:
-        path = folder / (name if number == 0 else f"{stem}-{number}{dot}{ext}")
-        try:
-            return path, open(path, "xb")  # the caller closes it
-        except FileExistsError:
-            number += 1
-
-
 def _command_for(entities: dict[MessageEntity, str], username: str | None) -> bool:
     """The message starts with a command that is ours: "/cmd" or "/cmd@ourbot"."""
     for entity, value in entities.items():
@@ -473,10 +441,6 @@ def _draft_view(text: str, limit: int) -> str:
     # Telegram trims trailing spaces, so an edit adding only a space would be "not modified".
     text = text.rstrip()
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _join(note: str | None, text: str) -> str:
-    return "\n\n".join(part for part in (note, text) if part)
 
 
 def _chat(chat_id: str) -> int | str:

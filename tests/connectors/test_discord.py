@@ -8,6 +8,7 @@ import asyncio
 import logging
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from openclaw.channels import configured_connectors
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from openclaw.gateway_types import InboundMessage
-from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.discord_api import FakeDiscord, Upload
 from tests.openclaw.scripted_model import ScriptedModel, last_user
 
 ADA = 1_300_000_000_000_000_001  # an admin
@@ -87,6 +88,10 @@ async def dm(fake: FakeDiscord, user: int, text: str, **kw) -> str:
     fake.send_dm(user, text, **kw)
     await until(lambda: len(fake.texts(channel)) > before)
     return fake.texts(channel)[-1]
+
+
+def workspace(daemon: Daemon, user: int) -> Path:
+    return daemon.config.policy().principal(f"discord:{user}").workspace
 
 
 def history_echo(messages: list[dict]) -> str:
@@ -166,6 +171,108 @@ async def test_a_10000_character_reply_with_code_is_sent_in_pieces_of_at_most_20
         assert sum(line.strip().startswith("```") for line in piece.split("\n")) % 2 == 0
     squash = lambda s: re.sub(r"```\w*|\s+", "", s)  # noqa: E731 - text without fences and spacing
     assert squash("\n".join(pieces)) == squash(reply)  # nothing lost, nothing reordered
+
+
+# ---- files and media ----------------------------------------------------------------------------
+
+
+async def test_a_file_is_saved_in_the_senders_workspace_and_the_agent_is_told_its_name(
+        fake, daemon_with):
+    daemon, _ = await daemon_with(ScriptedModel(echo))
+    first = Upload("report v1.pdf", b"%PDF first", "application/pdf")
+    assert await dm(fake, ADA, "summarise this", files=[first]) == (
+        "re: summarise this\n\n[attached files, in your workspace: report v1.pdf]")
+    second = Upload("report v1.pdf", b"%PDF second", "application/pdf")
+    assert await dm(fake, ADA, "", files=[second]) == (  # a file alone, without a word
+        "re: [attached files, in your workspace: report v1-1.pdf]")
+    files = workspace(daemon, ADA)
+    assert (files / "report v1.pdf").read_bytes() == b"%PDF first"  # never overwritten
+    assert (files / "report v1-1.pdf").read_bytes() == b"%PDF second"
+    assert len(fake.cdn_requests) == 2
+
+
+async def test_in_a_guild_only_a_file_sent_with_a_mention_is_downloaded(fake, daemon_with):
+    daemon, _ = await daemon_with(ScriptedModel(echo))
+    fake.send_guild_message(ADA, "look at this", files=[Upload("chatter.txt", b"not for the bot")])
+    fake.send_guild_message(ADA, "", mention=True, files=[Upload("notes.txt", b"for the bot", "text/plain")])
+    await until(lambda: fake.texts(fake.guild_channel_id))
+    assert fake.texts(fake.guild_channel_id) == ["re: [attached files, in your workspace: notes.txt]"]
+    assert sorted(p.name for p in workspace(daemon, ADA).iterdir()) == ["notes.txt"]
+    assert len(fake.cdn_requests) == 1
+
+
+async def test_a_strangers_file_is_never_downloaded_and_they_get_a_pairing_code(
+        fake, daemon_with, tmp_path):
+    model = ScriptedModel(echo)
+    daemon, _ = await daemon_with(model)
+    files = [Upload("payload.bin", b"x" * 100), Upload("face.png", b"\x89PNG", "image/png")]
+    assert "pairing code" in await dm(fake, BOB, "", files=files)
+    await daemon.gateway.outbox.wait_delivered()
+    assert len(fake.texts(fake.dm_channel_id(BOB))) == 1  # no "cannot open an image" after it
+    assert fake.cdn_requests == [] and model.prompts == []
+    assert list(tmp_path.rglob("payload.bin")) == []
+
+
+async def test_a_file_over_the_size_limit_is_not_downloaded_and_the_agent_is_told(
+        fake, daemon_with, tmp_path):
+    daemon, connector = await daemon_with(ScriptedModel(echo))
+    connector.max_file_bytes = 10
+    assert await dm(fake, ADA, "", files=[Upload("big.bin", b"x" * 11)]) == (
+        "re: [The user sent the file 'big.bin' (11 bytes), too big for me to download: the limit "
+        "is 10 bytes.]")
+    assert fake.cdn_requests == [] and list(tmp_path.rglob("big.bin")) == []
+    assert await dm(fake, ADA, "", files=[Upload("fits.bin", b"x" * 10)]) == (
+        "re: [attached files, in your workspace: fits.bin]")  # the limit itself is allowed
+    assert (workspace(daemon, ADA) / "fits.bin").read_bytes() == b"x" * 10
+
+
+async def test_images_sound_and_video_are_answered_as_not_supported_yet(fake, daemon_with):
+    model = ScriptedModel(echo)
+    daemon, _ = await daemon_with(model)
+    assert await dm(fake, ADA, "", files=[Upload("cat.png", b"\x89PNG", "image/png")]) == (
+        "Sorry, I cannot open an image yet: I read text messages and documents. "
+        "Please type your message.")
+    voice = Upload("voice-message.ogg", b"OggS", "audio/ogg", voice=True)
+    assert (await dm(fake, ADA, "", files=[voice])).startswith("Sorry, I cannot open a voice note yet")
+    clip = Upload("clip.mp4", b"\x00\x00\x00\x18ftyp", "video/mp4")
+    assert await dm(fake, ADA, "what is this?", files=[clip]) == (  # the text is still answered
+        "re: [The user sent a video, which I cannot open yet.]\n\nwhat is this?")
+    mixed = [Upload("a.jpg", b"\xff\xd8", "image/jpeg"), Upload("song.mp3", b"ID3", "audio/mpeg"),
+             Upload("notes.txt", b"hello", "text/plain; charset=utf-8")]
+    assert await dm(fake, ADA, "", files=mixed) == (  # the document beside them is still fetched
+        "re: [The user sent an image and an audio file, which I cannot open yet.]\n\n"
+        "[attached files, in your workspace: notes.txt]")
+    assert len(model.prompts) == 2  # the notices cost no model turn
+    assert [r.path.rsplit("/", 1)[-1] for r in fake.cdn_requests] == ["notes.txt"]
+    assert [p.name for p in workspace(daemon, ADA).iterdir()] == ["notes.txt"]
+
+
+async def test_hostile_file_names_land_inside_the_workspace(fake, daemon_with, tmp_path):
+    daemon, _ = await daemon_with(ScriptedModel(echo))
+    names = ["../../etc/passwd", "..\\..\\boot.ini", "a/b/c.txt", "nul\x00byte.txt", "é" * 300 + ".txt",
+             "..", "passwd"]
+    uploads = [Upload(name, f"file {i}".encode()) for i, name in enumerate(names)]
+    reply = await dm(fake, ADA, "", files=uploads)
+    files = workspace(daemon, ADA)
+    saved = {path.read_bytes(): path.name for path in files.iterdir() if path.is_file()}
+    assert len(saved) == len(names) and list(files.rglob("*/*")) == []  # all there, all flat
+    found = [saved[f"file {i}".encode()] for i in range(len(names))]
+    assert found[:4] == ["passwd", "boot.ini", "c.txt", "nulbyte.txt"]
+    assert found[4].startswith("éé") and found[4].endswith(".txt") and len(found[4].encode()) <= 120
+    assert found[5].startswith("attachment-") and found[6] == "passwd-1"  # nothing overwritten
+    assert reply == f"re: [attached files, in your workspace: {', '.join(found)}]"
+    assert sorted(p for p in tmp_path.rglob("*") if p.name in ("passwd", "boot.ini")) == [
+        files / "boot.ini", files / "passwd"]  # none landed outside
+
+
+async def test_a_download_that_fails_leaves_no_file_and_the_agent_is_told_why(
+        fake, daemon_with, tmp_path):
+    await daemon_with(ScriptedModel(echo))
+    fake.fail("GET /attachments/*", 404)  # an expired or deleted attachment
+    reply = await dm(fake, ADA, "read this", files=[Upload("gone.pdf", b"%PDF", "application/pdf")])
+    assert reply.startswith("re: read this\n\n[The user sent the file 'gone.pdf', but downloading it "
+                            "failed: NotFound: 404"), reply
+    assert len(fake.cdn_requests) == 1 and list(tmp_path.rglob("gone.pdf")) == []
 
 
 # ---- commands -----------------------------------------------------------------------------------

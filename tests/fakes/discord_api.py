@@ -3,10 +3,15 @@ enough of the real wire protocol that the real discord.py client logs in, identi
 receives messages and slash commands, and answers them.
 
 One bot (one token, one application) and one guild with one text channel. Tests inject what users
-do (`send_dm`, `send_guild_message`, `slash`), read what the bot did (`texts`, `typing`,
-`interactions`), and break things: `fail` queues an error answer for a route, `drop_websocket`
-cuts the gateway connection, `stop()` / `start()` take the whole server away and bring it back on
-the same port (sessions and messages survive, as they do at Discord).
+do (`send_dm`, `send_guild_message`, each with optional `files`; `slash`), read what the bot did
+(`texts`, `typing`, `interactions`, `cdn_requests`), and break things: `fail` queues an error
+answer for a route, `drop_websocket` cuts the gateway connection, `stop()` / `start()` take the
+whole server away and bring it back on the same port (sessions and messages survive, as they do at
+Discord).
+
+Files users attach are served as Discord's CDN serves them: at the attachment's `url` (here on this
+server, `/attachments/<channel>/<attachment>/<name>?ex=..&is=..&hm=..`), without the bot token, and
+404 without the URL's signature.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ import asyncio
 import fnmatch
 import itertools
 import json
+import re
+import secrets
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +50,16 @@ class Recorded:
     path: str  # under /api/v10, e.g. "/channels/123/messages"
     body: Any
     at: float  # time.monotonic()
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file a user attaches to a message: what Discord's app uploads for them."""
+
+    filename: str
+    content: bytes
+    content_type: str | None = None  # Discord leaves it out for types it does not recognise
+    voice: bool = False  # recorded in the app as a voice message (audio/ogg with a waveform)
 
 
 @dataclass
@@ -103,12 +121,14 @@ class FakeDiscord:
         self.edits: list[tuple[int, str, float]] = []  # (message id, new content, when)
         self.typing: list[int] = []  # channel ids, one entry per typing trigger
         self.requests: list[Recorded] = []
+        self.cdn_requests: list[Recorded] = []  # downloads of attached files, whether served or not
         self.commands: list[dict] = []  # the application's global slash commands
         self.interactions: dict[int, dict] = {}  # id -> payload plus "callback" and "response_id"
         self.identifies = 0
         self.resumes = 0
         self.message_content_intent = True  # the developer portal's switch for the privileged intent
         self._dm_channels: dict[int, int] = {}  # user id -> DM channel id
+        self._files: dict[str, tuple[Upload, str]] = {}  # attachment id -> (file, URL signature)
         self._failures: list[_Failure] = []
         self._sessions: dict[str, _Session] = {}
         self._current: _Session | None = None  # the latest identified session: events go there
@@ -164,14 +184,16 @@ class FakeDiscord:
             self._dm_channels[user_id] = self._next_id()
         return self._dm_channels[user_id]
 
-    def send_dm(self, user_id: int, text: str, *, name: str | None = None, bot: bool = False) -> dict:
+    def send_dm(self, user_id: int, text: str, *, name: str | None = None, bot: bool = False,
+                files: Sequence[Upload] = ()) -> dict:
         """A user writes to the bot in a direct message; returns the message as dispatched."""
         message = self._message(self.dm_channel_id(user_id), self.user(user_id, name, bot=bot), text)
+        self._attach(message, files)
         self._store(message)
         return message
 
     def send_guild_message(self, user_id: int, text: str, *, mention: bool = False,
-                           name: str | None = None, bot: bool = False) -> dict:
+                           name: str | None = None, bot: bool = False, files: Sequence[Upload] = ()) -> dict:
         """A user writes in the guild's text channel; `mention` puts "<@bot>" in front, as the
         Discord app does when you pick the bot from the @ list."""
         author = self.user(user_id, name, bot=bot)
@@ -179,6 +201,7 @@ class FakeDiscord:
         message = self._message(self.guild_channel_id, author, content, guild=True)
         if mention:
             message["mentions"] = [{**self.bot, "member": self._member()}]
+        self._attach(message, files)
         self._store(message)
         return message
 
@@ -226,8 +249,9 @@ class FakeDiscord:
     # ---- breaking things -----------------------------------------------------------------
 
     def fail(self, route: str, status: int = 429, *, retry_after: float = 0.5, times: int = 1) -> None:
-        """Answer the next `times` requests matching `route` ("POST /channels/*/messages") with
-        `status`. A 429 carries `retry_after` the way Discord sends it (body and header)."""
+        """Answer the next `times` requests matching `route` ("POST /channels/*/messages", or
+        "GET /attachments/*" for the CDN) with `status`. A 429 carries `retry_after` the way Discord
+        sends it (body and header)."""
         self._failures.append(_Failure(route, status, retry_after, times))
 
     def drop_websocket(self, code: int = 4000) -> None:
@@ -268,6 +292,8 @@ class FakeDiscord:
         r.add_patch(API + "/webhooks/{app}/{token}/messages/@original", self._edit_original)
         r.add_delete(API + "/webhooks/{app}/{token}/messages/@original", self._delete_original)
         r.add_post(API + "/webhooks/{app}/{token}", self._followup)
+        r.add_get("/attachments/{channel}/{id}/{name:.+}", self._cdn)  # cdn.discordapp.com
+        r.add_get("/media/attachments/{channel}/{id}/{name:.+}", self._cdn)  # media.discordapp.net
 
     @staticmethod
     def _answer(payload):
@@ -382,6 +408,17 @@ class FakeDiscord:
         self._store(message)
         return _json(message)
 
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        self.cdn_requests.append(Recorded("GET", request.path, None, time.monotonic()))
+        failure = self._take_failure(f"GET {request.path}")
+        if failure is not None:
+            return _failure(failure)
+        upload, signature = self._files.get(request.match_info["id"], (None, None))
+        if upload is None or request.query.get("hm") != signature:  # unknown, or the URL was cut
+            return web.Response(status=404, text="This content is no longer available.")
+        return web.Response(body=upload.content,
+                            headers={"Content-Type": upload.content_type or "application/octet-stream"})
+
     def _interaction_for(self, request: web.Request) -> dict | None:
         token = request.match_info["token"]
         return next((i for i in self.interactions.values() if i["token"] == token), None)
@@ -414,6 +451,26 @@ class FakeDiscord:
         if guild:
             message.update(guild_id=str(self.guild_id), member=self._member())
         return message
+
+    def _attach(self, message: dict, files: Sequence[Upload]) -> None:
+        """Attachment objects as Discord puts them in a message, each file served at its url."""
+        for upload in files:
+            attachment_id = str(self._next_id())
+            signature = secrets.token_hex(16)
+            self._files[attachment_id] = (upload, signature)
+            # the URL names the file as Discord does: its own safe spelling, whatever the upload said
+            url_name = re.sub(r"[^\w.-]", "_", upload.filename).strip(".") or "unknown"
+            path = f"attachments/{message['channel_id']}/{attachment_id}/{url_name}"
+            query = f"?ex={int(time.time()) + 86400:x}&is={int(time.time()):x}&hm={signature}&"
+            attachment = {"id": attachment_id, "filename": upload.filename, "size": len(upload.content),
+                          "url": f"http://127.0.0.1:{self.port}/{path}{query}",
+                          "proxy_url": f"http://127.0.0.1:{self.port}/media/{path}{query}"}
+            if upload.content_type is not None:
+                attachment["content_type"] = upload.content_type
+            if upload.voice:
+                attachment.update(duration_secs=1.5, waveform="AAAAAA==")
+                message["flags"] |= 1 << 13  # IS_VOICE_MESSAGE
+            message["attachments"].append(attachment)
 
     def _store(self, message: dict) -> None:
         self.messages.setdefault(int(message["channel_id"]), []).append(message)
@@ -549,7 +606,8 @@ def _wanted(intents: int, event: str, data: dict, bot_id: str) -> dict | None:
         return None
     addressed = not in_guild or any(m["id"] == bot_id for m in data.get("mentions", []))
     if not intents & MESSAGE_CONTENT and not addressed and data["author"]["id"] != bot_id:
-        return {**data, "content": ""}  # a privileged intent: without it, guild chatter is blank
+        # a privileged intent: without it, guild chatter comes without its text and files
+        return {**data, "content": "", "attachments": [], "embeds": []}
     return data
 
 
