@@ -390,6 +390,9 @@ def run_ours(engine, prompts: list[list[int]], lengths: list[int], temperature: 
     from engine.sampling_params import SamplingParams
 
     run = next(_run_ids)
+    # Cold prefix cache, as transformers starts: the first-k rerun would otherwise find its prompts
+    # still cached from the full run and skip most of their prefill.
+    engine.block_manager.reset_prefix_cache()
     trace = StepTrace(engine)
     sync(engine.device)
     start = time.perf_counter()
@@ -464,6 +467,8 @@ def run_transformers(model, prompts: list[list[int]], lengths: list[int], temper
         ids = _submit(manager, prompts, lengths, "req")
         done = _collect(manager, ids, start + cap_s)
         seconds = time.perf_counter() - start
+        if len(done) < len(ids):
+            _hard_stop(manager)
     return seconds, sum(done.values()), len(done), described
 
 
@@ -496,6 +501,15 @@ class CBManager:
             return self.cm.__exit__(*exc)
         self.manager.stop(block=True, timeout=30)
         return False
+
+
+def _hard_stop(manager) -> None:
+    """Stop at once, failing what is unfinished. A plain stop (what leaving the context manager
+    does) first finishes every pending request, which after the cap could outlast the budget."""
+    if "hard_stop" in inspect.signature(manager.stop).parameters:
+        manager.stop(block=True, timeout=10, hard_stop=True)
+    else:
+        manager.stop(block=True, timeout=10)
 
 
 def _submit(manager, prompts: list[list[int]], lengths: list[int], prefix: str) -> list[str]:

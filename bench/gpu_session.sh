@@ -19,7 +19,8 @@ PY=${PYTHON:-python3}
   "$PY" -c 'import sys, numpy, torch, triton, transformers; print(sys.version.split()[0], "torch", torch.__version__,
 "triton", triton.__version__, "transformers", transformers.__version__, "numpy", numpy.__version__)'; } 2>&1 | tee "$OUT/env.txt"
 # These engine tests need none of the repo's pytest plugins (the image has no pytest-asyncio).
-timeout -k 5 150 "$PY" -m pytest -q -x -p no:cacheprovider \
+# No -x: one tolerance miss must not hide the other results of the only GPU session.
+timeout -k 5 150 "$PY" -m pytest -q -rfE --durations=15 -p no:cacheprovider \
     tests/engine/test_triton_attention.py tests/engine/test_triton_kernels.py \
     tests/engine/test_runner_inputs.py tests/engine/test_sampler.py 2>&1 | tee "$OUT/pytest.txt"
 left=$((SESSION_S - SECONDS - 25))

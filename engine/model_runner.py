@@ -41,17 +41,19 @@ class ModelRunner:
         self.config = config
         self.model_config: ModelConfig = ckpt.config
         self.device = config.resolve_device()
+        self._use_device()
         self.dtype = config.resolve_dtype(self.device)
         self.block_size = config.block_size
         self.max_model_len = max_model_len
         cfg = ckpt.config
         inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, ckpt.rope_freq_factors)
         rotary = RotaryEmbedding(max_model_len, inv_freq, self.device)
-        # Build on the meta device and materialise in the target dtype: no throwaway random init,
-        # no float32 copy of a large model on the GPU. load_weights casts as it copies.
+        # Build on the meta device, cast there, then materialise: no throwaway random init, and no
+        # float32 copy of a large model on the GPU (to_empty keeps the dtype it is given, so casting
+        # after it would first allocate float32). load_weights casts as it copies.
         with torch.device("meta"):
             model = MODEL_CLASSES[cfg.family](cfg, rotary)
-        self.model = model.to_empty(device=self.device).to(self.dtype).eval()
+        self.model = model.to(self.dtype).to_empty(device=self.device).eval()
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)
         self.backend = get_backend(self.device)
@@ -144,10 +146,19 @@ class ModelRunner:
                                  frequency_penalty=0.1)] * rows
         return self.sampler(logits, params, [None] * rows, [[1]] * rows, [[2]] * rows)
 
+    def _use_device(self) -> None:
+        """Make our GPU the calling thread's current one. Triton launches, graph capture and
+        events go to the current device, which is per thread (AsyncLLM steps in its own), so
+        with "cuda:1" they would otherwise land on device 0 while the tensors live on 1."""
+        index = self.device.index  # None for plain "cuda": the current device, nothing to set
+        if self.device.type == "cuda" and index is not None and torch.cuda.current_device() != index:
+            torch.cuda.set_device(self.device)
+
     @torch.inference_mode()
     def execute(self, batch: ScheduledBatch) -> list[int | None]:
         """Run one step. Returns, per sequence of the batch, its next token, or None when its
         prompt chunk did not reach the end (nothing to sample yet)."""
+        self._use_device()
         hidden, sample_rows, sample_of = self._forward(batch)
         result: list[int | None] = [None] * len(batch)
         if not sample_rows:
