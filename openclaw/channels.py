@@ -28,7 +28,7 @@ def _telegram(config: Config):
             f'telegram.webhook_url = "{section.webhook_url}": webhooks are not supported yet; remove '
             "the key to use long polling, which needs no open port"])
     return TelegramConnector(section.token.get(), base_url=section.base_url,
-                             base_file_url=section.base_file_url)
+                             base_file_url=section.base_file_url, max_file_bytes=_bytes(section.max_file_mb))
 
 
 def _discord(config: Config):
@@ -36,4 +36,8 @@ def _discord(config: Config):
 
     section = config.discord
     return DiscordConnector(section.token.get(), api_base=section.api_base,
-                            gateway_url=section.gateway_url)
+                            gateway_url=section.gateway_url, max_file_bytes=_bytes(section.max_file_mb))
+
+
+def _bytes(megabytes: float) -> int:
+    return int(megabytes * 1024 * 1024)

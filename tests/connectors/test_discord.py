@@ -215,8 +215,8 @@ async def test_a_strangers_file_is_never_downloaded_and_they_get_a_pairing_code(
 
 async def test_a_file_over_the_size_limit_is_not_downloaded_and_the_agent_is_told(
         fake, daemon_with, tmp_path):
-    daemon, connector = await daemon_with(ScriptedModel(echo))
-    connector.max_file_bytes = 10
+    # The limit comes from the config: 10 bytes, written in MB (exact: a power-of-two fraction).
+    daemon, _ = await daemon_with(ScriptedModel(echo), discord_extra=f"max_file_mb = {10 / 2**20!r}")
     assert await dm(fake, ADA, "", files=[Upload("big.bin", b"x" * 11)]) == (
         "re: [The user sent the file 'big.bin' (11 bytes), too big for me to download: the limit "
         "is 10 bytes.]")

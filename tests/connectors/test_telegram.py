@@ -464,6 +464,11 @@ def test_the_config_builds_the_connector_and_refuses_webhooks(tmp_path, fake):
     config = load_config(write_config(tmp_path, fake))
     [connector] = configured_connectors(config)
     assert isinstance(connector, TelegramConnector) and connector.max_message_len == 4096
+    assert connector._max_file_bytes == 20 * 2**20
+    [connector] = configured_connectors(load_config(write_config(tmp_path, fake, "max_file_mb = 2000")))
+    assert connector._max_file_bytes == 2000 * 2**20  # a self-hosted Bot API server's limit
+    with pytest.raises(ConfigError, match="telegram.max_file_mb"):
+        load_config(write_config(tmp_path, fake, "max_file_mb = 0"))
     path = write_config(tmp_path, fake, 'webhook_url = "https://example.org/hook"')
     with pytest.raises(ConfigError, match="telegram.webhook_url.*long polling"):
         configured_connectors(load_config(path))
