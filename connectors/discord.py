@@ -189,6 +189,8 @@ class DiscordConnector:
         if text is None:
             return
         files, media = _attachments(message.attachments)
+        if message.stickers:
+            media.append("a sticker")
         notice = None
         if media:  # images, sound, video: named to the agent beside the rest, or a fixed notice
             text, notice = media_note(" and ".join(media), text, with_files=bool(files))

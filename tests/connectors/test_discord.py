@@ -232,6 +232,10 @@ async def test_images_sound_and_video_are_answered_as_not_supported_yet(fake, da
     assert await dm(fake, ADA, "", files=[Upload("cat.png", b"\x89PNG", "image/png")]) == (
         "Sorry, I cannot open an image yet: I read text messages and documents. "
         "Please type your message.")
+    assert await dm(fake, ADA, "", sticker="wave") == (
+        "Sorry, I cannot open a sticker yet: I read text messages and documents. Please type your message.")
+    assert await dm(fake, ADA, "hi", sticker="wave") == (
+        "re: [The user sent a sticker, which I cannot open yet.]\n\nhi")
     voice = Upload("voice-message.ogg", b"OggS", "audio/ogg", voice=True)
     assert (await dm(fake, ADA, "", files=[voice])).startswith("Sorry, I cannot open a voice note yet")
     clip = Upload("clip.mp4", b"\x00\x00\x00\x18ftyp", "video/mp4")
@@ -242,7 +246,7 @@ async def test_images_sound_and_video_are_answered_as_not_supported_yet(fake, da
     assert await dm(fake, ADA, "", files=mixed) == (  # the document beside them is still fetched
         "re: [The user sent an image and an audio file, which I cannot open yet.]\n\n"
         "[attached files, in your workspace: notes.txt]")
-    assert len(model.prompts) == 2  # the notices cost no model turn
+    assert len(model.prompts) == 3  # the notices cost no model turn
     assert [r.path.rsplit("/", 1)[-1] for r in fake.cdn_requests] == ["notes.txt"]
     assert [p.name for p in workspace(daemon, ADA).iterdir()] == ["notes.txt"]
 

@@ -185,10 +185,13 @@ class FakeDiscord:
         return self._dm_channels[user_id]
 
     def send_dm(self, user_id: int, text: str, *, name: str | None = None, bot: bool = False,
-                files: Sequence[Upload] = ()) -> dict:
-        """A user writes to the bot in a direct message; returns the message as dispatched."""
+                files: Sequence[Upload] = (), sticker: str | None = None) -> dict:
+        """A user writes to the bot in a direct message; returns the message as dispatched.
+        `sticker` names a sticker sent with it (Discord's sticker_items)."""
         message = self._message(self.dm_channel_id(user_id), self.user(user_id, name, bot=bot), text)
         self._attach(message, files)
+        if sticker is not None:
+            message["sticker_items"] = [{"id": str(self._next_id()), "name": sticker, "format_type": 1}]
         self._store(message)
         return message
 
