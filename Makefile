@@ -34,3 +34,4 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/engine_cpu.py
 	$(PY) bench/agent_overhead.py
+	$(PY) bench/tool_mask.py

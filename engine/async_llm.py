@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.engine_core import LLMEngine, Prompt
-from engine.llm import to_chat_response
+from engine.llm import offered_tools, to_chat_response
 from engine.outputs import ChatResponse, RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -57,9 +57,13 @@ class AsyncLLM:
         priority: int = 0,
     ) -> AsyncIterator[RequestOutput]:
         """Stream outputs (each with the new delta_text) until one has finished=True.
-        `prompt` is text, token ids, or chat messages. Leaving the loop early aborts the request."""
+        `prompt` is text, token ids, or chat messages. Leaving the loop early aborts the request.
+        `tools`: shown to the model in a chat prompt, and its calls constrained per
+        `params.tool_choice` ("auto" by default; "none" shows no tools and constrains nothing)."""
         if self._closed:
             raise EngineDeadError("the engine is shut down")
+        params = params or SamplingParams()
+        tools = offered_tools(tools, params)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             prompt = self.engine.encode_chat(prompt, tools)
         rid = request_id or f"req-{next(self._ids)}"
@@ -67,7 +71,7 @@ class AsyncLLM:
             raise ValueError(f"request id {rid!r} is already in use")
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[rid] = (asyncio.get_running_loop(), stream)
-        self._commands.put(("add", rid, prompt, params or SamplingParams(), priority))
+        self._commands.put(("add", rid, prompt, params, priority, tools))
         finished = False
         try:
             while True:
@@ -140,11 +144,11 @@ class AsyncLLM:
 
     def _handle(self, cmd: tuple) -> None:
         if cmd[0] == "add":
-            _, rid, prompt, params, priority = cmd
+            _, rid, prompt, params, priority, tools = cmd
             if rid not in self._streams:  # its caller already left (or was failed): no work
                 return
             try:
-                self.engine.add_request(rid, prompt, params, priority)
+                self.engine.add_request(rid, prompt, params, priority, tools=tools)
             except Exception as exc:
                 self._deliver(rid, exc)
         elif cmd[0] == "abort":

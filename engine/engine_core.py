@@ -12,6 +12,7 @@ import torch
 from engine.block_manager import BlockManager
 from engine.chat import ChatFormatter
 from engine.config import EngineConfig
+from engine.constrained import ToolCallMatcher, ToolConstraints, constrains
 from engine.detokenizer import IncrementalDetokenizer
 from engine.loader import Checkpoint, open_checkpoint
 from engine.model_runner import ModelRunner
@@ -49,6 +50,9 @@ class LLMEngine:
                                    config.max_num_batched_tokens)
         self.chat_formatter = ChatFormatter(self.tokenizer) if self.tokenizer else None
         self._requests: dict[str, _Request] = {}
+        # Tool-call constraints: the vocabulary's bytes are read on the first constrained request.
+        self.tool_constraints = (ToolConstraints(self.tokenizer, self.model_config.vocab_size)
+                                 if self.tokenizer else None)
         self.num_generated_tokens = 0
         self.num_prompt_tokens = 0
         torch.manual_seed(config.seed)  # the shared RNG of requests without a seed
@@ -79,7 +83,9 @@ class LLMEngine:
         return self.chat_formatter.encode(messages, tools=tools)
 
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
-                    priority: int = 0) -> None:
+                    priority: int = 0, tools: list[dict] | None = None) -> None:
+        """`tools`: the tools offered to this request (OpenAI shape); `params.tool_choice` says
+        how the request's tool calls are constrained ("auto" when tools are given)."""
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
@@ -88,15 +94,25 @@ class LLMEngine:
         if len(ids) >= limit:
             raise ValueError(f"request {request_id}: the prompt has {len(ids)} tokens; at most "
                              f"{limit - 1} fit (max_model_len {self.max_model_len}, KV pool)")
-        seq = Sequence(request_id, ids, params, priority=priority, max_total_tokens=limit)
-        seq.generator = make_generator(params.seed, self.device)
         eos = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos or self.tokenizer is None
             else frozenset(self.tokenizer.eos_token_ids))
+        seq = Sequence(request_id, ids, params, priority=priority, max_total_tokens=limit)
+        seq.generator = make_generator(params.seed, self.device)
+        seq.constraint = self._tool_matcher(params, tools, eos)  # the runner masks its logits
         detok = IncrementalDetokenizer(self.tokenizer, ids, params) if self.tokenizer else None
         self.scheduler.add(seq)
         self._requests[request_id] = _Request(seq, detok, eos)
         self.num_prompt_tokens += len(ids)
+
+    def _tool_matcher(self, params: SamplingParams, tools: list[dict] | None,
+                      eos: frozenset[int]) -> ToolCallMatcher | None:
+        if not constrains(tools, params.tool_choice):
+            return None
+        if self.tool_constraints is None:
+            raise ValueError(f"SamplingParams.tool_choice={params.tool_choice!r}: constrained "
+                             "tool calls need the model's tokenizer, and this model has none")
+        return self.tool_constraints.matcher(tools, params.tool_choice, eos)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         req = self._requests.pop(request_id, None)
@@ -127,6 +143,8 @@ class LLMEngine:
         seq, params = req.seq, req.seq.params
         seq.token_ids.append(token)
         self.num_generated_tokens += 1
+        if seq.constraint is not None:
+            seq.constraint.advance(token)
         finish, stop_reason = None, None
         if token in req.eos_ids:
             finish, stop_reason = "stop", token

@@ -26,8 +26,10 @@ class LLM:
         prompts: Prompt | list[Prompt],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         priority: int = 0,
+        tools: list[dict] | None = None,
     ) -> list[RequestOutput]:
-        """Run every prompt to completion, batched; outputs in the order of `prompts`."""
+        """Run every prompt to completion, batched; outputs in the order of `prompts`.
+        `tools`: offered to every prompt; their calls are constrained per `tool_choice`."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
@@ -37,7 +39,7 @@ class LLM:
         ids = [f"gen-{next(self._ids)}" for _ in prompts]
         try:
             for rid, prompt, p in zip(ids, prompts, params_list, strict=True):
-                self.engine.add_request(rid, prompt, p, priority)
+                self.engine.add_request(rid, prompt, p, priority, tools=tools)
             return self._run(ids)
         except BaseException:
             for rid in ids:  # leave the engine clean for the next call
@@ -51,11 +53,14 @@ class LLM:
         tools: list[dict] | None = None,
     ) -> ChatResponse | list[ChatResponse]:
         """Apply the chat template (and our tool prompt), generate, and parse tool calls.
-        One conversation gives one ChatResponse; a list of conversations gives a list."""
+        One conversation gives one ChatResponse; a list of conversations gives a list.
+        `sampling_params.tool_choice` decides how tool calls are constrained ("none": the tools
+        are not offered at all)."""
         single = bool(messages) and isinstance(messages[0], dict)
         convs = [messages] if single else messages
+        tools = offered_tools(tools, sampling_params)
         prompts = [self.engine.encode_chat(conv, tools) for conv in convs]
-        outs = self.generate(prompts, sampling_params)
+        outs = self.generate(prompts, sampling_params, tools=tools)
         responses = [to_chat_response(o) for o in outs]
         return responses[0] if single else responses
 
@@ -70,6 +75,11 @@ class LLM:
                 if out.finished:
                     final[out.request_id] = out
         return [final[rid] for rid in ids]
+
+
+def offered_tools(tools: list[dict] | None, params: SamplingParams | None) -> list[dict] | None:
+    """The tools a chat request shows the model: none at all when tool_choice is "none"."""
+    return None if params is not None and params.tool_choice == "none" else tools
 
 
 def to_chat_response(out: RequestOutput) -> ChatResponse:

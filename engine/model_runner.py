@@ -165,6 +165,9 @@ class ModelRunner:
             return result
         logits = self.model.compute_logits(self._rows(hidden, sample_rows))
         seqs = [batch.seqs[i] for i in sample_of]
+        for row, seq in enumerate(seqs):
+            if seq.constraint is not None:  # constrained decoding: disallowed tokens to -inf
+                seq.constraint.mask_logits(logits[row])
         tokens = self.sampler(
             logits,
             [s.params for s in seqs],

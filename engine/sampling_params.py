@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+TOOL_CHOICES = ("none", "auto", "required")
 
 
 @dataclass
@@ -21,6 +24,10 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # OpenAI's shapes: "none", "auto" (the default; free text, any call it opens is constrained),
+    # "required" (starts with a call) or {"type": "function", "function": {"name": ...}}. Applies
+    # to the tools passed with the request; without tools "auto" constrains nothing.
+    tool_choice: str | dict[str, Any] = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -41,6 +48,10 @@ class SamplingParams:
         for ok, name, why in checks:
             if not ok:
                 raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: {why}")
+        if not _valid_tool_choice(self.tool_choice):
+            raise ValueError(
+                f"SamplingParams.tool_choice={self.tool_choice!r}: must be 'none', 'auto', "
+                "'required' or {'type': 'function', 'function': {'name': <a tool's name>}}")
 
     @property
     def greedy(self) -> bool:
@@ -53,3 +64,12 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or self.repetition_penalty != 1.0
         )
+
+
+def _valid_tool_choice(choice: Any) -> bool:
+    if isinstance(choice, str):
+        return choice in TOOL_CHOICES
+    if not isinstance(choice, dict) or choice.get("type") != "function":
+        return False
+    fn = choice.get("function")
+    return isinstance(fn, dict) and isinstance(fn.get("name"), str) and bool(fn["name"])

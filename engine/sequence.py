@@ -32,6 +32,10 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)  # chained hash of each full block
     num_preemptions: int = 0
     generator: Any = None  # this request's torch.Generator when it has a seed
+    # Constrained decoding (engine.constrained.ToolCallMatcher): masks this row's logits before
+    # sampling and follows the tokens appended. Its state depends only on the output tokens, so a
+    # preempted sequence keeps it.
+    constraint: Any = None
     arrival: int = field(default_factory=lambda: next(_arrivals))
 
     def __post_init__(self) -> None:

@@ -88,8 +88,11 @@ class Agent:
         if not (resumed and await self._already_stored(conversation_id, text)):
             tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
             await self.context.add(conversation_id, "user", text, token_count=tokens)
+        # "auto": the engine constrains every call the model opens, so it parses; the error path
+        # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         params = SamplingParams(temperature=self.settings.temperature, top_p=self.settings.top_p,
-                                max_tokens=self.settings.reply_max_tokens)
+                                max_tokens=self.settings.reply_max_tokens,
+                                tool_choice="auto" if tools else "none")
         try:
             for step in range(self.settings.max_steps):
                 result.steps = step + 1

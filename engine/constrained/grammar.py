@@ -1,0 +1,319 @@
+"""The byte-level automaton of Hermes tool calls: given the bytes so far, which byte may come next.
+
+The language, for the tools a request offers:
+
+    <tool_call> WS {WS "name" WS : WS "<tool name>" WS , WS "arguments" WS : WS <object> WS} WS </tool_call>
+
+with JSON values inside the arguments (strings with escapes, numbers, nested objects and arrays,
+true/false/null). Each whitespace run is at most MAX_WS bytes, so a model cannot loop on spaces.
+When a tool declares `parameters.properties` and does not set `additionalProperties: true`, the
+top-level argument names are limited to those properties, and a property whose schema is a single
+`type` of boolean, integer, number, string or null, or a string `enum`, gets a value of that type.
+Anything else (other schemas, nested keys and values) is any JSON. Required properties are not
+enforced, and a property may repeat (JSON keeps the last).
+
+A state is an immutable tuple of frames, a pushdown stack with its top last, so states hash and
+the masks built for them can be cached. `step(state, byte)` returns the next state or None.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+OPEN_TAG = b"<tool_call>"
+CLOSE_TAG = b"</tool_call>"
+MAX_WS = 8  # whitespace bytes allowed in a row between JSON tokens
+MAX_FRAMES = 160  # deep nesting is refused past this stack height (about 25 levels)
+
+State = tuple[tuple, ...]
+
+# Frame kinds. A frame is (kind, ...); see `CallGrammar.step` for what each accepts.
+FREE = 0  # (FREE, k): text outside a call, the last k bytes being a prefix of OPEN_TAG
+LIT = 1  # (LIT, bytes, pos): these exact bytes
+WS = 2  # (WS, n): optional whitespace, n bytes of it so far
+TRIE = 3  # (TRIE, trie index, node): one of a set of strings (tool names, property names)
+VALUE = 4  # (VALUE,): any JSON value
+ARGS = 5  # (ARGS, key trie index or -1): a JSON object, the arguments
+KEY = 6  # (KEY, key trie index or -1, first): a member's key, or "}" when first
+MORE = 7  # (MORE, key trie index or -1): "," and another member, or "}"
+ITEM = 8  # (ITEM,): the first item of an array, or "]"
+NEXT = 9  # (NEXT,): "," and another item, or "]"
+STRING = 10  # (STRING,): inside a string
+ESCAPE = 11  # (ESCAPE,): after a backslash in a string
+HEX = 12  # (HEX, n): n hex digits of a \u escape still to come
+NUMBER = 13  # (NUMBER, phase): see _NUMBER_NEXT
+END = 14  # (END,): after a forced call: nothing but an end-of-turn token
+TYPED = 15  # (TYPED, type name or enum trie index): a value of one JSON type, or one enum string
+
+_WS_BYTES = frozenset(b" \t\n\r")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_ESCAPABLE = frozenset(b'"\\/bfnrt')
+_DIGITS = frozenset(b"0123456789")
+_W0 = (WS, 0)
+_STRING = (STRING,)
+
+# Number phases: 0 after "-", 1 after a leading 0, 2 in integer digits, 3 after ".", 4 in
+# fraction digits, 5 after "e", 6 after the exponent's sign, 7 in exponent digits; integers
+# only: 8 after "-", 9 after a leading 0, 10 in digits. A byte the phase cannot take ends the
+# number (if it may end there) and goes to the frame below.
+_NUMBER_CAN_END = frozenset({1, 2, 4, 7, 9, 10})
+
+
+def _number_next(phase: int, b: int) -> int | None:
+    digit = b in _DIGITS
+    if phase in (0, 8):
+        return ((1 if b == 0x30 else 2) + phase) if digit else None
+    if phase == 10:
+        return 10 if digit else None
+    if phase == 9:
+        return None
+    if phase in (1, 2, 4) and b in b"eE":
+        return 5
+    if phase in (1, 2) and b == 0x2E:
+        return 3
+    if phase in (2, 3, 4) and digit:
+        return 4 if phase != 2 else 2
+    if phase == 5 and b in b"+-":
+        return 6
+    if phase in (5, 6, 7) and digit:
+        return 7
+    return None
+
+
+_SCALAR_TYPES = ("boolean", "integer", "number", "string", "null")
+
+# What a property's value may be: "any", a name from _SCALAR_TYPES, or a tuple of enum strings.
+ValueType = str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the grammar needs of one offered tool: its name and, if limited, its arguments."""
+
+    name: str
+    keys: tuple[tuple[str, ValueType], ...] | None  # None: any argument names and values
+
+
+def tool_specs(tools: Sequence[Any]) -> list[ToolSpec]:
+    """OpenAI-style tool definitions as ToolSpecs; raises ValueError naming a malformed tool."""
+    specs = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"tools[{i}]: expected {{'type': 'function', 'function': "
+                             f"{{'name': ..., 'parameters': {{...}}}}}}, got {tool!r:.200}")
+        params = fn.get("parameters")
+        props = params.get("properties") if isinstance(params, dict) else None
+        limited = isinstance(props, dict) and params.get("additionalProperties") is not True
+        keys = tuple((str(k), _value_type(v)) for k, v in props.items()) if limited else None
+        specs.append(ToolSpec(fn["name"], keys))
+    return specs
+
+
+def _value_type(schema: Any) -> ValueType:
+    if not isinstance(schema, dict):
+        return "any"
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
+        return tuple(enum)
+    kind = schema.get("type")
+    return kind if enum is None and kind in _SCALAR_TYPES else "any"
+
+
+class _Trie:
+    """Byte trie of JSON string contents, each ending with its closing quote."""
+
+    def __init__(self, words: Sequence[str], payloads: Sequence[tuple]) -> None:
+        self.children: list[dict[int, int]] = [{}]
+        self.payload: dict[int, tuple] = {}  # node -> frames to push when the string ends there
+        for word, payload in zip(words, payloads, strict=True):
+            node = 0
+            for b in json.dumps(word, ensure_ascii=False).encode()[1:]:
+                nxt = self.children[node].get(b)
+                if nxt is None:
+                    nxt = len(self.children)
+                    self.children.append({})
+                    self.children[node][b] = nxt
+                node = nxt
+            self.payload[node] = payload
+
+
+class CallGrammar:
+    """Hermes tool calls over one set of tools, in one tool_choice mode.
+
+    `mode`: "auto" (free text; a `<tool_call>` the text opens must be valid), "required" (the
+    output is one call, then the end of the turn) or "named" (the same, with one tool). A forced
+    turn holds exactly one call: further calls come in later turns, or in "auto" turns, where a
+    model may open several. `can_end`: whether the request has end-of-turn tokens; without them
+    a forced call is followed by free text, still watched for calls.
+    """
+
+    def __init__(self, tools: Sequence[ToolSpec], mode: str, can_end: bool = True) -> None:
+        if mode not in ("auto", "required", "named"):
+            raise ValueError(f"unknown tool-call grammar mode {mode!r}")
+        self.tools = tuple(tools)
+        self.mode = mode
+        self.tries: list[_Trie] = []
+        key_tries = []
+        for tool in self.tools:
+            if tool.keys is None:
+                key_tries.append(-1)
+                continue
+            # After a property's name: ":" and its value (top last).
+            after_key = [((TYPED, self._typed(kind)), _W0, (LIT, b":", 0), _W0)
+                         for _, kind in tool.keys]
+            self.tries.append(_Trie([k for k, _ in tool.keys], after_key))
+            key_tries.append(len(self.tries) - 1)
+        # After the name: , "arguments" : {...} (top last, like every frame tuple here).
+        args_parts = [((ARGS, k), _W0, (LIT, b":", 0), _W0, (LIT, b'"arguments"', 0), _W0,
+                       (LIT, b",", 0), _W0) for k in key_tries]
+        self.tries.append(_Trie([t.name for t in self.tools], args_parts))
+        names = len(self.tries) - 1
+        # Everything after the opening tag, up to and including the closing tag.
+        self.body: State = ((LIT, CLOSE_TAG, 0), _W0, (LIT, b"}", 0), _W0, (TRIE, names, 0),
+                            (LIT, b'"', 0), _W0, (LIT, b":", 0), _W0, (LIT, b'"name"', 0), _W0,
+                            (LIT, b"{", 0), _W0)
+        after: State = ((END,),) if mode != "auto" and can_end else ((FREE, 0),)
+        self.initial: State = (
+            ((FREE, 0),) if mode == "auto" else after + self.body + ((LIT, OPEN_TAG, 0),))
+
+    def _typed(self, kind: ValueType) -> str | int:
+        if isinstance(kind, tuple):
+            self.tries.append(_Trie(kind, [()] * len(kind)))
+            return len(self.tries) - 1
+        return kind
+
+    # ---- the automaton -------------------------------------------------------------------
+
+    def step(self, state: State, b: int) -> State | None:
+        """The state after byte `b`, or None if `b` cannot come next."""
+        while True:
+            top = state[-1]
+            kind = top[0]
+            rest = state[:-1]
+            if kind == STRING:
+                if b == 0x22:
+                    return rest
+                if b == 0x5C:
+                    return rest + ((ESCAPE,),)
+                return None if b < 0x20 else state
+            if kind == WS:
+                if b in _WS_BYTES:
+                    return rest + ((WS, top[1] + 1),) if top[1] < MAX_WS else None
+                state = rest  # the run is over: the byte belongs to the frame below
+                continue
+            if kind == LIT:
+                lit, pos = top[1], top[2]
+                if lit[pos] != b:
+                    return None
+                return rest if pos + 1 == len(lit) else rest + ((LIT, lit, pos + 1),)
+            if kind == TRIE:
+                trie = self.tries[top[1]]
+                node = trie.children[top[2]].get(b)
+                if node is None:
+                    return None
+                payload = trie.payload.get(node)
+                return rest + ((TRIE, top[1], node),) if payload is None else rest + payload
+            if kind == NUMBER:
+                phase = _number_next(top[1], b)
+                if phase is not None:
+                    return rest + ((NUMBER, phase),)
+                if top[1] not in _NUMBER_CAN_END:
+                    return None
+                state = rest
+                continue
+            if kind == VALUE:
+                return self._value(rest, b)
+            if kind == KEY:
+                if b == 0x22:
+                    if top[1] < 0:
+                        return rest + ((MORE, -1), _W0, (VALUE,), _W0, (LIT, b":", 0), _W0,
+                                       _STRING)
+                    if not self.tries[top[1]].children[0]:
+                        return None  # the tool takes no arguments
+                    return rest + ((MORE, top[1]), _W0, (TRIE, top[1], 0))
+                return rest if b == 0x7D and top[2] else None
+            if kind == TYPED:
+                return self._typed_value(rest, top[1], b)
+            if kind == MORE:
+                if b == 0x2C:
+                    return rest + ((KEY, top[1], False), _W0)
+                return rest if b == 0x7D else None
+            if kind == ITEM:
+                if b == 0x5D:
+                    return rest
+                state = rest + ((NEXT,), _W0, (VALUE,))
+                continue
+            if kind == NEXT:
+                if b == 0x2C:
+                    return rest + ((NEXT,), _W0, (VALUE,), _W0)
+                return rest if b == 0x5D else None
+            if kind == ESCAPE:
+                if b in _ESCAPABLE:
+                    return rest + (_STRING,)
+                return rest + ((HEX, 4),) if b == 0x75 else None
+            if kind == HEX:
+                if b not in _HEX:
+                    return None
+                return rest + ((_STRING,) if top[1] == 1 else ((HEX, top[1] - 1),))
+            if kind == ARGS:
+                return rest + ((KEY, top[1], True), _W0) if b == 0x7B else None
+            if kind == FREE:
+                k = top[1]
+                if b == OPEN_TAG[k]:
+                    if k + 1 == len(OPEN_TAG):
+                        return rest + ((FREE, 0),) + self.body
+                    return rest + ((FREE, k + 1),)
+                return rest + ((FREE, 1 if b == 0x3C else 0),)
+            return None  # END takes no bytes
+
+    def _value(self, rest: State, b: int) -> State | None:
+        if b == 0x22:
+            return rest + (_STRING,)
+        if b in _DIGITS:
+            return rest + ((NUMBER, 1 if b == 0x30 else 2),)
+        if b == 0x2D:
+            return rest + ((NUMBER, 0),)
+        if b in (0x7B, 0x5B):
+            if len(rest) > MAX_FRAMES:
+                return None
+            return rest + (((KEY, -1, True) if b == 0x7B else (ITEM,)), _W0)
+        literal = {0x74: b"rue", 0x66: b"alse", 0x6E: b"ull"}.get(b)
+        return None if literal is None else rest + ((LIT, literal, 0),)
+
+    def _typed_value(self, rest: State, kind: str | int, b: int) -> State | None:
+        if kind == "any":
+            return self._value(rest, b)
+        if kind == "string":
+            return rest + (_STRING,) if b == 0x22 else None
+        if isinstance(kind, int):  # an enum
+            return rest + ((TRIE, kind, 0),) if b == 0x22 else None
+        if kind == "integer":
+            if b in _DIGITS:
+                return rest + ((NUMBER, 9 if b == 0x30 else 10),)
+            return rest + ((NUMBER, 8),) if b == 0x2D else None
+        if kind == "number":
+            return self._value(rest, b) if b in _DIGITS or b == 0x2D else None
+        if kind == "boolean":
+            return self._value(rest, b) if b in (0x74, 0x66) else None
+        return self._value(rest, b) if b == 0x6E else None  # null
+
+    def walk(self, state: State, data: bytes) -> State | None:
+        for b in data:
+            state = self.step(state, b)
+            if state is None:
+                return None
+        return state
+
+    @staticmethod
+    def in_free_text(state: State) -> bool:
+        """Outside any call, in "auto" text: every token, special or not, may come next."""
+        return len(state) == 1 and state[0][0] == FREE
+
+    @staticmethod
+    def may_end(state: State) -> bool:
+        """Whether an end-of-turn token may come next (in free text, or after a forced call)."""
+        return len(state) == 1 and state[0][0] in (FREE, END)

@@ -1,0 +1,196 @@
+"""Token masks for tool-call grammars: which token ids may come next in a state, cached per state.
+
+A mask is found by walking the vocabulary's byte trie with the grammar automaton, pruning at the
+first byte the grammar refuses, so a structural position visits a few hundred trie nodes, not the
+whole vocabulary. Two states would visit nearly every token and get shortcuts instead:
+- inside a JSON string: the precomputed class of tokens without quote, backslash or control bytes
+  is allowed as a whole, and only the other tokens are walked, from their first such byte;
+- free text ("auto"): every token is allowed except those that complete `<tool_call>` and go on
+  with bytes the grammar refuses; those candidates are few and known per tag prefix.
+Special tokens (no bytes) are allowed only where the turn may end.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.constrained.grammar import OPEN_TAG, STRING, CallGrammar, State, tool_specs
+from engine.constrained.vocab import ByteTrie, TokenVocab
+from engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+_ALLOW, _ALLOW_WITH_STRING_PLAIN, _DENY = range(3)
+_MAX_CACHED_STATES = 50_000  # id lists, mostly short: a few MB at most
+_MAX_GRAMMARS = 16
+
+
+class CallMasks:
+    """The masks of one grammar over one vocabulary. `end_ids`: the request's end-of-turn ids."""
+
+    def __init__(self, grammar: CallGrammar, vocab: TokenVocab, end_ids: Iterable[int]) -> None:
+        self.grammar = grammar
+        self.vocab = vocab
+        self.end_ids = sorted(i for i in end_ids if i < vocab.size)
+        self._cache: dict[State, tuple[int, np.ndarray]] = {}
+
+    def disallowed(self, state: State) -> np.ndarray | None:
+        """Bool [vocab] array, True where a token may not come next; None when all may.
+
+        numpy, not torch: single-threaded, so the few array operations of a step never wait on
+        torch's thread pool (which, on a busy CPU, costs milliseconds per operation)."""
+        entry = self._cache.get(state)
+        if entry is None:
+            if len(self._cache) >= _MAX_CACHED_STATES:
+                self._cache.clear()
+            entry = self._cache[state] = self._build(state)
+        kind, ids = entry
+        if kind == _DENY:
+            if not len(ids):
+                return None
+            mask = np.zeros(self.vocab.size, dtype=np.bool_)
+            mask[ids] = True
+            return mask
+        if kind == _ALLOW_WITH_STRING_PLAIN:
+            mask = ~self.vocab.string_plain
+        else:
+            mask = np.ones(self.vocab.size, dtype=np.bool_)
+        mask[ids] = False
+        return mask
+
+    def _build(self, state: State) -> tuple[int, np.ndarray]:
+        g = self.grammar
+        if g.in_free_text(state):
+            return _DENY, np.array(self._free_text_denied(state), dtype=np.int64)
+        ids: list[int] = []
+        in_string = state[-1][0] == STRING
+        self._walk(self.vocab.string_rest if in_string else self.vocab.trie, state, ids)
+        if g.may_end(state):
+            ids += self.end_ids
+        if not ids and not in_string:  # cannot happen with a byte-level vocabulary
+            log.warning("tool-call grammar: no token fits state %r; leaving the row unmasked", state)
+            return _DENY, np.array([], dtype=np.int64)
+        kind = _ALLOW_WITH_STRING_PLAIN if in_string else _ALLOW
+        return kind, np.array(ids, dtype=np.int64)
+
+    def _walk(self, trie: ByteTrie, state: State, out: list[int]) -> None:
+        """Append to `out` every token of `trie` whose bytes the grammar accepts from `state`."""
+        step, children, ends = self.grammar.step, trie.children, trie.ends
+        stack = [(0, state)]
+        while stack:
+            node, st = stack.pop()
+            for b, child in children[node].items():
+                nxt = step(st, b)
+                if nxt is None:
+                    continue
+                if ends[child]:
+                    out += ends[child]
+                if children[child]:
+                    stack.append((child, nxt))
+
+    def _free_text_denied(self, state: State) -> list[int]:
+        """Tokens that would complete the tag from this free-text state and then break the call:
+        only tokens holding the whole tag, or (after a partial tag) starting with its remainder."""
+        k = state[0][1]
+        candidates = set(self.vocab.holding_open_tag)
+        node = self.vocab.trie.node_of(OPEN_TAG[k:]) if k else None
+        if node is not None:
+            candidates.update(self.vocab.trie.tokens_under(node))
+        walk = self.grammar.walk
+        return sorted(i for i in candidates if walk(state, self.vocab.bytes[i]) is None)
+
+
+class ToolCallMatcher:
+    """One request's place in its grammar, advanced token by token; a function of its output."""
+
+    def __init__(self, masks: CallMasks) -> None:
+        self.masks = masks
+        self.state: State | None = masks.grammar.initial
+
+    def disallowed(self) -> np.ndarray | None:
+        return None if self.state is None else self.masks.disallowed(self.state)
+
+    def mask_logits(self, row: torch.Tensor) -> None:
+        """Set this request's disallowed tokens to -inf in its row of logits, in place."""
+        mask = self.disallowed()
+        if mask is None:
+            return
+        if row.device.type == "cpu" and row.dtype == torch.float32:
+            row.numpy()[mask] = -np.inf
+            return
+        host = torch.from_numpy(mask)
+        if row.is_cuda:  # up through pinned memory, without waiting for the GPU
+            host = host.pin_memory().to(row.device, non_blocking=True)
+        row.masked_fill_(host, float("-inf"))
+
+    def advance(self, token: int) -> None:
+        if self.state is None:
+            return
+        g = self.masks.grammar
+        data = self.masks.vocab.bytes[token] if token < self.masks.vocab.size else None
+        if data is None:  # a special token: fine where the turn may end, else the call is broken
+            ok = g.in_free_text(self.state) or (g.may_end(self.state)
+                                                 and token in self.masks.end_ids)
+            nxt = self.state if ok else None
+        else:
+            nxt = g.walk(self.state, data)
+        if nxt is None:
+            # Only a token the mask did not allow gets here (a caller that skipped the mask).
+            log.warning("tool-call grammar: token %d does not fit; the rest is unconstrained", token)
+        self.state = nxt
+
+
+def constrains(tools: Sequence[Any] | None, tool_choice: str | dict) -> bool:
+    """Whether a request with these tools and this tool_choice has its calls constrained."""
+    return tool_choice != "none" and (bool(tools) or tool_choice != "auto")
+
+
+class ToolConstraints:
+    """Makes matchers for requests: one vocabulary per engine, grammars cached per tool set."""
+
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self._vocab: TokenVocab | None = None
+        self._masks: OrderedDict[tuple, CallMasks] = OrderedDict()
+
+    @property
+    def vocab(self) -> TokenVocab:
+        if self._vocab is None:
+            self._vocab = TokenVocab(self.tokenizer, self.vocab_size)
+        return self._vocab
+
+    def matcher(self, tools: Sequence[dict[str, Any]] | None, tool_choice: str | dict,
+                end_ids: Iterable[int]) -> ToolCallMatcher | None:
+        """The matcher for a request, or None when nothing is constrained ("none", no tools).
+        Raises ValueError naming the field when tool_choice does not fit the tools."""
+        if not constrains(tools, tool_choice):
+            return None
+        forced = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
+        if not tools:
+            raise ValueError(f"SamplingParams.tool_choice={tool_choice!r} needs tools: pass "
+                             "tools=[...] with the request")
+        specs = tool_specs(tools)
+        if forced is not None:
+            specs = [s for s in specs if s.name == forced][:1]
+            if not specs:
+                names = ", ".join(sorted({s.name for s in tool_specs(tools)}))
+                raise ValueError(f"SamplingParams.tool_choice names {forced!r}, which is not one "
+                                 f"of the tools offered ({names})")
+        mode = "named" if forced is not None else tool_choice
+        ends = tuple(sorted(end_ids))
+        key = (tuple(specs), mode, ends)
+        masks = self._masks.get(key)
+        if masks is None:
+            grammar = CallGrammar(specs, mode, can_end=bool(ends))
+            masks = self._masks[key] = CallMasks(grammar, self.vocab, ends)
+            if len(self._masks) > _MAX_GRAMMARS:
+                self._masks.popitem(last=False)
+        self._masks.move_to_end(key)
+        return ToolCallMatcher(masks)
