@@ -16,6 +16,7 @@ its own user, able to read the daemon's config and data.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import resource
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,16 +195,29 @@ def _parent_dirs(destinations: list[str]) -> list[str]:
     return sorted(wanted, key=lambda d: len(Path(d).parts))
 
 
-def _seccomp_args(filter_fd: int) -> list[str]:
+def _seccomp_args(filter_fd: int | None) -> list[str]:
     """bwrap reads the filter from `filter_fd` (see seccomp.program_fd) and loads it right before it
-    starts the command; if the kernel refuses it, bwrap fails and nothing runs."""
-    return ["--seccomp", str(filter_fd)]
+    starts the command; if the kernel refuses it, bwrap fails and nothing runs. None: this CPU has
+    no filter (see sandbox.seccomp)."""
+    return [] if filter_fd is None else ["--seccomp", str(filter_fd)]
 
 
-def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str], filter_fd: int) -> list[str]:
+def _pass_fds(filter_fd: int | None) -> tuple[int, ...]:
+    return () if filter_fd is None else (filter_fd,)
+
+
+def _mount_args() -> list[str]:
+    # /dev/shm: bwrap's --dev leaves it root's and 0755, so as root the sandbox uid could not use
+    # POSIX shared memory (Python's multiprocessing locks and queues need it).
+    return ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--perms", "1777", "--tmpfs", "/tmp"]
+
+
+def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
+               filter_fd: int | None) -> list[str]:
     """The full bubblewrap command line for one shell command."""
     argv = [bwrap, *_namespace_args(scope.network), *_seccomp_args(filter_fd), *_system_args()]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    argv += _mount_args()
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
     binds = _binds(scope)
     for folder in _parent_dirs([dest for dest, _, _ in binds]):
@@ -229,16 +244,17 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
     try:
         with seccomp.program_fd() as filter_fd:
             argv = [bwrap, *_namespace_args(False), *_seccomp_args(filter_fd), *_system_args(),
-                    "--proc", "/proc", "--dev", "/dev", *_command_prefix(), "/bin/sh", "-c", "exit 0"]
+                    *_mount_args(), *_command_prefix(), "/bin/sh", "-c", "exit 0"]
             done = subprocess.run(argv, capture_output=True, text=True, timeout=10,
-                                  env={"PATH": SANDBOX_PATH}, pass_fds=(filter_fd,))
-    except seccomp.UnsupportedArchitecture as exc:
-        return False, str(exc)
+                                  env={"PATH": SANDBOX_PATH}, pass_fds=_pass_fds(filter_fd))
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"{bwrap} could not be started: {exc}"
     if done.returncode != 0:
         why = done.stderr.strip() or f"exit status {done.returncode}"
         return False, f"{bwrap} failed to create namespaces or load the seccomp filter: {why}"
+    if filter_fd is None:
+        return True, (f"bubblewrap ({bwrap}) WITHOUT a seccomp filter: none for this CPU "
+                      f"({os.uname().machine}), so commands could make user namespaces")
     return True, f"bubblewrap ({bwrap}) with a seccomp filter ({seccomp.SUMMARY})"
 
 
@@ -313,10 +329,25 @@ class _OutputBudget:
 
 
 def _kill_group(pgid: int) -> None:
+    """SIGKILL the process group we started (bwrap, or the unsandboxed shell), and the children of
+    its leader: bwrap's child, the sandbox's pid 1, runs in a session of its own (--new-session).
+    It normally dies with bwrap (--die-with-parent), but bwrap re-arms that only after it drops
+    privileges, a few milliseconds in; a kill before then (a /stop right after the start) would
+    leave it, and the command, running. Killing the pid namespace's pid 1 ends all of it. The group
+    is stopped first so that its leader cannot start another child while we look."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGSTOP)
     except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
+        return  # the group is already gone
+    try:
+        children = Path(f"/proc/{pgid}/task/{pgid}/children").read_text().split()
+    except OSError:  # the leader has exited, or a kernel without CONFIG_PROC_CHILDREN
+        children = []
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(child), signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 async def _exited_within(proc: asyncio.subprocess.Process, seconds: float) -> bool:
@@ -355,9 +386,10 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
         with seccomp.program_fd() as filter_fd:  # bwrap has its own copy once started
             argv = bwrap_argv(bwrap, command, scope, clean_env, filter_fd)
-            proc = await spawn(*argv, pass_fds=(filter_fd,))
+            proc = await _start(spawn(*argv, pass_fds=_pass_fds(filter_fd)))
     else:
-        proc = await spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command, cwd=scope.workspace)
+        proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
+                                  cwd=scope.workspace))
     # Our own readers, never communicate(): output survives a timeout, and a background child that
     # keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
     budget = _OutputBudget(limits.output_bytes)
@@ -374,6 +406,23 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     return Result(exit_status=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
                   timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
                   isolation="bubblewrap" if ok else "none")
+
+
+async def _start(spawning: Awaitable[asyncio.subprocess.Process]) -> asyncio.subprocess.Process:
+    """Start the process even when cancelled meanwhile (/stop, a tool timeout). A cancellation that
+    lands inside create_subprocess_exec leaves the child running where nobody will kill it, and
+    can hang the caller (python/cpython#103847), so the start is shielded; a process started for a
+    cancelled caller is killed, with its group, at once."""
+    task = asyncio.ensure_future(spawning)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():  # a few milliseconds; asyncio.wait does not cancel what it waits on
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        if task.exception() is None:  # it started: kill it and its group (asyncio reaps it)
+            _kill_group(task.result().pid)
+        raise
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ What it refuses, and why (each rule is a way into the kernel that shell commands
   the rules above would not match them. 32-bit programs therefore cannot run in the sandbox.
 
 The filter is built for the machine the daemon runs on (bwrap loads it on the same kernel). On a CPU
-whose syscall table we do not carry, `program` raises UnsupportedArchitecture and the runner refuses
-to sandbox (fail closed) rather than run commands without the filter.
+whose syscall table we do not carry (riscv64, ppc64le, s390x, ...), `program` raises
+UnsupportedArchitecture and the runner uses bubblewrap without the filter, saying so in `openclaw
+doctor`: the namespaces, the uid drop and the rlimits still hold, which is far better than no
+sandbox at all, the only other choice an admin would have.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def program(machine: str | None = None) -> bytes:
     if arch is None:
         raise UnsupportedArchitecture(
             f"no seccomp filter for this CPU ({machine}): the sandbox knows the system calls of "
-            f"{' and '.join(ARCHES)} only, and will not run commands without the filter")
+            f"{' and '.join(sorted(ARCHES))} only")
     nr = arch.syscalls
     code = [_op(LD_W_ABS, ARCH), _op(JEQ, arch.audit_arch, jt=1), _op(RET, KILL_PROCESS),
             _op(LD_W_ABS, NR)]
@@ -128,10 +130,18 @@ def program(machine: str | None = None) -> bytes:
     return b"".join(code)
 
 
+def supported(machine: str | None = None) -> bool:
+    return (machine or os.uname().machine) in ARCHES
+
+
 @contextlib.contextmanager
-def program_fd(machine: str | None = None) -> Iterator[int]:
+def program_fd(machine: str | None = None) -> Iterator[int | None]:
     """A file descriptor holding the filter, read from its start, for bwrap's `--seccomp FD` (pass it
-    to the child with pass_fds). One per bwrap: reading moves the offset that every copy shares."""
+    to the child with pass_fds), or None on a CPU we have no filter for. One per bwrap: reading
+    moves the offset that every copy shares."""
+    if not supported(machine):
+        yield None
+        return
     code = program(machine)
     fd = os.memfd_create("openclaw-seccomp", os.MFD_CLOEXEC)
     try:

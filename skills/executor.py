@@ -73,8 +73,10 @@ class Executor:
         ctx = SkillContext(principal=principal, sandbox=self.sandbox, chat_id=chat_id,
                            settings=self.registry.settings(name))
         started = time.monotonic()
+        budget = asyncio.timeout(self.timeout_s)
         try:
-            output = await asyncio.wait_for(skill.run(args, ctx), self.timeout_s)
+            async with budget:
+                output = await skill.run(args, ctx)
             # A program that ran but failed (non-zero exit, killed at a limit) is not a success.
             outcome = Outcome(output, ctx.audit.exit_status in (None, 0) and not ctx.audit.failed,
                               "allowed")
@@ -84,12 +86,15 @@ class Executor:
             outcome = Outcome(f"error: {exc}", False, "allowed")
         except SandboxUnavailable as exc:
             outcome = Outcome(f"error: {exc}", False, "allowed")
-        except TimeoutError:
-            # Work in a worker thread (files, mail) cannot be interrupted, so the model must not
-            # assume the action did not happen: it may still complete after this answer.
-            outcome = Outcome(f"error: {name} did not finish within {self.timeout_s:g} s and was "
-                              "abandoned; what it started may still complete, so check before retrying",
-                              False, "allowed")
+        except TimeoutError as exc:
+            if budget.expired():
+                # Work in a worker thread (files, mail) cannot be interrupted, so the model must not
+                # assume the action did not happen: it may still complete after this answer.
+                text = (f"error: {name} did not finish within {self.timeout_s:g} s and was abandoned; "
+                        "what it started may still complete, so check before retrying")
+            else:  # the skill's own timeout (a socket, an upstream API): it has finished
+                text = f"error: {name} failed: TimeoutError: {exc}"
+            outcome = Outcome(text, False, "allowed")
         except asyncio.CancelledError:
             ctx.audit.detail = "cancelled (/stop or shutdown)"
             await self._done(principal, name, args, Outcome("", False, "allowed"), ctx.audit, started)

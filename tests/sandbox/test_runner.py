@@ -360,3 +360,48 @@ async def test_granted_paths_are_compared_as_the_kernel_sees_them(tmp_path):
     assert (share / "ro/keep.txt").read_text() == "keep\n"
     assert (workspace / "ref/p.txt").read_text() == "keep\n"
     assert (workspace / "own.txt").exists()
+
+
+async def test_a_command_cancelled_while_it_starts_leaves_nothing_running(workspace):
+    # /stop or a tool timeout can land inside create_subprocess_exec; the process it was starting
+    # must still be killed (python/cpython#103847), at every moment of the start, and the call
+    # must return promptly.
+    for i, delay in enumerate(0.001 * n for n in range(30)):  # the start takes a few ms
+        marker = str(4400 + i)
+        task = asyncio.create_task(run(f"sleep {marker}", workspace))
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, f"the cancelled run did not return (cancelled after {delay} s)"
+        deadline = time.monotonic() + 2  # SIGKILL of the group, then the kernel tears it down
+        while processes_running("sleep", marker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert processes_running("sleep", marker) == [], f"left running after a cancel at {delay} s"
+
+
+async def test_posix_shared_memory_works_for_the_sandbox_uid(workspace):
+    # multiprocessing's locks and queues live in /dev/shm, which must be writable by the sandbox uid.
+    program = ("import multiprocessing as mp\n"
+               "if __name__ == '__main__':\n"
+               "    with mp.Pool(2) as pool:\n"
+               "        print(sum(pool.map(abs, [-1, -2, 3])))\n")
+    (workspace / "pool.py").write_text(program)
+    result = await run("python3 pool.py; stat -c %a /dev/shm", workspace)
+    assert result.exit_status == 0, result.stderr
+    assert result.stdout.split() == ["6", "1777"]
+
+
+async def test_on_a_cpu_without_a_seccomp_filter_bubblewrap_still_isolates(workspace, monkeypatch):
+    from sandbox import runner, seccomp
+
+    monkeypatch.delitem(seccomp.ARCHES, os.uname().machine)
+    runner.isolation_available.cache_clear()
+    try:
+        ok, why = runner.isolation_available()
+        assert ok and "WITHOUT a seccomp filter" in why and os.uname().machine in why
+        result = await run("grep Seccomp: /proc/self/status; cat /etc/shadow", workspace)
+        assert result.isolation == "bubblewrap"
+        assert result.stdout.split() == ["Seccomp:", "0"]  # no filter, but still in the sandbox
+        assert result.exit_status != 0  # /etc/shadow is not there
+    finally:
+        runner.isolation_available.cache_clear()

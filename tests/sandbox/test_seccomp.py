@@ -18,7 +18,9 @@ from sandbox.runner import Limits, Scope, bwrap_argv, run_command
 
 LIMITS = Limits(wall_seconds=10, processes=32)
 MACHINE = os.uname().machine
-NATIVE = seccomp.ARCHES[MACHINE]
+# On a CPU without a filter the sandbox runs without one (tests/sandbox/test_runner.py covers that).
+pytestmark = pytest.mark.skipif(MACHINE not in seccomp.ARCHES, reason=f"no seccomp filter for {MACHINE}")
+NATIVE = seccomp.ARCHES.get(MACHINE)
 OTHER_MACHINE = next(name for name in seccomp.ARCHES if name != MACHINE)
 
 # Run inside the sandbox: each named call's outcome, one "name outcome" line each. The numbers come
@@ -144,7 +146,7 @@ def test_a_filter_the_kernel_refuses_means_nothing_runs(workspace):
 def test_an_unknown_cpu_gets_no_filter_and_a_clear_refusal():
     with pytest.raises(seccomp.UnsupportedArchitecture) as refused:
         seccomp.program("riscv64")
-    assert "riscv64" in str(refused.value) and "x86_64 and aarch64" in str(refused.value)
+    assert "riscv64" in str(refused.value) and "aarch64 and x86_64 only" in str(refused.value)
 
 
 HEADERS = {

@@ -48,7 +48,25 @@ async def test_a_timed_out_thread_skill_is_reported_as_possibly_completing(tmp_p
     # And it does complete: exactly what the message warned about.
     release.set()
     for _ in range(100):
-        if marker.exists():
+        if marker.exists() and marker.read_text() == "written":  # created, then written
             break
         await asyncio.sleep(0.05)
     assert marker.read_text() == "written"
+
+
+class UpstreamTimeout(Skill):
+    """Fails at once with its own TimeoutError (a socket's, say): nothing is left running."""
+    name = "upstream"
+    description = "Calls an API that times out."
+    parameters = {"type": "object", "properties": {}}
+
+    async def run(self, args: dict[str, Any], ctx) -> str:
+        raise TimeoutError("upstream API read timed out")
+
+
+async def test_a_skill_raising_its_own_timeout_is_a_plain_failure_not_an_abandoned_run(tmp_path):
+    policy = Policy({"r": Role("r", skills=frozenset({"upstream"}))}, tmp_path, lambda user: "r")
+    executor = Executor(SkillRegistry([UpstreamTimeout()]), Sandbox(), timeout_s=60)
+    outcome = await executor.call("upstream", {}, policy.principal("telegram:1"))
+    assert not outcome.ok
+    assert outcome.text == "error: upstream failed: TimeoutError: upstream API read timed out"
