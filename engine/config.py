@@ -104,10 +104,15 @@ class EngineConfig:
 
     def resolve_device(self) -> torch.device:
         if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        dev = torch.device(self.device)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"engine config device={self.device!r}: no CUDA device is available")
+            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            dev = torch.device(self.device)
+            if dev.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError(f"engine config device={self.device!r}: no CUDA device is available")
+        if dev.type == "cuda" and dev.index is None:
+            # Pinned to the device current now: the step thread (AsyncLLM) has a current device of
+            # its own, so a bare "cuda" could mean another GPU there than where the weights went.
+            dev = torch.device("cuda", torch.cuda.current_device())
         return dev
 
     def resolve_dtype(self, device: torch.device) -> torch.dtype:

@@ -150,8 +150,7 @@ class ModelRunner:
         """Make our GPU the calling thread's current one. Triton launches, graph capture and
         events go to the current device, which is per thread (AsyncLLM steps in its own), so
         with "cuda:1" they would otherwise land on device 0 while the tensors live on 1."""
-        index = self.device.index  # None for plain "cuda": the current device, nothing to set
-        if self.device.type == "cuda" and index is not None and torch.cuda.current_device() != index:
+        if self.device.type == "cuda" and torch.cuda.current_device() != self.device.index:
             torch.cuda.set_device(self.device)
 
     @torch.inference_mode()
