@@ -32,6 +32,10 @@ class DeliveryRefused(Exception):
     send_text means "try again later"."""
 
 
+class FileTooBig(Exception):
+    """A download wrote more than its limit (whatever size the service had stated)."""
+
+
 class Connector(Protocol):
     name: str  # the channel: "terminal", "telegram", "discord"
     max_message_len: int
@@ -118,22 +122,28 @@ def media_note(kind: str, text: str, *, with_files: bool = False) -> tuple[str, 
                 "Please type your message.")
 
 
-async def save_attachment(folder: Path, name: str, download: Callable[[BinaryIO], Awaitable[object]],
+async def save_attachment(folder: Path, name: str, download: Callable[[Writer], Awaitable[object]],
                           *, size: int | None, max_bytes: int, errors: tuple[type[Exception], ...],
                           channel: str, why: Callable[[BaseException], str] | None = None
                           ) -> tuple[str | None, str | None]:
     """What `fetch_attachment` does: save one file a user sent into `folder` (their workspace) as
     `name` (from safe_file_name), or "name-1"... if taken: (its name there, None), or (None, a note
     for the agent saying why not). A `size` over `max_bytes` is refused before any download;
-    `download(out)` writes the bytes, and an exception of `errors` becomes the note. A failed or
-    stopped download leaves no partial file. `why(exc)` words an error for the note and the log."""
+    `download(out)` writes the bytes into `out`, which raises FileTooBig past `max_bytes` (a stated
+    size may be wrong), and an exception of `errors` becomes the note. A failed or stopped download
+    leaves no partial file. `why(exc)` words an error for the note and the log."""
     if size is not None and size > max_bytes:
         return None, (f"[The user sent the file {name!r} ({size} bytes), too big for me "
                       f"to download: the limit is {max_bytes} bytes.]")
-    path, out = create_unique(folder, name)
+    path, file = create_unique(folder, name)
     try:
-        with out:
-            await download(out)
+        with file:
+            await download(_BoundedWriter(file, max_bytes))
+    except FileTooBig:
+        path.unlink(missing_ok=True)
+        log.warning("%s: %s is larger than the limit of %d bytes; not kept", channel, name, max_bytes)
+        return None, (f"[The user sent the file {name!r}, too big for me to download: it is over "
+                      f"the limit of {max_bytes} bytes.]")
     except errors as exc:
         path.unlink(missing_ok=True)
         reason = why(exc) if why else f"{type(exc).__name__}: {exc}"
@@ -143,6 +153,25 @@ async def save_attachment(folder: Path, name: str, download: Callable[[BinaryIO]
         path.unlink(missing_ok=True)
         raise
     return path.name, None
+
+
+class Writer(Protocol):
+    """Where a download writes the bytes (save_attachment hands it one)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
+class _BoundedWriter:
+    """The file being saved, until more than `limit` bytes in all are written (FileTooBig)."""
+
+    def __init__(self, file: BinaryIO, limit: int) -> None:
+        self._file, self._limit, self._written = file, limit, 0
+
+    def write(self, data: bytes) -> int:
+        self._written += len(data)
+        if self._written > self._limit:
+            raise FileTooBig(f"more than {self._limit} bytes")
+        return self._file.write(data)
 
 
 def safe_file_name(name: str | None, fallback: str) -> str:

@@ -5,7 +5,9 @@ most 2000 characters, and optionally streamed by editing one draft message.
 discord.py owns the transport: REST rate limits (it waits out a 429's retry-after), heartbeats, and
 the gateway's reconnect-and-RESUME once connected. This module adds what the daemon needs around it:
 a start that does not hang when Discord is down (it keeps trying in the background), a clear error
-for a rejected token, and arrival order for inbound messages.
+for a rejected token, and arrival order for inbound messages. Attached files come from Discord's CDN
+through a plain HTTP session of our own: it needs no token, so a file in a message recovered at
+start-up is fetched while the client is still logging in.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import aiohttp
 import discord
@@ -32,6 +33,7 @@ from connectors.base import (
     MAX_FILE_BYTES,
     ConnectorStartError,
     Handler,
+    Writer,
     media_note,
     safe_file_name,
     save_attachment,
@@ -54,10 +56,17 @@ NUMBERED_COMMANDS = {
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
 # Attachments the agent cannot open yet, by the major part of their content type.
 UNSUPPORTED_MEDIA = {"image": "an image", "audio": "an audio file", "video": "a video"}
+# Downloads from the CDN: no limit on a whole (large, slow) file, only on a stalled connection.
+CDN_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60)
+CDN_CHUNK = 1 << 16
 
 
 class DiscordLoginError(ConnectorStartError):
     """Discord refused the bot (bad token, intents not enabled): retrying cannot help."""
+
+
+class _CdnError(Exception):
+    """A file could not be fetched from the CDN; the message is the note's reason, as it is."""
 
 
 class DiscordConnector:
@@ -88,6 +97,7 @@ class DiscordConnector:
         self._stopping = False
         self._failures = 0  # failed attempts since the last successful connection
         self._drafts: dict[str, _Draft] = {}
+        self._cdn: aiohttp.ClientSession | None = None  # for attached files; made on first use
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -121,6 +131,9 @@ class DiscordConnector:
             draft.cancel_flush()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        if self._cdn is not None:
+            await self._cdn.close()
+            self._cdn = None
 
     @property
     def connected(self) -> bool:
@@ -205,17 +218,26 @@ class DiscordConnector:
 
     async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
         """Download a file into the sender's workspace (called by the gateway for admitted users
-        only) from its CDN URL, as discord.py's Attachment.read() does: (its name in the folder,
-        None) or (None, a note for the agent saying why not)."""
+        only) from its signed CDN URL, streamed: (its name in the folder, None) or (None, a note
+        for the agent saying why not). The URL works for about a day; an expired one is not
+        refreshed (that needs the logged-in client): the agent is told to ask for the file again."""
         file = json.loads(ref)
 
-        async def download(out: BinaryIO) -> None:
-            out.write(await self._live_client().http.get_from_cdn(file["url"]))
+        async def download(out: Writer) -> None:
+            if _link_expired(file["url"]):
+                raise _CdnError("its link expired (Discord's file links last about a day); ask the "
+                                "user to send the file again.")
+            if self._cdn is None or self._cdn.closed:
+                self._cdn = aiohttp.ClientSession(timeout=CDN_TIMEOUT)
+            async with self._cdn.get(file["url"]) as response:
+                if response.status != 200:
+                    raise _CdnError(f"Discord's CDN answered {response.status} {response.reason}")
+                async for chunk in response.content.iter_chunked(CDN_CHUNK):
+                    out.write(chunk)
 
         return await save_attachment(folder, file["name"], download, size=file["size"],
-                                     max_bytes=self.max_file_bytes, channel=self.name,
-                                     errors=(discord.DiscordException, aiohttp.ClientError, OSError,
-                                             RuntimeError))
+                                     max_bytes=self.max_file_bytes, channel=self.name, why=_why,
+                                     errors=(_CdnError, aiohttp.ClientError, OSError))
 
     def _slash_command(self, name: str, description: str) -> app_commands.Command:
         async def callback(interaction: discord.Interaction) -> None:
@@ -410,6 +432,23 @@ def _attachments(attachments: list[discord.Attachment]) -> tuple[list[str], list
         elif kind not in media:
             media.append(kind)
     return files, media
+
+
+def _link_expired(url: str) -> bool:
+    """Whether a signed CDN URL is past its expiry (`ex`: hex Unix time; none: it does not expire)."""
+    expires = yarl.URL(url).query.get("ex", "")
+    try:
+        return int(expires, 16) <= time.time()
+    except ValueError:
+        return False
+
+
+def _why(exc: BaseException) -> str:
+    """An error while fetching a file, for the agent's note and the log, without a URL's query
+    (its signature: some aiohttp errors name the URL)."""
+    if isinstance(exc, _CdnError):
+        return str(exc)
+    return re.sub(r"(https?://[^\s?'\"]*)\?[^\s'\"]*", r"\1", f"{type(exc).__name__}: {exc}")
 
 
 def _media_kind(attachment: discord.Attachment) -> str | None:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from telegram import Bot, BotCommand, Message, MessageEntity, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
@@ -31,6 +31,7 @@ from connectors.base import (
     ConnectorStartError,
     DeliveryRefused,
     Handler,
+    Writer,
     media_note,
     safe_file_name,
     save_attachment,
@@ -271,10 +272,12 @@ class TelegramConnector:
 
     async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
         """Download a document into the sender's workspace (called by the gateway for admitted
-        users only): (its name in the folder, None) or (None, a note for the agent saying why not)."""
+        users only): (its name in the folder, None) or (None, a note for the agent saying why not).
+        PTB reads the whole body before writing it to `out`, whose limit then holds for what was
+        served, whatever size was stated (the Bot API itself serves bots at most 20 MB)."""
         doc = json.loads(ref)
 
-        async def download(out: BinaryIO) -> None:
+        async def download(out: Writer) -> None:
             remote = await self._bot.get_file(doc["file_id"])
             await remote.download_to_memory(out, read_timeout=120)
 

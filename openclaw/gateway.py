@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -343,6 +344,8 @@ class Gateway:
         names, notes = [], []
         for ref in refs:
             name, note = await fetch(ref, principal.workspace) if fetch else (ref, None)
+            if name and fetch:
+                _hand_to_sandbox(principal, name)
             names += [name] if name else []
             notes += [note] if note else []
         parts = ([f"[attached files, in your workspace: {', '.join(names)}]"] if names else []) + notes
@@ -390,6 +393,20 @@ class Gateway:
     async def _finish_running(self) -> None:
         while any(lane.busy for lane in self._lanes.values()):
             await asyncio.sleep(0.05)
+
+
+def _hand_to_sandbox(principal: Principal, name: str) -> None:
+    """A daemon running as root wrote the file: give it to the uid the user's commands run as (as
+    the runner does the workspace), or they could read it but not change it. Not following a
+    symlink: the user's commands may be running in that folder meanwhile."""
+    if os.geteuid() != 0:
+        return
+    uid = principal.scope.uid
+    try:
+        os.chown(principal.workspace / name, uid, uid, follow_symlinks=False)
+    except OSError as exc:
+        log.warning("could not give %s in the workspace of %s to uid %d: %s", name, principal.user,
+                    uid, exc)
 
 
 def _lane_key(msg: InboundMessage) -> tuple[str, str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -274,9 +275,73 @@ async def test_a_download_that_fails_leaves_no_file_and_the_agent_is_told_why(
     await daemon_with(ScriptedModel(echo))
     fake.fail("GET /attachments/*", 404)  # an expired or deleted attachment
     reply = await dm(fake, ADA, "read this", files=[Upload("gone.pdf", b"%PDF", "application/pdf")])
-    assert reply.startswith("re: read this\n\n[The user sent the file 'gone.pdf', but downloading it "
-                            "failed: NotFound: 404"), reply
+    assert reply == ("re: read this\n\n[The user sent the file 'gone.pdf', but downloading it "
+                     "failed: Discord's CDN answered 404 Not Found]")
     assert len(fake.cdn_requests) == 1 and list(tmp_path.rglob("gone.pdf")) == []
+
+
+async def test_a_file_served_larger_than_its_stated_size_is_cut_off_at_the_limit(
+        fake, daemon_with, tmp_path):
+    # The message says 5 bytes; the CDN serves 3 MiB. The limit (64 KiB) holds for what is
+    # received, not for what was declared, and nothing of it is kept.
+    await daemon_with(ScriptedModel(echo), discord_extra="max_file_mb = 0.0625")
+    big = Upload("big.bin", b"x" * (3 << 20), declared_size=5)
+    assert await dm(fake, ADA, "", files=[big]) == (
+        "re: [The user sent the file 'big.bin', too big for me to download: it is over the limit "
+        "of 65536 bytes.]")
+    assert len(fake.cdn_requests) == 1 and list(tmp_path.rglob("big.bin")) == []
+
+
+async def test_a_file_whose_link_expired_is_not_fetched_and_the_agent_asks_for_it_again(
+        fake, daemon_with, tmp_path):
+    await daemon_with(ScriptedModel(echo))
+    fake.attachment_url_lifetime = -60  # as for a message answered more than a day after it came
+    reply = await dm(fake, ADA, "read this", files=[Upload("old.txt", b"old", "text/plain")])
+    assert reply == ("re: read this\n\n[The user sent the file 'old.txt', but downloading it failed: "
+                     "its link expired (Discord's file links last about a day); ask the user to "
+                     "send the file again.]")
+    assert fake.cdn_requests == [] and list(tmp_path.rglob("old.txt")) == []
+
+
+async def test_a_file_in_a_message_recovered_after_a_restart_is_fetched_before_login(
+        fake, daemon_with):
+    model = ScriptedModel(echo)
+    model.gate = asyncio.Event()  # the first answer never ends: the daemon stops in the middle
+    daemon, _ = await daemon_with(model)
+    fake.send_dm(ADA, "first")
+    await until(lambda: model.prompts)
+    fake.send_dm(ADA, "second", files=[Upload("notes.txt", b"hello", "text/plain")])
+    await until(lambda: daemon.gateway.queue_length() == 2)  # stored, waiting behind "first"
+    await daemon.stop(drain_timeout=0.2)  # both stay unanswered, to be recovered
+    # Logging in takes a while (here a 429 on the first try, over the internet hundreds of ms):
+    # the recovered turns start before it is done, and the CDN needs no logged-in client.
+    fake.fail("GET /users/@me", 429, retry_after=1.0)
+    daemon, _ = await daemon_with(ScriptedModel(echo))
+    channel = fake.dm_channel_id(ADA)
+    await until(lambda: len(fake.texts(channel)) == 2, timeout=15)
+    assert fake.texts(channel) == ["re: first",
+                                   "re: second\n\n[attached files, in your workspace: notes.txt]"]
+    assert (workspace(daemon, ADA) / "notes.txt").read_bytes() == b"hello"
+
+
+async def test_a_saved_file_belongs_to_the_senders_sandbox_uid_and_their_commands_can_append(
+        fake, daemon_with):
+    def reply(messages: list[dict]) -> str:
+        if messages[-1]["role"] == "tool":
+            return "RESULT: " + messages[-1]["content"]
+        return ('<tool_call>{"name": "shell", "arguments": {"command": '
+                '"echo appended >> notes.txt && cat notes.txt"}}</tool_call>')
+
+    daemon, _ = await daemon_with(ScriptedModel(reply), '[skills]\nenabled = ["shell"]\n')
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "add a line", files=[Upload("notes.txt", b"hello\n", "text/plain")])
+    await until(lambda: any(t.startswith("RESULT: ") for t in fake.texts(channel)), timeout=15)
+    assert fake.texts(channel)[-1].startswith("RESULT: exit status 0\nstdout:\nhello\nappended")
+    principal = daemon.config.policy().principal(f"discord:{ADA}")
+    saved = principal.workspace / "notes.txt"
+    assert saved.read_bytes() == b"hello\nappended\n"
+    if os.geteuid() == 0:  # the daemon wrote it as root: it was handed to the user's sandbox uid
+        assert (saved.stat().st_uid, saved.stat().st_gid) == (principal.scope.uid, principal.scope.uid)
 
 
 # ---- commands -----------------------------------------------------------------------------------

@@ -389,10 +389,14 @@ async def test_a_document_is_saved_in_the_workspace_and_the_agent_is_told_its_pa
         "re: summarise this\n\n[attached files, in your workspace: report v1.pdf]"]
     fake.send_document("report v1.pdf", b"%PDF second")
     assert (await env.replies(ADA, 2))[1] == "re: [attached files, in your workspace: report v1-1.pdf]"
-    workspace = env.config.policy().principal(f"telegram:{ADA}").workspace
+    principal = env.config.policy().principal(f"telegram:{ADA}")
+    workspace = principal.workspace
     assert (workspace / "report v1.pdf").read_bytes() == b"%PDF first"  # never overwritten
     assert (workspace / "report v1-1.pdf").read_bytes() == b"%PDF second"
     assert sorted(p.name for p in workspace.iterdir()) == ["report v1-1.pdf", "report v1.pdf"]
+    if os.geteuid() == 0:  # written by a root daemon, owned by the uid the user's commands run as
+        assert {(p.stat().st_uid, p.stat().st_gid) for p in workspace.iterdir()} == {
+            (principal.scope.uid, principal.scope.uid)}
 
 
 async def test_a_strangers_document_is_never_downloaded(env, fake):
@@ -408,6 +412,16 @@ async def test_a_document_too_big_is_not_downloaded_and_the_agent_is_told(env, f
     [reply] = await env.replies(ADA, 1)
     assert "'big.bin'" in reply and "too big" in reply
     assert fake.calls_to("getFile") == []
+
+
+async def test_a_document_served_larger_than_getfile_said_is_not_kept(env, fake):
+    await env.start(ScriptedModel(echo), max_file_bytes=1000)
+    fake.send_document("big.bin", b"x" * 5000, declared_size=5)  # the message and getFile say 5
+    [reply] = await env.replies(ADA, 1)
+    assert reply == ("re: [The user sent the file 'big.bin', too big for me to download: it is over "
+                     "the limit of 1000 bytes.]")
+    assert len(fake.calls_to("getFile")) == 1
+    assert list(env.tmp_path.rglob("big.bin")) == []
 
 
 async def test_voice_notes_and_photos_are_answered_as_not_supported_yet(env, fake):

@@ -11,7 +11,8 @@ Discord).
 
 Files users attach are served as Discord's CDN serves them: at the attachment's `url` (here on this
 server, `/attachments/<channel>/<attachment>/<name>?ex=..&is=..&hm=..`), without the bot token, and
-404 without the URL's signature.
+404 without the URL's signature or once the URL expired (`ex`, hex Unix time: a day after the upload,
+or `attachment_url_lifetime` seconds).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Upload:
     content: bytes
     content_type: str | None = None  # Discord leaves it out for types it does not recognise
     voice: bool = False  # recorded in the app as a voice message (audio/ogg with a waveform)
+    declared_size: int | None = None  # the size the message states, if not the content's (a lie)
 
 
 @dataclass
@@ -127,6 +129,7 @@ class FakeDiscord:
         self.identifies = 0
         self.resumes = 0
         self.message_content_intent = True  # the developer portal's switch for the privileged intent
+        self.attachment_url_lifetime = 86400.0  # seconds an attachment's signed URL works
         self._dm_channels: dict[int, int] = {}  # user id -> DM channel id
         self._files: dict[str, tuple[Upload, str]] = {}  # attachment id -> (file, URL signature)
         self._failures: list[_Failure] = []
@@ -417,7 +420,8 @@ class FakeDiscord:
         if failure is not None:
             return _failure(failure)
         upload, signature = self._files.get(request.match_info["id"], (None, None))
-        if upload is None or request.query.get("hm") != signature:  # unknown, or the URL was cut
+        if (upload is None or request.query.get("hm") != signature  # unknown, or the URL was cut
+                or int(request.query.get("ex", "0"), 16) <= time.time()):  # or expired
             return web.Response(status=404, text="This content is no longer available.")
         return web.Response(body=upload.content,
                             headers={"Content-Type": upload.content_type or "application/octet-stream"})
@@ -464,8 +468,10 @@ class FakeDiscord:
             # the URL names the file as Discord does: its own safe spelling, whatever the upload said
             url_name = re.sub(r"[^\w.-]", "_", upload.filename).strip(".") or "unknown"
             path = f"attachments/{message['channel_id']}/{attachment_id}/{url_name}"
-            query = f"?ex={int(time.time()) + 86400:x}&is={int(time.time()):x}&hm={signature}&"
-            attachment = {"id": attachment_id, "filename": upload.filename, "size": len(upload.content),
+            now = time.time()
+            query = f"?ex={int(now + self.attachment_url_lifetime):x}&is={int(now):x}&hm={signature}&"
+            size = len(upload.content) if upload.declared_size is None else upload.declared_size
+            attachment = {"id": attachment_id, "filename": upload.filename, "size": size,
                           "url": f"http://127.0.0.1:{self.port}/{path}{query}",
                           "proxy_url": f"http://127.0.0.1:{self.port}/media/{path}{query}"}
             if upload.content_type is not None:

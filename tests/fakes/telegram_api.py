@@ -81,6 +81,7 @@ class FakeTelegram:
         self.polls_waiting = 0  # getUpdates requests held open right now
         self._failures: dict[str, list[ApiError]] = defaultdict(list)
         self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, content)
+        self._declared_sizes: dict[str, int] = {}  # file_id -> a file_size that is not len(content)
         self._history: dict[int, dict[int, dict]] = defaultdict(dict)  # chat -> id -> message
         self._message_ids: dict[int, itertools.count] = defaultdict(lambda: itertools.count(1))
         self._update_ids = itertools.count(10_001)
@@ -147,10 +148,15 @@ class FakeTelegram:
         return message
 
     def send_document(self, file_name: str, content: bytes, user: int = 1001, *,
-                      caption: str | None = None, **kw: Any) -> dict:
+                      caption: str | None = None, declared_size: int | None = None, **kw: Any) -> dict:
+        """A user sends a file; `declared_size` makes the message and getFile state that size
+        while the download serves all of `content` (a server that lies, or a file that changed)."""
         file_id = self.add_file(content, f"documents/file_{len(self._files)}")
+        if declared_size is not None:
+            self._declared_sizes[file_id] = declared_size
         document = {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_name": file_name,
-                    "mime_type": "application/octet-stream", "file_size": len(content)}
+                    "mime_type": "application/octet-stream",
+                    "file_size": self._declared_sizes.get(file_id, len(content))}
         return self.send(caption, user, document=document, **kw)
 
     def send_voice(self, user: int = 1001, **kw: Any) -> dict:
@@ -314,8 +320,8 @@ class FakeTelegram:
         if file_id not in self._files:
             raise ApiError(400, "Bad Request: invalid file_id")
         file_path, content = self._files[file_id]
-        return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(content),
-                "file_path": file_path}
+        return {"file_id": file_id, "file_unique_id": f"u{file_id}",
+                "file_size": self._declared_sizes.get(file_id, len(content)), "file_path": file_path}
 
     def _visible(self, text: str, parse_mode: str | None) -> str:
         """The text a chat shows; raises the 400s Telegram gives for bad or too long text."""
