@@ -22,7 +22,8 @@ PY=${PYTHON:-python3}
 # No -x: one tolerance miss must not hide the other results of the only GPU session.
 timeout -k 5 150 "$PY" -m pytest -q -rfE --durations=15 -p no:cacheprovider \
     tests/engine/test_triton_attention.py tests/engine/test_triton_kernels.py \
-    tests/engine/test_runner_inputs.py tests/engine/test_sampler.py 2>&1 | tee "$OUT/pytest.txt"
+    tests/engine/test_runner_inputs.py tests/engine/test_sampler.py \
+    tests/engine/test_tool_choice_devices.py 2>&1 | tee "$OUT/pytest.txt"
 left=$((SESSION_S - SECONDS - 25))
 budget=$((left < 360 ? left : 360))
 if [ "$budget" -lt 60 ]; then
