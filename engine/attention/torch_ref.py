@@ -11,8 +11,10 @@ from engine.attention.base import AttentionBackend, AttentionMetadata
 class TorchAttentionBackend(AttentionBackend):
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float):
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        out = torch.empty_like(q)
         d = meta.num_decodes
+        if d == meta.num_seqs:  # a decode-only step: its output needs no placing among prefills
+            return _decode(q, k_cache, v_cache, meta, scale)
+        out = torch.empty_like(q)
         if d:
             out[:d] = _decode(q[:d], k_cache, v_cache, meta, scale)
         for s in range(d, meta.num_seqs):
@@ -37,8 +39,9 @@ def _gather(k_cache, v_cache, block_table: torch.Tensor, ctx: int):
     """The first `ctx` tokens of one sequence, contiguous: [ctx, kv_heads, head_dim] each."""
     block_size = k_cache.shape[1]
     blocks = block_table[: (ctx + block_size - 1) // block_size]
-    ks = k_cache[blocks].flatten(0, 1)[:ctx]
-    vs = v_cache[blocks].flatten(0, 1)[:ctx]
+    # index_select on the block dim copies whole blocks; advanced indexing is ~3x slower on CPU
+    ks = k_cache.index_select(0, blocks).flatten(0, 1)[:ctx]
+    vs = v_cache.index_select(0, blocks).flatten(0, 1)[:ctx]
     return ks, vs
 
 
@@ -56,37 +59,70 @@ def _causal(q, k, v, scale: float) -> torch.Tensor:
     return o[0].transpose(0, 1)
 
 
+def _attend(q, k, v, mask: torch.Tensor | None, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of q [b, h, rows, dim] over k, v [b, h, keys, dim] (any strides), with an
+    additive mask; returns the output and the log-sum-exp of each row's scaled scores (float32),
+    so that attentions over disjoint key sets can be merged exactly. On the CPU that is torch's
+    flash kernel (what SDPA runs, but SDPA drops the log-sum-exp); plain math elsewhere (this
+    backend is also the reference the Triton kernels are checked against on CUDA)."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    lse = scores.logsumexp(-1)
+    out = torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.float()).to(q.dtype)
+    return out, lse
+
+
 def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """All single-token queries at once. Keys of the blocks every sequence shares are read once
     for the whole batch (cascade attention); only each sequence's own tail is gathered per row.
-    Scores of both parts share one softmax, so the result is plain attention over the context."""
+    The two parts are attended separately and merged by their log-sum-exp, so the result is
+    plain attention over the whole context.
+
+    Measured on the CPU bench's shapes (2 cores; 16 decodes, 400 shared + 60-270 own tokens; one
+    layer): 4.4 ms with one softmax over concatenated einsum scores, 1.4 ms like this. The time
+    went to `k_cache[tables]` (advanced indexing: 3x slower than `index_select` on the block dim)
+    and to the einsums, which copied the gathered K/V once more into their bmm layout; the flash
+    kernel reads the gathered view as it is ([d, kv_heads, tail, head_dim], strided)."""
     d, heads, head_dim = q.shape
     block_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = heads // kv_heads
     shared = meta.num_shared_decode_blocks
-    lens = meta.context_lens[:d] - shared * block_size
-    tail_blocks = (max(meta.context_lens_host[:d]) - shared * block_size + block_size - 1) // block_size
-    tables = meta.block_tables[:d, shared : shared + tail_blocks]
-    qg = q.view(d, kv_heads, group, head_dim) * scale
-    kt = k_cache[tables].flatten(1, 2)  # [d, tail, kv, head_dim]
-    vt = v_cache[tables].flatten(1, 2)
-    tail_scores = torch.einsum("dkgh,dlkh->dkgl", qg, kt)
-    visible = torch.arange(kt.shape[1], device=q.device).unsqueeze(0) < lens.unsqueeze(1)
-    tail_scores = tail_scores.masked_fill(~visible[:, None, None, :], float("-inf"))
-    if shared:
-        # [kv, d * group, head_dim]: the queries of one KV head side by side (GQA without copies)
-        qk = qg.permute(1, 0, 2, 3).reshape(kv_heads, d * group, head_dim)
-        blocks = meta.block_tables[0, :shared]
-        ks = k_cache[blocks].flatten(0, 1).permute(1, 2, 0)  # [kv, head_dim, shared tokens]
-        vs = v_cache[blocks].flatten(0, 1).transpose(0, 1)  # [kv, shared tokens, head_dim]
-        shared_scores = torch.bmm(qk, ks).view(kv_heads, d, group, -1).permute(1, 0, 2, 3)
-        probs = torch.softmax(torch.cat((shared_scores, tail_scores), dim=-1), dim=-1,
-                              dtype=torch.float32).to(q.dtype)
-        p_shared, p_tail = probs.split([ks.shape[-1], kt.shape[1]], dim=-1)
-        out = torch.bmm(p_shared.permute(1, 0, 2, 3).reshape(kv_heads, d * group, -1), vs)
-        out = out.view(kv_heads, d, group, head_dim).permute(1, 0, 2, 3)
-        out = out + torch.einsum("dkgl,dlkh->dkgh", p_tail, vt)
-    else:
-        probs = torch.softmax(tail_scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.einsum("dkgl,dlkh->dkgh", probs, vt)
-    return out.reshape(d, heads, head_dim)
+    lens_host = [c - shared * block_size for c in meta.context_lens_host[:d]]
+    longest = max(lens_host)
+    # GQA without copies: the `group` query heads of one KV head are that head's query rows.
+    qg = q.view(d, kv_heads, group, head_dim)
+    if longest:
+        tail_blocks = (longest + block_size - 1) // block_size
+        tables = meta.block_tables[:d, shared : shared + tail_blocks].flatten()
+        kt = k_cache.index_select(0, tables).view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
+        vt = v_cache.index_select(0, tables).view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
+        mask = None
+        if min(lens_host) != longest:  # ragged tails: hide each row's keys past its own length
+            lens = meta.context_lens[:d] - shared * block_size
+            past = torch.arange(longest, device=q.device) >= lens.unsqueeze(1)
+            mask = torch.zeros(d, 1, 1, longest, dtype=q.dtype, device=q.device)
+            mask.masked_fill_(past[:, None, None, :], float("-inf"))
+        out, lse = _attend(qg, kt, vt, mask, scale)
+        if not shared:
+            return out.reshape(d, heads, head_dim)
+    # The shared blocks: all d * group query rows of a KV head against them in one call.
+    blocks = meta.block_tables[0, :shared]
+    ks = k_cache.index_select(0, blocks).flatten(0, 1).transpose(0, 1)[None]  # [1, kv, tokens, dim]
+    vs = v_cache.index_select(0, blocks).flatten(0, 1).transpose(0, 1)[None]
+    qs = qg.transpose(0, 1).reshape(1, kv_heads, d * group, head_dim)
+    out_s, lse_s = _attend(qs, ks, vs, None, scale)
+    out_s = out_s.view(kv_heads, d, group, head_dim).transpose(0, 1)
+    if not longest:  # every row's context is the shared blocks alone
+        return out_s.reshape(d, heads, head_dim)
+    lse_s = lse_s.view(kv_heads, d, group).transpose(0, 1)
+    if min(lens_host) == 0:  # a row with no keys of its own: only its shared part counts
+        empty = torch.tensor([n == 0 for n in lens_host], device=q.device)[:, None, None]
+        out, lse = out.masked_fill(empty[..., None], 0.0), lse.masked_fill(empty, float("-inf"))
+    # Softmax over both parts = each part's softmax weighted by its share of the total mass:
+    # exp(lse_s) / (exp(lse_s) + exp(lse)) = sigmoid(lse_s - lse). Merged in float32.
+    weight = torch.sigmoid(lse_s - lse).unsqueeze(-1)
+    return torch.lerp(out.float(), out_s.float(), weight).to(q.dtype).reshape(d, heads, head_dim)

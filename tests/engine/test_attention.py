@@ -23,8 +23,11 @@ def dense(q, k, v, scale):
     return torch.einsum("hqk,khd->qhd", probs, v)
 
 
-@pytest.mark.parametrize("shared_blocks", [0, 3])
-def test_batched_decodes_and_prefill_chunks_match_dense_attention(shared_blocks):
+# (shared prefix blocks, each decode's own tokens after them): a tail of 0 is a decode whose
+# whole context is the shared blocks, which is attended in the shared part alone.
+@pytest.mark.parametrize("shared_blocks, tails", [(0, (5, 9, 2)), (3, (5, 9, 2)), (3, (0, 9, 2)),
+                                                  (3, (0, 0, 0))])
+def test_batched_decodes_and_prefill_chunks_match_dense_attention(shared_blocks, tails):
     torch.manual_seed(0)
     bs, kv_heads, heads, dim, num_blocks = 4, 2, 6, 8, 64
     k_cache = torch.randn(num_blocks, bs, kv_heads, dim)
@@ -32,8 +35,8 @@ def test_batched_decodes_and_prefill_chunks_match_dense_attention(shared_blocks)
     perm = torch.randperm(num_blocks).tolist()  # blocks handed out in no particular order
     common = perm[:shared_blocks]
     # (context length, new tokens): three decodes, then two prefill chunks with earlier context
-    seqs = [(shared_blocks * bs + 5, 1), (shared_blocks * bs + 9, 1), (shared_blocks * bs + 2, 1),
-            (shared_blocks * bs + 7, 7), (shared_blocks * bs + 14, 6)]
+    seqs = [(shared_blocks * bs + tail, 1) for tail in tails]
+    seqs += [(shared_blocks * bs + 7, 7), (shared_blocks * bs + 14, 6)]
     tables, cursor = [], shared_blocks
     for ctx, _ in seqs:
         own = math.ceil(ctx / bs) - shared_blocks
