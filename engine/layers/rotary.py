@@ -52,23 +52,18 @@ class RotaryEmbedding(nn.Module):
         positions = torch.arange(max_positions, dtype=torch.float32, device=device)
         freqs = torch.outer(positions, inv_freq.to(device))
         self.cos, self.sin = freqs.cos(), freqs.sin()
-        # One module serves every layer, and all layers of a step rotate at the same positions:
-        # the torch path looks its table rows up once per step (see forward).
-        self._rows_positions: torch.Tensor | None = None
-        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The torch path's table rows at `positions`, which the model looks up once per step for
+        all its layers (they rotate at the same positions); None on CUDA, where the kernel reads
+        the tables itself."""
+        return None if positions.is_cuda else rope_rows(positions, self.cos, self.sin)
 
     def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+        rows: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: [N, heads, head_dim], k: [N, kv_heads, head_dim], positions: [N]. On CUDA the Triton
-        kernel rotates q and k in place; the CPU gets new tensors (engine/kernels/rope.py)."""
-        if q.is_cuda:  # the kernel reads the tables itself
-            return apply_rope(positions, q, k, self.cos, self.sin)
-        # Reuse the rows while the positions are equal in value (compared against a copy, so a
-        # tensor reused and rewritten in place is not mistaken for the last step's). One compare
-        # costs a fifth of the five lookups and concatenations it saves.
-        cached = self._rows_positions
-        if cached is None or cached.shape != positions.shape or not torch.equal(cached, positions):
-            self._rows = rope_rows(positions, self.cos, self.sin)
-            self._rows_positions = positions.clone()
-        return apply_rope(positions, q, k, self.cos, self.sin, self._rows)
+        """q: [N, heads, head_dim], k: [N, kv_heads, head_dim], positions: [N]; `rows`: what
+        rows(positions) gave. On CUDA the Triton kernel rotates q and k in place; the CPU gets new
+        tensors (engine/kernels/rope.py)."""
+        return apply_rope(positions, q, k, self.cos, self.sin, rows)

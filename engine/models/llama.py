@@ -32,14 +32,15 @@ class Attention(nn.Module):
         self.rotary = rotary
         self.scale = cfg.head_dim**-0.5
 
-    def forward(self, positions, x, kv_cache, meta: AttentionMetadata, backend: AttentionBackend):
+    def forward(self, positions, rope_rows, x, kv_cache, meta: AttentionMetadata,
+                backend: AttentionBackend):
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
+        q, k = self.rotary(positions, q, k, rope_rows)
         o = backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(o.flatten(1))
 
@@ -62,13 +63,13 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, positions, x, residual, kv_cache, meta, backend):
+    def forward(self, positions, rope_rows, x, residual, kv_cache, meta, backend):
         if residual is None:
             residual = x
             x = self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x, kv_cache, meta, backend)
+        x = self.self_attn(positions, rope_rows, x, kv_cache, meta, backend)
         x, residual = self.post_attention_layernorm(x, residual)
         return self.mlp(x), residual
 
@@ -90,6 +91,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.rotary = rotary
         self.layers = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
@@ -104,8 +106,9 @@ class LlamaForCausalLM(nn.Module):
                 backend: AttentionBackend) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
         residual = None
+        rope_rows = self.rotary.rows(positions)  # once per step, for every layer
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            x, residual = layer(positions, x, residual, kv_cache, meta, backend)
+            x, residual = layer(positions, rope_rows, x, residual, kv_cache, meta, backend)
         x, _ = self.norm(x, residual)
         return x
 
