@@ -8,17 +8,23 @@ nothing else: access, storage and the agent live in `openclaw/`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from openclaw.gateway_types import InboundMessage
+
+if TYPE_CHECKING:  # aiohttp is imported when a connector first downloads: the CLI need not load it
+    import aiohttp
+    import yarl
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[InboundMessage], Awaitable[None]]
 MAX_FILE_BYTES = 20 * 1024 * 1024  # the largest file a user may send (Telegram's limit for bots)
 MAX_FILE_NAME_BYTES = 120
+DOWNLOAD_CHUNK = 1 << 16
 
 
 class ConnectorStartError(Exception):
@@ -34,6 +40,11 @@ class DeliveryRefused(Exception):
 
 class FileTooBig(Exception):
     """A download wrote more than its limit (whatever size the service had stated)."""
+
+
+class DownloadFailed(Exception):
+    """A file could not be fetched. The message is the note's reason as it is, and names no URL
+    (a file's URL may hold a secret: a signature, a bot token)."""
 
 
 class Connector(Protocol):
@@ -131,7 +142,8 @@ async def save_attachment(folder: Path, name: str, download: Callable[[Writer], 
     for the agent saying why not). A `size` over `max_bytes` is refused before any download;
     `download(out)` writes the bytes into `out`, which raises FileTooBig past `max_bytes` (a stated
     size may be wrong), and an exception of `errors` becomes the note. A failed or stopped download
-    leaves no partial file. `why(exc)` words an error for the note and the log."""
+    leaves no partial file. `why(exc)` words an error for the note and the log (by default
+    reason_for)."""
     if size is not None and size > max_bytes:
         return None, (f"[The user sent the file {name!r} ({size} bytes), too big for me "
                       f"to download: the limit is {max_bytes} bytes.]")
@@ -146,13 +158,81 @@ async def save_attachment(folder: Path, name: str, download: Callable[[Writer], 
                       f"the limit of {max_bytes} bytes.]")
     except errors as exc:
         path.unlink(missing_ok=True)
-        reason = why(exc) if why else f"{type(exc).__name__}: {exc}"
+        reason = (why or reason_for)(exc)
         log.warning("%s: could not download %s: %s", channel, name, reason)
         return None, f"[The user sent the file {name!r}, but downloading it failed: {reason}]"
     except BaseException:  # /stop, shutdown, or a bug: still no half-written file
         path.unlink(missing_ok=True)
         raise
     return path.name, None
+
+
+def reason_for(exc: BaseException) -> str:
+    """Why a download failed, for the note and the log: a DownloadFailed's message, or the
+    exception's type and message."""
+    return str(exc) if isinstance(exc, DownloadFailed) else f"{type(exc).__name__}: {exc}"
+
+
+class FileDownloads:
+    """A connector's own HTTP session for the files users send, streamed into save_attachment's
+    writer: nothing is held in memory beyond a chunk, and a file passing the limit ends the
+    transfer there (the connection is closed, not drained). The session is made on first use (a
+    message recovered at start-up is fetched before the connector's start() is done) and closed
+    by `close()`, from the connector's stop(). `source` names the server in notes ("Discord's
+    CDN"); `refused(status, reason)` words a non-200 answer (default: "<source> answered 404 Not
+    Found"). A stalled connection times out after `read_timeout` seconds without data; a whole
+    large, slow file has no time limit. `trust_env`: use the HTTP(S)_PROXY environment variables."""
+
+    def __init__(self, source: str, *, refused: Callable[[int, str], str] | None = None,
+                 connect_timeout: float = 30.0, read_timeout: float = 60.0,
+                 trust_env: bool = False) -> None:
+        self.source, self._refused = source, refused
+        self._timeouts, self._trust_env = (connect_timeout, read_timeout), trust_env
+        self._session: aiohttp.ClientSession | None = None
+
+    async def fetch(self, url: str | yarl.URL, out: Writer) -> None:
+        """GET `url` and write its body into `out` as it arrives. Raises DownloadFailed (never
+        naming the URL) for an answer other than 200 and for network errors and timeouts; what
+        `out.write` raises (FileTooBig) passes through."""
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            connect, read = self._timeouts
+            self._session = aiohttp.ClientSession(
+                trust_env=self._trust_env,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read))
+        try:
+            async with self._session.get(url) as response:
+                if response.status != 200:
+                    reason = response.reason or ""
+                    raise DownloadFailed(self._refused(response.status, reason) if self._refused
+                                         else f"{self.source} answered {response.status} {reason}")
+                try:
+                    async for chunk in response.content.iter_chunked(DOWNLOAD_CHUNK):
+                        out.write(chunk)
+                except BaseException:  # FileTooBig, a cancelled turn: drop the rest unread
+                    response.close()
+                    raise
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # `from None`: the cause names the URL (a connect timeout, a bad redirect do)
+            raise DownloadFailed(f"the connection to {self.source} failed "
+                                 f"({_without_urls(exc)})") from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _without_urls(exc: BaseException) -> str:
+    """An exception's type and message with every URL cut to its scheme and host (aiohttp names
+    the URL in some errors, and its path, query or user part may hold a secret)."""
+    import aiohttp
+
+    text = "" if isinstance(exc, aiohttp.InvalidURL) else str(exc)  # all URL, maybe not parseable
+    text = re.sub(r"\b([a-z][a-z0-9+.-]*://)(?:[^/\s'\"@]*@)?([^/\s'\"]*)[^\s'\"]*", r"\1\2/…",
+                  text, flags=re.IGNORECASE)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Writer(Protocol):

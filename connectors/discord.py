@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 import discord
 import yarl
 from discord import app_commands
@@ -32,6 +31,8 @@ from discord import app_commands
 from connectors.base import (
     MAX_FILE_BYTES,
     ConnectorStartError,
+    DownloadFailed,
+    FileDownloads,
     Handler,
     Writer,
     media_note,
@@ -56,17 +57,10 @@ NUMBERED_COMMANDS = {
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
 # Attachments the agent cannot open yet, by the major part of their content type.
 UNSUPPORTED_MEDIA = {"image": "an image", "audio": "an audio file", "video": "a video"}
-# Downloads from the CDN: no limit on a whole (large, slow) file, only on a stalled connection.
-CDN_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60)
-CDN_CHUNK = 1 << 16
 
 
 class DiscordLoginError(ConnectorStartError):
     """Discord refused the bot (bad token, intents not enabled): retrying cannot help."""
-
-
-class _CdnError(Exception):
-    """A file could not be fetched from the CDN; the message is the note's reason, as it is."""
 
 
 class DiscordConnector:
@@ -97,7 +91,7 @@ class DiscordConnector:
         self._stopping = False
         self._failures = 0  # failed attempts since the last successful connection
         self._drafts: dict[str, _Draft] = {}
-        self._cdn: aiohttp.ClientSession | None = None  # for attached files; made on first use
+        self._cdn = FileDownloads("Discord's CDN")  # attached files; its session made on first use
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -131,9 +125,7 @@ class DiscordConnector:
             draft.cancel_flush()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        if self._cdn is not None:
-            await self._cdn.close()
-            self._cdn = None
+        await self._cdn.close()
 
     @property
     def connected(self) -> bool:
@@ -225,19 +217,13 @@ class DiscordConnector:
 
         async def download(out: Writer) -> None:
             if _link_expired(file["url"]):
-                raise _CdnError("its link expired (Discord's file links last about a day); ask the "
-                                "user to send the file again.")
-            if self._cdn is None or self._cdn.closed:
-                self._cdn = aiohttp.ClientSession(timeout=CDN_TIMEOUT)
-            async with self._cdn.get(file["url"]) as response:
-                if response.status != 200:
-                    raise _CdnError(f"Discord's CDN answered {response.status} {response.reason}")
-                async for chunk in response.content.iter_chunked(CDN_CHUNK):
-                    out.write(chunk)
+                raise DownloadFailed("its link expired (Discord's file links last about a day); ask "
+                                     "the user to send the file again.")
+            await self._cdn.fetch(file["url"], out)
 
         return await save_attachment(folder, file["name"], download, size=file["size"],
-                                     max_bytes=self.max_file_bytes, channel=self.name, why=_why,
-                                     errors=(_CdnError, aiohttp.ClientError, OSError))
+                                     max_bytes=self.max_file_bytes, channel=self.name,
+                                     errors=(DownloadFailed, OSError))
 
     def _slash_command(self, name: str, description: str) -> app_commands.Command:
         async def callback(interaction: discord.Interaction) -> None:
@@ -441,14 +427,6 @@ def _link_expired(url: str) -> bool:
         return int(expires, 16) <= time.time()
     except ValueError:
         return False
-
-
-def _why(exc: BaseException) -> str:
-    """An error while fetching a file, for the agent's note and the log, without a URL's query
-    (its signature: some aiohttp errors name the URL)."""
-    if isinstance(exc, _CdnError):
-        return str(exc)
-    return re.sub(r"(https?://[^\s?'\"]*)\?[^\s'\"]*", r"\1", f"{type(exc).__name__}: {exc}")
 
 
 def _media_kind(attachment: discord.Attachment) -> str | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from telegram import Bot, BotCommand, Message, MessageEntity, Update
 from telegram.constants import ChatAction, ChatType, ParseMode
@@ -27,12 +28,16 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, Re
 from telegram.warnings import PTBDeprecationWarning
 
 from connectors.base import (
+    DOWNLOAD_CHUNK,
     MAX_FILE_BYTES,
     ConnectorStartError,
     DeliveryRefused,
+    DownloadFailed,
+    FileDownloads,
     Handler,
     Writer,
     media_note,
+    reason_for,
     safe_file_name,
     save_attachment,
 )
@@ -53,6 +58,7 @@ UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("a
                ("video", "a video"), ("animation", "a GIF"), ("photo", "a photo"),
                ("sticker", "a sticker"), ("location", "a location"), ("contact", "a contact"),
                ("poll", "a poll")]
+TELEGRAM_API = "https://api.telegram.org/"
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,15 @@ class TelegramConnector:
     def __init__(self, token: str, *, base_url: str | None = None, base_file_url: str | None = None,
                  poll_timeout: float = 30.0, backoff: Backoff = Backoff(),
                  max_file_bytes: int = MAX_FILE_BYTES, send_attempts: int = 3,
-                 max_retry_after: float = 60.0, draft_interval: float = 1.0) -> None:
+                 max_retry_after: float = 60.0, draft_interval: float = 1.0,
+                 file_read_timeout: float = 60.0) -> None:
         _keep_token_out_of_logs()  # before Bot(), which logs its URLs
         urls = {k: v for k, v in (("base_url", base_url), ("base_file_url", base_file_url)) if v}
         self._bot = Bot(token, **urls)
+        # Documents stream from the file server through a session of our own (PTB's request layer
+        # reads a whole body into memory). Like PTB's httpx client, it honours HTTPS_PROXY.
+        self._files = FileDownloads("Telegram's file server", refused=_refused, trust_env=True,
+                                    read_timeout=file_read_timeout)
         self._poll_timeout, self._backoff = poll_timeout, backoff
         self._max_file_bytes = max_file_bytes
         self._send_attempts, self._max_retry_after = send_attempts, max_retry_after
@@ -122,7 +133,7 @@ class TelegramConnector:
 
     async def stop(self) -> None:
         """End polling at once (the long poll is cancelled), confirm what was handled, and close
-        the HTTP clients."""
+        the HTTP clients (the Bot's, and the file downloads' session)."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -134,6 +145,7 @@ class TelegramConnector:
                 await asyncio.wait_for(self._bot.get_updates(offset=self._offset, timeout=0), 2)
             except (TelegramError, TimeoutError) as exc:
                 log.debug("telegram: could not confirm the last updates at stop: %s", _why(exc))
+        await self._files.close()
         await self._bot.shutdown()
 
     async def _run(self) -> None:
@@ -273,17 +285,48 @@ class TelegramConnector:
     async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
         """Download a document into the sender's workspace (called by the gateway for admitted
         users only): (its name in the folder, None) or (None, a note for the agent saying why not).
-        PTB reads the whole body before writing it to `out`, whose limit then holds for what was
-        served, whatever size was stated (the Bot API itself serves bots at most 20 MB)."""
+        getFile names the file; its body is streamed from the file server (base_file_url) through
+        the connector's own HTTP session straight into the file, a chunk at a time, so the limit
+        (max_file_bytes) holds for what is served, whatever size was stated, and ends the transfer
+        as soon as it is passed: nothing is held in memory, even for the 2 GB a local Bot API
+        server serves. Such a server in --local mode names a file on this machine instead, which
+        is copied the same way. The file's URL and a local server's path hold the bot token: no
+        note or log line names them."""
         doc = json.loads(ref)
 
         async def download(out: Writer) -> None:
             remote = await self._bot.get_file(doc["file_id"])
-            await remote.download_to_memory(out, read_timeout=120)
+            source = self._file_source(remote.file_path)
+            if isinstance(source, Path):
+                await _copy_local(source, out)
+            else:
+                await self._files.fetch(source, out)
 
         return await save_attachment(folder, doc["name"], download, size=doc.get("size"),
-                                     max_bytes=self._max_file_bytes, channel=self.name, why=_why,
-                                     errors=(TelegramError, OSError, RuntimeError))
+                                     max_bytes=self._max_file_bytes, channel=self.name,
+                                     why=lambda exc: _why(exc, self._bot.token),
+                                     errors=(DownloadFailed, TelegramError, OSError))
+
+    def _file_source(self, file_path: str | None) -> str | Path:
+        """Where getFile's `file_path` is: the URL on the file server (PTB has put base_file_url
+        and the token before Telegram's relative path), or a local Bot API server's file here."""
+        if not file_path:
+            raise DownloadFailed("Telegram gave no path to download it from")
+        base = self._bot.base_file_url  # "<base_file_url><token>"
+        if file_path.startswith(base + "/"):
+            relative = file_path[len(base) + 1:]
+        elif Path(file_path).is_absolute():  # a --local server's file; PTB saw it exists here
+            if self._bot.base_url.startswith(TELEGRAM_API):  # only a self-hosted server does that
+                raise DownloadFailed("Telegram's Bot API named a local file instead of a download; "
+                                     "not read")
+            return Path(file_path)
+        else:  # PTB leaves a relative path alone when a file of that name is in the current folder
+            relative = file_path
+        if relative.startswith("/"):  # --local mode, but its files are not on this machine
+            raise DownloadFailed("the local Bot API server keeps its files on its own machine "
+                                 "(--local mode), out of this daemon's reach; run the daemon "
+                                 "where it can read them, or the server without --local")
+        return f"{base}/{quote(relative)}"  # encoded as PTB's own download does
 
     # ---- outbound -----------------------------------------------------------------------------
 
@@ -457,9 +500,35 @@ def _retry_seconds(exc: RetryAfter) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-def _why(exc: BaseException) -> str:
+def _why(exc: BaseException, token: str | None = None) -> str:
     # PTB repeats the token in some messages (InvalidToken); a bot token is "<digits>:<secret>".
-    return re.sub(r"\b\d{3,}:[\w-]{20,}", "***", f"{type(exc).__name__}: {exc}")
+    text = reason_for(exc)  # a DownloadFailed's message as it is
+    if token:
+        text = text.replace(token, "***")
+    return re.sub(r"\b\d{3,}:[\w-]{20,}", "***", text)
+
+
+def _refused(status: int, reason: str) -> str:
+    """The note's reason for a file server's answer other than 200."""
+    if status == 404:
+        return ("Telegram no longer has it (404 Not Found: its download link expired, or the file "
+                "is gone); ask the user to send the file again.")
+    if status >= 500:
+        return (f"Telegram's file server failed ({status} {reason}); ask the user to send the file "
+                "again later.")
+    return f"Telegram's file server answered {status} {reason}"
+
+
+async def _copy_local(path: Path, out: Writer) -> None:
+    """Copy a file a local Bot API server saved into `out` (whose limit holds), a chunk at a time,
+    reading off the event loop. Its path holds the bot token: an error names it not."""
+    try:
+        source = open(path, "rb")  # a local file opens at once; closed below
+    except OSError as exc:
+        raise DownloadFailed(f"the local Bot API server's file cannot be read ({exc.strerror})") from None
+    with source:
+        while chunk := await asyncio.to_thread(source.read, 16 * DOWNLOAD_CHUNK):
+            out.write(chunk)
 
 
 def _keep_token_out_of_logs() -> None:

@@ -26,7 +26,7 @@ from connectors.telegram import Backoff, TelegramConnector, markdown_to_html, sa
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, load_config
 from openclaw.daemon import Daemon
-from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_api import FakeTelegram, Generated
 from tests.openclaw.scripted_model import ScriptedModel, last_user
 
 # PTB itself warns, while building a RetryAfter, that retry_after will become a timedelta; the
@@ -120,6 +120,17 @@ async def env(tmp_path, fake):
     environment = Env(tmp_path, fake)
     yield environment
     await environment.stop()
+
+
+@pytest.fixture
+async def local_env(tmp_path):
+    """A local Bot API server in --local mode: getFile names files on this machine."""
+    server = FakeTelegram(local_dir=tmp_path / "bot-api")
+    await server.start()
+    environment = Env(tmp_path, server)
+    yield environment
+    await environment.stop()
+    await server.stop()
 
 
 # ---- conversations ------------------------------------------------------------------------------
@@ -414,14 +425,135 @@ async def test_a_document_too_big_is_not_downloaded_and_the_agent_is_told(env, f
     assert fake.calls_to("getFile") == []
 
 
-async def test_a_document_served_larger_than_getfile_said_is_not_kept(env, fake):
-    await env.start(ScriptedModel(echo), max_file_bytes=1000)
-    fake.send_document("big.bin", b"x" * 5000, declared_size=5)  # the message and getFile say 5
-    [reply] = await env.replies(ADA, 1)
+async def test_a_large_document_streams_in_byte_for_byte(env, fake):
+    content = os.urandom(5 * 65536 + 123)  # many chunks, the last one short
+    await env.start(ScriptedModel(echo))
+    fake.send_document("data.bin", content)
+    assert await env.replies(ADA, 1) == ["re: [attached files, in your workspace: data.bin]"]
+    workspace = env.config.policy().principal(f"telegram:{ADA}").workspace
+    assert (workspace / "data.bin").read_bytes() == content
+    [download] = fake.downloads
+    assert download.complete and download.sent == len(content)
+
+
+async def test_a_document_served_larger_than_getfile_said_is_cut_off_at_the_limit(env, fake):
+    # The message and getFile say 5 bytes; the server streams 256 MiB. The transfer must end
+    # soon after the limit (64 KiB): the connection is closed, not read to the end.
+    full = 256 << 20
+    await env.start(ScriptedModel(echo), max_file_bytes=65536)
+    fake.send_document("big.bin", Generated(full), declared_size=5)
+    [reply] = await env.replies(ADA, 1, timeout=30)
     assert reply == ("re: [The user sent the file 'big.bin', too big for me to download: it is over "
-                     "the limit of 1000 bytes.]")
+                     "the limit of 65536 bytes.]")
     assert len(fake.calls_to("getFile")) == 1
+    await until(lambda: fake.downloads and fake.downloads[0].ended)
+    [download] = fake.downloads
+    # what the server got out before the client closed: the limit, plus what the socket buffers
+    # took in (a few MiB; at most 36 MiB here: tcp_rmem's and tcp_wmem's maximum)
+    assert not download.complete and 65536 < download.sent < full // 4, download.sent
     assert list(env.tmp_path.rglob("big.bin")) == []
+
+
+@pytest.mark.parametrize(("status", "reason", "note"), [
+    (404, "Not Found", "Telegram no longer has it (404 Not Found: its download link expired, or the "
+                       "file is gone); ask the user to send the file again."),
+    (502, "Bad Gateway", "Telegram's file server failed (502 Bad Gateway); ask the user to send the "
+                         "file again later."),
+])
+async def test_a_file_server_error_is_a_note_that_names_no_token(env, fake, caplog, status, reason,
+                                                                   note):
+    caplog.set_level(logging.DEBUG)
+    await env.start(ScriptedModel(echo))
+    fake.fail_next("download", status, reason)
+    fake.send_document("gone.pdf", b"%PDF gone", caption="read this")
+    [reply] = await env.replies(ADA, 1)
+    assert reply == f"re: read this\n\n[The user sent the file 'gone.pdf', but downloading it failed: {note}]"
+    assert [d.status for d in fake.downloads] == [status]
+    assert list(env.tmp_path.rglob("gone.pdf")) == []
+    assert "could not download gone.pdf" in caplog.text  # the failure was logged...
+    assert not [r for r in caplog.records if fake.token in r.getMessage()]  # ...without the token
+    assert fake.token not in caplog.text
+
+
+@pytest.mark.parametrize(("stall", "error"), [(False, "ClientPayloadError"),
+                                              (True, "SocketTimeoutError")])
+async def test_a_download_broken_off_or_stalled_is_a_note_and_no_file(env, fake, caplog, stall,
+                                                                       error):
+    caplog.set_level(logging.DEBUG)
+    await env.start(ScriptedModel(echo), file_read_timeout=0.5)
+    fake.cut_next_download(100_000, stall=stall)
+    fake.send_document("half.bin", b"y" * 300_000)
+    [reply] = await env.replies(ADA, 1, timeout=15)
+    assert reply.startswith("re: [The user sent the file 'half.bin', but downloading it failed: the "
+                            f"connection to Telegram's file server failed ({error}"), reply
+    assert list(env.tmp_path.rglob("half.bin")) == []
+    assert fake.token not in caplog.text and fake.token not in reply
+
+
+async def test_a_file_in_a_message_recovered_after_a_restart_is_downloaded(env, fake):
+    model = ScriptedModel(echo)
+    model.gate = asyncio.Event()  # the first answer never ends: the daemon stops in the middle
+    daemon = await env.start(model)
+    fake.send("first")
+    await until(lambda: model.prompts)
+    fake.send_document("notes.txt", b"hello", caption="second")
+    await until(lambda: daemon.gateway.queue_length() == 2)  # stored, waiting behind "first"
+    await env.stop()
+    assert fake.downloads == []
+    # The restarted connector's getMe is refused (at start, and by the polling loop, which then
+    # waits 2 s): the recovered turns run meanwhile, and the file is fetched with the bot not yet
+    # initialized (the download needs no more).
+    for _ in range(2):
+        fake.fail_next("getMe", 429, retry_after=2)
+    await env.start(ScriptedModel(echo))
+    assert await env.replies(ADA, 2, timeout=15) == [
+        "re: first", "re: second\n\n[attached files, in your workspace: notes.txt]"]
+    refused, accepted = fake.calls_to("getMe")[-2:]
+    assert refused.status == 429 and fake.calls_to("getFile")[0].at < accepted.at
+    workspace = env.config.policy().principal(f"telegram:{ADA}").workspace
+    assert (workspace / "notes.txt").read_bytes() == b"hello"
+
+
+async def test_the_download_session_is_closed_at_stop(env, fake):
+    daemon = await env.start(ScriptedModel(echo))
+    fake.send_document("a.txt", b"a")
+    await env.replies(ADA, 1)
+    [connector] = daemon.connectors
+    session = connector._files._session
+    assert session is not None and not session.closed  # the download used it
+    await env.stop()
+    assert session.closed
+
+
+async def test_a_local_bot_api_servers_file_is_copied_from_its_folder(local_env):
+    fake = local_env.fake
+    content = os.urandom(3 << 20)  # several reads
+    await local_env.start(ScriptedModel(echo), max_file_bytes=4 << 20)
+    fake.send_document("local.bin", content)
+    assert await local_env.replies(ADA, 1) == ["re: [attached files, in your workspace: local.bin]"]
+    workspace = local_env.config.policy().principal(f"telegram:{ADA}").workspace
+    assert (workspace / "local.bin").read_bytes() == content
+    assert fake.downloads == []  # read from the disk, not over HTTP
+    fake.send_document("huge.bin", Generated(5 << 20), declared_size=5)
+    assert (await local_env.replies(ADA, 2))[1] == (
+        "re: [The user sent the file 'huge.bin', too big for me to download: it is over the limit "
+        f"of {4 << 20} bytes.]")
+    assert list(workspace.glob("huge*")) == []
+
+
+async def test_a_local_servers_file_missing_here_is_a_note_that_names_no_path(local_env, caplog):
+    caplog.set_level(logging.DEBUG)
+    fake = local_env.fake
+    await local_env.start(ScriptedModel(echo))
+    fake.send_document("far.txt", b"far away")
+    for path in (local_env.tmp_path / "bot-api").rglob("file_*"):  # on the server's machine only
+        path.unlink()
+    [reply] = await local_env.replies(ADA, 1)
+    assert reply == ("re: [The user sent the file 'far.txt', but downloading it failed: the local "
+                     "Bot API server keeps its files on its own machine (--local mode), out of this "
+                     "daemon's reach; run the daemon where it can read them, or the server without "
+                     "--local]")
+    assert fake.downloads == [] and fake.token not in caplog.text
 
 
 async def test_voice_notes_and_photos_are_answered_as_not_supported_yet(env, fake):

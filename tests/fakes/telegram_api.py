@@ -3,7 +3,10 @@ python-telegram-bot client in tests.
 
 Requests are POSTs (form-encoded with JSON-encoded values, or a JSON body) to `/bot<token>/<method>`;
 answers are `{"ok": true, "result": ...}` or `{"ok": false, "error_code": N, "description": ...,
-"parameters": {...}}`. Files download from `/file/bot<token>/<file_path>`. It keeps Telegram's
+"parameters": {...}}`. Files download from `/file/bot<token>/<file_path>`, streamed in chunks with
+their Content-Length; with `local_dir` the fake is a local Bot API server in --local mode instead:
+getFile names the file as an absolute path under `local_dir/<token>/`, where it was written, and
+nothing is served over HTTP. It keeps Telegram's
 semantics where a client could get them wrong: getUpdates drops updates below `offset` (they are
 confirmed), holds a long poll open for `timeout` seconds, and ends an older poll with 409 when a
 newer one arrives; message ids count per chat; entities (mentions, commands) are computed by the
@@ -11,8 +14,11 @@ server; HTML text is checked and its visible text is limited to 4096 characters.
 
 Test helpers: `send` / `send_document` / `send_voice` / `send_photo` (a user writes), `add_update`
 (any raw update), `texts(chat)` (what the bot's messages in a chat show now), `fail_next` (queue an
-error such as 429 with retry_after for a method's next call), `reject_formatting`, and `stop()` /
-`start()` on the same port to make the service go away and come back.
+error such as 429 with retry_after for a method's next call; "download" for the next file
+download), `cut_next_download` (the connection breaks or stalls partway through a file),
+`downloads` (what each file download sent before it ended), `reject_formatting`, and `stop()` /
+`start()` on the same port to make the service go away and come back. A file's content may be
+`Generated(size)`: its bytes are made as they are sent, never held whole.
 """
 
 from __future__ import annotations
@@ -24,13 +30,16 @@ import re
 import socket
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 MAX_TEXT = 4096
+CHUNK = 1 << 16  # how much of a file each write sends
 _STRING_PARAMS = {"text", "caption", "parse_mode", "action", "file_id", "url", "language_code"}
 _HTML_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler", "a",
               "code", "pre", "blockquote", "tg-emoji"}
@@ -48,6 +57,45 @@ class Call:
     params: dict[str, Any]
     at: float  # time.monotonic() when it arrived
     status: int = 200  # the HTTP status it was answered with
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A file's content of `size` bytes of `fill`, made chunk by chunk as it is sent (a large file
+    the fake does not hold in memory)."""
+
+    size: int
+    fill: bytes = b"x"
+
+    def __len__(self) -> int:
+        return self.size
+
+    def chunks(self) -> Iterator[bytes]:
+        block = (self.fill * (CHUNK // len(self.fill) + 1))[:CHUNK]
+        for start in range(0, self.size, CHUNK):
+            yield block[:min(CHUNK, self.size - start)]
+
+
+Content = bytes | Generated
+
+
+@dataclass
+class Download:
+    """One GET of a file: its status, and how many bytes of the body the server wrote before the
+    download ended (all of it, the client closed the connection, or a cut)."""
+
+    path: str
+    status: int = 200
+    sent: int = 0
+    size: int = 0  # the whole body's length (Content-Length)
+    complete: bool = False  # every byte was sent
+    ended: bool = False  # the handler is done (so `sent` is final)
+
+
+@dataclass
+class _Cut:
+    after: int  # bytes sent before the break
+    stall: bool  # hold the connection open silently instead of dropping it
 
 
 @dataclass
@@ -68,8 +116,9 @@ class _Poll:
 
 class FakeTelegram:
     def __init__(self, token: str = "123456:TEST-fake-token", *, bot_id: int = 777_000,
-                 username: str = "openclaw_test_bot") -> None:
+                 username: str = "openclaw_test_bot", local_dir: Path | None = None) -> None:
         self.token, self.bot_id, self.username = token, bot_id, username
+        self.local_dir = local_dir  # set: a local Bot API server in --local mode
         self.port: int | None = None
         self.calls: list[Call] = []
         self.updates: list[dict] = []  # not yet confirmed, oldest first
@@ -79,8 +128,10 @@ class FakeTelegram:
         self.commands: list[dict] = []  # from setMyCommands
         self.reject_formatting = False  # answer any parse_mode with 400 "can't parse entities"
         self.polls_waiting = 0  # getUpdates requests held open right now
+        self.downloads: list[Download] = []  # every GET of /file/bot<token>/...
+        self._cuts: list[_Cut] = []
         self._failures: dict[str, list[ApiError]] = defaultdict(list)
-        self._files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, content)
+        self._files: dict[str, tuple[str, Content]] = {}  # file_id -> (file_path, content)
         self._declared_sizes: dict[str, int] = {}  # file_id -> a file_size that is not len(content)
         self._history: dict[int, dict[int, dict]] = defaultdict(dict)  # chat -> id -> message
         self._message_ids: dict[int, itertools.count] = defaultdict(lambda: itertools.count(1))
@@ -147,7 +198,7 @@ class FakeTelegram:
         self.add_update({"message": message})
         return message
 
-    def send_document(self, file_name: str, content: bytes, user: int = 1001, *,
+    def send_document(self, file_name: str, content: Content, user: int = 1001, *,
                       caption: str | None = None, declared_size: int | None = None, **kw: Any) -> dict:
         """A user sends a file; `declared_size` makes the message and getFile state that size
         while the download serves all of `content` (a server that lies, or a file that changed)."""
@@ -171,8 +222,15 @@ class FakeTelegram:
                   "file_size": 12}]
         return self.send(caption, user, photo=photo, **kw)
 
-    def add_file(self, content: bytes, file_path: str) -> str:
+    def add_file(self, content: Content, file_path: str) -> str:
         file_id = f"F{next(self._file_ids)}"
+        if self.local_dir is not None:  # --local: the server keeps files under <dir>/<token>/
+            local = self.local_dir / self.token / file_path
+            local.parent.mkdir(parents=True, exist_ok=True)
+            with local.open("wb") as out:
+                for chunk in _chunks(content):
+                    out.write(chunk)
+            file_path = str(local.resolve())
         self._files[file_id] = (file_path, content)
         return file_id
 
@@ -198,11 +256,17 @@ class FakeTelegram:
 
     def fail_next(self, method: str, code: int = 429, description: str | None = None, *,
                   retry_after: int | None = None) -> None:
-        """Answer the next call of `method` with this error instead of serving it."""
+        """Answer the next call of `method` (or the next file download: "download") with this
+        error instead of serving it."""
         if description is None:
             description = (f"Too Many Requests: retry after {retry_after}" if code == 429
                            else "Internal Server Error")
         self._failures[method].append(ApiError(code, description, retry_after))
+
+    def cut_next_download(self, after: int, *, stall: bool = False) -> None:
+        """The next file download sends `after` bytes of the body, then the connection drops (or,
+        with `stall`, stays open with nothing more coming)."""
+        self._cuts.append(_Cut(after, stall))
 
     # ---- the HTTP side ------------------------------------------------------------------------
 
@@ -227,14 +291,55 @@ class FakeTelegram:
                 body["parameters"] = {"retry_after": exc.retry_after}
             return _answer(body, exc.code)
 
-    async def _download(self, request: web.Request) -> web.Response:
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        record = Download(request.match_info["path"])
+        self.downloads.append(record)
+        try:
+            content = self._file_at(request)
+            response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+            response.content_length = record.size = len(content)
+            await response.prepare(request)
+            await self._stream(request, response, content, record)
+            return response
+        except ApiError as exc:
+            record.status = exc.code
+            return _answer({"ok": False, "error_code": exc.code, "description": exc.description},
+                           exc.code)
+        finally:
+            record.ended = True
+
+    def _file_at(self, request: web.Request) -> Content:
         if request.match_info["token"] != self.token:
-            return _answer({"ok": False, "error_code": 401, "description": "Unauthorized"}, 401)
+            raise ApiError(401, "Unauthorized")
+        if self._failures["download"]:
+            raise self._failures["download"].pop(0)
         path = request.match_info["path"]
-        for file_path, content in self._files.values():
-            if file_path == path:
-                return web.Response(body=content, content_type="application/octet-stream")
-        return _answer({"ok": False, "error_code": 404, "description": "Not Found"}, 404)
+        found = [content for file_path, content in self._files.values() if file_path == path]
+        if not found or self.local_dir is not None:  # --local serves no files over HTTP
+            raise ApiError(404, "Not Found")
+        return found[0]
+
+    async def _stream(self, request: web.Request, response: web.StreamResponse, content: Content,
+                      record: Download) -> None:
+        """Send the body a chunk at a time, as far as the client takes it (or a cut allows)."""
+        cut = self._cuts.pop(0) if self._cuts else None
+        try:
+            for chunk in _chunks(content):
+                if cut is not None and record.sent + len(chunk) > cut.after:
+                    chunk = chunk[:cut.after - record.sent]
+                    await response.write(chunk)
+                    record.sent += len(chunk)
+                    while cut.stall and _open(request):  # until the client gives up
+                        await asyncio.sleep(0.02)
+                    if _open(request):
+                        request.transport.close()  # the network breaks mid-file
+                    return
+                await response.write(chunk)  # waits while the client does not read
+                record.sent += len(chunk)
+            await response.write_eof()
+            record.complete = True
+        except ConnectionError:  # the client closed the connection: stop sending
+            pass
 
     def _me(self) -> dict:
         return {"id": self.bot_id, "is_bot": True, "first_name": "OpenClaw", "username": self.username,
@@ -367,6 +472,16 @@ async def _params(request: web.Request) -> dict[str, Any]:
             except ValueError:
                 params[key] = value
     return params
+
+
+def _open(request: web.Request) -> bool:
+    return request.transport is not None and not request.transport.is_closing()
+
+
+def _chunks(content: Content) -> Iterator[bytes]:
+    if isinstance(content, Generated):
+        return content.chunks()
+    return (content[at:at + CHUNK] for at in range(0, len(content), CHUNK))
 
 
 def _answer(body: dict, status: int = 200) -> web.Response:
