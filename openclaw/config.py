@@ -961,9 +961,12 @@ enabled = false
 # Folders of SKILL.md skills.
 # dirs = []
 
-# e.g. enabled = ["clock", "files", "shell", "email"]
+# e.g. enabled = ["clock", "reminders", "files", "shell", "email"]
 
 # A skill's settings go in its own table:
+# [skills.reminders]
+# The zone users' times are meant in (unset: this machine's).
+# e.g. timezone = "Europe/Paris"
 # [skills.email]
 # e.g. smtp_host = "smtp.example.org"
 # e.g. from_address = "assistant@example.org"
@@ -971,8 +974,8 @@ enabled = false
 # e.g. smtp_password = "env:SMTP_PASSWORD"
 
 # Roles: what each role may do. Built in: "admin" (every enabled skill, network) and "user"
-# (clock and files in the user's own workspace); a [roles.admin] or [roles.user] table changes
-# only the keys it sets.
+# (clock, reminders and files in the user's own workspace); a [roles.admin] or [roles.user]
+# table changes only the keys it sets.
 # [roles.family]
 # e.g. skills = ["clock", "files", "shell"]
 # e.g. network = false

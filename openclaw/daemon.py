@@ -15,6 +15,7 @@ from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config
 from openclaw.gateway import Gateway
 from openclaw.metrics import Metrics
+from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 
@@ -32,6 +33,7 @@ class Daemon:
         self.store: Store | None = None
         self.gateway: Gateway | None = None
         self.admin: AdminServer | None = None
+        self.reminders: Reminders | None = None
         self._watchdog: asyncio.Task | None = None
         self._stop = asyncio.Event()
         self.started_at = time.time()
@@ -50,7 +52,8 @@ class Daemon:
             log.info("loading the model (%s)", cfg.engine.model or "embedded SmolLM2-135M-Instruct")
             self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
                                                  **cfg.engine.as_engine_kwargs())
-        executor = executor_for(cfg, skills, self.store.add_audit)
+        self.reminders = Reminders(self.store)
+        executor = executor_for(cfg, skills, self.store.add_audit, self.reminders)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         self._register_gauges()
@@ -66,6 +69,7 @@ class Daemon:
         await self.gateway.recover()
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
+        self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
         systemd.ready()
         self._watchdog = systemd.start_watchdog()
         log.info("openclaw is running with %s", ", ".join(c.name for c in self.connectors) or
@@ -110,6 +114,8 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if self.reminders:  # what is not yet delivered stays due for the next start
+            await self.reminders.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains
             await self.gateway.drain(drain_timeout)
         for connector in self.connectors:

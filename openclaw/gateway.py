@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.base import Connector, chunk_text
+from openclaw import reminders
 from openclaw.agent import Agent, Caller
 from openclaw.approvals import Approvals
 from openclaw.config import Config
 from openclaw.gateway_types import InboundMessage
 from openclaw.metrics import Metrics
 from openclaw.outbox import Outbox
-from openclaw.store import Store
-from openclaw.store.records import InboundEvent, InboundStatus, UserStatus
+from openclaw.store import Reminder, Store
+from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,14 @@ HELP = (
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny")
 TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
+
+
+@dataclass
+class _ReminderDue:
+    """A lane's job besides turns: deliver a due reminder (`done` gets whether it was handled)."""
+
+    reminder: Reminder
+    done: asyncio.Future
 
 
 @dataclass
@@ -177,6 +186,17 @@ class Gateway:
             await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
         return None
 
+    async def _still_allowed(self, user: str) -> bool:
+        """What `_admit` would say now, for a user who was admitted before."""
+        access = self.config.access
+        if user in access.blocked:
+            return False
+        if user in access.admins or user in access.allow or user == LOCAL_USER:
+            await self.store.set_user_status(*parse_user_key(user), UserStatus.ALLOWED)  # as _admit
+            return True
+        known = await self.store.get_user(*parse_user_key(user))
+        return known is not None and known.status is UserStatus.ALLOWED
+
     # ---- commands ------------------------------------------------------------------------
 
     async def _command(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
@@ -194,11 +214,17 @@ class Gateway:
             lane = self._lanes.get(_lane_key(msg))
             stopped = 0
             if lane:
+                kept = []  # a due reminder is not the user's request: it stays queued
                 while not lane.queue.empty():  # queued turns of this chat are dropped too
-                    _, queued, _, _ = lane.queue.get_nowait()
+                    job = lane.queue.get_nowait()
                     lane.queue.task_done()
-                    await self.store.mark_inbound(queued.id, InboundStatus.FAILED, "stopped")
+                    if isinstance(job, _ReminderDue):
+                        kept.append(job)
+                        continue
+                    await self.store.mark_inbound(job[1].id, InboundStatus.FAILED, "stopped")
                     stopped += 1
+                for job in kept:
+                    lane.queue.put_nowait(job)
                 if lane.current and not lane.current.done():
                     lane.current.cancel()
                     stopped += 1
@@ -231,7 +257,9 @@ class Gateway:
     # ---- lanes ---------------------------------------------------------------------------
 
     def _lane(self, msg: InboundMessage) -> Lane:
-        key = _lane_key(msg)
+        return self._lane_of(_lane_key(msg))
+
+    def _lane_of(self, key: tuple[str, str, str]) -> Lane:
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = Lane()
@@ -241,10 +269,16 @@ class Gateway:
 
     async def _work(self, lane: Lane) -> None:
         while True:
-            msg, event, role, resumed = await lane.queue.get()
+            job = await lane.queue.get()
             if not self._accepting:  # draining: leave it 'received'; it is answered after restart
+                if isinstance(job, _ReminderDue):
+                    job.done.cancel()  # and a reminder stays due
                 lane.queue.task_done()
                 continue
+            if isinstance(job, _ReminderDue):
+                await self._reminder_job(lane, job)
+                continue
+            msg, event, role, resumed = job
             lane.busy, lane.stop_requested = True, False
             try:
                 await self._turn(lane, msg, event, role, resumed)
@@ -258,18 +292,22 @@ class Gateway:
                 lane.busy = False
                 lane.queue.task_done()
 
+    async def _conversation(self, lane: Lane, user: str, chat_id: str, channel: str) -> int:
+        conversation_id = lane.conversation_id
+        while conversation_id is None:
+            generation = lane.generation
+            conv = await self.store.active_conversation(user, chat_id, channel)
+            if generation == lane.generation:  # else /new archived it meanwhile: look again
+                conversation_id = lane.conversation_id = conv.id
+        return conversation_id
+
     async def _turn(self, lane: Lane, msg: InboundMessage, event: InboundEvent, role: str,
                     resumed: bool) -> None:
         connector = self.connectors.get(msg.channel)
         if connector is None:
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
-        conversation_id = lane.conversation_id
-        while conversation_id is None:
-            generation = lane.generation
-            conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
-            if generation == lane.generation:  # else /new archived it meanwhile: look again
-                conversation_id = lane.conversation_id = conv.id
+        conversation_id = await self._conversation(lane, msg.user, msg.chat_id, msg.channel)
         if lane.stop_requested:
             lane.stop_requested = False
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
@@ -320,6 +358,55 @@ class Gateway:
         finally:
             await asyncio.shield(self.store.add_usage(
                 msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
+
+    # ---- reminders -----------------------------------------------------------------------
+
+    async def remind(self, reminder: Reminder) -> bool:
+        """Deliver a due reminder in its chat's lane, between turns (its message joins the
+        conversation, which must not land in the middle of a turn's tool calls). True once it was
+        handled; False when it cannot be sent now (its channel is not running)."""
+        if reminder.channel not in self.connectors or not self._accepting:
+            return False
+        job = _ReminderDue(reminder, asyncio.get_running_loop().create_future())
+        self._lane_of((reminder.channel, reminder.chat_id, reminder.user)).queue.put_nowait(job)
+        return await job.done
+
+    async def _reminder_job(self, lane: Lane, job: _ReminderDue) -> None:
+        lane.busy = True
+        try:
+            handled = await self._fire(lane, job.reminder)
+            if not job.done.done():  # else the scheduler stopped waiting (shutdown)
+                job.done.set_result(handled)
+        except asyncio.CancelledError:
+            job.done.cancel()
+            raise
+        except Exception as exc:  # the scheduler logs it and tries again later
+            if not job.done.done():
+                job.done.set_exception(exc)
+        finally:
+            lane.busy = False
+            lane.queue.task_done()
+
+    async def _fire(self, lane: Lane, r: Reminder) -> bool:
+        connector = self.connectors.get(r.channel)
+        if connector is None:
+            return False
+        if not await self._still_allowed(r.user):
+            log.info("cancelling reminder %d: %s is no longer allowed", r.id, r.user)
+            await self.store.cancel_reminder(r.user, r.id)
+            return True
+        conversation_id = await self._conversation(lane, r.user, r.chat_id, r.channel)
+        now = self.store.now()
+        text = reminders.message(r, now)
+        # Recorded as delivered and queued for sending in one transaction: after a crash it is
+        # sent (the outbox), never fired twice.
+        stored = await self.store.fire_reminder(r.id, r.due_at, reminders.next_time(r, now),
+                                                chunk_text(text, connector.max_message_len),
+                                                conversation_id=conversation_id)
+        if stored is not None:  # else it was cancelled meanwhile
+            await self.agent.context.add(conversation_id, "assistant", text)
+            await self.outbox.deliver(r.channel, r.chat_id, stored)
+        return True
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
                     event: InboundEvent | None) -> None:

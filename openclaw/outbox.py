@@ -41,6 +41,11 @@ class Outbox:
         order. Returns when they are sent, or queued for retry behind an earlier failure."""
         stored = await self.store.add_reply(channel, chat_id, pieces, conversation_id=conversation_id,
                                             answers=answers)
+        await self.deliver(channel, chat_id, stored)
+
+    async def deliver(self, channel: str, chat_id: str, stored: list[OutboundMessage]) -> None:
+        """Send pieces already stored as pending (`send` stores them; a fired reminder's are
+        stored with its delivery record), in order behind anything still pending in the chat."""
         key = (channel, chat_id)
         async with self._lock(key):
             if key in self._retrying:  # an earlier reply is still waiting: it goes first

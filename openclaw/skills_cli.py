@@ -22,6 +22,8 @@ def add_commands(sub, common_sub) -> None:
     p.add_argument("name")
     p.add_argument("--as", dest="user", required=True, help='the user, e.g. "telegram:1001"')
     p.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
+    p.add_argument("--chat", default="", help="the chat the call is made from (where a reminder is "
+                                              "delivered), e.g. the Telegram chat id")
     p.add_argument("--yes", action="store_true",
                    help="approve the call if the user's role needs approval (else asked on a terminal, "
                         "refused when not interactive)")
@@ -67,13 +69,16 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         return answer.strip().lower() in ("y", "yes")
 
     async def run():
+        from openclaw.reminders import Reminders
         from openclaw.store import Store
 
         config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         store = await Store.open(config.store.url)
         try:
-            executor = executor_for(config, registry, store.add_audit)
-            return await executor.call(args.name, arguments, principal, chat_id="cli", approver=approve)
+            # A reminder added here is delivered by the running daemon, which polls every minute.
+            executor = executor_for(config, registry, store.add_audit, Reminders(store))
+            return await executor.call(args.name, arguments, principal, chat_id=args.chat,
+                                       approver=approve)
         finally:
             await store.close()
 

@@ -9,6 +9,7 @@ from typing import Any
 from openclaw.config import Config, ConfigError
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, SkillRegistry, load_skills
+from skills.base import ReminderBook
 
 
 def configured_skills(config: Config) -> SkillRegistry:
@@ -31,5 +32,7 @@ def sandbox_for(config: Config) -> Sandbox:
     return Sandbox(bwrap_path=bwrap, allow_unsandboxed=config.sandbox.allow_unsandboxed)
 
 
-def executor_for(config: Config, registry: SkillRegistry, audit: Any) -> Executor:
-    return Executor(registry, sandbox_for(config), audit, timeout_s=config.agent.tool_timeout_s)
+def executor_for(config: Config, registry: SkillRegistry, audit: Any,
+                 reminders: ReminderBook | None = None) -> Executor:
+    return Executor(registry, sandbox_for(config), audit, timeout_s=config.agent.tool_timeout_s,
+                    reminders=reminders)

@@ -8,7 +8,8 @@ import json
 import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any, ClassVar, Protocol
 
 from sandbox.policy import Principal
 from sandbox.runner import Result, Sandbox
@@ -32,6 +33,20 @@ class AuditNote:
     failed: bool = False  # the skill returned output (for the model) but did not succeed
 
 
+class ReminderBook(Protocol):
+    """Where reminders are kept and who delivers them: the daemon's store and scheduler. Returned
+    reminders have id, text, due_at (aware UTC), repeat and timezone."""
+
+    def now(self) -> datetime: ...
+
+    async def add(self, user: str, chat_id: str, text: str, due_at: datetime, *,
+                  repeat: str | None, timezone: str) -> Any | None: ...  # None: the user has too many
+
+    async def pending(self, user: str) -> list[Any]: ...
+
+    async def cancel(self, user: str, reminder_id: int) -> Any | None: ...
+
+
 @dataclass
 class SkillContext:
     principal: Principal
@@ -39,6 +54,7 @@ class SkillContext:
     chat_id: str = ""
     settings: dict[str, Any] = field(default_factory=dict)  # this skill's [skills.NAME] table
     audit: AuditNote = field(default_factory=AuditNote)
+    reminders: ReminderBook | None = None  # set by a daemon that delivers reminders
 
     @property
     def user(self) -> str:

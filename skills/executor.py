@@ -16,7 +16,7 @@ from typing import Any
 
 from sandbox.policy import Principal
 from sandbox.runner import Sandbox, SandboxUnavailable
-from skills.base import AuditNote, SkillContext, SkillDenied, SkillError
+from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
 from skills.registry import SkillRegistry, check_arguments
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,9 @@ async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
 
 class Executor:
     def __init__(self, registry: SkillRegistry, sandbox: Sandbox, audit: AuditSink | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, reminders: ReminderBook | None = None) -> None:
         self.registry, self.sandbox, self._audit, self.timeout_s = registry, sandbox, audit, timeout_s
+        self.reminders = reminders
 
     def available(self, principal: Principal) -> list[str]:
         """The skills this principal may call: enabled here and granted by its role."""
@@ -71,7 +72,7 @@ class Executor:
             if verdict is not None:
                 return await self._done(principal, name, args, verdict)
         ctx = SkillContext(principal=principal, sandbox=self.sandbox, chat_id=chat_id,
-                           settings=self.registry.settings(name))
+                           settings=self.registry.settings(name), reminders=self.reminders)
         started = time.monotonic()
         budget = asyncio.timeout(self.timeout_s)
         try:

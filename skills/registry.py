@@ -19,6 +19,7 @@ BUILTINS = {
     "shell": "skills.builtin.shell:ShellSkill",
     "files": "skills.builtin.files:FilesSkill",
     "email": "skills.builtin.email:EmailSkill",
+    "reminders": "skills.builtin.reminders:RemindersSkill",
 }
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 

@@ -33,6 +33,7 @@ from openclaw.store.records import (
     InboundStatus,
     MessageRole,
     OutboundStatus,
+    ReminderStatus,
     UserStatus,
 )
 
@@ -257,3 +258,25 @@ class UsageRow(Base):
         Id, ForeignKey("conversations.id", ondelete="SET NULL"))
     prompt_tokens: Mapped[int] = mapped_column(Integer)
     completion_tokens: Mapped[int] = mapped_column(Integer)
+
+
+class ReminderRow(Base):
+    __tablename__ = "reminders"
+    __table_args__ = (
+        _one_of("status", ReminderStatus),
+        Index("ix_reminders_status_due_at", "status", "due_at"),  # the scheduler's next-due query
+        Index("ix_reminders_user_key_status", "user_key", "status"),  # a user's list
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    repeat: Mapped[str | None] = mapped_column(String(16))
+    timezone: Mapped[str] = mapped_column(String(64))
+    status: Mapped[ReminderStatus] = mapped_column(EnumText(ReminderStatus))
+    fired_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -42,6 +42,12 @@ class OutboundStatus(StrEnum):
     FAILED = "failed"
 
 
+class ReminderStatus(StrEnum):
+    ACTIVE = "active"  # waiting for its time (a repeating one stays active)
+    DONE = "done"  # delivered, and it does not repeat
+    CANCELLED = "cancelled"
+
+
 class StoreUnavailableError(RuntimeError):
     """The database could not be opened or migrated; the message says which and what to check."""
 
@@ -176,3 +182,19 @@ class AuditEntry:
     duration_ms: int | None
     output_bytes: int | None
     detail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reminder:
+    id: int
+    user: str
+    channel: str
+    chat_id: str
+    text: str
+    due_at: datetime  # the next time it fires (UTC)
+    repeat: str | None  # None, "daily", "weekdays" or "weekly", in wall-clock time of `timezone`
+    timezone: str  # IANA name the user's times were meant in
+    status: ReminderStatus
+    fired_count: int
+    created_at: datetime
+    fired_at: datetime | None  # the last delivery

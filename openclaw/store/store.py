@@ -8,7 +8,7 @@ acts for a user; the users-table methods take the pair because that is how conne
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
@@ -28,6 +28,7 @@ from openclaw.store.models import (
     MessageRow,
     OutboundMessageRow,
     PairingCodeRow,
+    ReminderRow,
     SummaryRow,
     UsageRow,
     UserRow,
@@ -43,6 +44,8 @@ from openclaw.store.records import (
     OutboundMessage,
     OutboundStatus,
     PairingCode,
+    Reminder,
+    ReminderStatus,
     StoreUnavailableError,
     Summary,
     UnknownUserError,
@@ -404,20 +407,26 @@ class Store:
         it `answers` processed: after a crash the reply is re-sent (the outbox) but the turn is
         never run a second time."""
         async with self._tx() as session:
-            now = self.now()
-            rows = [OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=answers,
-                                       channel=channel, chat_id=str(chat_id), text=piece,
-                                       status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
-                                       error=None, created_at=now, updated_at=now, sent_at=None)
-                    for piece in pieces]
-            session.add_all(rows)
             if answers is not None:
                 await session.execute(
                     update(InboundEventRow).where(InboundEventRow.id == answers)
-                    .values(status=InboundStatus.PROCESSED, processed_at=now, error=None)
+                    .values(status=InboundStatus.PROCESSED, processed_at=self.now(), error=None)
                     .execution_options(synchronize_session=False))
-            await session.flush()
-            return [_record(OutboundMessage, row) for row in rows]
+            return await self._add_outbound(session, channel, chat_id, pieces, conversation_id,
+                                            answers)
+
+    async def _add_outbound(self, session: AsyncSession, channel: str, chat_id: str | int,
+                            pieces: list[str], conversation_id: int | None,
+                            answers: int | None) -> list[OutboundMessage]:
+        now = self.now()
+        rows = [OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=answers,
+                                   channel=channel, chat_id=str(chat_id), text=piece,
+                                   status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
+                                   error=None, created_at=now, updated_at=now, sent_at=None)
+                for piece in pieces]
+        session.add_all(rows)
+        await session.flush()
+        return [_record(OutboundMessage, row) for row in rows]
 
     async def mark_outbound(self, outbound_id: int, status: OutboundStatus | str,
                             external_message_id: str | int | None = None,
@@ -458,6 +467,75 @@ class Store:
         query = query.order_by(OutboundMessageRow.id).limit(limit)
         async with self._tx() as session:
             return [_record(OutboundMessage, row) for row in await session.scalars(query)]
+
+    # -- reminders -----------------------------------------------------------------------------
+
+    async def add_reminder(self, user: str, chat_id: str | int, text: str, due_at: datetime, *,
+                           repeat: str | None = None, timezone: str = "UTC",
+                           max_active: int | None = None) -> Reminder | None:
+        """A reminder delivered to `chat_id` on the user's channel; None (nothing stored) when
+        the user already has `max_active` active ones."""
+        channel, _ = parse_user_key(user)
+        async with self._tx() as session:
+            if max_active is not None:
+                active = await session.scalar(select(func.count()).select_from(ReminderRow).where(
+                    ReminderRow.user == user, ReminderRow.status == ReminderStatus.ACTIVE))
+                if active >= max_active:
+                    return None
+            row = ReminderRow(user=user, channel=channel, chat_id=str(chat_id), text=text,
+                              due_at=due_at, repeat=repeat, timezone=timezone,
+                              status=ReminderStatus.ACTIVE, fired_count=0, created_at=self.now(),
+                              fired_at=None)
+            session.add(row)
+            await session.flush()
+            return _record(Reminder, row)
+
+    async def active_reminders(self, user: str | None = None, *, due_by: datetime | None = None,
+                               exclude: Iterable[int] = (), limit: int | None = None) -> list[Reminder]:
+        """Active reminders, soonest first: one user's or everyone's, those due by `due_by`,
+        without the ids in `exclude`."""
+        query = select(ReminderRow).where(ReminderRow.status == ReminderStatus.ACTIVE)
+        if user is not None:
+            query = query.where(ReminderRow.user == user)
+        if due_by is not None:
+            query = query.where(ReminderRow.due_at <= due_by)
+        if exclude := list(exclude):
+            query = query.where(ReminderRow.id.not_in(exclude))
+        query = query.order_by(ReminderRow.due_at, ReminderRow.id).limit(limit)
+        async with self._tx() as session:
+            return [_record(Reminder, row) for row in await session.scalars(query)]
+
+    async def cancel_reminder(self, user: str, reminder_id: int) -> Reminder | None:
+        """Cancel the user's own active reminder; None when they have no active one by that id."""
+        async with self._tx() as session:
+            row = await session.get(ReminderRow, reminder_id)
+            if row is None or row.user != user or row.status is not ReminderStatus.ACTIVE:
+                return None
+            row.status = ReminderStatus.CANCELLED
+            await session.flush()
+            return _record(Reminder, row)
+
+    async def fire_reminder(self, reminder_id: int, due_at: datetime, next_due: datetime | None,
+                            pieces: list[str], *, conversation_id: int | None = None
+                            ) -> list[OutboundMessage] | None:
+        """One delivery of the reminder that was due at `due_at`, in one transaction: it moves to
+        `next_due` (None: done) and `pieces` are stored for the outbox to send. None, and nothing
+        stored, when it was cancelled or already delivered meanwhile."""
+        async with self._tx() as session:
+            now = self.now()
+            moved = await session.execute(
+                update(ReminderRow)
+                .where(ReminderRow.id == reminder_id, ReminderRow.status == ReminderStatus.ACTIVE,
+                       ReminderRow.due_at == due_at)
+                .values(due_at=next_due or due_at, fired_at=now,
+                        fired_count=ReminderRow.fired_count + 1,
+                        status=ReminderStatus.ACTIVE if next_due else ReminderStatus.DONE)
+                .execution_options(synchronize_session=False))
+            if moved.rowcount != 1:
+                return None
+            row = await session.get(ReminderRow, reminder_id)
+            return await self._add_outbound(session, row.channel, row.chat_id, pieces,
+                                            conversation_id, None)
 
     # -- summaries -----------------------------------------------------------------------------
 

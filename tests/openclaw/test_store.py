@@ -33,11 +33,13 @@ from openclaw.store import (
     InboundStatus,
     MessageRole,
     OutboundStatus,
+    ReminderStatus,
     Store,
     StoreUnavailableError,
     UnknownUserError,
     UserStatus,
     head_revision,
+    migrate,
     migrations_dir,
     normalize_url,
     upgrade,
@@ -46,7 +48,7 @@ from openclaw.store.models import Base, ConversationRow
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "conversations", "messages", "inbound_events", "outbound_messages",
-          "summaries", "audit_log", "usage", "alembic_version"}
+          "summaries", "audit_log", "usage", "reminders", "alembic_version"}
 
 
 class FakeClock:
@@ -151,7 +153,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0001"
+    assert await store.schema_revision() == head_revision() == "0002"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
@@ -166,6 +168,24 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
             assert set(sqlalchemy.inspect(conn).get_table_names()) == TABLES
     finally:
         engine.dispose()
+
+
+async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
+    from openclaw.store import create_engine
+
+    engine = create_engine(sqlite_url)
+    try:
+        await migrate(engine, "0001")
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(
+                "INSERT INTO users (channel, external_id, status, created_at, updated_at) "
+                "VALUES ('telegram', '7', 'allowed', '2025-01-01 00:00:00', '2025-01-01 00:00:00')")
+    finally:
+        await engine.dispose()
+    async with await Store.open(sqlite_url) as store:
+        assert await store.schema_revision() == "0002"
+        assert (await store.get_user("telegram", 7)).status is UserStatus.ALLOWED
+        assert await store.active_reminders() == []
 
 
 async def test_migrated_schema_matches_the_orm_models(store: Store):
@@ -445,3 +465,49 @@ async def test_tokens_today_counts_this_utc_day_per_user_and_overall(store: Stor
     assert await store.tokens_today() == 65
     assert await store.tokens_today("terminal:local") == 0
     assert await store.tokens_today("telegram:1", since=datetime(2025, 6, 1, tzinfo=UTC)) == 175
+
+
+async def test_reminders_are_kept_per_user_soonest_first_within_a_limit(store: Store, clock: FakeClock):
+    soon, later = clock.now + timedelta(minutes=5), clock.now + timedelta(days=1)
+    b = await store.add_reminder("telegram:1", 1, "later", later, repeat="daily", timezone="Europe/Paris")
+    a = await store.add_reminder("telegram:1", 1, "soon", soon)
+    other = await store.add_reminder("discord:2", "c9", "theirs", soon, max_active=1)
+    assert (b.channel, b.chat_id, b.repeat, b.timezone, b.status, b.fired_count) == (
+        "telegram", "1", "daily", "Europe/Paris", ReminderStatus.ACTIVE, 0)
+    assert (other.channel, other.chat_id, other.due_at) == ("discord", "c9", soon)
+    assert [r.text for r in await store.active_reminders("telegram:1")] == ["soon", "later"]
+    assert [r.id for r in await store.active_reminders(due_by=soon)] == [a.id, other.id]
+    assert [r.id for r in await store.active_reminders(due_by=soon, exclude={a.id})] == [other.id]
+    assert [r.id for r in await store.active_reminders(limit=1)] == [a.id]
+    assert await store.add_reminder("discord:2", "c9", "one too many", soon, max_active=1) is None
+    assert len(await store.active_reminders("discord:2")) == 1
+
+    assert await store.cancel_reminder("discord:2", a.id) is None  # not theirs
+    cancelled = await store.cancel_reminder("telegram:1", a.id)
+    assert cancelled.status is ReminderStatus.CANCELLED
+    assert await store.cancel_reminder("telegram:1", a.id) is None  # no longer active
+    assert [r.id for r in await store.active_reminders("telegram:1")] == [b.id]
+
+
+async def test_firing_a_reminder_records_it_and_queues_its_message_once(store: Store, clock: FakeClock):
+    user = await store.ensure_user("telegram", 1, status="allowed")
+    conv = await store.active_conversation(user.key, 1)
+    once = await store.add_reminder(user.key, 1, "call", clock.now)
+    daily = await store.add_reminder(user.key, 1, "pills", clock.now, repeat="daily", timezone="UTC")
+    clock.advance(30)
+
+    [out] = await store.fire_reminder(once.id, once.due_at, None, ["⏰ call"], conversation_id=conv.id)
+    assert (out.channel, out.chat_id, out.text, out.status, out.conversation_id) == (
+        "telegram", "1", "⏰ call", OutboundStatus.PENDING, conv.id)
+    assert await store.fire_reminder(once.id, once.due_at, None, ["again"]) is None  # done already
+    tomorrow = daily.due_at + timedelta(days=1)
+    assert len(await store.fire_reminder(daily.id, daily.due_at, tomorrow, ["a", "b"])) == 2
+    # A second delivery of the same due time (two firings racing) records nothing.
+    assert await store.fire_reminder(daily.id, daily.due_at, tomorrow, ["dup"]) is None
+    [left] = await store.active_reminders()
+    assert (left.id, left.due_at, left.fired_count, left.fired_at) == (daily.id, tomorrow, 1, clock.now)
+    assert [o.text for o in await store.pending_outbound()] == ["⏰ call", "a", "b"]
+
+    await store.cancel_reminder(user.key, daily.id)
+    assert await store.fire_reminder(daily.id, tomorrow, None, ["x"]) is None
+    assert len(await store.pending_outbound()) == 3

@@ -93,7 +93,8 @@ def test_a_module_class_reference_loads_the_same_class(tmp_path, plugin_package)
 
 
 @pytest.mark.parametrize("ref, expected", [
-    ("wether", "no such skill; built-ins and installed entry points: clock, email, files, shell, weather"),
+    ("wether", "no such skill; built-ins and installed entry points: clock, email, files, reminders, "
+               "shell, weather"),
     ("weather_plugin:Missing", "cannot import weather_plugin:Missing: AttributeError"),
     ("weather_plugin:NotASkill", "weather_plugin:NotASkill is not a subclass of skills.Skill"),
     ("no_such_module:X", "cannot import no_such_module:X: ModuleNotFoundError"),

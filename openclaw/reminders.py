@@ -1,0 +1,127 @@
+"""Reminders: the book the `reminders` skill writes into (the store), and the loop that hands each
+reminder to the gateway when it is due. The store is the only truth: a reminder is active until a
+delivery is recorded, so one that falls due while the daemon is down is sent at the next start
+(saying it is late), and a repeating one then moves to its next time still ahead."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from openclaw.store import Reminder, Store
+
+log = logging.getLogger(__name__)
+
+MAX_ACTIVE = 100  # per user: a runaway model loop must not fill the table
+POLL_S = 60.0  # look again at least this often: the wall clock can jump (NTP, suspend), and
+# `openclaw skills run` may add reminders from another process
+LATE_S = 120  # a delivery later than this says so
+REPEATS = ("daily", "weekdays", "weekly")
+
+# Hands one due reminder to whoever sends it: True once it was handled (sent, or dropped because
+# its user is no longer allowed), False to try again later (its channel is not running).
+Deliver = Callable[[Reminder], Awaitable[bool]]
+
+
+class Reminders:
+    def __init__(self, store: Store, *, max_active: int = MAX_ACTIVE, poll_s: float = POLL_S) -> None:
+        self.store, self.max_active, self.poll_s = store, max_active, poll_s
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._in_flight: dict[int, asyncio.Task] = {}
+
+    # ---- the book (what the skill calls) ------------------------------------------------------
+
+    def now(self) -> datetime:
+        return self.store.now()
+
+    async def add(self, user: str, chat_id: str, text: str, due_at: datetime, *,
+                  repeat: str | None, timezone: str) -> Reminder | None:
+        """None when the user already has `max_active` active reminders."""
+        if repeat is not None and repeat not in REPEATS:
+            raise ValueError(f"repeat must be one of {REPEATS}, not {repeat!r}")
+        ZoneInfo(timezone)  # a bad name fails here, not when the reminder repeats
+        reminder = await self.store.add_reminder(user, chat_id, text, due_at, repeat=repeat,
+                                                 timezone=timezone, max_active=self.max_active)
+        self._wake.set()
+        return reminder
+
+    async def pending(self, user: str) -> list[Reminder]:
+        return await self.store.active_reminders(user)
+
+    async def cancel(self, user: str, reminder_id: int) -> Reminder | None:
+        return await self.store.cancel_reminder(user, reminder_id)
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def start(self, deliver: Deliver) -> None:
+        self._task = asyncio.create_task(self._run(deliver), name="reminders")
+
+    async def stop(self) -> None:
+        """Stop delivering; what is not yet recorded as delivered stays due for the next start."""
+        tasks = [t for t in (self._task, *self._in_flight.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+
+    async def _run(self, deliver: Deliver) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                for reminder in await self.store.active_reminders(due_by=self.now(),
+                                                                  exclude=self._in_flight):
+                    self._in_flight[reminder.id] = asyncio.create_task(
+                        self._deliver(deliver, reminder), name=f"reminder {reminder.id}")
+                upcoming = await self.store.active_reminders(exclude=self._in_flight, limit=1)
+            except Exception:  # the database went away for a moment: look again later
+                log.exception("reading due reminders failed")
+                upcoming = []
+            delay = self.poll_s
+            if upcoming:
+                delay = min(max((upcoming[0].due_at - self.now()).total_seconds(), 0.0), delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def _deliver(self, deliver: Deliver, reminder: Reminder) -> None:
+        try:
+            handled = await deliver(reminder)
+        except Exception:
+            log.exception("delivering reminder %d failed", reminder.id)
+            handled = False
+        try:
+            if not handled:  # it stays due: hold it back until the next poll, not in a tight loop
+                await asyncio.sleep(self.poll_s)
+        finally:
+            self._in_flight.pop(reminder.id, None)
+            self._wake.set()
+
+
+def next_time(reminder: Reminder, now: datetime) -> datetime | None:
+    """When a repeating reminder fires next, after `now`: the same wall-clock time in its zone (so
+    a 08:00 daily stays 08:00 across a DST change); None for a one-off."""
+    if reminder.repeat is None:
+        return None
+    local = reminder.due_at.astimezone(ZoneInfo(reminder.timezone))
+    while True:
+        # Aware + timedelta adds wall-clock time; the offset is worked out afresh for the new day.
+        local += timedelta(days=7 if reminder.repeat == "weekly" else 1)
+        if reminder.repeat == "weekdays" and local.weekday() >= 5:
+            continue
+        if local > now:
+            return local.astimezone(UTC)
+
+
+def message(reminder: Reminder, now: datetime) -> str:
+    """What the user gets when a reminder fires."""
+    text = f"⏰ Reminder: {reminder.text}"
+    if (now - reminder.due_at).total_seconds() > LATE_S:
+        due = reminder.due_at.astimezone(ZoneInfo(reminder.timezone))
+        text += f"\n(It was due {due:%a %d %b %H:%M} {reminder.timezone}; I could not send it then.)"
+    if reminder.repeat:
+        text += f"\n(Reminder #{reminder.id} repeats {reminder.repeat}; ask me to cancel it to stop it.)"
+    return text

@@ -1,0 +1,216 @@
+"""`reminders`: the user's own reminders, delivered into the chat they were set from at the time
+they meant: once, or daily, on weekdays or weekly. The daemon keeps and delivers them (the context's
+ReminderBook); this skill turns what the model wrote ("in 20 minutes", "17:30", "2026-12-24 09:00")
+into an exact time and says it back, with its zone, so a misunderstanding shows at once."""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from skills.base import ReminderBook, Skill, SkillContext, SkillError
+
+MAX_TEXT_CHARS = 1000
+MAX_AHEAD = timedelta(days=3660)
+_UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+          "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+          "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
+          "d": 86400, "day": 86400, "days": 86400, "w": 604800, "week": 604800, "weeks": 604800}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)")
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?\s*[a-z]+(?:\s*,\s*|\s+and\s+|\s*))+")
+_CLOCK = re.compile(r"(\d{1,2})(?::(\d{2}))?\s*(am|pm)?")
+_DAY_AND_CLOCK = re.compile(r"(today|tomorrow)\s+(?:at\s+)?(.+)")
+WHEN_HELP = ("use a delay ('in 20 minutes', '2h30m'), a time ('17:30', '5pm', 'tomorrow 9:00') or "
+             "a date and time ('2026-12-24 09:00')")
+
+
+class RemindersSkill(Skill):
+    name = "reminders"
+    description = ("Remind the user of something later, in this chat: add a reminder (once or "
+                   "repeating), list the user's reminders, or cancel one by its number.")
+    parameters = {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["add", "list", "cancel"]},
+            "text": {"type": "string", "description": "add: what to remind the user of"},
+            "when": {"type": "string", "description": "add: " + WHEN_HELP},
+            "repeat": {"type": "string", "enum": ["none", "daily", "weekdays", "weekly"]},
+            "id": {"type": "integer", "description": "cancel: the reminder's number"},
+            "timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris; "
+                                                          "default: the owner's"},
+        },
+        "required": ["action"],
+    }
+
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> list[str]:
+        zone = settings.get("timezone")
+        if zone is not None and _zone(zone) is None:
+            return [f"timezone: unknown time zone {zone!r}; use an IANA name such as 'Europe/Paris'"]
+        return []
+
+    async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
+        book = ctx.reminders
+        if book is None:
+            raise SkillError("reminders need the running daemon, which delivers them")
+        action = args["action"]
+        if action == "list":
+            return await _list(book, ctx)
+        if action == "cancel":
+            if not isinstance(args.get("id"), int):
+                raise SkillError("cancel needs the reminder's number as id (list shows them)")
+            done = await book.cancel(ctx.user, args["id"])
+            if done is None:
+                raise SkillError(f"you have no active reminder #{args['id']}; list shows them")
+            return f"Cancelled reminder #{done.id}: {done.text}"
+        return await _add(book, args, ctx)
+
+    def describe(self, args: dict[str, Any]) -> str:
+        if args.get("action") != "add":
+            return super().describe(args)
+        return f"remind you {args.get('when', '?')!s}: {args.get('text', '')!s}"
+
+
+async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> str:
+    text = str(args.get("text") or "").strip()
+    if not text:
+        raise SkillError("add needs the text of the reminder")
+    if len(text) > MAX_TEXT_CHARS:
+        raise SkillError(f"the text is {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    if not ctx.chat_id:
+        raise SkillError("a reminder needs a chat to be delivered to, and this call has none")
+    zone_name = _zone_name(args, ctx)
+    zone = ZoneInfo(zone_name)
+    now = book.now()
+    due = parse_when(str(args.get("when") or ""), now, zone)
+    repeat = args.get("repeat") or "none"
+    reminder = await book.add(ctx.user, ctx.chat_id, text, due,
+                              repeat=None if repeat == "none" else repeat, timezone=zone_name)
+    if reminder is None:
+        raise SkillError("you have too many active reminders; cancel some first")
+    every = "" if repeat == "none" else f", then {repeat}"
+    return (f"Reminder #{reminder.id} set for {_local(due, zone)} {zone_name} "
+            f"(in {_span(due - now)}){every}: {text}")
+
+
+async def _list(book: ReminderBook, ctx: SkillContext) -> str:
+    zone_name = _zone_name({}, ctx)
+    now = book.now()
+    lines = [f"Now: {_local(now, ZoneInfo(zone_name))} {zone_name}."]
+    reminders = await book.pending(ctx.user)
+    for r in reminders:
+        every = f" (repeats {r.repeat})" if r.repeat else ""
+        lines.append(f"#{r.id} {_local(r.due_at, ZoneInfo(r.timezone))} {r.timezone}{every}: {r.text}")
+    return "\n".join(lines) if reminders else lines[0] + " You have no reminders."
+
+
+def parse_when(when: str, now: datetime, zone: ZoneInfo) -> datetime:
+    """The aware UTC time `when` means, seen from `now` in `zone`; SkillError saying how to write
+    it when it cannot be read, is past, or is more than ten years away."""
+    spoken = " ".join(when.lower().split())
+    if not spoken:
+        raise SkillError(f"add needs when; {WHEN_HELP}")
+    due = _delay(spoken, now) or _clock_time(spoken, now, zone) or _date_time(when.strip(), zone)
+    if due is None:
+        raise SkillError(f"cannot read when={when!r}; {WHEN_HELP}")
+    if due <= now:
+        raise SkillError(f"{_local(due, zone)} {zone.key} is in the past (now it is "
+                         f"{_local(now, zone)}); give a time ahead")
+    if due - now > MAX_AHEAD:
+        raise SkillError("that is more than ten years away")
+    return due
+
+
+def _delay(spoken: str, now: datetime) -> datetime | None:
+    spoken = spoken.removeprefix("in ").removesuffix(" from now")
+    if not _DURATION.fullmatch(spoken):
+        return None
+    seconds = 0.0
+    for amount, unit in _DURATION_PART.findall(spoken):
+        if unit not in _UNITS:
+            return None
+        seconds += float(amount) * _UNITS[unit]
+    return now + timedelta(seconds=seconds)
+
+
+def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
+    """'17:30', '5pm', 'at 9:15 am': the next such time; 'today 18:00', 'tomorrow at 9am'."""
+    day: date | None = None
+    local_now = now.astimezone(zone)
+    if m := _DAY_AND_CLOCK.fullmatch(spoken):
+        day = local_now.date() + timedelta(days=m.group(1) == "tomorrow")
+        spoken = m.group(2)
+    m = _CLOCK.fullmatch(spoken.removeprefix("at "))
+    if m is None or (m.group(2) is None and m.group(3) is None):  # a bare "5" is not a time
+        return None
+    hour, minute = int(m.group(1)), int(m.group(2) or 0)
+    if m.group(3):
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if m.group(3) == "pm" else 0)
+    if hour > 23 or minute > 59:
+        return None
+    local = datetime.combine(day or local_now.date(), time(hour, minute), tzinfo=zone)
+    if day is None and local <= local_now:
+        local = datetime.combine(local_now.date() + timedelta(days=1), time(hour, minute), tzinfo=zone)
+    return local.astimezone(UTC)
+
+
+def _date_time(when: str, zone: ZoneInfo) -> datetime | None:
+    """ISO 8601 with a time; without an offset it is wall-clock time in `zone`."""
+    try:
+        parsed = datetime.fromisoformat(when)
+    except ValueError:
+        return None
+    if not any(c in when for c in ":Tt"):  # a date alone: which time is not ours to guess
+        raise SkillError(f"when={when!r} has no time of day; add one, e.g. '{when} 09:00'")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=zone)
+    return parsed.astimezone(UTC)
+
+
+def _zone_name(args: dict[str, Any], ctx: SkillContext) -> str:
+    name = args.get("timezone") or ctx.settings.get("timezone") or local_zone_name()
+    if _zone(name) is None:
+        raise SkillError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris'")
+    return name
+
+
+def _zone(name: Any) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(name) if isinstance(name, str) and name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def local_zone_name() -> str:
+    """This machine's zone as an IANA name (TZ, /etc/timezone, or the /etc/localtime link), so a
+    reminder repeats at the same wall-clock time across DST changes; "UTC" when none is found."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    with_timezone = Path("/etc/timezone")
+    if with_timezone.is_file():
+        candidates.append(with_timezone.read_text().strip())
+    localtime = Path("/etc/localtime")
+    if localtime.is_symlink():
+        target = str(localtime.resolve())
+        if "zoneinfo/" in target:
+            candidates.append(target.split("zoneinfo/", 1)[1])
+    return next((c for c in candidates if _zone(c) is not None), "UTC")
+
+
+def _local(moment: datetime, zone: ZoneInfo) -> str:
+    return f"{moment.astimezone(zone):%a %d %b %Y %H:%M}"
+
+
+def _span(delta: timedelta) -> str:
+    minutes = round(delta.total_seconds() / 60)
+    if minutes < 1:
+        return f"{max(round(delta.total_seconds()), 1)} s"
+    days, rest = divmod(minutes, 1440)
+    hours, minutes = divmod(rest, 60)
+    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else ""]
+    return " ".join(p for p in parts if p)

@@ -1,0 +1,165 @@
+"""Reminders in the running daemon: set by the model's tool call, delivered into the chat at their
+time, added to the conversation, sent late (and saying so) after a restart, moved ahead when they
+repeat, never delivered to a user who lost access, and never in the middle of a turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from openclaw.daemon import Daemon
+from openclaw.reminders import message, next_time
+from openclaw.store import Reminder, ReminderStatus, Store
+from tests.openclaw.scripted_model import ScriptedModel
+from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
+
+SKILLS = """
+[skills]
+enabled = ["clock", "reminders"]
+[skills.reminders]
+timezone = "UTC"
+"""
+
+
+def remembering_model():
+    """'remind ...' makes one reminders call (arguments after 'remind' as JSON); anything else is
+    answered with the conversation as the model saw it, one 'role: content' per line."""
+    def reply(messages: list[dict]) -> str:
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        tools = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
+        if tools:
+            return "OK: " + tools[-1]
+        text = messages[last_user]["content"]
+        if text.startswith("remind "):
+            call = {"name": "reminders", "arguments": {"action": "add", **json.loads(text[7:])}}
+            return f"<tool_call>{json.dumps(call)}</tool_call>"
+        return "\n".join(f"{m['role']}: {m['content']}" for m in messages[1:])
+    return ScriptedModel(reply)
+
+
+async def started(tmp_path, model, extra: str = "") -> tuple[Daemon, RecordingConnector]:
+    conn = RecordingConnector()
+    daemon = Daemon(config(tmp_path, SKILLS + extra), model=model, connectors=[conn])
+    await daemon.start()
+    return daemon, conn
+
+
+def reminders_sent(conn: RecordingConnector) -> list[str]:
+    return [t for t in conn.texts() if t.startswith("⏰")]
+
+
+async def test_a_reminder_set_in_chat_arrives_there_and_joins_the_conversation(tmp_path):
+    daemon, conn = await started(tmp_path, remembering_model())
+    try:
+        await conn.handler(msg('remind {"text": "stretch", "when": "in 1 second"}'))
+        await until(lambda: reminders_sent(conn))
+        set_reply = conn.texts()[-2]
+        assert set_reply.startswith("OK: Reminder #1 set for ") and "(in 1 s): stretch" in set_reply
+        assert reminders_sent(conn) == ["⏰ Reminder: stretch"]
+        assert conn.sent[-1][0] == "local"  # the chat it was set from
+
+        await conn.handler(msg("what happened?"))
+        await daemon.gateway.wait_idle()
+        seen = conn.texts()[-1].splitlines()
+        assert seen[-2:] == ["assistant: ⏰ Reminder: stretch", "user: what happened?"]
+        assert await daemon.store.active_reminders() == []  # a one-off is done once delivered
+    finally:
+        await daemon.stop()
+
+
+async def test_what_fell_due_while_down_is_sent_at_start_late_and_repeats_move_ahead(tmp_path):
+    cfg = config(tmp_path, SKILLS)
+    (tmp_path / "data").mkdir()
+    now = datetime.now(UTC)
+    async with await Store.open(cfg.store.url) as store:
+        missed = await store.add_reminder("terminal:local", "local", "water the plants",
+                                          now - timedelta(hours=3), timezone="UTC")
+        daily = await store.add_reminder("terminal:local", "local", "pills",
+                                         now - timedelta(days=3, hours=1), repeat="daily", timezone="UTC")
+        pending = await store.ensure_user("terminal", "stranger")  # never admitted (pending)
+        stranger = await store.add_reminder(pending.key, "stranger", "secret", now - timedelta(minutes=1))
+        elsewhere = await store.add_reminder("telegram:5", "5", "no telegram here", now, timezone="UTC")
+
+    conn = RecordingConnector()
+    daemon = Daemon(cfg, model=remembering_model(), connectors=[conn])
+    await daemon.start()
+    try:
+        await until(lambda: len(reminders_sent(conn)) == 2)
+        late = {t.splitlines()[0]: t for t in reminders_sent(conn)}
+        assert set(late) == {"⏰ Reminder: water the plants", "⏰ Reminder: pills"}
+        assert "I could not send it then" in late["⏰ Reminder: water the plants"]
+        assert f"Reminder #{daily.id} repeats daily" in late["⏰ Reminder: pills"]
+
+        await until(lambda: daemon.gateway.queue_length() == 0)
+        active = {r.id: r for r in await daemon.store.active_reminders()}
+        assert missed.id not in active and stranger.id not in active
+        assert active[elsewhere.id].fired_count == 0  # waits for its channel
+        moved = active[daily.id]
+        assert moved.fired_count == 1 and now < moved.due_at <= now + timedelta(days=1)
+        assert (moved.due_at - daily.due_at) % timedelta(days=1) == timedelta(0)
+        cancelled = await daemon.store.cancel_reminder(pending.key, stranger.id)
+        assert cancelled is None  # already cancelled, by the daemon
+        assert all("secret" not in t for t in conn.texts())
+    finally:
+        await daemon.stop()
+
+
+async def test_a_reminder_due_during_a_turn_waits_for_it_and_survives_stop(tmp_path):
+    model = remembering_model()
+    daemon, conn = await started(tmp_path, model)
+    try:
+        model.gate = asyncio.Event()  # the next answer streams one chunk, then waits
+        await conn.handler(msg("tell me a long story"))
+        await until(lambda: daemon.gateway.queue_length() == 1 and model.prompts)
+        await daemon.reminders.add("terminal:local", "local", "tea", datetime.now(UTC),
+                                   repeat=None, timezone="UTC")
+        await until(lambda: daemon.gateway.queue_length() == 2)  # queued behind the turn
+        assert reminders_sent(conn) == []
+
+        await conn.handler(msg("/stop"))
+        await until(lambda: reminders_sent(conn))
+        assert "Stopped." in conn.texts()
+        model.gate.set()
+        model.gate = None
+        await conn.handler(msg("and now?"))
+        await daemon.gateway.wait_idle()
+        seen = conn.texts()[-1].splitlines()
+        assert seen[-3:] == ["user: tell me a long story", "assistant: ⏰ Reminder: tea",
+                             "user: and now?"]
+    finally:
+        await daemon.stop()
+
+
+def reminder(due: datetime, repeat: str | None, zone: str = "Europe/Paris") -> Reminder:
+    return Reminder(id=7, user="telegram:1", channel="telegram", chat_id="1", text="pills", due_at=due,
+                    repeat=repeat, timezone=zone, status=ReminderStatus.ACTIVE, fired_count=0,
+                    created_at=due, fired_at=None)
+
+
+def test_a_daily_reminder_keeps_its_wall_clock_time_across_dst():
+    eight_winter = datetime(2026, 3, 28, 7, 0, tzinfo=UTC)  # Saturday 08:00 in Paris (UTC+1)
+    nxt = next_time(reminder(eight_winter, "daily"), eight_winter)
+    assert nxt == datetime(2026, 3, 29, 6, 0, tzinfo=UTC)  # Sunday 08:00 in summer time (UTC+2)
+
+
+@pytest.mark.parametrize(("repeat", "now", "expected"), [
+    # Friday 08:00 Paris, fired on time: the next weekday is Monday
+    ("weekdays", datetime(2026, 12, 4, 7, 0, tzinfo=UTC), datetime(2026, 12, 7, 7, 0, tzinfo=UTC)),
+    ("weekly", datetime(2026, 12, 4, 7, 0, tzinfo=UTC), datetime(2026, 12, 11, 7, 0, tzinfo=UTC)),
+    # down for ten days: the next time still ahead, not a backlog of missed ones
+    ("daily", datetime(2026, 12, 14, 9, 0, tzinfo=UTC), datetime(2026, 12, 15, 7, 0, tzinfo=UTC)),
+    (None, datetime(2026, 12, 4, 7, 0, tzinfo=UTC), None),
+])
+def test_next_times(repeat, now, expected):
+    assert next_time(reminder(datetime(2026, 12, 4, 7, 0, tzinfo=UTC), repeat), now) == expected
+
+
+def test_a_late_delivery_says_when_it_was_due_in_the_users_zone():
+    due = datetime(2026, 12, 4, 7, 0, tzinfo=UTC)
+    assert message(reminder(due, None), due + timedelta(seconds=30)) == "⏰ Reminder: pills"
+    late = message(reminder(due, None), due + timedelta(hours=2))
+    assert late == ("⏰ Reminder: pills\n(It was due Fri 04 Dec 08:00 Europe/Paris; I could not "
+                    "send it then.)")

@@ -1,0 +1,177 @@
+"""The `reminders` skill: what it reads from the words a model writes for a time, and its calls
+through the executor into the daemon's real reminder book (a SQLite store with a fixed clock)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from openclaw.reminders import Reminders
+from openclaw.store import Store
+from sandbox.policy import Policy
+from skills import SkillError
+from skills.builtin.reminders import RemindersSkill, parse_when
+from skills.executor import Executor
+from skills.registry import SkillRegistry
+
+PARIS = ZoneInfo("Europe/Paris")
+NOW = datetime(2026, 11, 30, 9, 15, tzinfo=UTC)  # a Monday; 10:15 in Paris
+
+
+def at(when: str, now: datetime = NOW, zone: ZoneInfo = PARIS) -> datetime:
+    return parse_when(when, now, zone)
+
+
+@pytest.mark.parametrize(("when", "after"), [
+    ("in 20 minutes", timedelta(minutes=20)),
+    ("20m", timedelta(minutes=20)),
+    ("2h30m", timedelta(hours=2, minutes=30)),
+    ("in 1 hour and 15 minutes", timedelta(hours=1, minutes=15)),
+    ("1 day, 2 hours", timedelta(days=1, hours=2)),
+    ("90 seconds from now", timedelta(seconds=90)),
+    ("1.5 hours", timedelta(minutes=90)),
+    ("In 2 Weeks", timedelta(weeks=2)),
+])
+def test_delays_count_from_now(when, after):
+    assert at(when) == NOW + after
+
+
+@pytest.mark.parametrize(("when", "local"), [
+    ("17:30", datetime(2026, 11, 30, 17, 30)),  # later today
+    ("at 10:00", datetime(2026, 12, 1, 10, 0)),  # already past today (10:15): tomorrow
+    ("5pm", datetime(2026, 11, 30, 17, 0)),
+    ("9:45 am", datetime(2026, 12, 1, 9, 45)),
+    ("12am", datetime(2026, 12, 1, 0, 0)),  # midnight
+    ("12pm", datetime(2026, 11, 30, 12, 0)),  # noon
+    ("tomorrow 9:00", datetime(2026, 12, 1, 9, 0)),
+    ("tomorrow at 11pm", datetime(2026, 12, 1, 23, 0)),
+    ("today at 18:00", datetime(2026, 11, 30, 18, 0)),
+    ("2026-12-24 09:00", datetime(2026, 12, 24, 9, 0)),
+    ("2026-12-24T09:00:30", datetime(2026, 12, 24, 9, 0, 30)),
+])
+def test_clock_times_and_dates_are_wall_clock_time_in_the_users_zone(when, local):
+    assert at(when) == local.replace(tzinfo=PARIS).astimezone(UTC)
+
+
+def test_an_explicit_offset_wins_over_the_zone():
+    assert at("2026-12-24T09:00+05:00") == datetime(2026, 12, 24, 4, 0, tzinfo=UTC)
+    assert at("2026-12-24T09:00Z") == datetime(2026, 12, 24, 9, 0, tzinfo=UTC)
+
+
+def test_tomorrow_across_a_dst_change_keeps_the_wall_clock_time():
+    before_change = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)  # Saturday; Sunday is summer time
+    assert at("tomorrow 9:00", before_change) == datetime(2026, 3, 29, 7, 0, tzinfo=UTC)
+    # 10:00 EST on the eve of the US change: 9:00 is tomorrow, in summer time (13:00 UTC, not 14:00).
+    eve = datetime(2026, 3, 7, 15, 0, tzinfo=UTC)
+    assert at("9:00", eve, ZoneInfo("America/New_York")) == datetime(2026, 3, 8, 13, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("when", "error"), [
+    ("", "needs when"),
+    ("next tuesday", "cannot read"),
+    ("5", "cannot read"),  # a bare number is neither a time nor a delay
+    ("25:00", "cannot read"),
+    ("13pm", "cannot read"),
+    ("in 3 fortnights", "cannot read"),
+    ("2026-12-24", "no time of day"),
+    ("today at 8:00", "in the past"),
+    ("2026-11-30 10:00", "in the past"),
+    ("0 minutes", "in the past"),
+    ("in 3700 days", "ten years"),
+])
+def test_what_cannot_be_a_time_ahead_is_refused_with_how_to_write_it(when, error):
+    with pytest.raises(SkillError, match=error):
+        at(when)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+async def book(tmp_path):
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}", clock=Clock())
+    yield Reminders(store, max_active=3)
+    await store.close()
+
+
+def executor(book, tmp_path, settings=None) -> tuple[Executor, Policy]:
+    registry = SkillRegistry()
+    registry.add(RemindersSkill(), "built-in", settings or {"timezone": "Europe/Paris"})
+    return Executor(registry, sandbox=None, reminders=book), Policy({}, tmp_path, lambda u: "user")
+
+
+async def test_add_list_and_cancel_through_the_executor(book, tmp_path):
+    run, policy = executor(book, tmp_path)
+    ada, bob = policy.principal("telegram:1"), policy.principal("telegram:2")
+
+    added = await run.call("reminders", {"action": "add", "text": "call mum", "when": "17:30",
+                                         "repeat": "weekdays"}, ada, chat_id="1")
+    assert added.ok, added.text
+    assert added.text == ("Reminder #1 set for Mon 30 Nov 2026 17:30 Europe/Paris (in 7 h 15 min), "
+                          "then weekdays: call mum")
+    [kept] = await book.pending("telegram:1")
+    assert (kept.chat_id, kept.channel, kept.repeat, kept.timezone, kept.due_at) == (
+        "1", "telegram", "weekdays", "Europe/Paris", datetime(2026, 11, 30, 16, 30, tzinfo=UTC))
+    tokyo = await run.call("reminders", {"action": "add", "text": "standup", "when": "tomorrow 9:00",
+                                         "timezone": "Asia/Tokyo"}, ada, chat_id="1")
+    assert "Tue 01 Dec 2026 09:00 Asia/Tokyo" in tokyo.text
+    # 'tomorrow' is Tokyo's (where it is already 18:15): 00:00 UTC, after the 16:30 UTC one.
+    assert [r.text for r in await book.pending("telegram:1")] == ["call mum", "standup"]
+
+    listed = await run.call("reminders", {"action": "list"}, ada, chat_id="1")
+    assert listed.text.splitlines() == [
+        "Now: Mon 30 Nov 2026 10:15 Europe/Paris.",
+        "#1 Mon 30 Nov 2026 17:30 Europe/Paris (repeats weekdays): call mum",
+        "#2 Tue 01 Dec 2026 09:00 Asia/Tokyo: standup"]
+    theirs = await run.call("reminders", {"action": "list"}, bob, chat_id="2")
+    assert theirs.text.endswith("You have no reminders.")
+
+    denied = await run.call("reminders", {"action": "cancel", "id": 1}, bob, chat_id="2")
+    assert not denied.ok and "no active reminder #1" in denied.text
+    done = await run.call("reminders", {"action": "cancel", "id": 1}, ada, chat_id="1")
+    assert done.ok and done.text == "Cancelled reminder #1: call mum"
+    assert [r.id for r in await book.pending("telegram:1")] == [2]
+
+
+async def test_mistakes_come_back_to_the_model_and_store_nothing(book, tmp_path):
+    run, policy = executor(book, tmp_path)
+    ada = policy.principal("telegram:1")
+
+    async def error(args, chat_id="1") -> str:
+        outcome = await run.call("reminders", args, ada, chat_id=chat_id)
+        assert not outcome.ok
+        return outcome.text
+
+    assert "cannot read when='someday'" in await error({"action": "add", "text": "x", "when": "someday"})
+    assert "needs the text" in await error({"action": "add", "when": "5pm"})
+    assert "needs a chat" in await error({"action": "add", "text": "x", "when": "5pm"}, chat_id="")
+    assert "unknown time zone 'Mars/Base'" in await error(
+        {"action": "add", "text": "x", "when": "5pm", "timezone": "Mars/Base"})
+    assert "must be one of" in await error({"action": "add", "text": "x", "when": "5pm", "repeat": "hourly"})
+    assert "needs the reminder's number" in await error({"action": "cancel"})
+    assert "at most 1000" in await error({"action": "add", "text": "x" * 1001, "when": "5pm"})
+    assert await book.pending("telegram:1") == []
+
+    for n in range(3):
+        assert (await run.call("reminders", {"action": "add", "text": f"r{n}", "when": "5pm"}, ada,
+                               chat_id="1")).ok
+    assert "too many active reminders" in await error({"action": "add", "text": "r4", "when": "5pm"})
+
+
+async def test_without_a_daemon_to_deliver_them_reminders_say_so(tmp_path):
+    run, policy = executor(None, tmp_path)
+    outcome = await run.call("reminders", {"action": "list"}, policy.principal("telegram:1"), chat_id="1")
+    assert not outcome.ok and "need the running daemon" in outcome.text
+
+
+def test_a_bad_timezone_setting_names_the_key():
+    assert RemindersSkill.check_settings({"timezone": "Nowhere/Else"}) == [
+        "timezone: unknown time zone 'Nowhere/Else'; use an IANA name such as 'Europe/Paris'"]
+    assert RemindersSkill.check_settings({"timezone": "Asia/Tokyo"}) == []
