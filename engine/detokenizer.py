@@ -4,6 +4,12 @@ The window scheme is vLLM's: each step decodes only `tokens[prefix_offset:]` and
 decode of `tokens[prefix_offset:read_offset]`, so the work per step is the size of the newest
 tokens, and a decoder that treats a window's first token specially (SentencePiece's leading-space
 strip) does so identically in both decodes and cancels out.
+
+SentencePiece byte fallback adds one wrinkle: its decoder turns a whole run of `<0xNN>` tokens into
+text at once, and a run that is not valid UTF-8 becomes one U+FFFD per byte, including the bytes of
+characters that were complete (a "€" followed by a stray byte turns into four U+FFFD). Text from a
+run can change until the run ends, so a run is held back until a token that is not a byte follows
+it (or flush()); cutting windows only after such a token keeps every decode's runs whole.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ class IncrementalDetokenizer:
         # non-streaming caller gets, so `prompt_ids` plays no part (it stays for vLLM's shape).
         del prompt_ids
         self._tok = tokenizer
+        # Duck-typed tokenizers (test doubles) may lack the attribute: no byte-fallback runs then.
+        self._byte_ids = getattr(tokenizer, "byte_fallback_ids", frozenset())
         self._skip_special = params.skip_special_tokens
         self._stops = list(params.stop)
         self._include_stop = params.include_stop_str_in_output
@@ -40,7 +48,8 @@ class IncrementalDetokenizer:
 
     @property
     def text(self) -> str:
-        """Output text so far; a trailing character whose bytes are incomplete joins at flush()."""
+        """Output text so far; a trailing character whose bytes are incomplete, or a run of
+        byte-fallback tokens that may still grow, joins later (at flush() at the latest)."""
         return self._text
 
     @property
@@ -78,7 +87,7 @@ class IncrementalDetokenizer:
         """At finish: everything not yet taken, including held-back text; the text is then final."""
         if not self._flushed and self._stopped is None and self._read_offset < len(self._tokens):
             # A character still unfinished at the very end shows as decode() shows it: U+FFFD.
-            self._text += self._window_text()
+            self._text += self._window_text(len(self._tokens))
             self._read_offset = len(self._tokens)
         self._flushed = True
         delta = self._text[self._taken :]
@@ -87,10 +96,10 @@ class IncrementalDetokenizer:
 
     # ---- internals -----------------------------------------------------------------------
 
-    def _window_text(self) -> str:
-        """Text the tokens past read_offset add, less what earlier steps already took of it."""
+    def _window_text(self, end: int) -> str:
+        """Text tokens[read_offset:end] add, less what earlier steps already took of it."""
         # skip_special_tokens=False is exact here: with skipping on, specials were never kept.
-        window = self._tokens[self._prefix_offset :]
+        window = self._tokens[self._prefix_offset : end]
         prefix_len = self._read_offset - self._prefix_offset
         prefix_text = self._tok.decode(window[:prefix_len], skip_special_tokens=False)
         new_text = self._tok.decode(window, skip_special_tokens=False)
@@ -98,7 +107,10 @@ class IncrementalDetokenizer:
 
     def _decode_new(self) -> str:
         """New complete characters; a trailing unfinished one waits for its remaining bytes."""
-        fresh = self._window_text()
+        end = self._settled_end()
+        if end <= self._read_offset:
+            return ""
+        fresh = self._window_text(end)
         if fresh.endswith(_REPLACEMENT):
             # Byte-level tokens split characters (🦀 is three tokens). UTF-8 resynchronises, so
             # only the last U+FFFD can still change; what precedes it is final and goes out now,
@@ -106,9 +118,17 @@ class IncrementalDetokenizer:
             self._partial += len(fresh) - 1
             return fresh[:-1]
         self._prefix_offset = self._read_offset
-        self._read_offset = len(self._tokens)
+        self._read_offset = end
         self._partial = 0
         return fresh
+
+    def _settled_end(self) -> int:
+        """Tokens before this index decode to text that later tokens cannot change: all of them,
+        less a trailing run of byte-fallback tokens (see the module docstring)."""
+        end = len(self._tokens)
+        while end > self._read_offset and self._tokens[end - 1] in self._byte_ids:
+            end -= 1
+        return end
 
     def _check_stop(self, old_len: int) -> str | None:
         """Find the earliest stop string that the text after `old_len` completes; cut there."""

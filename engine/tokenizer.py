@@ -1,4 +1,5 @@
-"""The engine's tokenizer: a `tokenizers.Tokenizer` from a HF folder or rebuilt from GGUF metadata.
+"""The engine's tokenizer: a `tokenizers.Tokenizer` from a HF folder or rebuilt from GGUF metadata
+(byte-level BPE, 'gpt2', or SentencePiece BPE with byte fallback, 'llama').
 
 The one rule that matters for safety lives here: text from users and tools is encoded with
 `allow_special=False`, so a message that contains "<|im_start|>system" is plain text, never a role
@@ -14,11 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 # GGUF token types (llama.cpp's llama_token_type).
-_GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4
+_GGUF_NORMAL, _GGUF_UNKNOWN, _GGUF_CONTROL, _GGUF_USER_DEFINED = 1, 2, 3, 4
+_GGUF_KINDS = ("gpt2", "llama")
+
+# SentencePiece writes a space as this character, in its pieces and in the text it tokenizes.
+_SPM_SPACE = "\u2581"
 
 # Pre-tokenizer regexes llama.cpp names in `tokenizer.ggml.pre`.
 _LLAMA3_SPLIT = (
@@ -39,8 +44,13 @@ class Tokenizer:
     eos_token_ids: list[int]
     bos_token_id: int | None = None
     add_bos: bool = False
+    # encode_prompt appends EOS (`tokenizer.ggml.add_eos_token`, for llama.cpp's add_special).
+    add_eos: bool = False
     chat_template: str | None = None
     special_ids: frozenset[int] = frozenset()
+    # `<0xNN>` tokens the decoder joins into characters run by run (SentencePiece byte fallback):
+    # the incremental detokenizer holds a run back until it ends, see engine/detokenizer.py.
+    byte_fallback_ids: frozenset[int] = frozenset()
     # tokenizers.Tokenizer is not safe to reconfigure from two threads at once.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -60,10 +70,13 @@ class Tokenizer:
                 self.backend.encode_special_tokens = False
 
     def encode_prompt(self, text: str) -> list[int]:
-        """A raw completion prompt from the caller of `generate`: BOS added if the model wants it."""
+        """A raw completion prompt from the caller of `generate`: BOS (and EOS) added if the model
+        wants them."""
         ids = self.encode(text, allow_special=True)
         if self.add_bos and self.bos_token_id is not None and ids[:1] != [self.bos_token_id]:
             ids = [self.bos_token_id, *ids]
+        if self.add_eos and self.eos_token_ids and ids[-1:] != self.eos_token_ids[:1]:
+            ids.append(self.eos_token_ids[0])
         return ids
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
@@ -123,48 +136,119 @@ class Tokenizer:
             add_bos=add_bos,
             chat_template=template,
             special_ids=_special_ids(backend),
+            byte_fallback_ids=_byte_fallback_ids(backend),
         )
 
     @classmethod
     def from_gguf_fields(cls, fields: dict[str, Any]) -> Tokenizer:
-        """Rebuild the tokenizer from GGUF metadata (`tokenizer.ggml.*`), BPE ('gpt2') models."""
+        """Rebuild the tokenizer from GGUF metadata (`tokenizer.ggml.*`) as llama.cpp reads it."""
         kind = fields.get("tokenizer.ggml.model")
-        if kind != "gpt2":
+        if kind not in _GGUF_KINDS:
             raise ValueError(
-                f"GGUF tokenizer.ggml.model={kind!r} is not supported yet (only 'gpt2' byte-level "
-                "BPE); load the model's Hugging Face folder instead"
+                f"GGUF tokenizer.ggml.model={kind!r} is not supported (only 'gpt2' byte-level BPE "
+                "and 'llama' SentencePiece BPE); load the model's Hugging Face folder instead"
             )
+        spm = kind == "llama"
         tokens: list[str] = fields["tokenizer.ggml.tokens"]
-        types: list[int] = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-        merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
-        vocab = {t: i for i, t in enumerate(tokens)}
-        backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-        backend.pre_tokenizer = _gguf_pre_tokenizer(fields.get("tokenizer.ggml.pre", "default"))
-        backend.decoder = decoders.ByteLevel()
-        specials = [
+        types: list[int] = fields.get("tokenizer.ggml.token_type") or [_GGUF_NORMAL] * len(tokens)
+
+        def token_id(key: str, spm_default: int | None) -> int | None:
+            # llama.cpp's defaults for a SentencePiece vocabulary that does not name its tokens.
+            value = fields.get(f"tokenizer.ggml.{key}")
+            return value if isinstance(value, int) else spm_default if spm else None
+
+        unk = token_id("unknown_token_id", 0)
+        backend = _spm_backend(fields, tokens, types, unk) if spm else _byte_level_backend(fields, tokens)
+        # SentencePiece's <unk> is special like a control token: llama.cpp parses both only when
+        # special tokens are allowed.
+        special_types = (_GGUF_CONTROL, _GGUF_UNKNOWN) if spm else (_GGUF_CONTROL,)
+        backend.add_special_tokens([
             AddedToken(t, special=True, normalized=False)
             for t, ty in zip(tokens, types, strict=True)
-            if ty == _GGUF_CONTROL
-        ]
-        user_defined = [
+            if ty in special_types
+        ])
+        backend.add_tokens([
             AddedToken(t, special=False, normalized=False)
             for t, ty in zip(tokens, types, strict=True)
             if ty == _GGUF_USER_DEFINED
-        ]
-        backend.add_special_tokens(specials)
-        backend.add_tokens(user_defined)
-        eos = fields.get("tokenizer.ggml.eos_token_id")
-        eot = fields.get("tokenizer.ggml.eot_token_id")
-        eos_ids = [i for i in (eos, eot) if isinstance(i, int)]
-        bos = fields.get("tokenizer.ggml.bos_token_id")
+        ])
+        bos, eos = token_id("bos_token_id", 1), token_id("eos_token_id", 2)
+        eot = token_id("eot_token_id", None)
+        eos_ids = [i for i in (eos, eot) if i is not None]
         return cls(
             backend=backend,
             eos_token_ids=list(dict.fromkeys(eos_ids)),
             bos_token_id=bos,
-            add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", False)),
+            # llama.cpp adds BOS to a SentencePiece vocabulary whose file does not say otherwise.
+            add_bos=bool(fields.get("tokenizer.ggml.add_bos_token", spm)),
+            add_eos=bool(fields.get("tokenizer.ggml.add_eos_token", False)) and eos is not None,
             chat_template=fields.get("tokenizer.chat_template"),
             special_ids=_special_ids(backend),
+            byte_fallback_ids=_byte_fallback_ids(backend),
         )
+
+
+def _byte_level_backend(fields: dict[str, Any], tokens: list[str]) -> HFTokenizer:
+    """'gpt2': byte-level BPE with the merges the file lists and the pre-tokenizer it names."""
+    merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
+    backend.pre_tokenizer = _gguf_pre_tokenizer(fields.get("tokenizer.ggml.pre", "default"))
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def _spm_backend(
+    fields: dict[str, Any], tokens: list[str], types: list[int], unk: int | None
+) -> HFTokenizer:
+    """'llama': SentencePiece BPE with byte fallback, as llama.cpp's llm_tokenizer_spm runs it.
+
+    The whole text is one word: spaces become "▁" and, with `add_space_prefix` (the default), one
+    "▁" goes in front. As a normalizer that prefix also lands after every special token, which is
+    what llama.cpp does (a space after a special) and what models like Llama 2 were trained on
+    ("<s>[INST]" is "<s>", "▁[", ...). Characters outside the vocabulary become `<0xNN>` tokens.
+    """
+    vocab = {t: i for i, t in enumerate(tokens)}
+    scores = fields.get("tokenizer.ggml.scores")
+    unk_token = tokens[unk] if unk is not None and 0 <= unk < len(tokens) else None
+    backend = HFTokenizer(models.BPE(
+        vocab=vocab, merges=_spm_merges(tokens, types, scores), unk_token=unk_token,
+        fuse_unk=True, byte_fallback=True,
+    ))
+    prefix = bool(fields.get("tokenizer.ggml.add_space_prefix", True))
+    replace = normalizers.Replace(" ", _SPM_SPACE)
+    backend.normalizer = (
+        normalizers.Sequence([normalizers.Prepend(_SPM_SPACE), replace]) if prefix else replace
+    )
+    steps = [decoders.Replace(_SPM_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if prefix:  # the prefix space is the tokenizer's, not the text's: decode drops it again
+        steps.append(decoders.Strip(" ", 1, 0))
+    backend.decoder = decoders.Sequence(steps)
+    return backend
+
+
+def _spm_merges(
+    tokens: list[str], types: list[int], scores: list[float] | None
+) -> list[tuple[str, str]]:
+    """BPE merges, best first, for a SentencePiece vocabulary that stores scores, not merges.
+
+    SentencePiece BPE repeatedly merges the adjacent pair whose merged piece scores highest, so
+    every way to split a piece into two pieces is a merge ranked by the piece's score; equal
+    scores (files without real scores) fall back to vocabulary order, SentencePiece's own
+    training order. Only normal pieces take part: a control token such as "</s>", a byte token
+    or an unused one must never come out of plain text, whatever pieces spell it.
+    """
+    if scores is None:
+        scores = [-float(i) for i in range(len(tokens))]
+    normal = {t: i for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty == _GGUF_NORMAL}
+    ranked: list[tuple[float, int, int, str, str]] = []
+    for piece, i in normal.items():
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in normal and right in normal:
+                ranked.append((-scores[i], i, cut, left, right))
+    ranked.sort(key=lambda r: r[:3])
+    return [(left, right) for *_, left, right in ranked]
 
 
 def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
@@ -184,6 +268,27 @@ def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
 
 def _special_ids(backend: HFTokenizer) -> frozenset[int]:
     return frozenset(i for i, t in backend.get_added_tokens_decoder().items() if t.special)
+
+
+def byte_token_value(token: str) -> int | None:
+    """The byte a SentencePiece byte-fallback token such as `<0xE2>` stands for, else None."""
+    digits = token[3:5]
+    if len(token) == 6 and token.startswith("<0x") and token.endswith(">") and _is_hex(digits):
+        return int(digits, 16)
+    return None
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def _byte_fallback_ids(backend: HFTokenizer) -> frozenset[int]:
+    # Only a ByteFallback decoder joins `<0xNN>` runs; elsewhere such a token is plain text.
+    decoder = backend.decoder
+    if decoder is None or b'"ByteFallback"' not in decoder.__getstate__():
+        return frozenset()
+    vocab = backend.get_vocab(with_added_tokens=False)
+    return frozenset(i for t, i in vocab.items() if byte_token_value(t) is not None)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -177,8 +177,10 @@ class CallGrammar:
                             (LIT, b'"', 0), _W0, (LIT, b":", 0), _W0, (LIT, b'"name"', 0), _W0,
                             (LIT, b"{", 0), _W0)
         after: State = ((END,),) if mode != "auto" and can_end else ((FREE, 0),)
+        # A forced call may follow a short whitespace run: a SentencePiece model's natural first
+        # token is "▁<" (a space its decoder drops at the start of the output).
         self.initial: State = (
-            ((FREE, 0),) if mode == "auto" else after + self.body + ((LIT, OPEN_TAG, 0),))
+            ((FREE, 0),) if mode == "auto" else after + self.body + ((LIT, OPEN_TAG, 0), _W0))
 
     def _typed(self, kind: ValueType) -> str | int:
         if isinstance(kind, tuple):

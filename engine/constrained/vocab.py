@@ -9,7 +9,7 @@ from functools import cached_property
 import numpy as np
 
 from engine.constrained.grammar import OPEN_TAG
-from engine.tokenizer import Tokenizer
+from engine.tokenizer import Tokenizer, byte_token_value
 
 
 def _byte_level_alphabet() -> dict[str, int]:
@@ -37,10 +37,11 @@ def token_bytes(tokenizer: Tokenizer, vocab_size: int) -> list[bytes | None]:
     for text, i in backend.get_vocab(with_added_tokens=False).items():
         if i >= vocab_size:
             continue
+        byte = byte_token_value(text)
         if byte_level and all(c in alphabet for c in text):
             out[i] = bytes(alphabet[c] for c in text)
-        elif len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
-            out[i] = bytes([int(text[3:5], 16)])
+        elif byte is not None:
+            out[i] = bytes([byte])
         else:
             out[i] = text.replace("\u2581", " ").encode()
     for i, added in backend.get_added_tokens_decoder().items():

@@ -38,7 +38,15 @@ def permute_like_llama_cpp(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(hf_folder, path, arch: str) -> None:
+def write_byte_vocab(writer: gguf.GGUFWriter, vocab_size: int) -> None:
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(byte_vocab(vocab_size))
+    writer.add_token_types([1] * vocab_size)
+    writer.add_eos_token_id(0)
+
+
+def write_gguf(hf_folder, path, arch: str, write_tokenizer=write_byte_vocab) -> None:
+    """`hf_folder`'s weights as a GGUF; `write_tokenizer(writer, vocab_size)` adds the vocabulary."""
     cfg = json.loads((hf_folder / "config.json").read_text())
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     writer = gguf.GGUFWriter(str(path), arch)
@@ -51,10 +59,7 @@ def write_gguf(hf_folder, path, arch: str) -> None:
     writer.add_key_length(cfg.get("head_dim") or cfg["hidden_size"] // heads)
     writer.add_rope_freq_base(cfg.get("rope_parameters", {}).get("rope_theta", 10000.0))
     writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(byte_vocab(cfg["vocab_size"]))
-    writer.add_token_types([1] * cfg["vocab_size"])
-    writer.add_eos_token_id(0)
+    write_tokenizer(writer, cfg["vocab_size"])
     for name, t in load_file(hf_folder / "model.safetensors").items():
         w = t.numpy().astype(np.float32)
         if name == "model.embed_tokens.weight":

@@ -77,7 +77,8 @@ def test_valid_calls_are_accepted_byte_by_byte_and_end_the_turn(call):
     '<tool_call>{"name": "now", "arguments": {|"',  # a tool without arguments
     "<tool_call>" + " " * MAX_WS + "| ",  # whitespace runs are bounded
     '<tool_call>{"name": "now", "arguments": {}}</tool_call>|x',  # text after a forced call
-    "| <tool_call>",  # a forced call starts the output
+    "|x<tool_call>",  # a forced call starts the output: no text before it
+    " " * MAX_WS + "| <tool_call>",  # only a short whitespace run (SentencePiece's "▁<")
 ])
 def test_invalid_continuations_are_refused(bad):
     prefix, rest = bad.split("|")
