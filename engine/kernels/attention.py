@@ -18,6 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.interpreter_compat import fix_interpreter_index
+
+# Loops below run over loaded bounds (range(part_start, part_end, BLOCK_N)), which triton < 3.8's
+# interpreter cannot take under numpy >= 2.4; see interpreter_compat. Compiled kernels are untouched.
+fix_interpreter_index()
+
 _LOG2E = 1.4426950408889634
 # Decode partials (fp32 [num_seqs, num_heads, num_splits, head_dim]) stay under this many elements:
 # wide block tables (a CUDA graph captured for max_model_len) get longer partitions instead.

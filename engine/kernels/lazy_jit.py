@@ -25,5 +25,8 @@ def _jit(kernel: Callable, interpret_flag: str, module: str) -> Any:
     import triton
     import triton.language
 
+    from engine.kernels.interpreter_compat import fix_interpreter_index
+
+    fix_interpreter_index()  # for any loop over a runtime bound under triton < 3.8's interpreter
     sys.modules[module].tl = triton.language  # the name the kernel source uses
     return triton.jit(kernel)
