@@ -23,9 +23,11 @@ _UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]+)")
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?\s*[a-z]+(?:\s*,\s*|\s+and\s+|\s*))+")
 _CLOCK = re.compile(r"(\d{1,2})(?::(\d{2}))?\s*(am|pm)?")
-_DAY_AND_CLOCK = re.compile(r"(today|tomorrow)\s+(?:at\s+)?(.+)")
-WHEN_HELP = ("use a delay ('in 20 minutes', '2h30m'), a time ('17:30', '5pm', 'tomorrow 9:00') or "
-             "a date and time ('2026-12-24 09:00')")
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_DAYS = "|".join(("today", "tomorrow", *_WEEKDAYS))
+_DAY_AND_CLOCK = re.compile(rf"(?:on\s+)?(next\s+)?({_DAYS})\s+(?:at\s+)?(.+)")
+WHEN_HELP = ("use a delay ('in 20 minutes', '2h30m'), a time ('17:30', '5pm', 'tomorrow 9:00', "
+             "'friday at 8am') or a date and time ('2026-12-24 09:00')")
 
 
 class RemindersSkill(Skill):
@@ -37,7 +39,10 @@ class RemindersSkill(Skill):
         "properties": {
             "action": {"type": "string", "enum": ["add", "list", "cancel"]},
             "text": {"type": "string", "description": "add: what to remind the user of"},
-            "when": {"type": "string", "description": "add: " + WHEN_HELP},
+            # The user's words, not a date the model worked out: a model's idea of "now" is
+            # often wrong, and the skill says the exact time back.
+            "when": {"type": "string", "description": "add: the user's own words for the time: "
+                                                      + WHEN_HELP.removeprefix("use ")},
             "repeat": {"type": "string", "enum": ["none", "daily", "weekdays", "weekly"]},
             "id": {"type": "integer", "description": "cancel: the reminder's number"},
             "timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris; "
@@ -138,12 +143,20 @@ def _delay(spoken: str, now: datetime) -> datetime | None:
 
 
 def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
-    """'17:30', '5pm', 'at 9:15 am': the next such time; 'today 18:00', 'tomorrow at 9am'."""
+    """'17:30', '5pm', 'at 9:15 am': the next such time; 'today 18:00', 'tomorrow at 9am';
+    'friday 8:00' (this week's if still ahead, else next week's), 'next friday 8:00' (not today's)."""
     day: date | None = None
+    weekday = False
     local_now = now.astimezone(zone)
     if m := _DAY_AND_CLOCK.fullmatch(spoken):
-        day = local_now.date() + timedelta(days=m.group(1) == "tomorrow")
-        spoken = m.group(2)
+        following, name, spoken = m.groups()
+        if name in ("today", "tomorrow"):
+            if following:
+                return None
+            day = local_now.date() + timedelta(days=name == "tomorrow")
+        else:
+            ahead = (_WEEKDAYS.index(name) - local_now.weekday()) % 7 or (7 if following else 0)
+            day, weekday = local_now.date() + timedelta(days=ahead), True
     m = _CLOCK.fullmatch(spoken.removeprefix("at "))
     if m is None or (m.group(2) is None and m.group(3) is None):  # a bare "5" is not a time
         return None
@@ -155,8 +168,8 @@ def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
     if hour > 23 or minute > 59:
         return None
     local = datetime.combine(day or local_now.date(), time(hour, minute), tzinfo=zone)
-    if day is None and local <= local_now:
-        local = datetime.combine(local_now.date() + timedelta(days=1), time(hour, minute), tzinfo=zone)
+    if local <= local_now and (day is None or weekday):  # passed today: the next one
+        local += timedelta(days=7 if weekday else 1)
     return local.astimezone(UTC)
 
 

@@ -48,6 +48,11 @@ def test_delays_count_from_now(when, after):
     ("tomorrow 9:00", datetime(2026, 12, 1, 9, 0)),
     ("tomorrow at 11pm", datetime(2026, 12, 1, 23, 0)),
     ("today at 18:00", datetime(2026, 11, 30, 18, 0)),
+    ("friday at 8am", datetime(2026, 12, 4, 8, 0)),
+    ("on Monday 11:00", datetime(2026, 11, 30, 11, 0)),  # today, still ahead
+    ("monday 9:00", datetime(2026, 12, 7, 9, 0)),  # today's has passed: next week's
+    ("next monday 11:00", datetime(2026, 12, 7, 11, 0)),  # "next": never today's
+    ("next wednesday at 7pm", datetime(2026, 12, 2, 19, 0)),
     ("2026-12-24 09:00", datetime(2026, 12, 24, 9, 0)),
     ("2026-12-24T09:00:30", datetime(2026, 12, 24, 9, 0, 30)),
 ])
@@ -80,6 +85,8 @@ def test_tomorrow_across_a_dst_change_keeps_the_wall_clock_time():
     ("2026-11-30 10:00", "in the past"),
     ("0 minutes", "in the past"),
     ("in 3700 days", "ten years"),
+    ("friday", "cannot read"),  # a day without a time
+    ("next tomorrow 9:00", "cannot read"),
 ])
 def test_what_cannot_be_a_time_ahead_is_refused_with_how_to_write_it(when, error):
     with pytest.raises(SkillError, match=error):
