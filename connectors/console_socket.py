@@ -88,20 +88,32 @@ class ConsoleSocketConnector:
             self._clients.discard(writer)
             writer.close()
 
-    async def _broadcast(self, message: dict) -> None:
+    async def _broadcast(self, message: dict) -> int:
+        """Send to every attached console; how many took it."""
+        took = 0
         for writer in list(self._clients):
             try:
                 await self._send(writer, message)
+                took += 1
             except ConnectionError:
                 self._clients.discard(writer)
+        return took
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
         writer.write(json.dumps(message).encode() + b"\n")
         await writer.drain()
 
+    @property
+    def connected(self) -> bool:
+        """Whether a console is attached: what is sent now is seen by someone."""
+        return bool(self._clients)
+
     async def send_text(self, chat_id: str, text: str) -> str | None:
-        await self._broadcast({"type": "reply", "text": text})
+        # With nobody attached the reply would be lost: the outbox keeps it and retries, so the
+        # next `openclaw chat` gets it.
+        if not await self._broadcast({"type": "reply", "text": text}):
+            raise ConnectionError("no console is attached")
         return None
 
     async def draft(self, chat_id: str, text: str) -> None:
@@ -116,7 +128,10 @@ class ConsoleSocketConnector:
 
 async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[[str], None],
                  interactive: bool) -> bool:
-    """Chat through a running daemon's console socket. False if no daemon is listening there."""
+    """Chat through a running daemon's console socket. False if no daemon is listening there.
+
+    What the daemon sends is shown as it comes, also while waiting for the next line (a reminder
+    arrives on its own); each line is sent once the daemon has answered the one before."""
     try:
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -124,29 +139,40 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
     except PermissionError as exc:
         raise PermissionError(f"a daemon is running but its console {path} belongs to another "
                               "user; run `openclaw chat` as the user the service runs as") from exc
+    answered = asyncio.Event()
+    showing = asyncio.create_task(_show(reader, out, interactive, answered))
     try:
-        while True:
+        while not showing.done():
             line = await lines()
             if not line:
                 return True
+            answered.clear()
             writer.write(json.dumps({"text": line.rstrip("\n")}).encode() + b"\n")
             await writer.drain()
-            shown = ""
-            while raw := await reader.readline():
-                message = json.loads(raw)
-                kind, text = message.get("type"), message.get("text", "")
-                if kind == "done":
-                    break
-                if kind == "draft" and interactive and text.startswith(shown):
-                    out(text[len(shown):])
-                    shown = text
-                elif kind == "reply":
-                    out((text[len(shown):] if shown and text.startswith(shown) else text) + "\n")
-                    shown = ""
-                elif kind == "error":
-                    out(f"[daemon] {text}\n")
-            else:
-                out("[daemon] the daemon went away\n")
-                return True
+            await answered.wait()
+        return True
     finally:
+        showing.cancel()
         writer.close()
+
+
+async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], interactive: bool,
+                answered: asyncio.Event) -> None:
+    shown = ""
+    try:
+        while raw := await reader.readline():
+            message = json.loads(raw)
+            kind, text = message.get("type"), message.get("text", "")
+            if kind == "done":
+                answered.set()
+            elif kind == "draft" and interactive and text.startswith(shown):
+                out(text[len(shown):])
+                shown = text
+            elif kind == "reply":
+                out((text[len(shown):] if shown and text.startswith(shown) else text) + "\n")
+                shown = ""
+            elif kind == "error":
+                out(f"[daemon] {text}\n")
+        out("[daemon] the daemon went away\n")
+    finally:
+        answered.set()  # nothing more will come: the line loop must not wait for it

@@ -25,7 +25,7 @@ from openclaw.metrics import Metrics
 from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store
 from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
-from sandbox.policy import Policy, Principal
+from sandbox.policy import Policy, Principal, UnknownRole
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class Lane:
     conversation_id: int | None = None  # the active conversation, until /new
     generation: int = 0  # bumped by /new, so a look-up that raced it is not cached
     stop_requested: bool = False  # /stop arrived while a turn was starting
+    reminding: bool = False  # busy with a due reminder, not a turn: nothing for /stop to stop
 
 
 class _Sink:
@@ -228,7 +229,7 @@ class Gateway:
                 if lane.current and not lane.current.done():
                     lane.current.cancel()
                     stopped += 1
-                elif lane.busy:  # between taking the message and starting the model
+                elif lane.busy and not lane.reminding:  # between taking the message and the model
                     lane.stop_requested = True
                     stopped += 1
             text = "Stopped." if stopped else "Nothing to stop."
@@ -365,14 +366,17 @@ class Gateway:
         """Deliver a due reminder in its chat's lane, between turns (its message joins the
         conversation, which must not land in the middle of a turn's tool calls). True once it was
         handled; False when it cannot be sent now (its channel is not running)."""
-        if reminder.channel not in self.connectors or not self._accepting:
+        connector = self.connectors.get(reminder.channel)
+        # Not now without the channel, or while it cannot deliver (a console nobody is attached
+        # to, a service out of reach): it stays due, and is late, and says so, when sent.
+        if connector is None or not getattr(connector, "connected", True) or not self._accepting:
             return False
         job = _ReminderDue(reminder, asyncio.get_running_loop().create_future())
         self._lane_of((reminder.channel, reminder.chat_id, reminder.user)).queue.put_nowait(job)
         return await job.done
 
     async def _reminder_job(self, lane: Lane, job: _ReminderDue) -> None:
-        lane.busy = True
+        lane.busy = lane.reminding = True
         try:
             handled = await self._fire(lane, job.reminder)
             if not job.done.done():  # else the scheduler stopped waiting (shutdown)
@@ -384,15 +388,16 @@ class Gateway:
             if not job.done.done():
                 job.done.set_exception(exc)
         finally:
-            lane.busy = False
+            lane.busy = lane.reminding = False
             lane.queue.task_done()
 
     async def _fire(self, lane: Lane, r: Reminder) -> bool:
         connector = self.connectors.get(r.channel)
         if connector is None:
             return False
-        if not await self._still_allowed(r.user):
-            log.info("cancelling reminder %d: %s is no longer allowed", r.id, r.user)
+        why_not = await self._why_no_reminders(r.user)
+        if why_not:
+            log.info("cancelling reminder %d: %s", r.id, why_not)
             await self.store.cancel_reminder(r.user, r.id)
             return True
         conversation_id = await self._conversation(lane, r.user, r.chat_id, r.channel)
@@ -403,10 +408,27 @@ class Gateway:
         stored = await self.store.fire_reminder(r.id, r.due_at, reminders.next_time(r, now),
                                                 chunk_text(text, connector.max_message_len),
                                                 conversation_id=conversation_id)
-        if stored is not None:  # else it was cancelled meanwhile
+        if stored is None:  # cancelled meanwhile
+            return True
+        try:
             await self.agent.context.add(conversation_id, "assistant", text)
-            await self.outbox.deliver(r.channel, r.chat_id, stored)
+        except Exception:  # the message matters more than the model's memory of it
+            log.exception("could not add reminder %d to conversation %d", r.id, conversation_id)
+        await self.outbox.deliver(r.channel, r.chat_id, stored)
         return True
+
+    async def _why_no_reminders(self, user: str) -> str | None:
+        """Why `user` may no longer be reminded: access lost, or the reminders skill (with which
+        they would cancel) no longer theirs. None when they may."""
+        if not await self._still_allowed(user):
+            return f"{user} is no longer allowed"
+        try:
+            role = self.policy.role(self.config.user_role(user))
+        except UnknownRole as exc:
+            return str(exc)
+        if "reminders" not in self.agent.executor.registry.names or not role.grants("reminders"):
+            return f"{user} may no longer use the reminders skill"
+        return None
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
                     event: InboundEvent | None) -> None:

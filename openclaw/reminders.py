@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from openclaw.store import Reminder, Store
@@ -41,12 +41,16 @@ class Reminders:
 
     async def add(self, user: str, chat_id: str, text: str, due_at: datetime, *,
                   repeat: str | None, timezone: str) -> Reminder | None:
-        """None when the user already has `max_active` active reminders."""
+        """None when the user already has `max_active` active reminders. `due_at` given in
+        `timezone` keeps the wall-clock time it names for the repeats, even one that does not
+        exist on its first day (02:30 in a DST gap fires at 03:30 then, at 02:30 after)."""
         if repeat is not None and repeat not in REPEATS:
             raise ValueError(f"repeat must be one of {REPEATS}, not {repeat!r}")
-        ZoneInfo(timezone)  # a bad name fails here, not when the reminder repeats
-        reminder = await self.store.add_reminder(user, chat_id, text, due_at, repeat=repeat,
-                                                 timezone=timezone, max_active=self.max_active)
+        zone = ZoneInfo(timezone)  # a bad name fails here, not when the reminder repeats
+        local = due_at if getattr(due_at.tzinfo, "key", None) == timezone else due_at.astimezone(zone)
+        reminder = await self.store.add_reminder(
+            user, chat_id, text, due_at.astimezone(UTC), repeat=repeat, timezone=timezone,
+            local_time=local.time().isoformat(), max_active=self.max_active)
         self._wake.set()
         return reminder
 
@@ -89,31 +93,34 @@ class Reminders:
 
     async def _deliver(self, deliver: Deliver, reminder: Reminder) -> None:
         try:
-            handled = await deliver(reminder)
-        except Exception:
-            log.exception("delivering reminder %d failed", reminder.id)
-            handled = False
-        try:
+            try:
+                handled = await deliver(reminder)
+            except Exception:
+                log.exception("delivering reminder %d failed", reminder.id)
+                handled = False
             if not handled:  # it stays due: hold it back until the next poll, not in a tight loop
                 await asyncio.sleep(self.poll_s)
-        finally:
+        finally:  # also when the gateway dropped it (draining) and cancelled what we waited on
             self._in_flight.pop(reminder.id, None)
             self._wake.set()
 
 
 def next_time(reminder: Reminder, now: datetime) -> datetime | None:
-    """When a repeating reminder fires next, after `now`: the same wall-clock time in its zone (so
-    a 08:00 daily stays 08:00 across a DST change); None for a one-off."""
+    """When a repeating reminder fires next, after `now`: its wall-clock time in its zone on the
+    next day it repeats on (so 08:00 daily stays 08:00 across DST changes); None for a one-off."""
     if reminder.repeat is None:
         return None
-    local = reminder.due_at.astimezone(ZoneInfo(reminder.timezone))
+    zone = ZoneInfo(reminder.timezone)
+    wall = time.fromisoformat(reminder.local_time)
+    day = reminder.due_at.astimezone(zone).date()
     while True:
-        # Aware + timedelta adds wall-clock time; the offset is worked out afresh for the new day.
-        local += timedelta(days=7 if reminder.repeat == "weekly" else 1)
-        if reminder.repeat == "weekdays" and local.weekday() >= 5:
+        day += timedelta(days=7 if reminder.repeat == "weekly" else 1)
+        if reminder.repeat == "weekdays" and day.weekday() >= 5:
             continue
-        if local > now:
-            return local.astimezone(UTC)
+        # A wall time that does not exist that day (a DST gap) resolves forward by the gap.
+        due = datetime.combine(day, wall, tzinfo=zone).astimezone(UTC)
+        if due > now:
+            return due
 
 
 def message(reminder: Reminder, now: datetime) -> str:

@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("due_at", TS, nullable=False),
         sa.Column("repeat", sa.String(16), nullable=True),
         sa.Column("timezone", sa.String(64), nullable=False),
+        sa.Column("local_time", sa.String(15), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("fired_count", sa.Integer(), nullable=False),
         sa.Column("created_at", TS, nullable=False),

@@ -276,6 +276,7 @@ class ReminderRow(Base):
     due_at: Mapped[datetime] = mapped_column(UTCDateTime())
     repeat: Mapped[str | None] = mapped_column(String(16))
     timezone: Mapped[str] = mapped_column(String(64))
+    local_time: Mapped[str] = mapped_column(String(15))
     status: Mapped[ReminderStatus] = mapped_column(EnumText(ReminderStatus))
     fired_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -194,6 +194,9 @@ class Reminder:
     due_at: datetime  # the next time it fires (UTC)
     repeat: str | None  # None, "daily", "weekdays" or "weekly", in wall-clock time of `timezone`
     timezone: str  # IANA name the user's times were meant in
+    # The wall-clock time meant ("02:30:00"), which repeats keep: due_at alone loses it on a day
+    # when that time does not exist (a DST gap) and the reminder fires an hour later.
+    local_time: str
     status: ReminderStatus
     fired_count: int
     created_at: datetime

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import URL, make_url
@@ -71,6 +72,10 @@ def _utcnow() -> datetime:
 def _record(cls: type[R], row: Any, **extra: Any) -> R:
     values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in extra}
     return cls(**values, **extra)
+
+
+class _NoRoom(Exception):
+    """Rolls back a reminder that would take a user past their limit."""
 
 
 def new_pairing_code() -> str:
@@ -472,23 +477,34 @@ class Store:
 
     async def add_reminder(self, user: str, chat_id: str | int, text: str, due_at: datetime, *,
                            repeat: str | None = None, timezone: str = "UTC",
+                           local_time: str | None = None,
                            max_active: int | None = None) -> Reminder | None:
-        """A reminder delivered to `chat_id` on the user's channel; None (nothing stored) when
-        the user already has `max_active` active ones."""
+        """A reminder delivered to `chat_id` on the user's channel at `due_at`, meant as wall-clock
+        `local_time` in `timezone` (default: due_at's there); None, and nothing stored, when the
+        user would have more than `max_active` active ones."""
         channel, _ = parse_user_key(user)
-        async with self._tx() as session:
-            if max_active is not None:
-                active = await session.scalar(select(func.count()).select_from(ReminderRow).where(
-                    ReminderRow.user == user, ReminderRow.status == ReminderStatus.ACTIVE))
-                if active >= max_active:
-                    return None
-            row = ReminderRow(user=user, channel=channel, chat_id=str(chat_id), text=text,
-                              due_at=due_at, repeat=repeat, timezone=timezone,
-                              status=ReminderStatus.ACTIVE, fired_count=0, created_at=self.now(),
-                              fired_at=None)
-            session.add(row)
-            await session.flush()
-            return _record(Reminder, row)
+        if local_time is None:
+            local_time = due_at.astimezone(ZoneInfo(timezone)).time().isoformat()
+        try:
+            async with self._tx() as session:
+                if max_active is not None and self.dialect == "postgresql":
+                    # Two adds at once must not both see room: one waits for the other's commit.
+                    # (On SQLite the INSERT below takes the database's write lock before the count.)
+                    await session.execute(select(func.pg_advisory_xact_lock(func.hashtext(user))))
+                row = ReminderRow(user=user, channel=channel, chat_id=str(chat_id), text=text,
+                                  due_at=due_at, repeat=repeat, timezone=timezone,
+                                  local_time=local_time, status=ReminderStatus.ACTIVE, fired_count=0,
+                                  created_at=self.now(), fired_at=None)
+                session.add(row)
+                await session.flush()
+                if max_active is not None and await session.scalar(
+                        select(func.count()).select_from(ReminderRow).where(
+                            ReminderRow.user == user, ReminderRow.status == ReminderStatus.ACTIVE)
+                ) > max_active:
+                    raise _NoRoom
+                return _record(Reminder, row)
+        except _NoRoom:  # rolled back
+            return None
 
     async def active_reminders(self, user: str | None = None, *, due_by: datetime | None = None,
                                exclude: Iterable[int] = (), limit: int | None = None) -> list[Reminder]:

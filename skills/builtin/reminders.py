@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -71,6 +71,8 @@ class RemindersSkill(Skill):
             done = await book.cancel(ctx.user, args["id"])
             if done is None:
                 raise SkillError(f"you have no active reminder #{args['id']}; list shows them")
+            if done.chat_id != ctx.chat_id:  # this chat may be a group: not the text of another's
+                return f"Cancelled reminder #{done.id} (set in another chat)."
             return f"Cancelled reminder #{done.id}: {done.text}"
         return await _add(book, args, ctx)
 
@@ -93,39 +95,57 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
     now = book.now()
     due = parse_when(str(args.get("when") or ""), now, zone)
     repeat = args.get("repeat") or "none"
+    moved = ""
+    if repeat == "weekdays" and due.astimezone(zone).weekday() >= 5:  # starts on the next Monday
+        local = due if due.tzinfo is zone else due.astimezone(zone)
+        monday = local.date() + timedelta(days=7 - local.weekday())
+        due = datetime.combine(monday, local.time(), tzinfo=zone)
+        moved = " (moved to Monday: it repeats on weekdays)"
     reminder = await book.add(ctx.user, ctx.chat_id, text, due,
                               repeat=None if repeat == "none" else repeat, timezone=zone_name)
     if reminder is None:
         raise SkillError("you have too many active reminders; cancel some first")
     every = "" if repeat == "none" else f", then {repeat}"
-    return (f"Reminder #{reminder.id} set for {_local(due, zone)} {zone_name} "
+    return (f"Reminder #{reminder.id} set for {_local(due, zone)} {zone_name}{moved} "
             f"(in {_span(due - now)}){every}: {text}")
 
 
 async def _list(book: ReminderBook, ctx: SkillContext) -> str:
+    """The user's reminders for this chat. Those set elsewhere are only counted: this chat may be
+    a group, and a reminder set in a private chat is nobody else's business."""
     zone_name = _zone_name({}, ctx)
     now = book.now()
     lines = [f"Now: {_local(now, ZoneInfo(zone_name))} {zone_name}."]
     reminders = await book.pending(ctx.user)
-    for r in reminders:
+    here = [r for r in reminders if r.chat_id == ctx.chat_id]
+    for r in here:
         every = f" (repeats {r.repeat})" if r.repeat else ""
         lines.append(f"#{r.id} {_local(r.due_at, ZoneInfo(r.timezone))} {r.timezone}{every}: {r.text}")
-    return "\n".join(lines) if reminders else lines[0] + " You have no reminders."
+    if not here:
+        lines[0] += " You have no reminders in this chat."
+    if elsewhere := len(reminders) - len(here):
+        lines.append(f"({elsewhere} more in other chats: ask there to see them.)")
+    return "\n".join(lines)
 
 
 def parse_when(when: str, now: datetime, zone: ZoneInfo) -> datetime:
-    """The aware UTC time `when` means, seen from `now` in `zone`; SkillError saying how to write
-    it when it cannot be read, is past, or is more than ten years away."""
+    """The aware time `when` means, seen from `now` in `zone`: a wall-clock time is returned in
+    `zone` with the fields it names (so its repeats keep them); SkillError saying how to write it
+    when it cannot be read, is past, or is more than ten years away."""
     spoken = " ".join(when.lower().split())
     if not spoken:
         raise SkillError(f"add needs when; {WHEN_HELP}")
-    due = _delay(spoken, now) or _clock_time(spoken, now, zone) or _date_time(when.strip(), zone)
-    if due is None:
-        raise SkillError(f"cannot read when={when!r}; {WHEN_HELP}")
-    if due <= now:
-        raise SkillError(f"{_local(due, zone)} {zone.key} is in the past (now it is "
-                         f"{_local(now, zone)}); give a time ahead")
-    if due - now > MAX_AHEAD:
+    try:
+        due = _delay(spoken, now) or _clock_time(spoken, now, zone) or _date_time(when.strip(), zone)
+        if due is None:
+            raise SkillError(f"cannot read when={when!r}; {WHEN_HELP}")
+        if due <= now:  # aware datetimes of different zones compare as instants
+            raise SkillError(f"{_local(due, zone)} {zone.key} is in the past (now it is "
+                             f"{_local(now, zone)}); give a time ahead")
+        far = due - now > MAX_AHEAD
+    except OverflowError:  # year 1 or 9999 moved to another zone, and the like
+        far = True
+    if far:
         raise SkillError("that is more than ten years away")
     return due
 
@@ -139,6 +159,8 @@ def _delay(spoken: str, now: datetime) -> datetime | None:
         if unit not in _UNITS:
             return None
         seconds += float(amount) * _UNITS[unit]
+    if seconds > MAX_AHEAD.total_seconds():  # refused by the caller; may not fit a timedelta
+        seconds = MAX_AHEAD.total_seconds() + 86400
     return now + timedelta(seconds=seconds)
 
 
@@ -167,10 +189,16 @@ def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
         hour = hour % 12 + (12 if m.group(3) == "pm" else 0)
     if hour > 23 or minute > 59:
         return None
-    local = datetime.combine(day or local_now.date(), time(hour, minute), tzinfo=zone)
-    if local <= local_now and (day is None or weekday):  # passed today: the next one
-        local += timedelta(days=7 if weekday else 1)
-    return local.astimezone(UTC)
+    wall = time(hour, minute)
+    local = datetime.combine(day or local_now.date(), wall, tzinfo=zone)
+    # Compared with `now` (UTC), as instants: between two times of one zone Python compares the
+    # wall clock, which is wrong in the hour a DST change repeats.
+    if local <= now and local.replace(fold=1) > now:  # its second pass is still ahead
+        local = local.replace(fold=1)
+    elif local <= now and (day is None or weekday):  # passed today: the next one
+        local = datetime.combine(local.date() + timedelta(days=7 if weekday else 1), wall,
+                                 tzinfo=zone)
+    return local
 
 
 def _date_time(when: str, zone: ZoneInfo) -> datetime | None:
@@ -181,9 +209,7 @@ def _date_time(when: str, zone: ZoneInfo) -> datetime | None:
         return None
     if not any(c in when for c in ":Tt"):  # a date alone: which time is not ours to guess
         raise SkillError(f"when={when!r} has no time of day; add one, e.g. '{when} 09:00'")
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=zone)
-    return parsed.astimezone(UTC)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=zone)
 
 
 def _zone_name(args: dict[str, Any], ctx: SkillContext) -> str:

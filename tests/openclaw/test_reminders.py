@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
+from connectors.console_socket import ConsoleSocketConnector, attach
 from openclaw.daemon import Daemon
 from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
@@ -133,10 +135,21 @@ async def test_a_reminder_due_during_a_turn_waits_for_it_and_survives_stop(tmp_p
         await daemon.stop()
 
 
-def reminder(due: datetime, repeat: str | None, zone: str = "Europe/Paris") -> Reminder:
+def reminder(due: datetime, repeat: str | None, zone: str = "Europe/Paris",
+             local_time: str | None = None) -> Reminder:
+    local_time = local_time or due.astimezone(ZoneInfo(zone)).time().isoformat()
     return Reminder(id=7, user="telegram:1", channel="telegram", chat_id="1", text="pills", due_at=due,
-                    repeat=repeat, timezone=zone, status=ReminderStatus.ACTIVE, fired_count=0,
-                    created_at=due, fired_at=None)
+                    repeat=repeat, timezone=zone, local_time=local_time, status=ReminderStatus.ACTIVE,
+                    fired_count=0, created_at=due, fired_at=None)
+
+
+def test_a_daily_reminder_in_the_dst_gap_hour_comes_back_to_its_time():
+    # 02:30 in Paris; on Sunday 29 March 2026 there is no 02:30 (02:00 -> 03:00).
+    due, seen = datetime(2026, 3, 27, 1, 30, tzinfo=UTC), []
+    for _ in range(4):
+        due = next_time(reminder(due, "daily", local_time="02:30:00"), due)
+        seen.append(f"{due.astimezone(ZoneInfo('Europe/Paris')):%a %H:%M}")
+    assert seen == ["Sat 02:30", "Sun 03:30", "Mon 02:30", "Tue 02:30"]
 
 
 def test_a_daily_reminder_keeps_its_wall_clock_time_across_dst():
@@ -163,3 +176,99 @@ def test_a_late_delivery_says_when_it_was_due_in_the_users_zone():
     late = message(reminder(due, None), due + timedelta(hours=2))
     assert late == ("⏰ Reminder: pills\n(It was due Fri 04 Dec 08:00 Europe/Paris; I could not "
                     "send it then.)")
+
+
+async def test_reminders_stop_when_the_skill_is_no_longer_the_users(tmp_path):
+    cfg = config(tmp_path, SKILLS)
+    (tmp_path / "data").mkdir()
+    async with await Store.open(cfg.store.url) as store:
+        daily = await store.add_reminder("terminal:local", "local", "pills",
+                                         datetime.now(UTC) - timedelta(hours=1), repeat="daily")
+    conn = RecordingConnector()  # restarted with the skill disabled: no way left to cancel it
+    daemon = Daemon(config(tmp_path, '[skills]\nenabled = ["clock"]\n'), model=remembering_model(),
+                    connectors=[conn])
+    await daemon.start()
+    try:
+        for _ in range(1000):  # the scheduler picks it up at start
+            if not await daemon.store.active_reminders():
+                break
+            await asyncio.sleep(0.01)
+        assert await daemon.store.active_reminders() == []
+        assert await daemon.store.cancel_reminder("terminal:local", daily.id) is None  # done so
+        assert reminders_sent(conn) == []
+    finally:
+        await daemon.stop()
+
+
+async def test_a_failed_conversation_write_does_not_hold_the_reminder_back(tmp_path, monkeypatch):
+    daemon, conn = await started(tmp_path, remembering_model())
+    context = daemon.gateway.agent.context
+    real_add = context.add
+
+    async def add(conversation_id, role, content, **kw):
+        if content.startswith("⏰"):
+            raise RuntimeError("database is locked")
+        return await real_add(conversation_id, role, content, **kw)
+
+    monkeypatch.setattr(context, "add", add)
+    try:
+        await daemon.reminders.add("terminal:local", "local", "tea", datetime.now(UTC),
+                                   repeat=None, timezone="UTC")
+        await until(lambda: reminders_sent(conn))
+        assert reminders_sent(conn) == ["⏰ Reminder: tea"]
+        assert await daemon.store.pending_outbound() == []
+    finally:
+        await daemon.stop()
+
+
+async def test_stop_while_a_reminder_is_delivered_has_nothing_to_stop(tmp_path, monkeypatch):
+    daemon, conn = await started(tmp_path, remembering_model())
+    gateway, release = daemon.gateway, asyncio.Event()
+    real = gateway._why_no_reminders
+
+    async def held(user):
+        await release.wait()
+        return await real(user)
+
+    monkeypatch.setattr(gateway, "_why_no_reminders", held)
+    try:
+        await daemon.reminders.add("terminal:local", "local", "tea", datetime.now(UTC),
+                                   repeat=None, timezone="UTC")
+        await until(lambda: any(lane.reminding for lane in gateway._lanes.values()))
+        await conn.handler(msg("/stop"))
+        await until(lambda: conn.texts())
+        release.set()
+        await until(lambda: reminders_sent(conn))
+        assert conn.texts() == ["Nothing to stop.", "⏰ Reminder: tea"]
+    finally:
+        await daemon.stop()
+
+
+async def test_a_headless_daemons_reminder_waits_for_a_console_to_attach(tmp_path):
+    daemon = Daemon(config(tmp_path, SKILLS), model=remembering_model())
+    sock = tmp_path / "openclaw.sock"
+    console = ConsoleSocketConnector(sock, lambda: daemon.gateway.wait_idle("terminal"))
+    daemon.connectors.append(console)
+    await daemon.start()
+    daemon.reminders.poll_s = 0.05  # a held reminder is tried again this often
+    try:
+        with pytest.raises(ConnectionError):  # a reply nobody would see is not "sent"
+            await console.send_text("local", "anyone?")
+        await daemon.reminders.add("terminal:local", "local", "call the dentist",
+                                   datetime.now(UTC), repeat=None, timezone="UTC")
+        await asyncio.sleep(0.3)  # several polls with nobody attached
+        [waiting] = await daemon.store.active_reminders()
+        assert waiting.fired_count == 0 and await daemon.store.list_outbound() == []
+
+        seen: list[str] = []
+        lines = iter(["what happened?\n"])
+
+        async def next_line() -> str:
+            await until(lambda: any("⏰" in t for t in seen))  # type the line once it arrived
+            return next(lines, "")
+
+        await attach(sock, next_line, seen.append, interactive=False)
+        assert any("⏰ Reminder: call the dentist" in t for t in seen)
+        assert await daemon.store.active_reminders() == []
+    finally:
+        await daemon.stop()

@@ -511,3 +511,10 @@ async def test_firing_a_reminder_records_it_and_queues_its_message_once(store: S
     await store.cancel_reminder(user.key, daily.id)
     assert await store.fire_reminder(daily.id, tomorrow, None, ["x"]) is None
     assert len(await store.pending_outbound()) == 3
+
+
+async def test_the_reminder_limit_holds_for_concurrent_adds(store: Store, clock: FakeClock):
+    added = await asyncio.gather(*(store.add_reminder("telegram:1", 1, f"r{n}", clock.now,
+                                                      max_active=3) for n in range(10)))
+    assert sum(r is not None for r in added) == 3
+    assert len(await store.active_reminders("telegram:1")) == 3

@@ -21,7 +21,8 @@ NOW = datetime(2026, 11, 30, 9, 15, tzinfo=UTC)  # a Monday; 10:15 in Paris
 
 
 def at(when: str, now: datetime = NOW, zone: ZoneInfo = PARIS) -> datetime:
-    return parse_when(when, now, zone)
+    # In UTC: a time in a repeated DST hour never compares equal to another zone's (PEP 495).
+    return parse_when(when, now, zone).astimezone(UTC)
 
 
 @pytest.mark.parametrize(("when", "after"), [
@@ -60,6 +61,14 @@ def test_clock_times_and_dates_are_wall_clock_time_in_the_users_zone(when, local
     assert at(when) == local.replace(tzinfo=PARIS).astimezone(UTC)
 
 
+def test_in_the_hour_a_dst_change_repeats_a_time_still_ahead_is_its_second_pass():
+    second_pass_0215 = datetime(2026, 10, 25, 1, 15, tzinfo=UTC)  # Paris: 02:15 CET, again
+    assert at("02:30", second_pass_0215) == datetime(2026, 10, 25, 1, 30, tzinfo=UTC)
+    first_pass_0215 = datetime(2026, 10, 25, 0, 15, tzinfo=UTC)  # 02:15 CEST
+    assert at("02:30", first_pass_0215) == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert at("02:00", second_pass_0215) == datetime(2026, 10, 26, 1, 0, tzinfo=UTC)  # tomorrow
+
+
 def test_an_explicit_offset_wins_over_the_zone():
     assert at("2026-12-24T09:00+05:00") == datetime(2026, 12, 24, 4, 0, tzinfo=UTC)
     assert at("2026-12-24T09:00Z") == datetime(2026, 12, 24, 9, 0, tzinfo=UTC)
@@ -85,6 +94,11 @@ def test_tomorrow_across_a_dst_change_keeps_the_wall_clock_time():
     ("2026-11-30 10:00", "in the past"),
     ("0 minutes", "in the past"),
     ("in 3700 days", "ten years"),
+    ("999999999 weeks", "ten years"),
+    ("in 9999999999 days", "ten years"),
+    ("1" * 400 + " seconds", "ten years"),
+    ("0001-01-01T00:00", "in the past"),
+    ("9999-12-31T23:59-14:00", "ten years"),
     ("friday", "cannot read"),  # a day without a time
     ("next tomorrow 9:00", "cannot read"),
 ])
@@ -138,13 +152,30 @@ async def test_add_list_and_cancel_through_the_executor(book, tmp_path):
         "#1 Mon 30 Nov 2026 17:30 Europe/Paris (repeats weekdays): call mum",
         "#2 Tue 01 Dec 2026 09:00 Asia/Tokyo: standup"]
     theirs = await run.call("reminders", {"action": "list"}, bob, chat_id="2")
-    assert theirs.text.endswith("You have no reminders.")
+    assert theirs.text.endswith("You have no reminders in this chat.")
+    # In another chat (a group, say) Ada's reminders are counted, never shown.
+    group = await run.call("reminders", {"action": "list"}, ada, chat_id="group-9")
+    assert group.text.splitlines()[1:] == ["(2 more in other chats: ask there to see them.)"]
+    assert "call mum" not in group.text
+    from_group = await run.call("reminders", {"action": "cancel", "id": 2}, ada, chat_id="group-9")
+    assert from_group.text == "Cancelled reminder #2 (set in another chat)."
 
     denied = await run.call("reminders", {"action": "cancel", "id": 1}, bob, chat_id="2")
     assert not denied.ok and "no active reminder #1" in denied.text
     done = await run.call("reminders", {"action": "cancel", "id": 1}, ada, chat_id="1")
     assert done.ok and done.text == "Cancelled reminder #1: call mum"
-    assert [r.id for r in await book.pending("telegram:1")] == [2]
+    assert await book.pending("telegram:1") == []
+
+
+async def test_a_weekday_reminder_set_for_a_weekend_starts_on_monday(book, tmp_path):
+    run, policy = executor(book, tmp_path)
+    book.store._clock.now = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)  # a Friday
+    added = await run.call("reminders", {"action": "add", "text": "standup", "when": "tomorrow 9:00",
+                                         "repeat": "weekdays"}, policy.principal("telegram:1"),
+                           chat_id="1")
+    assert "Mon 07 Dec 2026 09:00 Europe/Paris (moved to Monday: it repeats on weekdays)" in added.text
+    [kept] = await book.pending("telegram:1")
+    assert (kept.due_at, kept.local_time) == (datetime(2026, 12, 7, 8, 0, tzinfo=UTC), "09:00:00")
 
 
 async def test_mistakes_come_back_to_the_model_and_store_nothing(book, tmp_path):
