@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from connectors.base import Handler
+from connectors.base import ConnectorStartError, Handler
 from openclaw.gateway_types import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class ConsoleSocketConnector:
             pass  # nobody listening: no socket, or a stale one from a daemon that died
         else:
             writer.close()
-            raise RuntimeError(f"another openclaw daemon is running (its console answers at "
+            raise ConnectorStartError(f"another openclaw daemon is running (its console answers at "
                                f"{self.path}); stop it first, or use `openclaw chat` to talk to it")
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
@@ -67,7 +67,10 @@ class ConsoleSocketConnector:
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        handler: Handler) -> None:
         self._clients.add(writer)
+        answering: set[asyncio.Task] = set()
         try:
+            # Lines are taken while earlier ones are answered: a /stop must reach the gateway
+            # while the reply it stops is still streaming.
             while line := await reader.readline():
                 try:
                     text = str(json.loads(line)["text"]).strip()
@@ -77,16 +80,26 @@ class ConsoleSocketConnector:
                 if text:
                     await handler(InboundMessage("terminal", "local", "local", uuid.uuid4().hex,
                                                  text, display_name="console"))
-                    await self._idle()
-                await self._send(writer, {"type": "done"})
+                task = asyncio.create_task(self._done_when_idle(writer, wait=bool(text)))
+                answering.add(task)
+                task.add_done_callback(answering.discard)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except RuntimeError as exc:  # the daemon is shutting down
             with contextlib.suppress(ConnectionError):
                 await self._send(writer, {"type": "error", "text": str(exc)})
         finally:
+            for task in answering:
+                task.cancel()
             self._clients.discard(writer)
             writer.close()
+
+    async def _done_when_idle(self, writer: asyncio.StreamWriter, wait: bool) -> None:
+        """Tell the client a line is answered: everything it caused has been (and was sent)."""
+        if wait:
+            await self._idle()
+        with contextlib.suppress(ConnectionError):
+            await self._send(writer, {"type": "done"})
 
     async def _broadcast(self, message: dict) -> int:
         """Send to every attached console; how many took it."""
@@ -131,7 +144,8 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
     """Chat through a running daemon's console socket. False if no daemon is listening there.
 
     What the daemon sends is shown as it comes, also while waiting for the next line (a reminder
-    arrives on its own); each line is sent once the daemon has answered the one before."""
+    arrives on its own). A person's lines go as typed (a /stop must not wait for the reply it
+    stops); piped lines go one at a time, each once the daemon has answered the one before."""
     try:
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -139,32 +153,54 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
     except PermissionError as exc:
         raise PermissionError(f"a daemon is running but its console {path} belongs to another "
                               "user; run `openclaw chat` as the user the service runs as") from exc
-    answered = asyncio.Event()
-    showing = asyncio.create_task(_show(reader, out, interactive, answered))
+    waiting = _Unanswered()
+    showing = asyncio.create_task(_show(reader, out, interactive, waiting))
     try:
         while not showing.done():
             line = await lines()
             if not line:
-                return True
-            answered.clear()
+                break
+            waiting.sent()
             writer.write(json.dumps({"text": line.rstrip("\n")}).encode() + b"\n")
             await writer.drain()
-            await answered.wait()
+            if not interactive:  # a script's lines go one at a time; a person may /stop anytime
+                await waiting.none()
+        await waiting.none()  # at the end of input, the answers still coming are shown
         return True
     finally:
         showing.cancel()
         writer.close()
 
 
+class _Unanswered:
+    """Lines sent whose "done" has not come back."""
+
+    def __init__(self) -> None:
+        self.count, self._zero = 0, asyncio.Event()
+        self._zero.set()
+
+    def sent(self) -> None:
+        self.count += 1
+        self._zero.clear()
+
+    def answered(self, everything: bool = False) -> None:
+        self.count = 0 if everything else max(self.count - 1, 0)
+        if not self.count:
+            self._zero.set()
+
+    async def none(self) -> None:
+        await self._zero.wait()
+
+
 async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], interactive: bool,
-                answered: asyncio.Event) -> None:
+                waiting: _Unanswered) -> None:
     shown = ""
     try:
         while raw := await reader.readline():
             message = json.loads(raw)
             kind, text = message.get("type"), message.get("text", "")
             if kind == "done":
-                answered.set()
+                waiting.answered()
             elif kind == "draft" and interactive and text.startswith(shown):
                 out(text[len(shown):])
                 shown = text
@@ -175,4 +211,4 @@ async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], intera
                 out(f"[daemon] {text}\n")
         out("[daemon] the daemon went away\n")
     finally:
-        answered.set()  # nothing more will come: the line loop must not wait for it
+        waiting.answered(everything=True)  # nothing more will come: nobody may wait for it

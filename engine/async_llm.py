@@ -131,6 +131,7 @@ class AsyncLLM:
                 except queue.Empty:
                     cmd = None
             if not self.engine.has_unfinished_requests():
+                self._stats = self.engine.stats()  # an abort ran no step: the counts changed
                 continue
             try:
                 outputs = self.engine.step()

@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.INFO if args.command == "run" else logging.WARNING)
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # its plugin set-up says seven INFO lines at every start
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         return args.func(args)
     except ConfigError as exc:
@@ -31,6 +33,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConnectorStartError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as exc:
+        # What a user can fix gets one line: a port in use, a file, another daemon, the database.
+        # (Imported here: the daemon and the store are heavy for commands that need neither.)
+        from openclaw.daemon import DaemonRunning
+        from openclaw.store import StoreUnavailableError
+
+        if args.verbose or not isinstance(exc, OSError | DaemonRunning | StoreUnavailableError):
+            raise
+        print(f"openclaw {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -52,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
     p = sub.add_parser("run", help="run the daemon headless (what the service runs)")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("chat", help="run the daemon with this terminal attached")
+    p = sub.add_parser("chat", help="chat from this terminal: with the running daemon (its console "
+                                    "socket), else with one started here")
     p.set_defaults(func=cmd_chat)
     p = sub.add_parser("doctor", help="check config, database, model, sandbox, tokens")
     p.add_argument("--skip-model", action="store_true", help="do not load the model")

@@ -4,10 +4,13 @@ together, runs until told to stop, and stops cleanly (drain, then close in rever
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import signal
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 from openclaw import systemd
 from openclaw.admin import AdminServer
@@ -20,6 +23,28 @@ from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class DaemonRunning(RuntimeError):
+    """Another daemon already serves this data_dir (its store, its console, its replies)."""
+
+
+def _claim(data_dir: Path) -> TextIO:
+    """Hold data_dir for this process: two daemons on one store would each answer the other's
+    messages and send each other's pending replies. The kernel drops the lock if we die."""
+    lock = open(data_dir / "daemon.lock", "a+")  # noqa: SIM115 -- held until stop()
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        raise DaemonRunning(f"another openclaw daemon (pid {holder}) is running with data_dir "
+                            f"{data_dir}; stop it first, or use `openclaw chat` to talk to it") from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 class Daemon:
@@ -35,6 +60,7 @@ class Daemon:
         self.admin: AdminServer | None = None
         self.reminders: Reminders | None = None
         self._watchdog: asyncio.Task | None = None
+        self._lock: TextIO | None = None
         self._stop = asyncio.Event()
         self.started_at = time.time()
 
@@ -44,6 +70,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = _claim(cfg.data_dir)  # before anything reads or sends from the store
         skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
         self.store = await Store.open(cfg.store.url)
         if self.model is None:
@@ -133,4 +160,7 @@ class Daemon:
             self.model.shutdown()
         if self.store:
             await self.store.close()
+        if self._lock is not None:
+            self._lock.close()  # releases the claim on data_dir
+            self._lock = None
         log.info("openclaw stopped")

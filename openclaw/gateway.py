@@ -366,10 +366,17 @@ class Gateway:
         """Deliver a due reminder in its chat's lane, between turns (its message joins the
         conversation, which must not land in the middle of a turn's tool calls). True once it was
         handled; False when it cannot be sent now (its channel is not running)."""
+        if not self._accepting:
+            return False
+        if why_not := await self._why_no_reminders(reminder.user):  # whatever the channel's state
+            log.info("cancelling reminder %d: %s", reminder.id, why_not)
+            await self.store.cancel_reminder(reminder.user, reminder.id)
+            return True
         connector = self.connectors.get(reminder.channel)
         # Not now without the channel, or while it cannot deliver (a console nobody is attached
         # to, a service out of reach): it stays due, and is late, and says so, when sent.
-        if connector is None or not getattr(connector, "connected", True) or not self._accepting:
+        if connector is None or not getattr(connector, "connected", True):
+            log.debug("reminder %d waits for the %s channel", reminder.id, reminder.channel)
             return False
         job = _ReminderDue(reminder, asyncio.get_running_loop().create_future())
         self._lane_of((reminder.channel, reminder.chat_id, reminder.user)).queue.put_nowait(job)
@@ -395,8 +402,7 @@ class Gateway:
         connector = self.connectors.get(r.channel)
         if connector is None:
             return False
-        why_not = await self._why_no_reminders(r.user)
-        if why_not:
+        if why_not := await self._why_no_reminders(r.user):  # again: it may have changed since
             log.info("cancelling reminder %d: %s", r.id, why_not)
             await self.store.cancel_reminder(r.user, r.id)
             return True
@@ -490,7 +496,8 @@ class Gateway:
         Aborted and queued messages stay 'received' in the store and are answered after restart."""
         self._accepting = False
         try:
-            await asyncio.wait_for(self._finish_running(), timeout)
+            if any(lane.busy for lane in self._lanes.values()):
+                await asyncio.wait_for(self._finish_running(), timeout)
         except TimeoutError:
             log.warning("drain timed out after %.0f s: aborting the turns still running", timeout)
         for lane in self._lanes.values():

@@ -137,7 +137,9 @@ class Outbox:
                 await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=str(exc))
                 continue
             except Exception as exc:
-                log.warning("sending to %s:%s failed (will retry): %s", item.channel, item.chat_id, exc)
+                # Said once per reply; its retries (every minute at most) only at INFO.
+                log.log(logging.WARNING if item.attempts == 0 else logging.INFO,
+                        "sending to %s:%s failed (will retry): %s", item.channel, item.chat_id, exc)
                 await self.store.mark_outbound(item.id, OutboundStatus.PENDING, error=str(exc)[:500])
                 return False
             await self.store.mark_outbound(item.id, OutboundStatus.SENT, external_message_id=external_id)

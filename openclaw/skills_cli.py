@@ -52,8 +52,14 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     try:
         user = _check_user(args.user)
         arguments = json.loads(args.arguments)
-    except (ValueError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
+        print(f"openclaw skills run: --args is not JSON: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
         print(f"openclaw skills run: {exc}", file=sys.stderr)
+        return 2
+    if user in config.access.blocked:
+        print(f"openclaw skills run: {user} is blocked ([access] blocked)", file=sys.stderr)
         return 2
     registry = configured_skills(config)
     principal = config.policy().principal(user)

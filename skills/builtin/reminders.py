@@ -26,8 +26,15 @@ _CLOCK = re.compile(r"(\d{1,2})(?::(\d{2}))?\s*(am|pm)?")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _DAYS = "|".join(("today", "tomorrow", *_WEEKDAYS))
 _DAY_AND_CLOCK = re.compile(rf"(?:on\s+)?(next\s+)?({_DAYS})\s+(?:at\s+)?(.+)")
+# "every day at 8:00" and the like: the repeat is read off the front of `when`.
+_SPOKEN_REPEAT = re.compile(
+    rf"(?:(?P<daily>every ?day|each day|daily)|(?P<weekdays>every weekday|each weekday|on weekdays"
+    rf"|weekdays)|every (?P<weekly>{'|'.join(_WEEKDAYS)})|(?P<week>every week|weekly))"
+    rf"(?:\s+at)?\s+(?P<rest>.+)")
+_CLOCK_WORDS = {"noon": "12:00", "midday": "12:00", "midnight": "0:00"}
 WHEN_HELP = ("use a delay ('in 20 minutes', '2h30m'), a time ('17:30', '5pm', 'tomorrow 9:00', "
-             "'friday at 8am') or a date and time ('2026-12-24 09:00')")
+             "'friday at 8am'), a date and time ('2026-12-24 09:00'), or a repeat ('every day at "
+             "8:00', 'every weekday at 7am', 'every monday at 9:00')")
 
 
 class RemindersSkill(Skill):
@@ -93,8 +100,11 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
     zone_name = _zone_name(args, ctx)
     zone = ZoneInfo(zone_name)
     now = book.now()
-    due = parse_when(str(args.get("when") or ""), now, zone)
+    spoken_repeat, when = split_repeat(str(args.get("when") or ""))
     repeat = args.get("repeat") or "none"
+    if repeat == "none" and spoken_repeat:
+        repeat = spoken_repeat
+    due = parse_when(when, now, zone)
     moved = ""
     if repeat == "weekdays" and due.astimezone(zone).weekday() >= 5:  # starts on the next Monday
         local = due if due.tzinfo is zone else due.astimezone(zone)
@@ -128,6 +138,17 @@ async def _list(book: ReminderBook, ctx: SkillContext) -> str:
     return "\n".join(lines)
 
 
+def split_repeat(when: str) -> tuple[str | None, str]:
+    """('daily', '8:00') for 'every day at 8:00'; ('weekly', 'monday 9:00') for 'every monday at
+    9:00' (the first one is the next Monday); (None, when) when it names no repeat."""
+    m = _SPOKEN_REPEAT.fullmatch(" ".join(when.lower().split()))
+    if m is None:
+        return None, when
+    if m["weekly"]:
+        return "weekly", f"{m['weekly']} {m['rest']}"
+    return ("daily" if m["daily"] else "weekdays" if m["weekdays"] else "weekly"), m["rest"]
+
+
 def parse_when(when: str, now: datetime, zone: ZoneInfo) -> datetime:
     """The aware time `when` means, seen from `now` in `zone`: a wall-clock time is returned in
     `zone` with the fields it names (so its repeats keep them); SkillError saying how to write it
@@ -151,7 +172,8 @@ def parse_when(when: str, now: datetime, zone: ZoneInfo) -> datetime:
 
 
 def _delay(spoken: str, now: datetime) -> datetime | None:
-    spoken = spoken.removeprefix("in ").removesuffix(" from now")
+    spoken = spoken.removeprefix("in ").removesuffix(" from now").replace("half an hour", "30 min")
+    spoken = re.sub(r"\ban? (?=[a-z])", "1 ", spoken)  # "an hour", "a minute"
     if not _DURATION.fullmatch(spoken):
         return None
     seconds = 0.0
@@ -179,7 +201,8 @@ def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
         else:
             ahead = (_WEEKDAYS.index(name) - local_now.weekday()) % 7 or (7 if following else 0)
             day, weekday = local_now.date() + timedelta(days=ahead), True
-    m = _CLOCK.fullmatch(spoken.removeprefix("at "))
+    spoken = spoken.removeprefix("at ")
+    m = _CLOCK.fullmatch(_CLOCK_WORDS.get(spoken, spoken))
     if m is None or (m.group(2) is None and m.group(3) is None):  # a bare "5" is not a time
         return None
     hour, minute = int(m.group(1)), int(m.group(2) or 0)

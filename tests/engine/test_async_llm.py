@@ -79,6 +79,11 @@ async def test_leaving_the_stream_early_aborts_the_request(engine):
     assert not engine.engine.has_unfinished_requests()
     bm = engine.engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks
+    for _ in range(200):  # what /status and /metrics read: no step ran after the abort
+        if engine.stats()["num_running"] == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert engine.stats()["num_running"] == 0 and engine.stats()["kv_usage"] == 0
 
 
 async def test_a_bad_request_fails_alone(engine):

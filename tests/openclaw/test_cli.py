@@ -68,7 +68,9 @@ def test_init_writes_a_starter_config_that_doctor_accepts(tmp_path):
     assert run(["--config", str(config), "init"], tmp_path, timeout=60).returncode == 0
     assert config.stat().st_mode & 0o777 == 0o600
     again = run(["--config", str(config), "init"], tmp_path, timeout=60)
-    assert again.returncode != 0  # never overwrites silently
+    assert again.returncode == 1  # never overwrites silently, and says so in one line
+    assert again.stderr.strip().splitlines() == [
+        f"openclaw init: {config} already exists; keep it, or replace it with `openclaw init --force`"]
     doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
     assert "✓ config" in doctor.stdout and "✓ database" in doctor.stdout, doctor.stdout
 

@@ -86,11 +86,40 @@ async def test_a_reply_finishing_during_shutdown_still_reaches_the_console(tmp_p
 async def test_a_second_daemon_refuses_to_take_over_a_live_console(tmp_path):
     import pytest
 
+    from connectors.base import ConnectorStartError
+
     daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
     second = ConsoleSocketConnector(sock, lambda: None)
-    with pytest.raises(RuntimeError, match="another openclaw daemon is running"):
+    with pytest.raises(ConnectorStartError, match="another openclaw daemon is running"):
         await second.start(lambda m: None)
     out = io.StringIO()
     assert await attach(sock, feeder(["hi\n"]), out.write, False)  # the first one still answers
     assert out.getvalue() == "x\n"
     await daemon.stop()
+
+
+async def test_a_person_can_stop_a_reply_while_it_streams(tmp_path):
+    import asyncio
+
+    from .test_daemon import until
+
+    model = ScriptedModel(lambda m: "a very long story " * 50, chunk=4)
+    model.gate = asyncio.Event()  # the reply streams one chunk, then waits: only /stop ends it
+    daemon, sock = await start(tmp_path, model)
+    out: list[str] = []
+    typed = iter(["tell me a story\n", "/stop\n"])
+
+    async def person() -> str:
+        line = next(typed, None)
+        if line == "/stop\n":
+            await until(lambda: out)  # typed while the draft is on screen
+        elif line is None:
+            return ""
+        return line
+
+    try:
+        assert await asyncio.wait_for(attach(sock, person, out.append, interactive=True), 10)
+        assert "".join(out).endswith("Stopped.\n") and model.aborted
+    finally:
+        model.gate.set()
+        await daemon.stop()

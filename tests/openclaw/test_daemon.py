@@ -440,3 +440,19 @@ async def test_a_command_stored_before_a_crash_is_answered_as_a_command(tmp_path
         assert conn.texts("local")[0].startswith("Commands:") and model.prompts == []
     finally:
         await daemon.stop()
+
+
+async def test_a_second_daemon_on_the_same_data_dir_stops_before_touching_the_store(tmp_path):
+    from openclaw.daemon import DaemonRunning
+
+    first, _ = await started(tmp_path, ScriptedModel(history_echo))
+    try:
+        second_conn = RecordingConnector()
+        second = Daemon(config(tmp_path), model=ScriptedModel(history_echo), connectors=[second_conn])
+        with pytest.raises(DaemonRunning, match=r"another openclaw daemon \(pid \d+\) is running"):
+            await second.start()
+        assert second.store is None and second_conn.handler is None
+    finally:
+        await first.stop()
+    third, _ = await started(tmp_path, ScriptedModel(history_echo))  # the claim ended with stop()
+    await third.stop()

@@ -83,7 +83,10 @@ async def test_what_fell_due_while_down_is_sent_at_start_late_and_repeats_move_a
                                          now - timedelta(days=3, hours=1), repeat="daily", timezone="UTC")
         pending = await store.ensure_user("terminal", "stranger")  # never admitted (pending)
         stranger = await store.add_reminder(pending.key, "stranger", "secret", now - timedelta(minutes=1))
+        await store.set_user_status("telegram", 5, "allowed")
         elsewhere = await store.add_reminder("telegram:5", "5", "no telegram here", now, timezone="UTC")
+        # Never admitted, on a channel not running: dropped at once, not kept waiting for it.
+        nobody = await store.add_reminder("telegram:6", "6", "who?", now, timezone="UTC")
 
     conn = RecordingConnector()
     daemon = Daemon(cfg, model=remembering_model(), connectors=[conn])
@@ -97,7 +100,7 @@ async def test_what_fell_due_while_down_is_sent_at_start_late_and_repeats_move_a
 
         await until(lambda: daemon.gateway.queue_length() == 0)
         active = {r.id: r for r in await daemon.store.active_reminders()}
-        assert missed.id not in active and stranger.id not in active
+        assert missed.id not in active and stranger.id not in active and nobody.id not in active
         assert active[elsewhere.id].fired_count == 0  # waits for its channel
         moved = active[daily.id]
         assert moved.fired_count == 1 and now < moved.due_at <= now + timedelta(days=1)
@@ -223,11 +226,13 @@ async def test_a_failed_conversation_write_does_not_hold_the_reminder_back(tmp_p
 
 async def test_stop_while_a_reminder_is_delivered_has_nothing_to_stop(tmp_path, monkeypatch):
     daemon, conn = await started(tmp_path, remembering_model())
-    gateway, release = daemon.gateway, asyncio.Event()
+    gateway, release, calls = daemon.gateway, asyncio.Event(), []
     real = gateway._why_no_reminders
 
-    async def held(user):
-        await release.wait()
+    async def held(user):  # checked when due, then again in the lane: held there
+        calls.append(user)
+        if len(calls) > 1:
+            await release.wait()
         return await real(user)
 
     monkeypatch.setattr(gateway, "_why_no_reminders", held)

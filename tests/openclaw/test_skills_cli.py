@@ -15,6 +15,7 @@ data_dir = "{tmp}/data"
 enabled = ["clock", "shell"]
 [access]
 roles = {{ "telegram:5" = "dev", "telegram:6" = "careful" }}
+blocked = ["telegram:13"]
 [roles.dev]
 skills = ["shell", "clock"]
 [roles.careful]
@@ -75,7 +76,9 @@ def test_skills_run_as_a_user_goes_through_policy_sandbox_and_audit(tmp_path):
 def test_skills_run_rejects_bad_input_clearly(tmp_path):
     args = setup(tmp_path)
     bad_json = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", "{oops"], tmp_path)
-    assert bad_json.returncode == 2 and "Expecting property name" in bad_json.stderr
+    assert bad_json.returncode == 2 and "--args is not JSON: Expecting property name" in bad_json.stderr
+    blocked = run([*args, "skills", "run", "clock", "--as", "telegram:13"], tmp_path)
+    assert blocked.returncode == 2 and "telegram:13 is blocked" in blocked.stderr
     bad_user = run([*args, "skills", "run", "shell", "--as", "bob", "--args", "{}"], tmp_path)
     assert bad_user.returncode == 2 and 'expected a user "channel:id"' in bad_user.stderr
     bad_args = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", '{"cmd": "id"}'],

@@ -12,7 +12,7 @@ from openclaw.reminders import Reminders
 from openclaw.store import Store
 from sandbox.policy import Policy
 from skills import SkillError
-from skills.builtin.reminders import RemindersSkill, parse_when
+from skills.builtin.reminders import RemindersSkill, parse_when, split_repeat
 from skills.executor import Executor
 from skills.registry import SkillRegistry
 
@@ -34,6 +34,8 @@ def at(when: str, now: datetime = NOW, zone: ZoneInfo = PARIS) -> datetime:
     ("90 seconds from now", timedelta(seconds=90)),
     ("1.5 hours", timedelta(minutes=90)),
     ("In 2 Weeks", timedelta(weeks=2)),
+    ("in an hour", timedelta(hours=1)),
+    ("in half an hour", timedelta(minutes=30)),
 ])
 def test_delays_count_from_now(when, after):
     assert at(when) == NOW + after
@@ -50,6 +52,8 @@ def test_delays_count_from_now(when, after):
     ("tomorrow at 11pm", datetime(2026, 12, 1, 23, 0)),
     ("today at 18:00", datetime(2026, 11, 30, 18, 0)),
     ("friday at 8am", datetime(2026, 12, 4, 8, 0)),
+    ("noon", datetime(2026, 11, 30, 12, 0)),
+    ("tomorrow at midnight", datetime(2026, 12, 1, 0, 0)),
     ("on Monday 11:00", datetime(2026, 11, 30, 11, 0)),  # today, still ahead
     ("monday 9:00", datetime(2026, 12, 7, 9, 0)),  # today's has passed: next week's
     ("next monday 11:00", datetime(2026, 12, 7, 11, 0)),  # "next": never today's
@@ -67,6 +71,18 @@ def test_in_the_hour_a_dst_change_repeats_a_time_still_ahead_is_its_second_pass(
     first_pass_0215 = datetime(2026, 10, 25, 0, 15, tzinfo=UTC)  # 02:15 CEST
     assert at("02:30", first_pass_0215) == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
     assert at("02:00", second_pass_0215) == datetime(2026, 10, 26, 1, 0, tzinfo=UTC)  # tomorrow
+
+
+@pytest.mark.parametrize(("when", "split"), [
+    ("every day at 8:00", ("daily", "8:00")),
+    ("Every weekday at 7am", ("weekdays", "7am")),
+    ("every monday at 9:00", ("weekly", "monday 9:00")),  # first: the next Monday
+    ("daily 18:30", ("daily", "18:30")),
+    ("in 20 minutes", (None, "in 20 minutes")),
+    ("every now and then", (None, "every now and then")),
+])
+def test_a_repeat_said_in_when_is_read_off_its_front(when, split):
+    assert split_repeat(when) == split
 
 
 def test_an_explicit_offset_wins_over_the_zone():
@@ -176,6 +192,16 @@ async def test_a_weekday_reminder_set_for_a_weekend_starts_on_monday(book, tmp_p
     assert "Mon 07 Dec 2026 09:00 Europe/Paris (moved to Monday: it repeats on weekdays)" in added.text
     [kept] = await book.pending("telegram:1")
     assert (kept.due_at, kept.local_time) == (datetime(2026, 12, 7, 8, 0, tzinfo=UTC), "09:00:00")
+
+
+async def test_the_users_words_for_a_repeat_set_it(book, tmp_path):
+    run, policy = executor(book, tmp_path)
+    added = await run.call("reminders", {"action": "add", "text": "pills",
+                                         "when": "every weekday at 8:00"},
+                           policy.principal("telegram:1"), chat_id="1")
+    assert added.text.endswith("(in 21 h 45 min), then weekdays: pills"), added.text
+    [kept] = await book.pending("telegram:1")
+    assert (kept.repeat, kept.local_time) == ("weekdays", "08:00:00")
 
 
 async def test_mistakes_come_back_to_the_model_and_store_nothing(book, tmp_path):
