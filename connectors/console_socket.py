@@ -156,8 +156,14 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
     waiting = _Unanswered()
     showing = asyncio.create_task(_show(reader, out, interactive, waiting))
     try:
-        while not showing.done():
-            line = await lines()
+        while True:
+            # Waiting for the person's next line ends when the daemon goes away, too.
+            typed = asyncio.ensure_future(lines())
+            await asyncio.wait({typed, showing}, return_when=asyncio.FIRST_COMPLETED)
+            if showing.done():  # the daemon went away: nothing typed can reach it
+                typed.cancel()
+                return True
+            line = typed.result()
             if not line:
                 break
             waiting.sent()

@@ -123,3 +123,28 @@ async def test_a_person_can_stop_a_reply_while_it_streams(tmp_path):
     finally:
         model.gate.set()
         await daemon.stop()
+
+
+async def test_the_client_ends_when_the_daemon_goes_away_while_it_waits_for_a_line(tmp_path):
+    import asyncio
+
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
+    out: list[str] = []
+    never = asyncio.Event()
+
+    typed: list[str] = []
+
+    async def person() -> str:  # types one line, then nothing more
+        if not typed:
+            typed.append("hi\n")
+            return "hi\n"
+        await never.wait()
+        return ""
+
+    client = asyncio.create_task(attach(sock, person, out.append, interactive=True))
+    from .test_daemon import until
+
+    await until(lambda: "".join(out) == "x\n")
+    await daemon.stop()
+    assert await asyncio.wait_for(client, 5)
+    assert out[-1] == "[daemon] the daemon went away\n"
