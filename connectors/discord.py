@@ -48,6 +48,7 @@ SLASH_COMMANDS = {
     "stop": "Stop the answer being generated (and any running tool)",
     "status": "Model, queue, KV cache use, tokens used today",
     "help": "What the assistant's commands do",
+    "reminders": "Your reminders in this channel",
 }
 # Answers to a tool call waiting for the user's approval; the number is the request's.
 NUMBERED_COMMANDS = {
@@ -169,6 +170,7 @@ class DiscordConnector:
             client.tree.add_command(self._slash_command(name, description))
         for name, description in NUMBERED_COMMANDS.items():
             client.tree.add_command(self._numbered_command(name, description))
+        client.tree.add_command(self._remind_command())
         try:
             await client.tree.sync()  # one bulk overwrite; unchanged commands cost Discord nothing
         except discord.HTTPException as exc:  # the text forms still work: not worth failing for
@@ -236,6 +238,13 @@ class DiscordConnector:
             await self._on_slash(interaction, f"/{name} {number}")
 
         return app_commands.Command(name=name, description=description, callback=callback)
+
+    def _remind_command(self) -> app_commands.Command:
+        async def callback(interaction: discord.Interaction, what: str) -> None:
+            await self._on_slash(interaction, f"/remind {what}")
+
+        return app_commands.Command(
+            name="remind", description="Remind you, e.g. in 20 minutes stretch", callback=callback)
 
     async def _on_slash(self, interaction: discord.Interaction, text: str) -> None:
         """Acknowledge at once (Discord allows 3 s) with "thinking..."; the gateway's answer then

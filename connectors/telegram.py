@@ -52,6 +52,8 @@ COMMANDS = [
     BotCommand("help", "What I can do and the commands"),
     BotCommand("approve", "Allow a tool call: /approve N"),
     BotCommand("deny", "Refuse a tool call: /deny N"),
+    BotCommand("remind", "Remind you: /remind in 20 minutes stretch"),
+    BotCommand("reminders", "Your reminders here; /reminders cancel N"),
 ]
 # Media we cannot read yet, as the agent is told about them (checked in this order).
 UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("audio", "an audio file"),

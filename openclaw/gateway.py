@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store
 from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, UnknownRole
+from skills.builtin.reminders import split_request
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +38,14 @@ HELP = (
     "/stop - stop the answer being generated (and any running tool)\n"
     "/status - model, device, queue, KV cache use, tokens used today\n"
     "/approve N, /deny N - answer a request to run a tool\n"
+    "/remind WHEN TEXT - e.g. /remind in 20 minutes stretch, /remind every weekday at 8:00 pills\n"
+    "/reminders - your reminders in this chat; /reminders cancel N\n"
     "/help - this list"
 )
-COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny")
+COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
+            "/reminders")
+REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
+                "dentist, /remind every weekday at 8:00 pills.")
 TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
 
 
@@ -238,11 +245,38 @@ class Gateway:
         elif command in ("/approve", "/deny"):
             argument = msg.text.strip().split(maxsplit=1)[1:]
             text = self.approvals.answer(msg.user, argument[0] if argument else "", command == "/approve")
+        elif command in ("/remind", "/reminders"):
+            text = await self._reminder_command(command, msg)
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:
             text = HELP
         await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
+
+    async def _reminder_command(self, command: str, msg: InboundMessage) -> str:
+        """/remind and /reminders: the reminders skill without the model (a small one may not
+        manage the call), through the same policy and audit as the model's calls."""
+        try:
+            principal = self.policy.principal(msg.user, self.config.user_role(msg.user))
+        except OSError as exc:  # as in a turn: the workspace cannot be created
+            log.error("cannot prepare the workspace of %s: %s", msg.user, exc)
+            return "Sorry, I cannot do that right now (see the daemon's log)."
+        executor = self.agent.executor
+        if "reminders" not in executor.available(principal):
+            return "Reminders are not available to you (the owner can enable the reminders skill)."
+        if principal.needs_approval("reminders"):  # a command cannot wait for an /approve
+            return "Your reminders need approval each time: ask me in a message instead."
+        argument = (msg.text.strip().split(maxsplit=1)[1:] or [""])[0].strip()
+        if command == "/reminders":
+            cancel = re.fullmatch(r"cancel\s+#?(\d+)", argument, re.IGNORECASE)
+            args = {"action": "cancel", "id": int(cancel[1])} if cancel else {"action": "list"}
+        else:
+            request = split_request(argument)
+            if request is None:
+                return REMIND_USAGE
+            args = {"action": "add", "when": request[0], "text": request[1]}
+        outcome = await executor.call("reminders", args, principal, chat_id=msg.chat_id)
+        return outcome.text.removeprefix("error: ")
 
     async def _status_text(self, user: str) -> str:
         stats = self.model.stats()

@@ -138,6 +138,38 @@ async def _list(book: ReminderBook, ctx: SkillContext) -> str:
     return "\n".join(lines)
 
 
+def split_request(request: str) -> tuple[str, str] | None:
+    """(when, text) of a request in one line, the time first or last: "in 20 minutes to stretch",
+    "every weekday at 8:00 pills", "call mum at 17:30". The longest readable time wins; None when
+    there is no time or no text. (Readable: a time in the past still counts, to be refused as such.)"""
+    words = request.split()
+    if words[:1] and words[0].lower() == "me":  # "/remind me in 5 minutes to ..."
+        words = words[1:]
+    for k in range(len(words) - 1, 0, -1):
+        for when, text in ((words[:k], words[k:]), (words[-k:], words[:-k])):
+            text = _trim(text, ("to", "that"), ("in", "at", "on"))  # "... to X", "X at ..."
+            if text and _readable(" ".join(when)):
+                return " ".join(when), " ".join(text)
+    return None
+
+
+def _trim(words: list[str], leading: tuple[str, ...], trailing: tuple[str, ...]) -> list[str]:
+    if words[:1] and words[0].lower() in leading:
+        words = words[1:]
+    if words[-1:] and words[-1].lower() in trailing:
+        words = words[:-1]
+    return words
+
+
+def _readable(when: str) -> bool:
+    now = datetime.now().astimezone()
+    try:
+        parse_when(split_repeat(when)[1], now, ZoneInfo("UTC"))
+    except SkillError as exc:
+        return not str(exc).startswith(("cannot read", "add needs when"))
+    return True
+
+
 def split_repeat(when: str) -> tuple[str | None, str]:
     """('daily', '8:00') for 'every day at 8:00'; ('weekly', 'monday 9:00') for 'every monday at
     9:00' (the first one is the next Monday); (None, when) when it names no repeat."""

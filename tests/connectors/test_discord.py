@@ -366,7 +366,8 @@ async def test_new_and_stop_typed_as_text(fake, daemon_with):
 async def test_slash_commands_are_registered_and_answered_in_their_interaction(fake, daemon_with):
     model = ScriptedModel(history_echo)
     await daemon_with(model)
-    assert sorted(c["name"] for c in fake.commands) == ["approve", "deny", "help", "new", "status", "stop"]
+    assert sorted(c["name"] for c in fake.commands) == ["approve", "deny", "help", "new", "remind",
+                                                        "reminders", "status", "stop"]
     channel = fake.dm_channel_id(ADA)
     await dm(fake, ADA, "one")
     new = fake.slash(ADA, "new")
@@ -381,6 +382,23 @@ async def test_slash_commands_are_registered_and_answered_in_their_interaction(f
     assert "/new" in fake.texts(fake.guild_channel_id)[0]
     assert fake.messages[fake.guild_channel_id][0]["interaction_metadata"]["id"] == help_["id"]
     assert model.prompts and all(last_user(p) in ("one", "two") for p in model.prompts)
+
+
+async def test_slash_remind_sets_a_reminder_without_the_model(fake, daemon_with):
+    model = ScriptedModel(history_echo)
+    await daemon_with(model, '[skills]\nenabled = ["clock", "reminders"]\n'
+                             '[skills.reminders]\ntimezone = "UTC"')
+    remind = next(c for c in fake.commands if c["name"] == "remind")
+    assert [(o["name"], o["type"]) for o in remind["options"]] == [("what", 3)]  # a string
+    channel = fake.dm_channel_id(ADA)
+    fake.slash(ADA, "remind", options={"what": "in 2 hours water the plants"})
+    await until(lambda: fake.texts(channel))
+    assert fake.texts(channel)[0].startswith("Reminder #1 set for ")
+    assert fake.texts(channel)[0].endswith("(in 2 h): water the plants")
+    fake.slash(ADA, "reminders")
+    await until(lambda: len(fake.texts(channel)) == 2)
+    assert fake.texts(channel)[1].splitlines()[1].endswith("UTC: water the plants")
+    assert model.prompts == []  # the model was not asked
 
 
 async def test_slash_stop_aborts_the_answer_and_its_draft_is_not_reused(fake, daemon_with):

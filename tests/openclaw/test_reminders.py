@@ -285,3 +285,49 @@ async def test_a_headless_daemons_reminder_waits_for_a_console_to_attach(tmp_pat
         assert await daemon.store.active_reminders() == []
     finally:
         await daemon.stop()
+
+
+async def test_remind_and_reminders_commands_work_without_the_model(tmp_path):
+    model = remembering_model()
+    daemon, conn = await started(tmp_path, model)
+    try:
+        async def command(text: str) -> str:
+            before = len(conn.sent)
+            await conn.handler(msg(text))
+            await until(lambda: len(conn.sent) > before)
+            return conn.sent[before][1]
+
+        assert (await command("/remind stretch")).startswith("Tell me when and what")
+        set_ = await command("/remind me in 2 hours to water the plants")
+        assert set_.startswith("Reminder #1 set for ") and set_.endswith("(in 2 h): water the plants")
+        assert (await command("/remind someday soon call Bob")).startswith("Tell me when and what")
+        assert "is in the past" in await command("/remind 2020-01-01 09:00 old news")
+        listed = await command("/reminders")
+        assert listed.splitlines()[1].endswith("UTC: water the plants")
+        assert await command("/reminders cancel 1") == "Cancelled reminder #1: water the plants"
+        assert "no active reminder #1" in await command("/reminders cancel #1")
+        assert model.prompts == []  # all of it without the model
+        adds = [a for a in await daemon.store.list_audit() if a.arguments.get("action") == "add"]
+        # Audited like a model's calls: the refused one (newest first) with why.
+        assert [(a.skill, a.user) for a in adds] == [("reminders", "terminal:local")] * 2
+        assert "in the past" in adds[0].detail and adds[1].detail is None
+    finally:
+        await daemon.stop()
+
+
+async def test_remind_says_so_when_the_skill_is_not_the_users(tmp_path):
+    daemon, conn = await started_plain(tmp_path)
+    try:
+        await conn.handler(msg("/remind in 5 minutes tea"))
+        await until(lambda: conn.sent)
+        assert conn.texts() == ["Reminders are not available to you (the owner can enable the "
+                                "reminders skill)."]
+    finally:
+        await daemon.stop()
+
+
+async def started_plain(tmp_path) -> tuple[Daemon, RecordingConnector]:
+    conn = RecordingConnector()
+    daemon = Daemon(config(tmp_path), model=remembering_model(), connectors=[conn])
+    await daemon.start()
+    return daemon, conn

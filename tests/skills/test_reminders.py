@@ -12,7 +12,7 @@ from openclaw.reminders import Reminders
 from openclaw.store import Store
 from sandbox.policy import Policy
 from skills import SkillError
-from skills.builtin.reminders import RemindersSkill, parse_when, split_repeat
+from skills.builtin.reminders import RemindersSkill, parse_when, split_repeat, split_request
 from skills.executor import Executor
 from skills.registry import SkillRegistry
 
@@ -83,6 +83,20 @@ def test_in_the_hour_a_dst_change_repeats_a_time_still_ahead_is_its_second_pass(
 ])
 def test_a_repeat_said_in_when_is_read_off_its_front(when, split):
     assert split_repeat(when) == split
+
+
+@pytest.mark.parametrize(("request_", "split"), [
+    ("in 20 minutes to stretch", ("in 20 minutes", "stretch")),
+    ("me in 5 minutes to call Bob", ("in 5 minutes", "call Bob")),
+    ("every weekday at 8:00 pills", ("every weekday at 8:00", "pills")),
+    ("call mum at 17:30", ("at 17:30", "call mum")),  # the time last
+    ("water the plants in 2 hours", ("in 2 hours", "water the plants")),
+    ("2020-01-01 09:00 old news", ("2020-01-01 09:00", "old news")),  # past: refused later
+    ("in 20 minutes", None),  # no text
+    ("stretch", None),  # no time
+])
+def test_a_one_line_request_splits_into_when_and_what(request_, split):
+    assert split_request(request_) == split
 
 
 def test_an_explicit_offset_wins_over_the_zone():
