@@ -24,15 +24,21 @@ from openclaw.gateway_types import InboundMessage
 log = logging.getLogger(__name__)
 
 MAX_LINE = 1 << 20
+SEND_TIMEOUT_S = 5.0  # a console that reads nothing for this long is dropped, not waited for
+DRAFT_BACKLOG = 1 << 16  # bytes unsent to a console past which its drafts are skipped
 
 
 class ConsoleSocketConnector:
     name = "terminal"
     max_message_len = 1_000_000
 
-    def __init__(self, path: Path, idle: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, path: Path, idle: Callable[[], Awaitable[None]],
+                 attached: Callable[[], None] | None = None) -> None:
+        """`idle()` returns once everything sent so far is answered and delivered; `attached()`
+        is told when a console attaches (replies waiting for one can go now)."""
         self.path = path
         self._idle = idle
+        self._attached = attached
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.StreamWriter] = set()
 
@@ -67,6 +73,8 @@ class ConsoleSocketConnector:
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                        handler: Handler) -> None:
         self._clients.add(writer)
+        if self._attached is not None:
+            self._attached()
         answering: set[asyncio.Task] = set()
         try:
             # Lines are taken while earlier ones are answered: a /stop must reach the gateway
@@ -102,20 +110,28 @@ class ConsoleSocketConnector:
             await self._send(writer, {"type": "done"})
 
     async def _broadcast(self, message: dict) -> int:
-        """Send to every attached console; how many took it."""
+        """Send to every attached console; how many took it. A console that stopped reading
+        (suspended, hung) skips drafts, which the next one replaces, and is dropped when a
+        message cannot reach it in time: it must not hold the others, or the turn, back."""
         took = 0
         for writer in list(self._clients):
+            if message["type"] == "draft" and writer.transport.get_write_buffer_size() > DRAFT_BACKLOG:
+                continue
             try:
                 await self._send(writer, message)
                 took += 1
             except ConnectionError:
                 self._clients.discard(writer)
+                writer.close()
         return took
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, message: dict) -> None:
         writer.write(json.dumps(message).encode() + b"\n")
-        await writer.drain()
+        try:
+            await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
+        except TimeoutError:
+            raise ConnectionError("the console reads nothing") from None
 
     @property
     def connected(self) -> bool:
@@ -140,28 +156,34 @@ class ConsoleSocketConnector:
 
 
 async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[[str], None],
-                 interactive: bool) -> bool:
+                 interactive: bool, prompt: Callable[[], None] | None = None) -> bool:
     """Chat through a running daemon's console socket. False if no daemon is listening there.
 
     What the daemon sends is shown as it comes, also while waiting for the next line (a reminder
     arrives on its own). A person's lines go as typed (a /stop must not wait for the reply it
-    stops); piped lines go one at a time, each once the daemon has answered the one before."""
+    stops), and `prompt()` is shown when nothing is being answered; piped lines go one at a time,
+    each once the daemon has answered the one before, and a daemon gone before the last answer
+    is a ConnectionError (a script must not pass for answered)."""
     try:
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
-    except (FileNotFoundError, ConnectionRefusedError):
-        return False
     except PermissionError as exc:
         raise PermissionError(f"a daemon is running but its console {path} belongs to another "
                               "user; run `openclaw chat` as the user the service runs as") from exc
-    waiting = _Unanswered()
+    except OSError:  # no socket, a stale one, or a path too long for one: no daemon to attach to
+        return False
+    waiting = _Unanswered(prompt if interactive else None)
     showing = asyncio.create_task(_show(reader, out, interactive, waiting))
     try:
         while True:
+            waiting.prompt_if_idle()
             # Waiting for the person's next line ends when the daemon goes away, too.
             typed = asyncio.ensure_future(lines())
             await asyncio.wait({typed, showing}, return_when=asyncio.FIRST_COMPLETED)
             if showing.done():  # the daemon went away: nothing typed can reach it
+                input_over = typed.done() and typed.result() == ""
                 typed.cancel()
+                if not interactive and not input_over:
+                    raise ConnectionError("the daemon went away before the input was all sent")
                 return True
             line = typed.result()
             if not line:
@@ -171,7 +193,11 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
             await writer.drain()
             if not interactive:  # a script's lines go one at a time; a person may /stop anytime
                 await waiting.none()
+                if waiting.lost:
+                    raise ConnectionError("the daemon went away before answering")
         await waiting.none()  # at the end of input, the answers still coming are shown
+        if waiting.lost and not interactive:
+            raise ConnectionError("the daemon went away before answering")
         return True
     finally:
         showing.cancel()
@@ -179,20 +205,40 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
 
 
 class _Unanswered:
-    """Lines sent whose "done" has not come back."""
+    """Lines sent whose "done" has not come back, and the prompt shown when there are none."""
 
-    def __init__(self) -> None:
-        self.count, self._zero = 0, asyncio.Event()
+    def __init__(self, prompt: Callable[[], None] | None) -> None:
+        self.count, self._zero, self._prompt = 0, asyncio.Event(), prompt
         self._zero.set()
+        self.lost = False  # the daemon went away with lines unanswered
+        self._prompted = False
 
     def sent(self) -> None:
         self.count += 1
         self._zero.clear()
+        self._prompted = False
 
-    def answered(self, everything: bool = False) -> None:
-        self.count = 0 if everything else max(self.count - 1, 0)
+    def answered(self) -> None:
+        self.count = max(self.count - 1, 0)
         if not self.count:
             self._zero.set()
+            self.prompt_if_idle()
+
+    def gone(self) -> None:
+        """Nothing more will come: whoever waits for answers must stop waiting."""
+        self.lost = self.count > 0
+        self.count = 0
+        self._zero.set()
+
+    def shown(self) -> None:
+        """Something was printed: the prompt, if it was up, is no longer the last line."""
+        self._prompted = False
+        self.prompt_if_idle()
+
+    def prompt_if_idle(self) -> None:
+        if self._prompt is not None and not self.count and not self._prompted:
+            self._prompted = True
+            self._prompt()
 
     async def none(self) -> None:
         await self._zero.wait()
@@ -213,8 +259,9 @@ async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], intera
             elif kind == "reply":
                 out((text[len(shown):] if shown and text.startswith(shown) else text) + "\n")
                 shown = ""
+                waiting.shown()  # a reply that came on its own (a reminder): the prompt again
             elif kind == "error":
                 out(f"[daemon] {text}\n")
         out("[daemon] the daemon went away\n")
     finally:
-        waiting.answered(everything=True)  # nothing more will come: nobody may wait for it
+        waiting.gone()

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from connectors.base import ConnectorStartError
@@ -134,11 +135,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         async def read_line() -> str:
             if not reader:
                 reader.append(line_reader(sys.stdin))
-            if interactive:
-                print("> ", end="", file=sys.stderr, flush=True)
             return await reader[0]()
 
-        return await attach(console_socket(config), read_line, write, interactive)
+        def prompt() -> None:
+            print("> ", end="", file=sys.stderr, flush=True)
+
+        return await attach(console_socket(config), read_line, write, interactive, prompt)
 
     try:
         if asyncio.run(attached()):
@@ -146,15 +148,40 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         print(f"openclaw chat: {exc}", file=sys.stderr)
         return 1
-    return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
+    from openclaw.daemon import DaemonRunning
+
+    try:
+        return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
+    except DaemonRunning as running:
+        # Its console opens last, after the model loads: a daemon still starting has none yet.
+        print("openclaw chat: a daemon is running here; waiting for its console...", file=sys.stderr)
+        deadline = time.monotonic() + CONSOLE_WAIT_S
+        while time.monotonic() < deadline:
+            if asyncio.run(attached()):
+                return 0
+            time.sleep(0.5)
+        print(f"openclaw chat: {running.holder} has no console to attach to (is it another "
+              "`openclaw chat`?)", file=sys.stderr)
+        return 1
+
+
+CONSOLE_WAIT_S = 120.0  # for a daemon that is loading its model when `openclaw chat` starts
 
 
 def console_socket(config) -> Path:
     return config.data_dir / "openclaw.sock"
 
 
-async def _run_daemon(config, terminal) -> int:
+def console_connector(path: Path, daemon):
+    """The socket `openclaw chat` attaches to: "done" once a line's replies are delivered, and
+    replies that waited for a console sent as soon as one attaches."""
     from connectors.console_socket import ConsoleSocketConnector
+
+    return ConsoleSocketConnector(path, lambda: daemon.gateway.wait_answered("terminal", "local"),
+                                  attached=lambda: daemon.gateway.outbox.retry_now("terminal", "local"))
+
+
+async def _run_daemon(config, terminal) -> int:
     from openclaw.daemon import Daemon
 
     connectors = configured_connectors(config)
@@ -162,7 +189,7 @@ async def _run_daemon(config, terminal) -> int:
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None
     if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to
-        daemon.connectors.append(ConsoleSocketConnector(console_socket(config), idle))
+        daemon.connectors.append(console_connector(console_socket(config), daemon))
     else:
         term = terminal(idle=idle)
         daemon.connectors.append(term)

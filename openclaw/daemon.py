@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 class DaemonRunning(RuntimeError):
     """Another daemon already serves this data_dir (its store, its console, its replies)."""
 
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"{holder}; stop it first, or use `openclaw chat` to talk to it")
+        self.holder = holder
+
 
 def _claim(data_dir: Path) -> TextIO:
     """Hold data_dir for this process: two daemons on one store would each answer the other's
@@ -40,7 +44,7 @@ def _claim(data_dir: Path) -> TextIO:
         holder = lock.read().strip() or "?"
         lock.close()
         raise DaemonRunning(f"another openclaw daemon (pid {holder}) is running with data_dir "
-                            f"{data_dir}; stop it first, or use `openclaw chat` to talk to it") from None
+                            f"{data_dir}") from None
     lock.truncate(0)
     lock.write(f"{os.getpid()}\n")
     lock.flush()
@@ -66,11 +70,13 @@ class Daemon:
 
     async def start(self) -> None:
         cfg = self.config
+        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Before anything reads or sends from the store, and before the signal handlers: a
+        # refused second daemon in the same process must leave the first one's alone.
+        self._lock = _claim(cfg.data_dir)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
-        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock = _claim(cfg.data_dir)  # before anything reads or sends from the store
         skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
         self.store = await Store.open(cfg.store.url)
         if self.model is None:
@@ -137,6 +143,8 @@ class Daemon:
             await self.stop(drain_timeout)
 
     async def stop(self, drain_timeout: float = 30.0) -> None:
+        if self._lock is None:  # never started (or refused: another daemon holds data_dir)
+            return
         systemd.stopping()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -525,6 +525,12 @@ class Gateway:
         await asyncio.gather(*(lane.queue.join() for key, lane in self._lanes.items()
                                if channel is None or key[0] == channel))
 
+    async def wait_answered(self, channel: str, chat_id: str) -> None:
+        """Until the channel's queued messages are answered and this chat's replies are out of the
+        outbox (sent, or given up): what the console's "done" promises."""
+        await self.wait_idle(channel)
+        await self.outbox.settled(channel, chat_id)
+
     async def drain(self, timeout: float) -> None:
         """Stop taking messages; let running turns finish within `timeout`, then abort them.
         Aborted and queued messages stay 'received' in the store and are answered after restart."""

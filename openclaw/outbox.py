@@ -10,6 +10,7 @@ so a piece is never sent twice by two senders and never overtakes an earlier one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from datetime import timedelta
@@ -33,6 +34,7 @@ class Outbox:
         self.first_delay_s, self.max_delay_s, self.max_age_s = first_delay_s, max_delay_s, max_age_s
         self._locks: dict[ChatKey, asyncio.Lock] = {}
         self._retrying: dict[ChatKey, asyncio.Task] = {}
+        self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
         self._closed = False
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
@@ -48,7 +50,8 @@ class Outbox:
         stored with its delivery record), in order behind anything still pending in the chat."""
         key = (channel, chat_id)
         async with self._lock(key):
-            if key in self._retrying:  # an earlier reply is still waiting: it goes first
+            if key in self._retrying:  # an earlier reply is still waiting: it goes first, now
+                self.retry_now(channel, chat_id)
                 return
             try:
                 delivered = await self._deliver(stored)
@@ -64,6 +67,17 @@ class Outbox:
         for key in keys:
             self._start_retry(key, immediately=True)
         return len(keys)
+
+    def retry_now(self, channel: str, chat_id: str) -> None:
+        """Try a chat's waiting replies at once rather than after the backoff: it may be reachable
+        again (a console attached), or a new reply waits behind them."""
+        if (wake := self._wake.get((channel, chat_id))) is not None:
+            wake.set()
+
+    async def settled(self, channel: str, chat_id: str) -> None:
+        """Until nothing waits for a retry in this chat (sent, or given up)."""
+        while (task := self._retrying.get((channel, chat_id))) is not None:
+            await asyncio.shield(task)
 
     @property
     def backlog(self) -> int:
@@ -90,11 +104,17 @@ class Outbox:
         if key not in self._retrying and not self._closed:
             self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
 
+    async def _pause(self, key: ChatKey, seconds: float) -> None:
+        wake = self._wake.setdefault(key, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), seconds)
+        wake.clear()
+
     async def _retry(self, key: ChatKey, immediately: bool) -> None:
         delay = self.first_delay_s
         try:
             if not immediately:
-                await asyncio.sleep(_jitter(delay))
+                await self._pause(key, _jitter(delay))
             while True:
                 async with self._lock(key):
                     pending = [o for o in await self.store.pending_outbound(*key)
@@ -106,7 +126,7 @@ class Outbox:
                     delivered = await self._deliver(pending)
                 if not delivered:
                     delay = min(delay * 2, self.max_delay_s)
-                    await asyncio.sleep(_jitter(delay))
+                    await self._pause(key, _jitter(delay))
         except asyncio.CancelledError:
             raise
         except Exception:  # e.g. the database went away: log it; the next start resends

@@ -6,6 +6,7 @@ import io
 import stat
 
 from connectors.console_socket import ConsoleSocketConnector, attach
+from openclaw.cli import console_connector
 from openclaw.daemon import Daemon
 
 from .scripted_model import ScriptedModel, last_user
@@ -15,7 +16,7 @@ from .test_daemon import config
 async def start(tmp_path, model):
     daemon = Daemon(config(tmp_path), model=model)
     sock = tmp_path / "openclaw.sock"
-    daemon.connectors.append(ConsoleSocketConnector(sock, lambda: daemon.gateway.wait_idle("terminal")))
+    daemon.connectors.append(console_connector(sock, daemon))  # as `openclaw run` makes it
     await daemon.start()
     return daemon, sock
 
@@ -148,3 +149,94 @@ async def test_the_client_ends_when_the_daemon_goes_away_while_it_waits_for_a_li
     await daemon.stop()
     assert await asyncio.wait_for(client, 5)
     assert out[-1] == "[daemon] the daemon went away\n"
+
+
+async def test_a_reply_left_for_a_console_reaches_the_next_one_before_its_own(tmp_path):
+    import asyncio
+    import json
+
+    from .test_daemon import until
+
+    model = ScriptedModel(lambda m: "echo: " + last_user(m), chunk=3)
+    model.gate = asyncio.Event()
+    daemon, sock = await start(tmp_path, model)
+    daemon.gateway.outbox.first_delay_s = 30  # its retry would come long after the next attach
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(sock))
+        writer.write(json.dumps({"text": "first question"}).encode() + b"\n")
+        await until(lambda: model.prompts)
+        writer.close()  # the console goes away before the reply is done
+        model.gate.set()
+        await until(lambda: daemon.gateway.outbox.backlog == 1)  # kept for the next console
+        out = io.StringIO()
+        assert await asyncio.wait_for(attach(sock, feeder(["second question\n"]), out.write, False), 10)
+        assert out.getvalue() == "echo: first question\necho: second question\n"
+        assert await daemon.store.pending_outbound() == []
+    finally:
+        await daemon.stop()
+
+
+async def test_a_person_gets_the_prompt_only_when_nothing_is_being_answered(tmp_path):
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
+    events: list[str] = []
+    try:
+        assert await attach(sock, feeder(["hi\n"]), events.append, interactive=True,
+                            prompt=lambda: events.append("> "))
+        assert events == ["> ", "x", "\n", "> "]  # the prompt, the reply, the prompt again
+    finally:
+        await daemon.stop()
+
+
+async def test_a_script_whose_daemon_goes_away_unanswered_does_not_pass_for_answered(tmp_path):
+    import asyncio
+
+    import pytest
+
+    from .test_daemon import until
+
+    model = ScriptedModel(lambda m: "never finished")
+    model.gate = asyncio.Event()
+    daemon, sock = await start(tmp_path, model)
+    script = asyncio.create_task(attach(sock, feeder(["a question\n", "another\n"]), io.StringIO().write,
+                                        interactive=False))
+    await until(lambda: model.prompts)
+    await daemon.stop(drain_timeout=0)
+    with pytest.raises(ConnectionError, match="went away before"):
+        await asyncio.wait_for(script, 5)
+
+
+async def test_chat_started_while_the_daemon_loads_waits_for_its_console(tmp_path):
+    import asyncio
+    import os
+    import sys
+
+    from .test_daemon import config as config_of
+
+    cfg = config_of(tmp_path)
+    daemon = Daemon(cfg, model=ScriptedModel(lambda m: "hello from the daemon"))
+    await daemon.start()  # holds data_dir, but has no console yet (as while its model loads)
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("NOTIFY_SOCKET", None)
+    console = None
+    chat = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "openclaw.cli", "--config", str(tmp_path / "openclaw.toml"), "chat",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env)
+    try:
+        chat.stdin.write(b"hi\n")
+        chat.stdin.close()
+        waiting = await asyncio.wait_for(chat.stderr.readline(), 60)
+        assert b"waiting for its console" in waiting
+        from openclaw.cli import console_connector, console_socket
+
+        console = console_connector(console_socket(cfg), daemon)
+        daemon.gateway.add_connector(console)
+        await console.start(daemon.gateway.handle)  # the console opens: the chat attaches
+        out, _ = await asyncio.wait_for(chat.communicate(), 60)
+        assert chat.returncode == 0 and out == b"hello from the daemon\n"
+    finally:
+        if chat.returncode is None:
+            chat.kill()
+        await daemon.stop()
+        if console is not None:
+            await console.stop()
