@@ -240,3 +240,21 @@ async def test_chat_started_while_the_daemon_loads_waits_for_its_console(tmp_pat
         await daemon.stop()
         if console is not None:
             await console.stop()
+
+
+async def test_a_console_that_reads_nothing_does_not_hold_up_the_others(tmp_path, monkeypatch):
+    import asyncio
+
+    from connectors import console_socket
+
+    monkeypatch.setattr(console_socket, "SEND_TIMEOUT_S", 0.5)
+    long_reply = "word " * 40_000  # drafts of it fill a socket that is never read many times over
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: long_reply, chunk=2_000))
+    try:
+        _, stuck = await asyncio.open_unix_connection(str(sock))  # attached, never reads
+        out = io.StringIO()
+        assert await asyncio.wait_for(attach(sock, feeder(["go\n"]), out.write, False), 20)
+        assert out.getvalue() == long_reply.strip() + "\n"
+        stuck.close()
+    finally:
+        await daemon.stop()
