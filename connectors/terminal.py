@@ -42,15 +42,17 @@ class TerminalConnector:
             self._task.cancel()
 
     async def _read(self, handler: Handler) -> None:
+        # The prompt shows when the terminal waits for the person: at the start, after an empty
+        # line, and after each reply (send_text), so it does not sit in front of a streaming one.
+        self._prompt()
         try:
             while True:
-                if self.interactive:
-                    self._write("> ", err=True)
                 line = await self._next_line()
                 if not line:
                     break
                 text = line.strip()
                 if not text:
+                    self._prompt()
                     continue
                 await handler(InboundMessage("terminal", "local", "local", uuid.uuid4().hex, text,
                                              display_name="console"))
@@ -67,6 +69,7 @@ class TerminalConnector:
         else:
             self._write(("\n" if self._drafted else "") + text + "\n")
         self._drafted = ""
+        self._prompt()
         return None
 
     async def draft(self, chat_id: str, text: str) -> None:
@@ -79,6 +82,10 @@ class TerminalConnector:
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         return None
+
+    def _prompt(self) -> None:
+        if self.interactive:
+            self._write("> ", err=True)
 
     def _write(self, text: str, err: bool = False) -> None:
         stream = sys.stderr if err else self._out
