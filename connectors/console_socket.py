@@ -262,6 +262,6 @@ async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], intera
                 waiting.shown()  # a reply that came on its own (a reminder): the prompt again
             elif kind == "error":
                 out(f"[daemon] {text}\n")
-        out("[daemon] the daemon went away\n")
+        out("[daemon] disconnected: the daemon stopped, or dropped this console\n")
     finally:
         waiting.gone()

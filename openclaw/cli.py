@@ -148,21 +148,25 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         print(f"openclaw chat: {exc}", file=sys.stderr)
         return 1
-    from openclaw.daemon import DaemonRunning
+    from openclaw.daemon import DaemonRunning, data_dir_claimed
 
-    try:
-        return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
-    except DaemonRunning as running:
-        # Its console opens last, after the model loads: a daemon still starting has none yet.
-        print("openclaw chat: a daemon is running here; waiting for its console...", file=sys.stderr)
-        deadline = time.monotonic() + CONSOLE_WAIT_S
-        while time.monotonic() < deadline:
-            if asyncio.run(attached()):
-                return 0
-            time.sleep(0.5)
-        print(f"openclaw chat: {running.holder} has no console to attach to (is it another "
-              "`openclaw chat`?)", file=sys.stderr)
-        return 1
+    while True:
+        try:
+            return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
+        except DaemonRunning as running:
+            # Its console opens last, after the model loads: a daemon still starting has none yet.
+            print("openclaw chat: a daemon is running here; waiting for its console...",
+                  file=sys.stderr)
+            deadline = time.monotonic() + CONSOLE_WAIT_S
+            while time.monotonic() < deadline and data_dir_claimed(config.data_dir):
+                if asyncio.run(attached()):
+                    return 0
+                time.sleep(0.5)
+            if data_dir_claimed(config.data_dir):
+                print(f"openclaw chat: {running.holder} has no console to attach to (is it "
+                      "another `openclaw chat`?)", file=sys.stderr)
+                return 1
+            # It stopped (or failed to start) meanwhile: this chat runs the daemon itself.
 
 
 CONSOLE_WAIT_S = 120.0  # for a daemon that is loading its model when `openclaw chat` starts

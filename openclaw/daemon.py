@@ -33,6 +33,20 @@ class DaemonRunning(RuntimeError):
         self.holder = holder
 
 
+def data_dir_claimed(data_dir: Path) -> bool:
+    """Whether the process that last claimed data_dir is alive. Read from the pid in the lock
+    file, not by trying the lock: a try would hold it for an instant, and a daemon starting in
+    that instant would be refused."""
+    try:
+        pid = int((data_dir / "daemon.lock").read_text().split()[0])
+        os.kill(pid, 0)
+    except PermissionError:  # alive, another user's
+        return True
+    except (OSError, ValueError, IndexError):  # no file, no pid (stopped), or no such process
+        return False
+    return True
+
+
 def _claim(data_dir: Path) -> TextIO:
     """Hold data_dir for this process: two daemons on one store would each answer the other's
     messages and send each other's pending replies. The kernel drops the lock if we die."""
@@ -169,6 +183,7 @@ class Daemon:
         if self.store:
             await self.store.close()
         if self._lock is not None:
+            self._lock.truncate(0)  # no pid: nobody holds it (data_dir_claimed)
             self._lock.close()  # releases the claim on data_dir
             self._lock = None
         log.info("openclaw stopped")

@@ -44,6 +44,8 @@ HELP = (
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
             "/reminders")
+REMIND_NOT_REPEATED = ("I restarted before answering your /remind, so I did not repeat it: see "
+                       "/reminders, and send it again if it is not there.")
 REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
                 "dentist, /remind every weekday at 8:00 pills.")
 TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
@@ -155,7 +157,11 @@ class Gateway:
                 await self._send(msg.channel, msg.chat_id, msg.notice, conversation_id=None, event=event)
                 continue
             if command := _command_of(msg.text):  # a command is answered as one, not by the model
-                await self._command(command, msg, event)
+                if command == "/remind":  # it may have been set just before the stop: not twice
+                    await self._send(msg.channel, msg.chat_id, REMIND_NOT_REPEATED,
+                                     conversation_id=None, event=event)
+                else:
+                    await self._command(command, msg, event)
                 continue
             self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user), True))
         if pending:

@@ -50,8 +50,7 @@ class Outbox:
         stored with its delivery record), in order behind anything still pending in the chat."""
         key = (channel, chat_id)
         async with self._lock(key):
-            if key in self._retrying:  # an earlier reply is still waiting: it goes first, now
-                self.retry_now(channel, chat_id)
+            if key in self._retrying:  # an earlier reply is still waiting: it goes first
                 return
             try:
                 delivered = await self._deliver(stored)
@@ -69,15 +68,15 @@ class Outbox:
         return len(keys)
 
     def retry_now(self, channel: str, chat_id: str) -> None:
-        """Try a chat's waiting replies at once rather than after the backoff: it may be reachable
-        again (a console attached), or a new reply waits behind them."""
+        """Try a chat's waiting replies at once rather than after the backoff, because it is
+        reachable again (a console attached). Nothing when none wait."""
         if (wake := self._wake.get((channel, chat_id))) is not None:
             wake.set()
 
     async def settled(self, channel: str, chat_id: str) -> None:
-        """Until nothing waits for a retry in this chat (sent, or given up)."""
+        """Until nothing waits for a retry in this chat (sent, or given up, or the outbox closed)."""
         while (task := self._retrying.get((channel, chat_id))) is not None:
-            await asyncio.shield(task)
+            await asyncio.wait({task})  # neither cancels it nor passes its cancellation on
 
     @property
     def backlog(self) -> int:
@@ -102,13 +101,12 @@ class Outbox:
 
     def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
         if key not in self._retrying and not self._closed:
+            self._wake[key] = asyncio.Event()  # from now on retry_now reaches this retry
             self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
 
     async def _pause(self, key: ChatKey, seconds: float) -> None:
-        wake = self._wake.setdefault(key, asyncio.Event())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), seconds)
-        wake.clear()
+            await asyncio.wait_for(self._wake[key].wait(), seconds)
 
     async def _retry(self, key: ChatKey, immediately: bool) -> None:
         delay = self.first_delay_s
@@ -117,11 +115,13 @@ class Outbox:
                 await self._pause(key, _jitter(delay))
             while True:
                 async with self._lock(key):
+                    self._wake[key].clear()  # a wake from now on asks for another attempt
                     pending = [o for o in await self.store.pending_outbound(*key)
                                if not await self._expired(o)]
                     if not pending:
                         # Under the lock: a send waiting for it now sees no retry and sends itself.
                         self._retrying.pop(key, None)
+                        self._wake.pop(key, None)
                         return
                     delivered = await self._deliver(pending)
                 if not delivered:
@@ -132,6 +132,7 @@ class Outbox:
         except Exception:  # e.g. the database went away: log it; the next start resends
             log.exception("retrying replies to %s:%s failed; they stay pending", *key)
             self._retrying.pop(key, None)
+            self._wake.pop(key, None)
 
     async def _expired(self, item: OutboundMessage) -> bool:
         if self.store.now() - item.created_at < timedelta(seconds=self.max_age_s):

@@ -146,11 +146,21 @@ def split_request(request: str) -> tuple[str, str] | None:
     if words[:1] and words[0].lower() == "me":  # "/remind me in 5 minutes to ..."
         words = words[1:]
     for k in range(len(words) - 1, 0, -1):
-        for when, text in ((words[:k], words[k:]), (words[-k:], words[:-k])):
-            text = _trim(text, ("to", "that"), ("in", "at", "on"))  # "... to X", "X at ..."
-            if text and _readable(" ".join(when)):
-                return " ".join(when), " ".join(text)
+        # The time first ("in 5 minutes to X": the text keeps its last word, "turn it on") or
+        # last ("X at 5pm"); of two readable ends, one that says it is a time ("in 5 min",
+        # "at 3pm") beats a bare duration that may be part of the text ("5 min break at 3pm").
+        first = (words[:k], _trim(words[k:], ("to", "that"), ()))
+        last = (words[-k:], _trim(words[:-k], ("to", "that"), ("in", "at", "on")))
+        found = [(when, text) for when, text in (first, last) if text and _readable(" ".join(when))]
+        found.sort(key=lambda pair: pair[0][0].lower() not in _TIME_MARKERS)  # stable: first wins ties
+        if found:
+            when, text = found[0]
+            return " ".join(when), " ".join(text)
     return None
+
+
+_TIME_MARKERS = frozenset({"in", "at", "on", "every", "each", "daily", "weekdays", "weekly", "today",
+                           "tomorrow", "next", "noon", "midnight", *_WEEKDAYS})
 
 
 def _trim(words: list[str], leading: tuple[str, ...], trailing: tuple[str, ...]) -> list[str]:

@@ -148,7 +148,7 @@ async def test_the_client_ends_when_the_daemon_goes_away_while_it_waits_for_a_li
     await until(lambda: "".join(out) == "x\n")
     await daemon.stop()
     assert await asyncio.wait_for(client, 5)
-    assert out[-1] == "[daemon] the daemon went away\n"
+    assert out[-1] == "[daemon] disconnected: the daemon stopped, or dropped this console\n"
 
 
 async def test_a_reply_left_for_a_console_reaches_the_next_one_before_its_own(tmp_path):

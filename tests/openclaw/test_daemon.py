@@ -456,3 +456,17 @@ async def test_a_second_daemon_on_the_same_data_dir_stops_before_touching_the_st
         await first.stop()
     third, _ = await started(tmp_path, ScriptedModel(history_echo))  # the claim ended with stop()
     await third.stop()
+
+
+async def test_whether_data_dir_is_claimed_is_read_without_taking_it(tmp_path):
+    from openclaw.daemon import data_dir_claimed
+
+    assert not data_dir_claimed(tmp_path / "data")
+    daemon, _ = await started(tmp_path, ScriptedModel(history_echo))
+    try:
+        assert data_dir_claimed(daemon.config.data_dir)
+    finally:
+        await daemon.stop()
+    assert not data_dir_claimed(daemon.config.data_dir)  # stopped: the pid is gone from the file
+    (daemon.config.data_dir / "daemon.lock").write_text("999999999\n")  # a holder that died
+    assert not data_dir_claimed(daemon.config.data_dir)

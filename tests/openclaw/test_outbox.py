@@ -240,3 +240,28 @@ async def test_a_blank_answer_still_gets_a_reply(tmp_path):
         assert conn.texts("local") == ["(no answer)"]
     finally:
         await daemon.stop()
+
+
+async def test_new_replies_behind_a_waiting_one_do_not_hurry_its_retry(tmp_path):
+    # A service that refuses for a while (a flood wait): each new reply must not be one more try.
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    outbox = daemon.gateway.outbox
+    outbox.first_delay_s = 30
+    try:
+        conn.down = True
+        for n in range(5):
+            await outbox.send("terminal", "local", [f"r{n}"], conversation_id=None, answers=None)
+        await asyncio.sleep(0.2)
+        assert conn.attempts == 1  # the first send; the others wait behind it, untried
+        conn.down = False
+        outbox.retry_now("terminal", "local")  # reachable again (a console attached): all go now
+        await asyncio.wait_for(outbox.settled("terminal", "local"), 5)
+        assert conn.texts("local") == [f"r{n}" for n in range(5)]
+        outbox.retry_now("terminal", "local")  # nothing waits: no effect on the next outage
+        conn.down, conn.attempts = True, 0
+        await outbox.send("terminal", "local", ["later"], conversation_id=None, answers=None)
+        await asyncio.sleep(0.2)
+        assert conn.attempts == 1
+    finally:
+        await daemon.stop()

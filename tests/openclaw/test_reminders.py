@@ -331,3 +331,20 @@ async def started_plain(tmp_path) -> tuple[Daemon, RecordingConnector]:
     daemon = Daemon(config(tmp_path), model=remembering_model(), connectors=[conn])
     await daemon.start()
     return daemon, conn
+
+
+async def test_a_remind_stored_before_a_crash_is_not_set_twice(tmp_path):
+    cfg = config(tmp_path, SKILLS)
+    (tmp_path / "data").mkdir()
+    async with await Store.open(cfg.store.url) as store:  # stored; maybe also set, then a crash
+        await store.set_user_status("terminal", "local", "allowed")
+        await store.record_inbound("terminal", "c1", "terminal:local", "local", "/remind in 1 hour tea")
+    daemon = Daemon(cfg, model=remembering_model(), connectors=[conn := RecordingConnector()])
+    await daemon.start()
+    try:
+        await until(lambda: conn.texts())
+        assert conn.texts()[0].startswith("I restarted before answering your /remind")
+        assert await daemon.store.active_reminders() == []
+        assert await daemon.store.pending_inbound() == []  # answered, not left for the next start
+    finally:
+        await daemon.stop()

@@ -92,6 +92,9 @@ def test_a_repeat_said_in_when_is_read_off_its_front(when, split):
     ("call mum at 17:30", ("at 17:30", "call mum")),  # the time last
     ("water the plants in 2 hours", ("in 2 hours", "water the plants")),
     ("2020-01-01 09:00 old news", ("2020-01-01 09:00", "old news")),  # past: refused later
+    ("in 10 minutes to turn the oven on", ("in 10 minutes", "turn the oven on")),
+    ("5 min break at 3pm", ("at 3pm", "5 min break")),  # a bare duration may be the text's
+    ("me to call 5pm bob at 6pm", ("at 6pm", "call 5pm bob")),
     ("in 20 minutes", None),  # no text
     ("stretch", None),  # no time
 ])
