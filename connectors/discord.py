@@ -48,7 +48,6 @@ SLASH_COMMANDS = {
     "stop": "Stop the answer being generated (and any running tool)",
     "status": "Model, queue, KV cache use, tokens used today",
     "help": "What the assistant's commands do",
-    "reminders": "Your reminders in this channel",
 }
 # Answers to a tool call waiting for the user's approval; the number is the request's.
 NUMBERED_COMMANDS = {
@@ -171,6 +170,7 @@ class DiscordConnector:
         for name, description in NUMBERED_COMMANDS.items():
             client.tree.add_command(self._numbered_command(name, description))
         client.tree.add_command(self._remind_command())
+        client.tree.add_command(self._reminders_command())
         try:
             await client.tree.sync()  # one bulk overwrite; unchanged commands cost Discord nothing
         except discord.HTTPException as exc:  # the text forms still work: not worth failing for
@@ -245,6 +245,14 @@ class DiscordConnector:
 
         return app_commands.Command(
             name="remind", description="Remind you, e.g. in 20 minutes stretch", callback=callback)
+
+    def _reminders_command(self) -> app_commands.Command:
+        async def callback(interaction: discord.Interaction, cancel: int | None = None) -> None:
+            await self._on_slash(interaction, "/reminders" + (f" cancel {cancel}" if cancel else ""))
+
+        return app_commands.Command(
+            name="reminders", description="Your reminders in this channel; cancel: the one to cancel",
+            callback=callback)
 
     async def _on_slash(self, interaction: discord.Interaction, text: str) -> None:
         """Acknowledge at once (Discord allows 3 s) with "thinking..."; the gateway's answer then

@@ -398,6 +398,12 @@ async def test_slash_remind_sets_a_reminder_without_the_model(fake, daemon_with)
     fake.slash(ADA, "reminders")
     await until(lambda: len(fake.texts(channel)) == 2)
     assert fake.texts(channel)[1].splitlines()[1].endswith("UTC: water the plants")
+    reminders = next(c for c in fake.commands if c["name"] == "reminders")
+    assert [(o["name"], o["type"], o.get("required", False)) for o in reminders["options"]] == [
+        ("cancel", 4, False)]  # an optional integer
+    fake.slash(ADA, "reminders", options={"cancel": 1})
+    await until(lambda: len(fake.texts(channel)) == 3)
+    assert fake.texts(channel)[2] == "Cancelled reminder #1: water the plants"
     assert model.prompts == []  # the model was not asked
 
 

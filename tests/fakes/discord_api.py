@@ -212,9 +212,9 @@ class FakeDiscord:
         return message
 
     def slash(self, user_id: int, command: str, *, guild: bool = False, name: str | None = None,
-              options: dict[str, int] | None = None) -> dict:
+              options: dict[str, int | str] | None = None) -> dict:
         """A user runs /`command` (a registered global command), in a DM or in the guild, with
-        integer `options` by name."""
+        `options` by name, typed as the command registered them."""
         registered = next((c for c in self.commands if c["name"] == command), None)
         if registered is None:
             raise AssertionError(f"/{command} is not registered (have {[c['name'] for c in self.commands]})")
@@ -227,7 +227,12 @@ class FakeDiscord:
             "data": {"id": registered["id"], "name": command, "type": 1},
         }
         if options:
-            interaction["data"]["options"] = [{"name": k, "type": 4, "value": v} for k, v in options.items()]
+            types = {o["name"]: o["type"] for o in registered.get("options", [])}
+            unknown = set(options) - set(types)
+            if unknown:
+                raise AssertionError(f"/{command} has no option {sorted(unknown)} (has {sorted(types)})")
+            interaction["data"]["options"] = [{"name": k, "type": types[k], "value": v}
+                                              for k, v in options.items()]
         if guild:
             interaction.update(guild_id=str(self.guild_id), context=0,
                                channel_id=str(self.guild_channel_id), channel=self._guild_channel(),
