@@ -408,9 +408,7 @@ class Gateway:
         handled; False when it cannot be sent now (its channel is not running)."""
         if not self._accepting:
             return False
-        if why_not := await self._why_no_reminders(reminder.user):  # whatever the channel's state
-            log.info("cancelling reminder %d: %s", reminder.id, why_not)
-            await self.store.cancel_reminder(reminder.user, reminder.id)
+        if await self._dropped(reminder):  # whatever the state of its channel
             return True
         connector = self.connectors.get(reminder.channel)
         # Not now without the channel, or while it cannot deliver (a console nobody is attached
@@ -442,9 +440,7 @@ class Gateway:
         connector = self.connectors.get(r.channel)
         if connector is None:
             return False
-        if why_not := await self._why_no_reminders(r.user):  # again: it may have changed since
-            log.info("cancelling reminder %d: %s", r.id, why_not)
-            await self.store.cancel_reminder(r.user, r.id)
+        if await self._dropped(r):  # again: access may have changed while it was queued
             return True
         conversation_id = await self._conversation(lane, r.user, r.chat_id, r.channel)
         now = self.store.now()
@@ -462,6 +458,14 @@ class Gateway:
             log.exception("could not add reminder %d to conversation %d", r.id, conversation_id)
         await self.outbox.deliver(r.channel, r.chat_id, stored)
         return True
+
+    async def _dropped(self, r: Reminder) -> bool:
+        """Cancel `r` if its user may no longer be reminded; whether it was."""
+        why_not = await self._why_no_reminders(r.user)
+        if why_not:
+            log.info("cancelling reminder %d: %s", r.id, why_not)
+            await self.store.cancel_reminder(r.user, r.id)
+        return why_not is not None
 
     async def _why_no_reminders(self, user: str) -> str | None:
         """Why `user` may no longer be reminded: access lost, or the reminders skill (with which

@@ -17,6 +17,7 @@ from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
+from tests.openclaw.test_daemon import started as started_with
 
 SKILLS = """
 [skills]
@@ -43,10 +44,7 @@ def remembering_model():
 
 
 async def started(tmp_path, model, extra: str = "") -> tuple[Daemon, RecordingConnector]:
-    conn = RecordingConnector()
-    daemon = Daemon(config(tmp_path, SKILLS + extra), model=model, connectors=[conn])
-    await daemon.start()
-    return daemon, conn
+    return await started_with(tmp_path, model, SKILLS + extra)
 
 
 async def eventually(read, ok, timeout: float = 10.0):
@@ -316,7 +314,7 @@ async def test_remind_and_reminders_commands_work_without_the_model(tmp_path):
 
 
 async def test_remind_says_so_when_the_skill_is_not_the_users(tmp_path):
-    daemon, conn = await started_plain(tmp_path)
+    daemon, conn = await started_with(tmp_path, remembering_model())  # skills as by default
     try:
         await conn.handler(msg("/remind in 5 minutes tea"))
         await until(lambda: conn.sent)
@@ -324,13 +322,6 @@ async def test_remind_says_so_when_the_skill_is_not_the_users(tmp_path):
                                 "reminders skill)."]
     finally:
         await daemon.stop()
-
-
-async def started_plain(tmp_path) -> tuple[Daemon, RecordingConnector]:
-    conn = RecordingConnector()
-    daemon = Daemon(config(tmp_path), model=remembering_model(), connectors=[conn])
-    await daemon.start()
-    return daemon, conn
 
 
 async def test_a_remind_stored_before_a_crash_is_not_set_twice(tmp_path):
