@@ -39,21 +39,28 @@ class Approvals:
         finally:
             self._pending.pop(number, None)
 
-    def answer(self, user: str, argument: str, approve: bool) -> str:
-        """The reply to `/approve N` or `/deny N` from `user`."""
+    def answer(self, user: str, argument: str, approve: bool) -> tuple[str, Callable[[], None] | None]:
+        """The reply to `/approve N` or `/deny N` from `user`, and what settles the request: the
+        caller settles it once the reply is out, so "Approved"/"Denied" comes before what the
+        call does next (its output, the model's answer)."""
         verb = "approve" if approve else "deny"
         mine = sorted(n for n, r in self._pending.items() if r.user == user)
         if not argument.strip():  # never guess: a repeated tap must not answer a newer request
             return (f"Which one? Reply /{verb} N; waiting: {', '.join(map(str, mine))}." if mine
-                    else "Nothing is waiting for your approval.")
+                    else "Nothing is waiting for your approval."), None
         try:
             number = int(argument.strip().lstrip("#"))
         except ValueError:
-            return f"Usage: /{verb} N, with N the number of the request."
+            return f"Usage: /{verb} N, with N the number of the request.", None
         request = self._pending.get(number)
         if request is None or request.user != user or request.future.done():
             return f"There is no request {number} waiting for you" + (
-                f" (pending: {', '.join(map(str, mine))})." if mine else ".")
-        request.future.set_result(approve)
-        return f"Approved: {request.skill} #{number} runs now." if approve else \
-            f"Denied: {request.skill} #{number} will not run."
+                f" (pending: {', '.join(map(str, mine))})." if mine else "."), None
+        del self._pending[number]  # answered: a second /approve N finds nothing
+
+        def settle() -> None:
+            if not request.future.done():  # else its wait ended meanwhile (timeout, /stop)
+                request.future.set_result(approve)
+
+        return (f"Approved: {request.skill} #{number} runs now." if approve else
+                f"Denied: {request.skill} #{number} will not run."), settle

@@ -214,6 +214,7 @@ class Gateway:
     # ---- commands ------------------------------------------------------------------------
 
     async def _command(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
+        settle = None  # an approval's answer, given once its reply is out
         if command == "/new":
             lane = self._lanes.get(_lane_key(msg))
             if lane and lane.current:
@@ -250,14 +251,19 @@ class Gateway:
             text = await self._status_text(msg.user)
         elif command in ("/approve", "/deny"):
             argument = msg.text.strip().split(maxsplit=1)[1:]
-            text = self.approvals.answer(msg.user, argument[0] if argument else "", command == "/approve")
+            text, settle = self.approvals.answer(msg.user, argument[0] if argument else "",
+                                                 command == "/approve")
         elif command in ("/remind", "/reminders"):
             text = await self._reminder_command(command, msg)
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:
             text = HELP
-        await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
+        try:
+            await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
+        finally:
+            if settle is not None:  # the call goes on only now, after its "Approved"/"Denied"
+                settle()
 
     async def _reminder_command(self, command: str, msg: InboundMessage) -> str:
         """/remind and /reminders: the reminders skill without the model (a small one may not
