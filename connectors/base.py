@@ -35,7 +35,13 @@ class ConnectorStartError(Exception):
 class DeliveryRefused(Exception):
     """The service refused a message for good (the user blocked the bot, the chat is gone, the text
     is invalid): the gateway marks it failed instead of retrying. Any other exception from
-    send_text means "try again later"."""
+    send_text means "try again later". `chat_gone`: the chat itself takes nothing more from the
+    bot (blocked, removed from the group, deleted), not just this message, so what was meant to
+    reach it later (a repeating reminder) is given up too."""
+
+    def __init__(self, message: str, *, chat_gone: bool = False) -> None:
+        super().__init__(message)
+        self.chat_gone = chat_gone
 
 
 class FileTooBig(Exception):

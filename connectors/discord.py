@@ -31,6 +31,7 @@ from discord import app_commands
 from connectors.base import (
     MAX_FILE_BYTES,
     ConnectorStartError,
+    DeliveryRefused,
     DownloadFailed,
     FileDownloads,
     Handler,
@@ -55,6 +56,7 @@ NUMBERED_COMMANDS = {
     "deny": "Refuse the tool call with this number",
 }
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
+_UNKNOWN_CHANNEL, _UNKNOWN_MESSAGE = 10003, 10008  # Discord's JSON error codes
 # Attachments the agent cannot open yet, by the major part of their content type.
 UNSUPPORTED_MEDIA = {"image": "an image", "audio": "an audio file", "video": "a video"}
 
@@ -295,6 +297,18 @@ class DiscordConnector:
     # ---- outbound ------------------------------------------------------------------------
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
+        """Send one message (a slash command's answer, or the open draft made final, when there
+        is one). Raises DeliveryRefused when Discord refuses it for good, another error when it
+        may work later (discord.py has already waited out rate limits)."""
+        try:
+            return await self._send_text(chat_id, text)
+        except discord.HTTPException as exc:
+            if exc.status not in (400, 403, 404):  # a server error, a rate limit not waited out
+                raise
+            raise DeliveryRefused(f"discord refused a message to channel {chat_id}: {exc}",
+                                  chat_gone=_chat_gone(exc)) from exc
+
+    async def _send_text(self, chat_id: str, text: str) -> str | None:
         with self._using_endpoints():
             reply = _replying.get()
             if reply is not None and reply.chat_id == chat_id:
@@ -360,10 +374,15 @@ class DiscordConnector:
             draft.finished = True
             draft.cancel_flush()
             channel = self._channel(chat_id)
-            if draft.message_id is None:  # never shown: an ordinary message
-                return str((await channel.send(text)).id)
-            await channel.get_partial_message(draft.message_id).edit(content=text)
-            return str(draft.message_id)
+            if draft.message_id is not None:
+                try:
+                    await channel.get_partial_message(draft.message_id).edit(content=text)
+                    return str(draft.message_id)
+                except discord.NotFound as exc:
+                    if exc.code != _UNKNOWN_MESSAGE:
+                        raise
+                    log.info("discord: the draft was deleted meanwhile; sending the reply anew")
+            return str((await channel.send(text)).id)
 
     def _channel(self, chat_id: str) -> discord.PartialMessageable:
         return self._live_client().get_partial_messageable(int(chat_id))
@@ -551,6 +570,12 @@ def _install_endpoint_overrides() -> None:
         route.BASE = _PerContext("api_base", route.BASE)
     if not isinstance(websocket.__dict__.get("DEFAULT_GATEWAY"), _PerContext):
         websocket.DEFAULT_GATEWAY = _PerContext("gateway", websocket.DEFAULT_GATEWAY)
+
+
+def _chat_gone(exc: discord.HTTPException) -> bool:
+    """Whether Discord refuses everything in this channel (the user closed their DMs or blocked
+    the bot, the bot lost access or the channel was deleted), not just this message."""
+    return exc.status == 403 or exc.code == _UNKNOWN_CHANNEL
 
 
 def _explain(exc: Exception) -> str:

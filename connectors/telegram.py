@@ -114,7 +114,7 @@ class TelegramConnector:
         self._offset: int | None = None  # the next update id wanted; all below are handled
         self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
         self._drafts: dict[str, _Draft] = {}
-        self.connected = False  # the last poll reached the Bot API (for /healthz)
+        self.connected = False  # the Bot API answered the last call (for /healthz, reminders)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -202,6 +202,9 @@ class TelegramConnector:
                 await self._bot.initialize()
                 await self._bot.delete_webhook(drop_pending_updates=False)
                 await self._bot.set_my_commands(COMMANDS)
+                # Reachable now, not only once the first long poll returns (up to poll_timeout
+                # later): a reminder due at start must not wait for that.
+                self.connected = True
                 return
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))
@@ -339,7 +342,8 @@ class TelegramConnector:
         try:
             return await self._send_or_finish_draft(chat_id, text)
         except (Forbidden, BadRequest, ChatMigrated) as exc:
-            raise DeliveryRefused(f"telegram refused a message to chat {chat_id}: {exc}") from exc
+            raise DeliveryRefused(f"telegram refused a message to chat {chat_id}: {exc}",
+                                  chat_gone=_chat_gone(exc)) from exc
 
     async def _send_or_finish_draft(self, chat_id: str, text: str) -> str:
         draft = await self._close_draft(chat_id)
@@ -500,6 +504,19 @@ def _retry_seconds(exc: RetryAfter) -> float:
         warnings.simplefilter("ignore", PTBDeprecationWarning)
         value = exc.retry_after
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+# What Telegram says (as a BadRequest) when the chat, not the message, is the problem.
+_GONE_CHAT_ERRORS = ("chat not found", "rights to send", "was kicked", "chat was deactivated",
+                     "upgraded to a supergroup")
+
+
+def _chat_gone(exc: TelegramError) -> bool:
+    """Whether Telegram refuses everything in this chat (blocked, removed, restricted, migrated
+    to a supergroup under a new id) rather than one message (an unparsable text, say)."""
+    if isinstance(exc, Forbidden | ChatMigrated):
+        return True
+    return any(part in str(exc).lower() for part in _GONE_CHAT_ERRORS)
 
 
 def _why(exc: BaseException, token: str | None = None) -> str:

@@ -104,6 +104,7 @@ class Gateway:
         self.policy = policy or config.policy()
         self.connectors: dict[str, Connector] = {}
         self.outbox = Outbox(store, self.connectors, self.metrics)
+        self.outbox.on_chat_gone = self._chat_gone
         self.approvals = Approvals()
         self._lanes: dict[tuple[str, str, str], Lane] = {}
         self._accepting = True
@@ -464,6 +465,14 @@ class Gateway:
             log.exception("could not add reminder %d to conversation %d", r.id, conversation_id)
         await self.outbox.deliver(r.channel, r.chat_id, stored)
         return True
+
+    async def _chat_gone(self, channel: str, chat_id: str, why: str) -> None:
+        """A chat refuses the bot for good (blocked, removed, deleted): its reminders would fail
+        at every time they repeat, so they end now, and the log says which."""
+        cancelled = await self.store.cancel_chat_reminders(channel, chat_id)
+        if cancelled:
+            log.warning("cancelled reminder(s) %s for %s:%s, which refuses messages: %s",
+                        ", ".join(f"#{r.id}" for r in cancelled), channel, chat_id, why)
 
     async def _dropped(self, r: Reminder) -> bool:
         """Cancel `r` if its user may no longer be reminded; whether it was."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +25,8 @@ from openclaw.store.records import OutboundMessage, OutboundStatus
 log = logging.getLogger(__name__)
 
 ChatKey = tuple[str, str]  # (channel, chat_id)
+# Told when a chat refuses everything from the bot for good: (channel, chat_id, the service's words).
+ChatGone = Callable[[str, str, str], Awaitable[None]]
 
 
 class Outbox:
@@ -36,6 +39,7 @@ class Outbox:
         self._retrying: dict[ChatKey, asyncio.Task] = {}
         self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
         self._closed = False
+        self.on_chat_gone: ChatGone | None = None
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
                    answers: int | None) -> None:
@@ -156,6 +160,11 @@ class Outbox:
             except DeliveryRefused as exc:  # blocked by the user, chat gone: retrying cannot help
                 log.warning("%s refused a reply to %s: %s", item.channel, item.chat_id, exc)
                 await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=str(exc))
+                if exc.chat_gone and self.on_chat_gone is not None:
+                    try:
+                        await self.on_chat_gone(item.channel, item.chat_id, str(exc))
+                    except Exception:  # what the chat was still owed is not this reply's business
+                        log.exception("handling the refusal of %s:%s failed", item.channel, item.chat_id)
                 continue
             except Exception as exc:
                 # Said once per reply; its retries (every minute at most) only at INFO.

@@ -531,6 +531,20 @@ class Store:
             await session.flush()
             return _record(Reminder, row)
 
+    async def cancel_chat_reminders(self, channel: str, chat_id: str | int) -> list[Reminder]:
+        """Cancel every active reminder meant for this chat (it refuses the bot for good);
+        the ones cancelled."""
+        async with self._tx() as session:
+            rows = list(await session.scalars(
+                select(ReminderRow).where(ReminderRow.channel == channel,
+                                          ReminderRow.chat_id == str(chat_id),
+                                          ReminderRow.status == ReminderStatus.ACTIVE)
+                .order_by(ReminderRow.id)))
+            for row in rows:
+                row.status = ReminderStatus.CANCELLED
+            await session.flush()
+            return [_record(Reminder, row) for row in rows]
+
     async def fire_reminder(self, reminder_id: int, due_at: datetime, next_due: datetime | None,
                             pieces: list[str], *, conversation_id: int | None = None
                             ) -> list[OutboundMessage] | None:

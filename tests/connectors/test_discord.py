@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -538,6 +539,55 @@ async def test_a_draft_discord_refuses_does_not_cost_the_reply(fake, daemon_with
     fake.send_dm(ADA, "stream it")
     await until(lambda: fake.texts(channel) == ["the full answer"])
     assert len(model.prompts) == 1  # one turn, answered, no apology
+
+
+async def test_a_draft_deleted_before_the_reply_is_sent_anew(fake, daemon_with):
+    model = ScriptedModel(lambda m: "the full answer", chunk=4)
+    model.gate = asyncio.Event()  # the reply stalls after its first chunk: the draft is shown
+    await daemon_with(model, "stream_edits = true")
+    channel = fake.dm_channel_id(ADA)
+    fake.send_dm(ADA, "stream it")
+    await until(lambda: fake.texts(channel))
+    fake.delete_message(channel, int(fake.messages[channel][-1]["id"]))
+    model.gate.set()
+    await until(lambda: fake.texts(channel) == ["the full answer"])
+    assert len(model.prompts) == 1
+
+
+async def test_a_dm_discord_refuses_for_good_is_not_retried_and_ends_its_reminders(
+        fake, daemon_with):
+    daemon, _ = await daemon_with(ScriptedModel(echo), '[skills]\nenabled = ["clock", "reminders"]')
+    channel = fake.dm_channel_id(ADA)
+    now = daemon.store.now()
+    elsewhere = await daemon.reminders.add(f"discord:{ADA}", str(fake.guild_channel_id), "standup",
+                                           now + timedelta(hours=1), repeat="daily", timezone="UTC")
+    daily = await daemon.reminders.add(f"discord:{ADA}", str(channel), "pills",
+                                       now + timedelta(hours=2), repeat="daily", timezone="UTC")
+    fake.refuse_channel(channel)  # Ada closed her DMs: 403, code 50007
+    fake.send_dm(ADA, "hello")
+    await until(lambda: fake.requests_to("POST", f"/channels/{channel}/messages"))
+    await daemon.gateway.wait_idle()
+    assert daemon.gateway.outbox.backlog == 0  # marked failed, no retry scheduled
+    assert await daemon.store.pending_outbound() == []
+    active = await daemon.store.active_reminders()
+    assert [r.id for r in active] == [elsewhere.id] and daily.id != elsewhere.id
+    await asyncio.sleep(0.3)
+    assert len(fake.requests_to("POST", f"/channels/{channel}/messages")) == 1
+
+
+async def test_a_message_discord_refuses_leaves_the_chats_reminders_alone(fake, daemon_with):
+    daemon, connector = await daemon_with(ScriptedModel(echo), '[skills]\nenabled = ["clock", "reminders"]')
+    channel = fake.dm_channel_id(ADA)
+    daily = await daemon.reminders.add(f"discord:{ADA}", str(channel), "pills",
+                                       daemon.store.now() + timedelta(hours=2), repeat="daily",
+                                       timezone="UTC")
+    fake.fail("POST /channels/*/messages", 400)  # this message is invalid, the chat is fine
+    fake.send_dm(ADA, "hello")
+    await until(lambda: fake.requests_to("POST", f"/channels/{channel}/messages"))
+    await daemon.gateway.wait_idle()
+    assert daemon.gateway.outbox.backlog == 0 and await daemon.store.pending_outbound() == []
+    assert [r.id for r in await daemon.store.active_reminders()] == [daily.id]
+    assert await dm(fake, ADA, "again") == "re: again"  # and the chat still works
 
 
 async def test_stop_closes_the_client_promptly(fake, daemon_with):

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from openclaw.config import ConfigError, load_config
 from openclaw.daemon import Daemon
 from tests.fakes.telegram_api import FakeTelegram, Generated
 from tests.openclaw.scripted_model import ScriptedModel, last_user
+from tests.openclaw.test_reminders import eventually
 
 # PTB itself warns, while building a RetryAfter, that retry_after will become a timedelta; the
 # connector reads either form, so the notice says nothing about this code.
@@ -331,6 +333,34 @@ async def test_a_reply_telegram_refuses_for_good_is_not_retried(env, fake):
     assert daemon.gateway.outbox.backlog == 0  # marked failed, no retry scheduled
     assert await daemon.store.pending_outbound() == []
     assert fake.texts(ADA) == []
+
+
+async def test_a_chat_that_blocked_the_bot_loses_its_reminders_and_others_keep_theirs(env, fake):
+    daemon = await env.start(ScriptedModel(echo), '\n[skills]\nenabled = ["clock", "reminders"]')
+    now, ada = daemon.store.now(), f"telegram:{ADA}"
+    later = await daemon.reminders.add(ada, str(ADA), "call mum", now + timedelta(hours=3),
+                                       repeat=None, timezone="UTC")
+    in_group = await daemon.reminders.add(ada, str(GROUP), "standup", now + timedelta(hours=1),
+                                          repeat="daily", timezone="UTC")
+    fake.blocked_by.add(ADA)
+    await daemon.reminders.add(ada, str(ADA), "pills", now, repeat="daily", timezone="UTC")
+    await until(lambda: fake.calls_to("sendMessage"))  # the daily one fires and is refused
+    await eventually(lambda: daemon.store.active_reminders(),
+                     lambda active: [r.id for r in active] == [in_group.id])
+    assert await daemon.store.pending_outbound() == [] and daemon.gateway.outbox.backlog == 0
+    assert later.id != in_group.id and fake.texts(ADA) == []
+
+
+async def test_a_message_telegram_cannot_parse_leaves_the_chats_reminders_alone(env, fake):
+    daemon = await env.start(ScriptedModel(echo), '\n[skills]\nenabled = ["clock", "reminders"]')
+    daily = await daemon.reminders.add(f"telegram:{ADA}", str(ADA), "pills",
+                                       daemon.store.now() + timedelta(hours=1), repeat="daily",
+                                       timezone="UTC")
+    fake.fail_next("sendMessage", 400, "Bad Request: message is too long")
+    fake.send("hello")
+    await until(lambda: fake.calls_to("sendMessage"))
+    await daemon.gateway.wait_idle()
+    assert [r.id for r in await daemon.store.active_reminders()] == [daily.id]
 
 
 def _serve(config_path: str, mode: str) -> None:

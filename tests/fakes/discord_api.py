@@ -133,6 +133,7 @@ class FakeDiscord:
         self._dm_channels: dict[int, int] = {}  # user id -> DM channel id
         self._files: dict[str, tuple[Upload, str]] = {}  # attachment id -> (file, URL signature)
         self._failures: list[_Failure] = []
+        self.refused: dict[int, tuple[int, int, str]] = {}  # channel -> (status, code, message)
         self._sessions: dict[str, _Session] = {}
         self._current: _Session | None = None  # the latest identified session: events go there
         self._conns: set[_Connection] = set()
@@ -265,6 +266,18 @@ class FakeDiscord:
         sends it (body and header)."""
         self._failures.append(_Failure(route, status, retry_after, times))
 
+    def refuse_channel(self, channel_id: int, status: int = 403, code: int = 50007,
+                       message: str = "Cannot send messages to this user") -> None:
+        """From now on answer every message posted to this channel with this error, as Discord
+        does once a user closed their DMs or blocked the bot (403, 50007), the bot lost access
+        (403, 50001) or the channel was deleted (404, 10003)."""
+        self.refused[channel_id] = (status, code, message)
+
+    def delete_message(self, channel_id: int, message_id: int) -> None:
+        """Someone deletes a message: editing it from now on gets 404 Unknown Message."""
+        self.messages[channel_id] = [m for m in self.messages.get(channel_id, [])
+                                     if int(m["id"]) != message_id]
+
     def drop_websocket(self, code: int = 4000) -> None:
         """Close the bot's gateway connection now (4000: an error the client may RESUME after).
         Events from here on wait in the session until the client resumes."""
@@ -340,6 +353,9 @@ class FakeDiscord:
     async def _create_message(self, request: web.Request) -> web.Response:
         body = await request.json()
         channel_id = int(request.match_info["channel"])
+        if (refusal := self.refused.get(channel_id)) is not None:
+            status, code, message = refusal
+            return _json({"message": message, "code": code}, status)
         if (error := _check_content(body.get("content"))) is not None:
             return error
         guild = channel_id == self.guild_channel_id

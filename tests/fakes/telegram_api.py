@@ -127,6 +127,7 @@ class FakeTelegram:
         self.actions: list[tuple[int, str]] = []  # sendChatAction (chat, action)
         self.commands: list[dict] = []  # from setMyCommands
         self.reject_formatting = False  # answer any parse_mode with 400 "can't parse entities"
+        self.blocked_by: set[int] = set()  # chats whose user blocked the bot (or removed it)
         self.polls_waiting = 0  # getUpdates requests held open right now
         self.downloads: list[Download] = []  # every GET of /file/bot<token>/...
         self._cuts: list[_Cut] = []
@@ -391,6 +392,9 @@ class FakeTelegram:
 
     async def _m_sendMessage(self, params: dict) -> dict:
         chat = _chat_id(params)
+        if chat in self.blocked_by:
+            raise ApiError(403, "Forbidden: bot was blocked by the user" if chat > 0
+                           else "Forbidden: bot was kicked from the supergroup chat")
         text, parse_mode = str(params.get("text") or ""), params.get("parse_mode")
         shown = self._visible(text, parse_mode)
         message_id = next(self._message_ids[chat])

@@ -26,7 +26,7 @@ class FlakyConnector(RecordingConnector):
     async def send_text(self, chat_id: str, text: str) -> str:
         self.attempts += 1
         if chat_id in self.gone:
-            raise DeliveryRefused("Forbidden: bot was blocked by the user")
+            raise DeliveryRefused("Forbidden: bot was blocked by the user", chat_gone=True)
         if self.down:
             raise ConnectionError("network is unreachable")
         return await super().send_text(chat_id, text)
@@ -80,6 +80,28 @@ async def test_a_refusal_for_good_is_marked_failed_and_not_retried(tmp_path):
         await daemon.gateway.outbox.wait_delivered()
         [(_, _, status, attempts)] = await outbound(daemon)
         assert status is OutboundStatus.FAILED and attempts == 1 and conn.attempts == 1
+    finally:
+        await daemon.stop()
+
+
+async def test_a_failing_refusal_handler_costs_no_other_piece(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn, reply=lambda m: "a reply that is long enough to need two pieces")
+    told = []
+
+    async def broken(channel: str, chat_id: str, why: str) -> None:
+        told.append((channel, chat_id, why))
+        raise RuntimeError("the database went away")
+
+    daemon.gateway.outbox.on_chat_gone = broken
+    try:
+        conn.gone.add("local")
+        await conn.handler(msg("hello", user="local"))
+        await daemon.gateway.wait_idle()
+        rows = await outbound(daemon)
+        assert len(rows) == 2 and all(status is OutboundStatus.FAILED for _, _, status, _ in rows)
+        assert told == [("terminal", "local", "Forbidden: bot was blocked by the user")] * 2
+        assert daemon.gateway.outbox.backlog == 0
     finally:
         await daemon.stop()
 

@@ -513,6 +513,22 @@ async def test_firing_a_reminder_records_it_and_queues_its_message_once(store: S
     assert len(await store.pending_outbound()) == 3
 
 
+async def test_a_chat_that_refuses_the_bot_loses_only_its_own_active_reminders(
+        store: Store, clock: FakeClock):
+    first = await store.add_reminder("telegram:1", 1, "pills", clock.now, repeat="daily")
+    second = await store.add_reminder("telegram:2", 1, "in the same chat, by another", clock.now)
+    done = await store.add_reminder("telegram:1", 1, "done already", clock.now)
+    await store.fire_reminder(done.id, done.due_at, None, ["x"])
+    group = await store.add_reminder("telegram:1", -5, "in a group", clock.now)
+    same_id = await store.add_reminder("discord:1", 1, "same chat id, other service", clock.now)
+
+    cancelled = await store.cancel_chat_reminders("telegram", "1")
+    assert [r.id for r in cancelled] == [first.id, second.id]
+    assert all(r.status is ReminderStatus.CANCELLED for r in cancelled)
+    assert {r.id for r in await store.active_reminders()} == {group.id, same_id.id}
+    assert await store.cancel_chat_reminders("telegram", 1) == []
+
+
 async def test_the_reminder_limit_holds_for_concurrent_adds(store: Store, clock: FakeClock):
     added = await asyncio.gather(*(store.add_reminder("telegram:1", 1, f"r{n}", clock.now,
                                                       max_active=3) for n in range(10)))
