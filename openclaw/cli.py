@@ -74,16 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     db = _Subparsers(sub.add_parser("db", help="database maintenance").add_subparsers(
         dest="db_cmd", required=True), common)
     db.add_parser("upgrade", help="apply migrations").set_defaults(func=cmd_db_upgrade)
-    pairing = _Subparsers(sub.add_parser("pairing", help="admit new users").add_subparsers(
-        dest="pair_cmd", required=True), common)
-    pairing.add_parser("list", help="pending pairing codes").set_defaults(func=cmd_pairing_list)
-    p = pairing.add_parser("approve", help="admit the user who holds CODE")
-    p.add_argument("code")
-    p.set_defaults(func=cmd_pairing_approve)
-    sub.add_parser("users", help="known users and their status").set_defaults(func=cmd_users)
-    from openclaw.skills_cli import add_commands
+    from openclaw import skills_cli, users_cli
 
-    add_commands(sub, lambda action: _Subparsers(action, common))
+    users_cli.add_commands(sub, lambda action: _Subparsers(action, common))
+    skills_cli.add_commands(sub, lambda action: _Subparsers(action, common))
     service = _Subparsers(sub.add_parser("service", help="systemd service").add_subparsers(
         dest="svc_cmd", required=True), common)
     p = service.add_parser("install", help="write a systemd unit and say how to enable it")
@@ -291,50 +285,6 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     upgrade(config.store.url)
     print("database is at the latest schema")
-    return 0
-
-
-def _with_store(args: argparse.Namespace, work):
-    from openclaw.store import Store
-
-    config = load_config(args.config)
-
-    async def run():
-        store = await Store.open(config.store.url)
-        try:
-            return await work(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
-
-
-def cmd_pairing_list(args: argparse.Namespace) -> int:
-    codes = _with_store(args, lambda store: store.list_pairing_codes())
-    if not codes:
-        print("no pending pairing codes")
-    for c in codes:
-        print(f"{c.code}  {c.user}  {c.display_name or ''}  expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
-    return 0
-
-
-def cmd_pairing_approve(args: argparse.Namespace) -> int:
-    user = _with_store(args, lambda store: store.approve_pairing(args.code.strip().upper()))
-    if user is None:
-        print(f"no pending pairing code {args.code!r} (expired, used, or mistyped)", file=sys.stderr)
-        return 1
-    print(f"approved {user.key} ({user.display_name or 'no name'})")
-    return 0
-
-
-def cmd_users(args: argparse.Namespace) -> int:
-    users = _with_store(args, lambda store: store.list_users())
-    config = load_config(args.config)
-    if not users:
-        print("no users yet")
-    for u in users:
-        print(f"{u.key:<24} {u.status!s:<8} role={u.role or config.user_role(u.key)}  "
-              f"{u.display_name or ''}")
     return 0
 
 

@@ -42,6 +42,7 @@ from pydantic_core import PydanticCustomError, core_schema
 log = logging.getLogger(__name__)
 
 REDACTED = "***"
+LOCAL_USER = "terminal:local"  # whoever holds the console owns the daemon
 CHANNELS = ("telegram", "discord", "terminal")
 STORE_SCHEMES = ("sqlite+aiosqlite", "postgresql+asyncpg")
 DEFAULT_SYSTEM_PROMPT = "You are OpenClaw, a helpful personal assistant."
@@ -711,7 +712,7 @@ class Config(_Section):
         owner (terminal:local), else "user"."""
         if user in self.access.roles:
             return self.access.roles[user]
-        return "admin" if user in self.access.admins or user == "terminal:local" else "user"
+        return "admin" if user in self.access.admins or user == LOCAL_USER else "user"
 
 
 # --- loading -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.base import Connector, chunk_text
-from openclaw import reminders
+from openclaw import access, reminders
 from openclaw.agent import Agent, Caller
 from openclaw.approvals import Approvals
 from openclaw.config import Config
@@ -31,7 +31,6 @@ from skills.builtin.reminders import split_request
 
 log = logging.getLogger(__name__)
 
-LOCAL_USER = "terminal:local"  # whoever holds the console owns the daemon
 HELP = (
     "Commands:\n"
     "/new - archive this conversation and start a fresh one\n"
@@ -108,7 +107,10 @@ class Gateway:
         self.approvals = Approvals()
         self._lanes: dict[tuple[str, str, str], Lane] = {}
         self._accepting = True
-        self._allowed: set[str] = set()  # users seen allowed; the store only ever widens this
+        # Users the config lets in, once their row exists: the config cannot change under a
+        # running daemon. Everyone else is looked up each time, because `openclaw users block`
+        # or `revoke` may change the store under it.
+        self._listed: set[str] = set()
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
@@ -149,9 +151,7 @@ class Gateway:
                                  display_name=payload.get("display_name"),
                                  attachments=payload.get("attachments") or [],
                                  notice=payload.get("notice"))
-            user = await self.store.get_user(channel, user_id)
-            if (user is None or user.status is not UserStatus.ALLOWED
-                    or msg.user in self.config.access.blocked):
+            if not await self._still_allowed(msg.user):
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
                 continue
             if msg.notice and not msg.text.strip():
@@ -171,28 +171,28 @@ class Gateway:
 
     async def _admit(self, msg: InboundMessage) -> str | None:
         """The caller's role if it may talk to the agent; otherwise answer (pairing) or drop."""
-        access = self.config.access
         user = msg.user
-        if user in access.blocked:
-            return None
-        if user in self._allowed:
+        if user in self._listed:
             return self.config.user_role(user)
-        if user in access.admins or user in access.allow or user == LOCAL_USER:
-            await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
-            self._allowed.add(user)
+        decided = access.config_status(self.config, user)
+        if decided is UserStatus.BLOCKED:
+            return None
+        if decided is UserStatus.ALLOWED:
+            # The row their conversations hang on; the store's status is left alone, so taking
+            # them out of the config later takes their access away too.
+            await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name)
+            self._listed.add(user)
             return self.config.user_role(user)
         known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
         if known.status is UserStatus.ALLOWED:
-            self._allowed.add(user)
             return self.config.user_role(user)
         if known.status is UserStatus.BLOCKED:
             return None
-        if access.dm_policy == "open" and not msg.is_group:
+        if self.config.access.dm_policy == "open" and not msg.is_group:
             await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
-            self._allowed.add(user)
             return self.config.user_role(user)
-        if access.dm_policy == "pairing" and not msg.is_group:
+        if self.config.access.dm_policy == "pairing" and not msg.is_group:
             code = await self.store.create_pairing_code(user)
             text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
                     f"assistant to run: openclaw pairing approve {code}" if code else
@@ -202,15 +202,16 @@ class Gateway:
         return None
 
     async def _still_allowed(self, user: str) -> bool:
-        """What `_admit` would say now, for a user who was admitted before."""
-        access = self.config.access
-        if user in access.blocked:
-            return False
-        if user in access.admins or user in access.allow or user == LOCAL_USER:
-            await self.store.set_user_status(*parse_user_key(user), UserStatus.ALLOWED)  # as _admit
-            return True
-        known = await self.store.get_user(*parse_user_key(user))
-        return known is not None and known.status is UserStatus.ALLOWED
+        """What `_admit` would say now, for a user who was admitted before (their turn waited
+        for a restart, their reminder is due)."""
+        decided = access.config_status(self.config, user)
+        if decided is None:
+            known = await self.store.get_user(*parse_user_key(user))
+            decided = known.status if known is not None else None
+        elif decided is UserStatus.ALLOWED and user not in self._listed:
+            await self.store.ensure_user(*parse_user_key(user))  # as _admit: the row it needs
+            self._listed.add(user)
+        return decided is UserStatus.ALLOWED
 
     # ---- commands ------------------------------------------------------------------------
 

@@ -9,8 +9,10 @@ import asyncio
 import json
 import sys
 
+from openclaw import access
 from openclaw.config import _check_user, load_config
 from openclaw.skillset import configured_skills, executor_for
+from openclaw.store.records import UserStatus, parse_user_key
 
 
 def add_commands(sub, common_sub) -> None:
@@ -58,10 +60,12 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openclaw skills run: {exc}", file=sys.stderr)
         return 2
-    if user in config.access.blocked:
+    if access.config_status(config, user) is UserStatus.BLOCKED:
         print(f"openclaw skills run: {user} is blocked ([access] blocked)", file=sys.stderr)
         return 2
     registry = configured_skills(config)
+    # Before the workspace below it: the data folder is the owner's alone (0700), whoever makes it.
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     principal = config.policy().principal(user)
 
     async def approve(_principal, skill: str, summary: str) -> bool:
@@ -78,9 +82,11 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         from openclaw.reminders import Reminders
         from openclaw.store import Store
 
-        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         store = await Store.open(config.store.url)
         try:
+            known = await store.get_user(*parse_user_key(user))
+            if access.status(config, user, known and known.status) is UserStatus.BLOCKED:
+                return None  # blocked in the store (`openclaw users block`)
             # A reminder added here is delivered by the running daemon, which polls every minute.
             executor = executor_for(config, registry, store.add_audit, Reminders(store))
             return await executor.call(args.name, arguments, principal, chat_id=args.chat,
@@ -89,6 +95,9 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
             await store.close()
 
     outcome = asyncio.run(run())
+    if outcome is None:
+        print(f"openclaw skills run: {user} is blocked (openclaw users block)", file=sys.stderr)
+        return 2
     print(json.dumps({"skill": args.name, "user": user, "role": principal.role.name,
                       "decision": outcome.decision, "ok": outcome.ok, "output": outcome.text},
                      ensure_ascii=False, indent=2))

@@ -6,6 +6,8 @@ are plain SQLAlchemy that PostgreSQL runs unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,11 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     path = _sqlite_file(parsed)
     if path is not None:
         # The default lives under ~/.local/share/openclaw/, which a first run has not created yet.
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Every conversation is in there: the folder and the file are the owner's alone, whichever
+        # command creates them first (SQLite's -wal and -shm files take the file's mode).
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with contextlib.suppress(FileExistsError):  # never touches an existing one (its owner's)
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         parsed = parsed.set(database=str(path))
     # Every store call ends its transaction itself (commit, or rollback on error), so the pool's
     # extra ROLLBACK on each check-in would only cost a round trip to the driver thread.

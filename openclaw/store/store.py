@@ -198,7 +198,9 @@ class Store:
 
     async def set_user_status(self, channel: str, external_id: str | int, status: UserStatus | str,
                               role: str | None = None) -> User:
-        """Set status (and role, when given; None leaves it), creating the user if it is new."""
+        """Set status (and role, when given; None leaves it), creating the user if it is new. A
+        user no longer pending loses their live pairing codes: one approved after a block would
+        undo it."""
         external_id, status = str(external_id), UserStatus(status)
 
         async def op(session: AsyncSession) -> User:
@@ -210,6 +212,11 @@ class Store:
                 session.add(row)
                 await session.flush()
             else:
+                if status is not UserStatus.PENDING and row.status is UserStatus.PENDING:
+                    await session.execute(
+                        update(PairingCodeRow).where(PairingCodeRow.user_id == row.id,
+                                                     PairingCodeRow.used_at.is_(None))
+                        .values(used_at=now).execution_options(synchronize_session=False))
                 row.status, row.updated_at = status, now
                 if role is not None:
                     row.role = role
@@ -268,6 +275,14 @@ class Store:
 
     async def approve_pairing(self, code: str) -> User | None:
         """Use an unexpired, unused code: mark it used and allow its user. None if there is none."""
+        return await self._answer_pairing(code, UserStatus.ALLOWED)
+
+    async def deny_pairing(self, code: str) -> User | None:
+        """Use an unexpired, unused code to refuse its user: blocked, so no more codes are sent
+        to them. None if there is no such code."""
+        return await self._answer_pairing(code, UserStatus.BLOCKED)
+
+    async def _answer_pairing(self, code: str, status: UserStatus) -> User | None:
         code = normalize_pairing_code(code)
         async with self._tx() as session:
             now = self.now()
@@ -280,7 +295,7 @@ class Store:
             user_id = await session.scalar(select(PairingCodeRow.user_id).where(PairingCodeRow.code == code))
             row = await session.get(UserRow, user_id)
             assert row is not None  # the foreign key guarantees it
-            row.status, row.updated_at = UserStatus.ALLOWED, now
+            row.status, row.updated_at = status, now
             return _record(User, row)
 
     # -- conversations -------------------------------------------------------------------------

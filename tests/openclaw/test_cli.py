@@ -97,6 +97,48 @@ def test_pairing_list_and_approve_admit_a_user(tmp_path):
                timeout=60).returncode == 1  # one use only
 
 
+def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nadmins = ["telegram:1"]\n'
+                      'blocked = ["discord:9"]\n')
+
+    def cli(*argv):
+        return run(["--config", str(config), *argv], tmp_path, timeout=60)
+
+    async def ask_for_codes():
+        async with await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db") as store:
+            for user in ("1001", "1002"):
+                await store.ensure_user("telegram", user, f"user {user}")
+            return [await store.create_pairing_code(f"telegram:{u}") for u in ("1001", "1002")]
+
+    assert cli("users").stdout.strip() == "no users yet"  # and the database now exists,
+    # private from the start, though no daemon made it (every conversation will be in there)
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "data/openclaw.db").stat().st_mode & 0o777 == 0o600
+    first, second = asyncio.run(ask_for_codes())
+    denied = cli("pairing", "deny", second.lower())
+    assert denied.returncode == 0 and "denied telegram:1002" in denied.stdout, denied.stderr
+    assert second not in cli("pairing", "list").stdout and first in cli("pairing", "list").stdout
+
+    blocked = cli("users", "block", "telegram:1001")  # waiting for approval: refused before it
+    assert blocked.returncode == 0, blocked.stderr
+    assert cli("pairing", "list").stdout.strip() == "no pending pairing codes"  # its code withdrawn
+    assert cli("pairing", "approve", first).returncode == 1
+    assert cli("users", "allow", "telegram:1001").returncode == 0
+    assert cli("users", "revoke", "telegram:1002").returncode == 0
+    listing = {line.split()[0]: line.split()[1] for line in cli("users", "list").stdout.splitlines()}
+    assert listing == {"telegram:1001": "allowed", "telegram:1002": "pending"}
+
+    # The config decides for the users it names: the command says where to change it instead.
+    for argv, where in ((["block", "telegram:1"], "access.admins"),
+                        (["allow", "discord:9"], "access.blocked"),
+                        (["revoke", "terminal:local"], "console")):
+        refused = cli("users", *argv)
+        assert refused.returncode == 1 and where in refused.stderr, refused.stderr
+    bad = cli("users", "block", "telegram:@ada")
+    assert bad.returncode == 2 and "numeric id" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
 def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -202,6 +202,61 @@ async def test_unknown_user_gets_pairing_code_and_no_reply_until_approved(tmp_pa
     await daemon.stop()
 
 
+async def test_a_running_daemon_follows_block_revoke_and_deny_made_in_the_store(tmp_path):
+    """What `openclaw users block|revoke` and `openclaw pairing deny` write, from another process,
+    applies to the next message: no restart, no stale cache of who was allowed."""
+    model = ScriptedModel(lambda m: "hello friend")
+    daemon, conn = await started(tmp_path, model)
+    await conn.handler(msg("hi", user="4242", channel="terminal"))
+    await daemon.gateway.wait_idle()
+    [code] = await daemon.store.list_pairing_codes()
+    await daemon.store.approve_pairing(code.code)
+    assert await say(daemon, conn, "hi again", user="4242") == "hello friend"
+
+    await daemon.store.set_user_status("terminal", "4242", "blocked")
+    before = len(conn.texts("4242"))
+    await conn.handler(msg("still there?", user="4242", channel="terminal"))
+    await daemon.gateway.wait_idle()
+    assert len(conn.texts("4242")) == before and len(model.prompts) == 1  # nothing, not even a code
+
+    await daemon.store.set_user_status("terminal", "4242", "pending")  # revoked: pair again
+    await conn.handler(msg("let me in", user="4242", channel="terminal"))
+    await daemon.gateway.wait_idle()
+    assert "pairing code" in conn.texts("4242")[-1] and len(model.prompts) == 1
+    [again] = await daemon.store.list_pairing_codes()
+    assert again.code != code.code  # the used one is not live again
+    denied = await daemon.store.deny_pairing(again.code)
+    assert denied.status == "blocked"
+    assert await daemon.store.list_pairing_codes() == []
+    await conn.handler(msg("please", user="4242", channel="terminal"))
+    await daemon.gateway.wait_idle()
+    assert len(conn.texts("4242")) == before + 1 and len(model.prompts) == 1
+    await daemon.stop()
+
+
+async def test_a_user_taken_out_of_access_allow_is_no_longer_let_in(tmp_path):
+    """The config's lists decide each time and are not copied into the store, so a restart
+    with a user removed from `allow` takes their access away (they are asked to pair)."""
+    model = ScriptedModel(lambda m: "hello friend")
+    path = tmp_path / "openclaw.toml"
+    config(tmp_path)  # writes the file
+    listed = path.read_text().replace('dm_policy = "pairing"', 'allow = ["terminal:77"]\n'
+                                      'dm_policy = "pairing"')
+    for allowed in (True, False):
+        path.write_text(listed if allowed else listed.replace('allow = ["terminal:77"]', ""))
+        conn = RecordingConnector()
+        daemon = Daemon(load_config(path), model=model, connectors=[conn])
+        await daemon.start()
+        try:
+            await conn.handler(msg("hi", user="77"))
+            await daemon.gateway.wait_idle()
+            [answer] = conn.texts("77")
+            assert (answer == "hello friend") is allowed and ("pairing code" in answer) is not allowed
+        finally:
+            await daemon.stop()
+    assert len(model.prompts) == 1
+
+
 async def test_tool_calls_good_malformed_and_unknown_go_back_to_the_model(tmp_path):
     script = iter([
         '<tool_call>{"name": "clock", "arguments": {"timezone": "UTC"}}</tool_call>',

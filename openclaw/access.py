@@ -1,0 +1,32 @@
+"""Who may talk to the agent: `[access]` in the config, then the status the store keeps.
+
+The config's lists decide for the users they name, every time, and are never copied into the
+store: a user taken out of `admins` or `allow` is no longer let in by it. Everyone else has the
+status pairing, `dm_policy = "open"` or `openclaw users ...` gave them in the store."""
+
+from __future__ import annotations
+
+from openclaw.config import LOCAL_USER, Config
+from openclaw.store.records import UserStatus
+
+
+def listed_in(config: Config, user: str) -> str:
+    """What in the config decides for `user`: "console" (this machine's own terminal),
+    "blocked", "admins", "allow", or "" when nothing does."""
+    if user == LOCAL_USER:
+        return "console"
+    access = config.access
+    return next((name for name in ("blocked", "admins", "allow") if user in getattr(access, name)), "")
+
+
+def config_status(config: Config, user: str) -> UserStatus | None:
+    """ALLOWED or BLOCKED when the config decides for `user`; None when the store does."""
+    listed = listed_in(config, user)
+    if not listed:
+        return None
+    return UserStatus.BLOCKED if listed == "blocked" else UserStatus.ALLOWED
+
+
+def status(config: Config, user: str, stored: UserStatus | None) -> UserStatus | None:
+    """The status that holds for `user` now, given the store's (None: not in the store)."""
+    return config_status(config, user) or stored
