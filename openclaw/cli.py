@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import shutil
 import sys
 import time
@@ -226,6 +227,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks.append(_check_model(config))
     checks.append(_check_skills(config))
     checks.append(_check_sandbox(config))
+    checks += _check_granted_folders(config)
     for name in ("telegram", "discord"):
         section = getattr(config, name)
         if section.enabled:
@@ -252,6 +254,33 @@ def _check_sandbox(config) -> tuple[bool, str, str]:
 
     ok, what = sandbox_for(config).isolation()
     return ok, f"sandbox isolation: {what}", FIX_HINT
+
+
+def _check_granted_folders(config) -> list[tuple[bool, str, str]]:
+    """Each folder a role grants must exist (the sandbox cannot bind a missing one), and as root
+    its users act with their own sandbox uid there, so a shared writable folder must let them."""
+    checks = []
+    for name, role in config.roles.items():
+        for key in ("read_only", "read_write"):
+            for index, path in enumerate(getattr(role, key)):
+                where = f"roles.{name}.{key}[{index}] {path}"
+                if not path.is_dir():
+                    checks.append((False, f"{where}: no such folder",
+                                   "create it, or remove it from the role"))
+                elif key == "read_write" and os.geteuid() == 0 and not _others_may_write(path):
+                    checks.append((False, f"{where}: users cannot write there (as root, each "
+                                   "user's commands and files run as a uid of their own)",
+                                   f"e.g. chmod 1777 {path}, or an ACL for the uids `openclaw users` "
+                                   "shows"))
+    return checks
+
+
+def _others_may_write(path) -> bool:
+    try:
+        has_acl = "system.posix_acl_access" in os.listxattr(path)
+    except OSError:
+        has_acl = False
+    return has_acl or bool(path.stat().st_mode & 0o002)
 
 
 async def _check_database(config) -> tuple[bool, str, str]:

@@ -683,6 +683,22 @@ class Config(_Section):
                                  f"add a [roles.{role}] table or use one of: {', '.join(sorted(known))}")
         return self
 
+    @model_validator(mode="after")
+    def _grants_leave_data_dir_alone(self) -> Config:
+        """A folder granted to a role must not hold data_dir (the database with every conversation,
+        every user's workspace) nor lie inside it: the role's skills would reach all of that."""
+        data = os.path.realpath(self.data_dir.expanduser())
+        for name, role in self.roles.items():
+            for key in ("read_only", "read_write"):
+                for index, path in enumerate(getattr(role, key)):
+                    real = os.path.realpath(path.expanduser())
+                    if _holds(real, data) or _holds(data, real):
+                        where = "holds" if _holds(real, data) else "is inside"
+                        raise ValueError(
+                            f"roles.{name}.{key}[{index}]: {path} {where} data_dir ({self.data_dir}: "
+                            "the database and every user's workspace); grant a folder beside it")
+        return self
+
     def policy(self) -> Any:
         """The sandbox policy: built-in roles changed or extended by [roles.NAME]."""
         from sandbox.policy import BUILTIN_ROLES, Policy
@@ -713,6 +729,10 @@ class Config(_Section):
         if user in self.access.roles:
             return self.access.roles[user]
         return "admin" if user in self.access.admins or user == LOCAL_USER else "user"
+
+
+def _holds(folder: str, path: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 # --- loading -----------------------------------------------------------------------------------

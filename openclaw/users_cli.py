@@ -14,6 +14,8 @@ import sys
 from openclaw import access
 from openclaw.config import _check_user, load_config
 from openclaw.store.records import UserStatus, parse_user_key
+from sandbox.policy import sandbox_uid
+from skills.base import visible
 
 # What each `users` action sets, and what it says it did.
 _ACTIONS = {
@@ -65,7 +67,8 @@ def cmd_pairing_list(args: argparse.Namespace) -> int:
     if not codes:
         print("no pending pairing codes")
     for c in codes:
-        print(f"{c.code}  {c.user}  {c.display_name or ''}  expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
+        print(f"{c.code}  {c.user}  {visible(c.display_name or '')}  "
+              f"expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
     return 0
 
 
@@ -90,7 +93,8 @@ def cmd_users_list(args: argparse.Namespace) -> int:
         print("no users yet")
     for u in users:
         print(f"{u.key:<24} {_effective_status(config, u.key, u.status):<18} "
-              f"role={u.role or config.user_role(u.key)}  {u.display_name or ''}")
+              f"role={u.role or config.user_role(u.key):<8} uid={sandbox_uid(u.key)}  "
+              f"{visible(u.display_name or '')}")
     return 0
 
 

@@ -293,7 +293,9 @@ def _set_rlimits(limits: Limits, nproc: int) -> None:
     set_limit(resource.RLIMIT_CORE, 0)
 
 
-def _prepare_workspace(scope: Scope) -> None:
+def prepare_workspace(scope: Scope) -> None:
+    """Hand the workspace's top folder to the user's sandbox uid (when we are root), so their
+    commands, and the files skill acting as them, can work in it."""
     workspace = scope.workspace
     if not workspace.is_dir():
         raise ValueError(f"workspace {workspace} is not a directory; create it first")
@@ -368,7 +370,7 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
     if not ok and not allow_unsandboxed:
         raise SandboxUnavailable(f"cannot run sandboxed commands: {why}. {FIX_HINT}")
-    _prepare_workspace(scope)
+    prepare_workspace(scope)
     home = WORKSPACE_MOUNT if ok else str(scope.workspace)
     clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
 

@@ -17,6 +17,7 @@ import os
 import stat
 from dataclasses import dataclass
 
+from sandbox.fs_identity import as_daemon
 from sandbox.policy import Principal
 from sandbox.runner import SANDBOX_UID, WORKSPACE_MOUNT
 from skills.base import SkillDenied, SkillError
@@ -145,7 +146,8 @@ def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, h
     component turns out not to be a folder."""
     chown = create and target.root.workspace and os.geteuid() == 0
     try:
-        fd = os.open(target.root.real, DIR_FLAGS & ~os.O_NOFOLLOW)  # the admin's folder, as configured
+        with as_daemon():  # the admin's folder, as configured; its parents are not the user's to walk
+            fd = os.open(target.root.real, DIR_FLAGS & ~os.O_NOFOLLOW)
     except FileNotFoundError:
         raise SkillError(f"the folder {target.root.configured} does not exist") from None
     try:

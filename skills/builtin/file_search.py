@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from sandbox.fs_identity import acting_as
 from skills.base import SkillError
 from skills.builtin.file_paths import FILE_FLAGS, pread_all
 
@@ -93,8 +94,9 @@ def _matching_lines(fd: int, name: str, st: os.stat_result, matcher: Any, max_fi
 def _search_child_main() -> None:
     """Entry point of the child process a regex search runs in (see search_in_child)."""
     job = json.load(sys.stdin)
-    found = search_tree(job["fd"], job["glob"], job["pattern"], True, job["max_results"],
-                        job["max_file_bytes"])
+    with acting_as(job["uid"]):  # as the files skill's own threads do: see files._as_user
+        found = search_tree(job["fd"], job["glob"], job["pattern"], True, job["max_results"],
+                            job["max_file_bytes"])
     json.dump(found, sys.stdout)
 
 
@@ -103,7 +105,7 @@ _CHILD_CODE = ("import sys; sys.path.insert(0, {root!r}); "
 
 
 async def search_in_child(fd: int, glob: str | None, pattern: str, max_results: int, max_file_bytes: int,
-                          wall: float) -> dict[str, Any]:
+                          wall: float, uid: int) -> dict[str, Any]:
     """search_tree with `pattern` as a regular expression. A regular expression can backtrack for
     minutes, holding the GIL (so the whole daemon), and cannot be interrupted; it runs in a child
     process, handed the checked folder's descriptor `fd` (which stays the caller's to close), and is
@@ -115,7 +117,7 @@ async def search_in_child(fd: int, glob: str | None, pattern: str, max_results: 
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, pass_fds=(fd,))
         job = {"fd": fd, "glob": glob, "pattern": pattern, "max_results": max_results,
-               "max_file_bytes": max_file_bytes}
+               "max_file_bytes": max_file_bytes, "uid": uid}
         try:
             out, err = await asyncio.wait_for(proc.communicate(json.dumps(job).encode()), wall)
         except TimeoutError:

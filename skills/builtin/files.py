@@ -16,6 +16,8 @@ import re
 import stat
 from typing import Any
 
+from sandbox.fs_identity import acting_as
+from sandbox.runner import prepare_workspace
 from skills.base import Skill, SkillContext, SkillError
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
@@ -124,9 +126,11 @@ class FilesSkill(Skill):
         _check_args(action, args)
         try:
             target = await asyncio.to_thread(resolve, args["path"], ctx.principal)
+            if target.root.workspace:  # the user's own, as for their shell commands
+                await asyncio.to_thread(prepare_workspace, ctx.principal.scope)
             if action == "search" and args.get("regex") and args.get("pattern"):
                 return await self._search_regex(target, args, ctx)
-            return await asyncio.to_thread(getattr(self, f"_{action}"), target, args, ctx)
+            return await asyncio.to_thread(_as_user, target, getattr(self, f"_{action}"), args, ctx)
         except OSError as exc:  # no space left, permission refused by the system: the model's business
             raise SkillError(f"{action} {q(args['path'])}: {exc.strerror or exc}") from None
 
@@ -250,12 +254,21 @@ class FilesSkill(Skill):
             re.compile(pattern)
         except re.error as exc:
             raise SkillError(f"pattern is not a valid regular expression: {exc}") from None
-        fd = await asyncio.to_thread(open_folder, target)
+        fd = await asyncio.to_thread(_as_user, target, lambda t, *_: open_folder(t))
         try:
-            found = await search_in_child(fd, glob, pattern, limit, cap, ctx.principal.limits.wall_seconds)
+            found = await search_in_child(fd, glob, pattern, limit, cap,
+                                          ctx.principal.limits.wall_seconds, uid=target.uid)
         finally:
             os.close(fd)
         return _search_report(target, args, ctx, found, cap)
+
+
+def _as_user(target: Target, work, *args):
+    """`work(target, *args)` with the kernel checking every open, read and write as the user's
+    sandbox uid (when the daemon is root), as it does for their shell commands: root's override
+    of file permissions must not reach what the user's own commands could not."""
+    with acting_as(target.uid):
+        return work(target, *args)
 
 
 def _check_args(action: str, args: dict[str, Any]) -> None:

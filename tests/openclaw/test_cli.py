@@ -14,6 +14,7 @@ import time
 import pytest
 
 from openclaw.store import Store
+from sandbox.policy import sandbox_uid
 
 
 def run(args: list[str], home, stdin: str = "", timeout: float = 300, **env):
@@ -97,6 +98,23 @@ def test_pairing_list_and_approve_admit_a_user(tmp_path):
                timeout=60).returncode == 1  # one use only
 
 
+def test_doctor_names_a_granted_folder_that_is_missing_or_not_writable_for_users(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[roles.fam]\nskills = ["clock"]\n'
+                      f'read_only = ["{tmp_path}/gone"]\nread_write = ["{shared}"]\n')
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
+    assert doctor.returncode == 1
+    assert f"✗ roles.fam.read_only[0] {tmp_path}/gone: no such folder" in doctor.stdout
+    assert (f"✗ roles.fam.read_write[0] {shared}: users cannot write there" in doctor.stdout) \
+        is (os.geteuid() == 0), doctor.stdout
+    shared.chmod(0o1777)
+    (tmp_path / "gone").mkdir()
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
+    assert "roles.fam" not in doctor.stdout, doctor.stdout
+
+
 def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nadmins = ["telegram:1"]\n'
@@ -107,8 +125,8 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
 
     async def ask_for_codes():
         async with await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db") as store:
-            for user in ("1001", "1002"):
-                await store.ensure_user("telegram", user, f"user {user}")
+            for user in ("1001", "1002"):  # a name may try to forge a line of the listing
+                await store.ensure_user("telegram", user, f"user {user}\nABCD1234  telegram:1")
             return [await store.create_pairing_code(f"telegram:{u}") for u in ("1001", "1002")]
 
     assert cli("users").stdout.strip() == "no users yet"  # and the database now exists,
@@ -126,8 +144,10 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
     assert cli("pairing", "approve", first).returncode == 1
     assert cli("users", "allow", "telegram:1001").returncode == 0
     assert cli("users", "revoke", "telegram:1002").returncode == 0
-    listing = {line.split()[0]: line.split()[1] for line in cli("users", "list").stdout.splitlines()}
-    assert listing == {"telegram:1001": "allowed", "telegram:1002": "pending"}
+    lines = cli("users", "list").stdout.splitlines()
+    assert {line.split()[0]: line.split()[1] for line in lines} == {
+        "telegram:1001": "allowed", "telegram:1002": "pending"}
+    assert f"uid={sandbox_uid('telegram:1001')}" in lines[0] and "\\u000a" in lines[0]
 
     # The config decides for the users it names: the command says where to change it instead.
     for argv, where in ((["block", "telegram:1"], "access.admins"),

@@ -223,6 +223,24 @@ def test_wrong_type_names_key_and_value(tmp_path: Path):
     assert problem == 'engine.max_num_seqs = "lots": expected an integer'
 
 
+@pytest.mark.parametrize("key, granted, where", [
+    ("read_only", "{tmp}/srv", "holds"),  # a parent of data_dir: the database, every workspace
+    ("read_write", "{tmp}/srv/data/workspaces", "is inside"),
+    ("read_only", "{tmp}/srv/data", "holds"),
+])
+def test_a_folder_granted_over_data_dir_is_refused(tmp_path: Path, key, granted, where):
+    granted = granted.format(tmp=tmp_path)
+    problem = only_problem(write(tmp_path, f'data_dir = "{tmp_path}/srv/data"\n[roles.fam]\n'
+                                           f'skills = ["files"]\n{key} = ["/usr/share", "{granted}"]\n'))
+    assert problem.startswith(f"roles.fam.{key}[1]: {granted} {where} data_dir ({tmp_path}/srv/data")
+
+
+def test_a_folder_granted_beside_data_dir_is_fine(tmp_path: Path):
+    path = write(tmp_path, f'data_dir = "{tmp_path}/srv/data"\n[roles.fam]\nskills = ["files"]\n'
+                           f'read_only = ["{tmp_path}/srv/media", "{tmp_path}/srv/database"]\n')
+    assert load_config(path).roles["fam"].read_only[1] == tmp_path / "srv/database"
+
+
 def test_strings_are_not_numbers_even_when_they_look_like_one(tmp_path: Path):
     problem = only_problem(write(tmp_path, '[admin]\nport = "9477"\n'))
     assert problem == 'admin.port = "9477": expected an integer'

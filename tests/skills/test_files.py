@@ -69,15 +69,25 @@ class Env:
         return outcome.text
 
 
+def mine(path: Path, user: str = USER) -> Path:
+    """`path` as the user's own shell would have left it: owned by their sandbox uid (as root)."""
+    if os.geteuid() == 0:
+        os.chown(path, sandbox_uid(user), sandbox_uid(user), follow_symlinks=False)
+    return path
+
+
 def make_env(tmp: Path, settings: dict | None = None) -> Env:
     data = tmp / "data"
-    data.mkdir()
+    data.mkdir(mode=0o700)  # as the daemon makes it: not the users' to walk through
     # What sits next to the workspaces in a real data dir, and must never be reachable.
     (data / "openclaw.toml").write_text(f'[secrets]\ntoken = "{SECRET}"\n')
     (data / "openclaw.db").write_bytes(b"SQLite format 3\0" + SECRET.encode())
     ro, rw, outside = tmp / "shared-ro", tmp / "shared-rw", tmp / "outside"
     for folder in (ro, rw, outside):
         folder.mkdir()
+    # As root, a granted folder is used with the user's own permissions (like their commands):
+    # the admin lets the users write in the shared one.
+    rw.chmod(0o1777)
     (ro / "manual.txt").write_text("how to use the printer\n")
     (outside / "secret.txt").write_text(SECRET)
     roles = {"tester": Role("tester", skills=frozenset({"files"}), read_only=(ro,), read_write=(rw,),
@@ -202,6 +212,7 @@ async def test_search_is_bounded_and_skips_binaries_and_big_files(env, monkeypat
 
 async def test_edit_replaces_exact_text_that_occurs_once(env):
     (env.workspace / "conf.ini").write_text("[a]\nport = 80\nhost = x\n")
+    mine(env.workspace / "conf.ini")
     assert await env.ok(action="edit", path="conf.ini", old="port = 80", new="port = 8080") == \
         "replaced 1 occurrence in conf.ini (line 2); it is now 25 bytes"
     assert (env.workspace / "conf.ini").read_text() == "[a]\nport = 8080\nhost = x\n"
@@ -211,6 +222,7 @@ async def test_edit_replaces_exact_text_that_occurs_once(env):
 async def test_edit_refuses_ambiguous_or_missing_text_and_says_how_often_it_occurs(env):
     path = env.workspace / "list.txt"
     path.write_text("x = 1\nx = 1\nx = 1\n")
+    mine(path)
     await env.fails("'old' occurs 3 times in list.txt", "count=3 or all=true", action="edit",
                     path="list.txt", old="x = 1", new="x = 2")
     await env.fails("'old' occurs 3 times in list.txt, not 2", action="edit", path="list.txt", old="x = 1",
@@ -222,6 +234,7 @@ async def test_edit_refuses_ambiguous_or_missing_text_and_says_how_often_it_occu
     await env.ok(action="edit", path="list.txt", old="x = 2", new="", all=True)
     assert path.read_text() == "\n\n\n"
     (env.workspace / "latin1.txt").write_bytes(b"caf\xe9 old")
+    mine(env.workspace / "latin1.txt")
     await env.fails("not valid UTF-8", action="edit", path="latin1.txt", old="old", new="new")
     assert (env.workspace / "latin1.txt").read_bytes() == b"caf\xe9 old"
 
@@ -234,6 +247,7 @@ async def test_binary_file_is_reported_by_size_not_content(env):
 
 async def test_a_pipe_in_the_workspace_does_not_hang_the_call(env):
     os.mkfifo(env.workspace / "pipe")  # the sandboxed shell could leave one; opening it must not block
+    mine(env.workspace / "pipe")
     for args in ({"action": "read"}, {"action": "write", "content": "x"},
                  {"action": "append", "content": "x"}):
         await asyncio.wait_for(env.fails("pipe is not a regular file", path="pipe", **args), 2)
@@ -264,6 +278,7 @@ async def test_default_read_cap_fits_one_tool_result_so_the_model_sees_how_to_re
 
 async def test_symlink_that_stays_inside_the_workspace_is_followed(env):
     (env.workspace / "real.txt").write_text("inside")
+    mine(env.workspace / "real.txt")
     os.symlink("real.txt", env.workspace / "alias.txt")
     assert await env.ok(action="read", path="alias.txt") == "inside"
     await env.ok(action="write", path="alias.txt", content="changed")
@@ -281,7 +296,7 @@ async def test_read_write_folder_of_the_role_is_writable(env):
 
 async def test_a_read_only_folder_inside_a_writable_one_stays_read_only(env):
     locked = env.rw / "locked"
-    locked.mkdir()
+    locked.mkdir(mode=0o777)
     env.policy.roles["nested"] = Role("nested", skills=frozenset({"files"}), read_write=(env.rw,),
                                       read_only=(locked,))
     principal = env.policy.principal(USER, role="nested")
@@ -497,8 +512,9 @@ async def test_a_backtracking_regex_is_stopped_at_the_wall_limit_and_the_daemon_
 
 
 @as_root
-async def test_what_the_skill_creates_in_the_workspace_belongs_to_the_sandbox_uid(env):
+async def test_what_the_skill_creates_belongs_to_the_sandbox_uid(env):
     (env.workspace / "kept.txt").write_text("admin's")
+    (env.workspace / "kept.txt").chmod(0o666)  # the admin let the user change it
     await env.ok(action="write", path="made/deeper/new.txt", content="x")
     await env.ok(action="append", path="log.txt", content="x")
     await env.ok(action="write", path="kept.txt", content="edited")
@@ -506,9 +522,35 @@ async def test_what_the_skill_creates_in_the_workspace_belongs_to_the_sandbox_ui
         st = (env.workspace / made).stat()
         assert (st.st_uid, st.st_gid) == (sandbox_uid(USER), sandbox_uid(USER)), made
     assert (env.workspace / "kept.txt").stat().st_uid == 0  # existing files keep their owner
-    # Never outside the workspace, even in a folder the role may write.
+    # In a folder the role may write, what it makes is the user's too, as their commands' would be.
     await env.ok(action="write", path=str(env.rw / "sub" / "out.txt"), content="x")
-    assert (env.rw / "sub").stat().st_uid == 0 and (env.rw / "sub" / "out.txt").stat().st_uid == 0
+    for made in (env.rw / "sub", env.rw / "sub" / "out.txt"):
+        assert made.stat().st_uid == sandbox_uid(USER), made
+
+
+@as_root
+async def test_a_root_daemon_reads_and_writes_only_what_the_users_own_uid_may(env):
+    """Root's override of file permissions stops at the skill: a file only root may read in a
+    read-only folder (/etc/shadow under a granted /etc), another user's private file in a shared
+    folder, a file the user may read but not change: the kernel answers as for their commands."""
+    (env.ro / "shadow").write_text(SECRET)
+    (env.ro / "shadow").chmod(0o600)
+    theirs = env.rw / "theirs.txt"
+    theirs.write_text(SECRET)
+    mine(theirs, OTHER_USER).chmod(0o600)
+    (env.rw / "notice.txt").write_text("read me")  # root's, 0644: readable, not writable
+
+    for path in (env.ro / "shadow", theirs):
+        await env.fails("Permission denied", action="read", path=str(path))
+    for pattern, regex in (("TOP", False), ("T.P", True)):  # also in the regex search's child
+        found = await env.ok(action="search", path=str(env.rw), pattern=pattern, regex=regex)
+        assert SECRET not in found and "theirs.txt" not in found
+    assert await env.ok(action="read", path=str(env.rw / "notice.txt")) == "read me"
+    await env.fails("Permission denied", action="write", path=str(env.rw / "notice.txt"), content="x")
+    await env.fails("Permission denied", action="write", path=str(theirs), content="mine now")
+    assert theirs.read_text() == SECRET and (env.rw / "notice.txt").read_text() == "read me"
+    # And the thread that did this work is root again for whoever uses it next.
+    assert await asyncio.to_thread(lambda: (env.ro / "shadow").read_text()) == SECRET
 
 
 async def test_calls_and_denials_land_in_the_real_audit_table(env, tmp_path):
