@@ -21,6 +21,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from engine.constrained.grammar import HERMES, LLAMA3, tool_dialect
 from engine.tokenizer import Tokenizer
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -44,6 +45,14 @@ TOOLS_FOOTER = (
     '<tool_call>{"name": <function-name>, "arguments": <arguments-as-a-JSON-object>}</tool_call>\n'
     "Each result comes back to you inside <tool_response></tool_response>. "
     "When you do not need a function, answer in plain text, without any <tool_call> block."
+)
+# Llama 3.1's own form (its template asks for "parameters"), one call as the whole answer.
+LLAMA3_TOOLS_FOOTER = (
+    "</tools>\n\n"
+    "When you need a function, answer with nothing but one JSON object, exactly in this form:\n"
+    '{"name": <function-name>, "parameters": <arguments-as-a-JSON-object>}\n'
+    "Its result comes back to you in the next message. "
+    "When you do not need a function, answer in plain text."
 )
 
 # Turn-ending tokens worth stopping on when the template writes them.
@@ -74,13 +83,14 @@ def normalize_messages(
     tools: Sequence[dict[str, Any]] | None = None,
     *,
     tool_role: bool = False,
+    dialect: str = HERMES,
 ) -> list[Turn]:
     """OpenAI-style messages (+ tools) as turns a plain chat template can render.
 
-    Tools go into the system turn (one is created if absent); assistant tool calls become
-    `<tool_call>` blocks after the content; tool results become `tool` turns when the template
-    knows that role (`tool_role`), else user turns of `<tool_response>` blocks, consecutive results
-    sharing one turn.
+    Tools go into the system turn (one is created if absent); assistant tool calls become calls
+    in the `dialect`'s form after the content (`<tool_call>` blocks, or Llama 3's JSON objects);
+    tool results become `tool` turns when the template knows that role (`tool_role`), else user
+    turns of `<tool_response>` blocks, consecutive results sharing one turn.
     """
     turns: list[Turn] = []
     tool_turn: Turn | None = None  # the user turn that holds the latest run of tool results
@@ -102,10 +112,10 @@ def normalize_messages(
         tool_turn = None
         parts = [Part(content)]
         if role == "assistant" and message.get("tool_calls"):
-            parts += _tool_call_parts(message["tool_calls"], i, after_content=bool(content))
+            parts += _tool_call_parts(message["tool_calls"], i, bool(content), dialect)
         turns.append(Turn(role, parts))
     if tools:
-        tool_parts = tool_prompt_parts(tools)
+        tool_parts = tool_prompt_parts(tools, dialect)
         if turns and turns[0].role == "system":
             sep = [Part("\n\n", True)] if turns[0].content else []
             turns[0].parts += sep + tool_parts
@@ -114,8 +124,8 @@ def normalize_messages(
     return turns
 
 
-def tool_prompt_parts(tools: Sequence[dict[str, Any]]) -> list[Part]:
-    """The system-prompt section that lists the tools and says how to call them."""
+def tool_prompt_parts(tools: Sequence[dict[str, Any]], dialect: str = HERMES) -> list[Part]:
+    """The system-prompt section that lists the tools and says how to call them (in `dialect`)."""
     parts = [Part(TOOLS_HEADER, True)]
     for i, tool in enumerate(tools):
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
@@ -131,7 +141,7 @@ def tool_prompt_parts(tools: Sequence[dict[str, Any]]) -> list[Part]:
         }
         # Names, descriptions and schemas may come from outside (plugins, MCP servers): untrusted.
         parts += [Part(json.dumps(spec, ensure_ascii=False)), Part("\n", True)]
-    parts.append(Part(TOOLS_FOOTER, True))
+    parts.append(Part(LLAMA3_TOOLS_FOOTER if dialect == LLAMA3 else TOOLS_FOOTER, True))
     return parts
 
 
@@ -150,7 +160,7 @@ def _content_text(content: Any, index: int) -> str:
     raise ValueError(f"message {index}: content must be a string, got {type(content).__name__}")
 
 
-def _tool_call_parts(calls: Any, index: int, after_content: bool) -> list[Part]:
+def _tool_call_parts(calls: Any, index: int, after_content: bool, dialect: str) -> list[Part]:
     if not isinstance(calls, list):
         raise ValueError(f"message {index}: tool_calls must be a list")
     parts: list[Part] = []
@@ -164,9 +174,13 @@ def _tool_call_parts(calls: Any, index: int, after_content: bool) -> list[Part]:
                 args = json.loads(args) if args.strip() else {}
             except ValueError:
                 pass  # show the model what it actually sent
-        body = json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
         if after_content or k:
             parts.append(Part("\n", True))
+        if dialect == LLAMA3:
+            body = json.dumps({"name": fn["name"], "parameters": args}, ensure_ascii=False)
+            parts.append(Part(body))
+            continue
+        body = json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
         parts += [Part("<tool_call>", True), Part(body), Part("</tool_call>", True)]
     return parts
 
@@ -184,6 +198,7 @@ class ChatFormatter:
         except jinja2.TemplateError as exc:
             raise ValueError(f"chat template does not compile: {exc}") from exc
         self.tool_role = bool(_TOOL_ROLE.search(self.template_source))
+        self.tool_dialect = tool_dialect(self.template_source)
         specials = {
             tok: i
             for i, tok in zip(
@@ -220,7 +235,8 @@ class ChatFormatter:
         add_generation_prompt: bool = True,
     ) -> str:
         """The prompt as text, for display and debugging (encode() is what the model sees)."""
-        turns = normalize_messages(messages, tools, tool_role=self.tool_role)
+        turns = normalize_messages(messages, tools, tool_role=self.tool_role,
+                                   dialect=self.tool_dialect)
         return self._render(turns, add_generation_prompt, lambda text: text, _now())
 
     def encode(
@@ -230,7 +246,8 @@ class ChatFormatter:
         add_generation_prompt: bool = True,
     ) -> list[int]:
         """Prompt token ids in which only the template's scaffolding can produce special tokens."""
-        turns = normalize_messages(messages, tools, tool_role=self.tool_role)
+        turns = normalize_messages(messages, tools, tool_role=self.tool_role,
+                                   dialect=self.tool_dialect)
         now = _now()  # one clock for both renderings, so a date in the template cannot differ
         reference = self._render(turns, add_generation_prompt, lambda text: text, now)
         nonce = secrets.token_hex(8)

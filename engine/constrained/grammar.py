@@ -1,8 +1,10 @@
-"""The byte-level automaton of Hermes tool calls: given the bytes so far, which byte may come next.
+"""The byte-level automaton of tool calls: given the bytes so far, which byte may come next.
 
-The language, for the tools a request offers:
+Two dialects, chosen by the model's chat template (see `tool_dialect`):
 
-    <tool_call> WS {WS "name" WS : WS "<tool name>" WS , WS "arguments" WS : WS <object> WS} WS </tool_call>
+    hermes: <tool_call> WS CALL("arguments") WS </tool_call>
+    llama3: [<|python_tag|>] WS CALL("parameters")
+    CALL(key) = {WS "name" WS : WS "<tool name>" WS , WS key WS : WS <object> WS}
 
 with JSON values inside the arguments (strings with escapes, numbers, nested objects and arrays,
 true/false/null). Each whitespace run is at most MAX_WS bytes, so a model cannot loop on spaces.
@@ -11,6 +13,19 @@ top-level argument names are limited to those properties, and a property whose s
 `type` of boolean, integer, number, string or null, or a string `enum`, gets a value of that type.
 Anything else (other schemas, nested keys and values) is any JSON. Required properties are not
 enforced, and a property may repeat (JSON keeps the last).
+
+Llama 3.1 (the key its template asks for is "parameters"; the grammar takes only that key, which
+`engine.tool_parser` reads, so what the grammar lets through always parses as a call):
+- A call is the whole output, as `engine.tool_parser` reads it: in "auto" the output opens a call
+  when its first non-whitespace bytes are `{`, or with `<|python_tag|>` (the special token, or
+  those bytes as text) there. Any other start is free text, in which Hermes `<tool_call>` blocks
+  are still constrained (the parser reads those in any output), with "parameters" as their key.
+- `<|python_tag|>` is a special token, so it has no bytes: `CallGrammar.special` says where it may
+  come. It may open the output's call (in "auto" at the start, in a forced turn as the first
+  token); anywhere else it is refused, since the parser would not read a call after it.
+- After a Llama call, only an end-of-turn token (Llama 3.1 ends a call with <|eom_id|> or
+  <|eot_id|>), in "auto" as in forced turns: the parser reads a Llama call only when nothing
+  follows it. Without end-of-turn tokens (`can_end=False`, e.g. ignore_eos) free text follows.
 
 A state is an immutable tuple of frames, a pushdown stack with its top last, so states hash and
 the masks built for them can be cached. `step(state, byte)` returns the next state or None.
@@ -25,6 +40,8 @@ from typing import Any
 
 OPEN_TAG = b"<tool_call>"
 CLOSE_TAG = b"</tool_call>"
+PYTHON_TAG = b"<|python_tag|>"  # Llama 3.1: a special token, also read by the parser as text
+HERMES, LLAMA3 = "hermes", "llama3"  # the tool-call dialects
 MAX_WS = 8  # whitespace bytes allowed in a row between JSON tokens
 MAX_FRAMES = 160  # deep nesting is refused past this stack height (about 25 levels)
 
@@ -47,6 +64,9 @@ HEX = 12  # (HEX, n): n hex digits of a \u escape still to come
 NUMBER = 13  # (NUMBER, phase): see _NUMBER_NEXT
 END = 14  # (END,): after a forced call: nothing but an end-of-turn token
 TYPED = 15  # (TYPED, type name or enum trie index): a value of one JSON type, or one enum string
+START = 16  # (START, pending): "auto" Llama output of only whitespace so far; `pending` holds the
+#             bytes of a multi-byte space or of a textual `<|python_tag|>` begun but not finished
+TAG = 17  # (TAG,): the special token <|python_tag|> may come here; a byte passes to the frame below
 
 _WS_BYTES = frozenset(b" \t\n\r")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
@@ -54,6 +74,12 @@ _ESCAPABLE = frozenset(b'"\\/bfnrt')
 _DIGITS = frozenset(b"0123456789")
 _W0 = (WS, 0)
 _STRING = (STRING,)
+# What str.strip() removes (so the parser still sees the output's start), as UTF-8: every
+# character for which str.isspace() holds, and the proper prefixes of the multi-byte ones.
+_SPACES = frozenset(c.encode() for c in (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(map(chr, range(0x2000, 0x200B)))))
+_SPACE_PREFIXES = frozenset(c[:k] for c in _SPACES for k in range(1, len(c)))
 
 # Number phases: 0 after "-", 1 after a leading 0, 2 in integer digits, 3 after ".", 4 in
 # fraction digits, 5 after "e", 6 after the exponent's sign, 7 in exponent digits; integers
@@ -81,6 +107,20 @@ def _number_next(phase: int, b: int) -> int | None:
     if phase in (5, 6, 7) and digit:
         return 7
     return None
+
+
+def tool_dialect(template: str | None) -> str:
+    """The tool-call form a chat template asks for: LLAMA3 or HERMES (the module docstring shows both).
+
+    LLAMA3 when the template writes Llama 3's turn headers and its own call form, that is it
+    mentions `<|python_tag|>` (Llama 3.1, 3.3) or a `"parameters"` key (3.1, 3.2, 3.3), and
+    does not ask for `<tool_call>` blocks (as Hermes-style fine-tunes of Llama 3 do). Anything
+    else, Llama 3.0 (no tool form of its own) and templates we do not know included, is HERMES:
+    the form our own tool prompt then asks for.
+    """
+    t = template or ""
+    llama = "<|start_header_id|>" in t and ("<|python_tag|>" in t or '"parameters"' in t)
+    return LLAMA3 if llama and "<tool_call>" not in t else HERMES
 
 
 _SCALAR_TYPES = ("boolean", "integer", "number", "string", "null")
@@ -142,20 +182,26 @@ class _Trie:
 
 
 class CallGrammar:
-    """Hermes tool calls over one set of tools, in one tool_choice mode.
+    """Tool calls over one set of tools, in one tool_choice mode and one dialect.
 
-    `mode`: "auto" (free text; a `<tool_call>` the text opens must be valid), "required" (the
-    output is one call, then the end of the turn) or "named" (the same, with one tool). A forced
-    turn holds exactly one call: further calls come in later turns, or in "auto" turns, where a
-    model may open several. `can_end`: whether the request has end-of-turn tokens; without them
-    a forced call is followed by free text, still watched for calls.
+    `mode`: "auto" (free text; a call the text opens must be valid), "required" (the output is
+    one call, then the end of the turn) or "named" (the same, with one tool). A forced turn holds
+    exactly one call: further calls come in later turns, or in "auto" turns, where a Hermes model
+    may open several. `can_end`: whether the request has end-of-turn tokens; without them a
+    forced call is followed by free text, still watched for Hermes calls. `dialect`: HERMES or
+    LLAMA3 (see the module docstring).
     """
 
-    def __init__(self, tools: Sequence[ToolSpec], mode: str, can_end: bool = True) -> None:
+    def __init__(self, tools: Sequence[ToolSpec], mode: str, can_end: bool = True,
+                 dialect: str = HERMES) -> None:
         if mode not in ("auto", "required", "named"):
             raise ValueError(f"unknown tool-call grammar mode {mode!r}")
+        if dialect not in (HERMES, LLAMA3):
+            raise ValueError(f"unknown tool-call dialect {dialect!r} (expected {HERMES!r} or "
+                             f"{LLAMA3!r})")
         self.tools = tuple(tools)
         self.mode = mode
+        self.dialect = dialect
         self.tries: list[_Trie] = []
         key_tries = []
         for tool in self.tools:
@@ -168,19 +214,28 @@ class CallGrammar:
             self.tries.append(_Trie([k for k, _ in tool.keys], after_key))
             key_tries.append(len(self.tries) - 1)
         # After the name: , "arguments" : {...} (top last, like every frame tuple here).
-        args_parts = [((ARGS, k), _W0, (LIT, b":", 0), _W0, (LIT, b'"arguments"', 0), _W0,
+        args_key = b'"arguments"' if dialect == HERMES else b'"parameters"'
+        args_parts = [((ARGS, k), _W0, (LIT, b":", 0), _W0, (LIT, args_key, 0), _W0,
                        (LIT, b",", 0), _W0) for k in key_tries]
         self.tries.append(_Trie([t.name for t in self.tools], args_parts))
         names = len(self.tries) - 1
-        # Everything after the opening tag, up to and including the closing tag.
-        self.body: State = ((LIT, CLOSE_TAG, 0), _W0, (LIT, b"}", 0), _W0, (TRIE, names, 0),
-                            (LIT, b'"', 0), _W0, (LIT, b":", 0), _W0, (LIT, b'"name"', 0), _W0,
-                            (LIT, b"{", 0), _W0)
-        after: State = ((END,),) if mode != "auto" and can_end else ((FREE, 0),)
-        # A forced call may follow a short whitespace run: a SentencePiece model's natural first
-        # token is "▁<" (a space its decoder drops at the start of the output).
-        self.initial: State = (
-            ((FREE, 0),) if mode == "auto" else after + self.body + ((LIT, OPEN_TAG, 0), _W0))
+        # A call object after its "{", up to and including its "}".
+        call: State = ((LIT, b"}", 0), _W0, (TRIE, names, 0), (LIT, b'"', 0), _W0, (LIT, b":", 0),
+                       _W0, (LIT, b'"name"', 0), _W0)
+        brace: State = ((LIT, b"{", 0), _W0)
+        # Everything after a Hermes opening tag, up to and including the closing tag.
+        self.body: State = ((LIT, CLOSE_TAG, 0), _W0) + call + brace
+        forced = mode != "auto"
+        after: State = ((END,),) if can_end and (forced or dialect == LLAMA3) else ((FREE, 0),)
+        if dialect == HERMES:
+            # A forced call may follow a short whitespace run: a SentencePiece model's natural
+            # first token is "▁<" (a space its decoder drops at the start of the output).
+            self.initial: State = (
+                ((FREE, 0),) if not forced else after + self.body + ((LIT, OPEN_TAG, 0), _W0))
+        else:
+            self._opened = after + call  # a Llama call, after its "{"
+            self._tagged = self._opened + brace  # after <|python_tag|>
+            self.initial = ((START, b""),) if not forced else self._tagged + ((TAG,),)
 
     def _typed(self, kind: ValueType) -> str | int:
         if isinstance(kind, tuple):
@@ -263,6 +318,11 @@ class CallGrammar:
                 return rest + ((_STRING,) if top[1] == 1 else ((HEX, top[1] - 1),))
             if kind == ARGS:
                 return rest + ((KEY, top[1], True), _W0) if b == 0x7B else None
+            if kind == TAG:
+                state = rest
+                continue
+            if kind == START:
+                return self._start(top[1] + bytes((b,)))
             if kind == FREE:
                 k = top[1]
                 if b == OPEN_TAG[k]:
@@ -271,6 +331,18 @@ class CallGrammar:
                     return rest + ((FREE, k + 1),)
                 return rest + ((FREE, 1 if b == 0x3C else 0),)
             return None  # END takes no bytes
+
+    def _start(self, data: bytes) -> State | None:
+        """A Llama output that so far is whitespace, then `data`: still the start, a call, or text."""
+        if data in _SPACES:
+            return ((START, b""),)
+        if data == b"{":
+            return self._opened
+        if data == PYTHON_TAG:
+            return self._tagged
+        if data in _SPACE_PREFIXES or PYTHON_TAG.startswith(data):
+            return ((START, data),)
+        return self.walk(((FREE, 0),), data)
 
     def _value(self, rest: State, b: int) -> State | None:
         if b == 0x22:
@@ -310,12 +382,31 @@ class CallGrammar:
                 return None
         return state
 
+    def special(self, state: State, python_tag: bool) -> State | None:
+        """The state after a special token (no bytes), or None if it cannot come next; end-of-turn
+        tokens aside (see `may_end`). `python_tag`: the token is `<|python_tag|>`."""
+        kind = state[-1][0]
+        if python_tag:
+            if kind == TAG:
+                return state[:-1]
+            if kind == START and not state[-1][1]:
+                return self._tagged
+            return state if kind == FREE and self.dialect == HERMES and len(state) == 1 else None
+        return state if len(state) == 1 and kind in (FREE, START) else None
+
     @staticmethod
     def in_free_text(state: State) -> bool:
-        """Outside any call, in "auto" text: every token, special or not, may come next."""
+        """Outside any call, in "auto" text: every token may come next, except `<|python_tag|>`
+        where `special` refuses it and tokens whose bytes open a call and then break it."""
         return len(state) == 1 and state[0][0] == FREE
+
+    @staticmethod
+    def at_start(state: State) -> bool:
+        """At the start of an "auto" Llama output (only whitespace so far): most tokens may come
+        next, as in free text, but one that opens a call must go on with a valid one."""
+        return len(state) == 1 and state[0][0] == START
 
     @staticmethod
     def may_end(state: State) -> bool:
         """Whether an end-of-turn token may come next (in free text, or after a forced call)."""
-        return len(state) == 1 and state[0][0] in (FREE, END)
+        return len(state) == 1 and state[0][0] in (FREE, END, START)

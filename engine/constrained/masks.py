@@ -5,9 +5,13 @@ first byte the grammar refuses, so a structural position visits a few hundred tr
 whole vocabulary. Two states would visit nearly every token and get shortcuts instead:
 - inside a JSON string: the precomputed class of tokens without quote, backslash or control bytes
   is allowed as a whole, and only the other tokens are walked, from their first such byte;
-- free text ("auto"): every token is allowed except those that complete `<tool_call>` and go on
-  with bytes the grammar refuses; those candidates are few and known per tag prefix.
-Special tokens (no bytes) are allowed only where the turn may end.
+- free text ("auto"), and the start of an "auto" Llama output: every token is allowed except
+  those the grammar refuses, found by walking the trie only until the state is free text again
+  (a token that opens a Llama call at the start is walked through the call); from free text
+  only tokens that complete `<tool_call>` can be refused, and those are few and known per tag
+  prefix.
+Special tokens (no bytes) are allowed where the turn may end, in free text, and, for
+`<|python_tag|>`, where the grammar's `special` lets it open a Llama call.
 """
 
 from __future__ import annotations
@@ -20,7 +24,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.constrained.grammar import OPEN_TAG, STRING, CallGrammar, State, tool_specs
+from engine.constrained.grammar import (
+    OPEN_TAG,
+    STRING,
+    CallGrammar,
+    State,
+    tool_dialect,
+    tool_specs,
+)
 from engine.constrained.vocab import ByteTrie, TokenVocab
 from engine.tokenizer import Tokenizer
 
@@ -66,13 +77,18 @@ class CallMasks:
 
     def _build(self, state: State) -> tuple[int, np.ndarray]:
         g = self.grammar
-        if g.in_free_text(state):
-            return _DENY, np.array(self._free_text_denied(state), dtype=np.int64)
+        tag = self.vocab.python_tag
+        tag_fits = tag is not None and g.special(state, python_tag=True) is not None
+        if g.in_free_text(state) or g.at_start(state):
+            ids = set(self._denied(state)) | (set() if tag_fits or tag is None else {tag})
+            return _DENY, np.array(sorted(ids), dtype=np.int64)
         ids: list[int] = []
         in_string = state[-1][0] == STRING
         self._walk(self.vocab.string_rest if in_string else self.vocab.trie, state, ids)
         if g.may_end(state):
             ids += self.end_ids
+        if tag_fits:
+            ids.append(tag)
         if not ids and not in_string:  # cannot happen with a byte-level vocabulary
             log.warning("tool-call grammar: no token fits state %r; leaving the row unmasked", state)
             return _DENY, np.array([], dtype=np.int64)
@@ -94,16 +110,31 @@ class CallMasks:
                 if children[child]:
                     stack.append((child, nxt))
 
-    def _free_text_denied(self, state: State) -> list[int]:
-        """Tokens that would complete the tag from this free-text state and then break the call:
-        only tokens holding the whole tag, or (after a partial tag) starting with its remainder."""
-        k = state[0][1]
+    def _denied(self, state: State) -> list[int]:
+        """The tokens the grammar refuses from a state where most are allowed (free text, the
+        start of a Llama output). The trie is walked until the state is free text; below that,
+        only tokens holding the whole `<tool_call>`, or going on with the rest of a tag begun,
+        can be refused, and only those are walked."""
+        g, trie = self.grammar, self.vocab.trie
+        denied: list[int] = []
         candidates = set(self.vocab.holding_open_tag)
-        node = self.vocab.trie.node_of(OPEN_TAG[k:]) if k else None
-        if node is not None:
-            candidates.update(self.vocab.trie.tokens_under(node))
-        walk = self.grammar.walk
-        return sorted(i for i in candidates if walk(state, self.vocab.bytes[i]) is None)
+        stack = [(0, state)]
+        while stack:
+            node, st = stack.pop()
+            if g.in_free_text(st):
+                k = st[0][1]
+                rest = trie.node_of(OPEN_TAG[k:], node) if k else None
+                if rest is not None:
+                    candidates.update(trie.tokens_under(rest))
+                continue
+            for b, child in trie.children[node].items():
+                nxt = g.step(st, b)
+                if nxt is None:
+                    denied += trie.tokens_under(child)
+                else:
+                    stack.append((child, nxt))
+        walk, data = g.walk, self.vocab.bytes
+        return denied + [i for i in candidates if walk(state, data[i]) is None]
 
 
 class ToolCallMatcher:
@@ -133,11 +164,14 @@ class ToolCallMatcher:
         if self.state is None:
             return
         g = self.masks.grammar
-        data = self.masks.vocab.bytes[token] if token < self.masks.vocab.size else None
-        if data is None:  # a special token: fine where the turn may end, else the call is broken
-            ok = g.in_free_text(self.state) or (g.may_end(self.state)
-                                                 and token in self.masks.end_ids)
-            nxt = self.state if ok else None
+        vocab = self.masks.vocab
+        data = vocab.bytes[token] if token < vocab.size else None
+        if data is None:  # a special token: an end of turn where the turn may end, else the
+            # grammar says (free text takes any; <|python_tag|> may open a Llama call)
+            if g.may_end(self.state) and token in self.masks.end_ids:
+                nxt = self.state
+            else:
+                nxt = g.special(self.state, python_tag=token == vocab.python_tag)
         else:
             nxt = g.walk(self.state, data)
         if nxt is None:
@@ -152,11 +186,14 @@ def constrains(tools: Sequence[Any] | None, tool_choice: str | dict) -> bool:
 
 
 class ToolConstraints:
-    """Makes matchers for requests: one vocabulary per engine, grammars cached per tool set."""
+    """Makes matchers for requests: one vocabulary per engine, grammars cached per tool set.
+    `dialect`: the calls' form, by default the one the tokenizer's chat template asks for (the
+    template the engine's ChatFormatter renders, so prompt, grammar and parser agree)."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, dialect: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
+        self.dialect = dialect or tool_dialect(tokenizer.chat_template)
         self._vocab: TokenVocab | None = None
         self._masks: OrderedDict[tuple, CallMasks] = OrderedDict()
 
@@ -188,7 +225,7 @@ class ToolConstraints:
         key = (tuple(specs), mode, ends)
         masks = self._masks.get(key)
         if masks is None:
-            grammar = CallGrammar(specs, mode, can_end=bool(ends))
+            grammar = CallGrammar(specs, mode, can_end=bool(ends), dialect=self.dialect)
             masks = self._masks[key] = CallMasks(grammar, self.vocab, ends)
             if len(self._masks) > _MAX_GRAMMARS:
                 self._masks.popitem(last=False)

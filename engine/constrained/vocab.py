@@ -8,7 +8,7 @@ from functools import cached_property
 
 import numpy as np
 
-from engine.constrained.grammar import OPEN_TAG
+from engine.constrained.grammar import OPEN_TAG, PYTHON_TAG
 from engine.tokenizer import Tokenizer, byte_token_value
 
 
@@ -68,8 +68,9 @@ class ByteTrie:
                 node = nxt
             self.ends[node].append(token)
 
-    def node_of(self, prefix: bytes) -> int | None:
-        node = 0
+    def node_of(self, prefix: bytes, start: int = 0) -> int | None:
+        """The node `prefix` leads to from `start`, or None if no token goes on that way."""
+        node = start
         for b in prefix:
             node = self.children[node].get(b)
             if node is None:
@@ -112,6 +113,10 @@ class TokenVocab:
                 rest.append((data[cut:], i))
         self.string_plain = plain
         self.string_rest = ByteTrie(rest)
+        # Llama 3's <|python_tag|> when it is a special token (a plain one is read as its bytes).
+        tag = tokenizer.backend.token_to_id(PYTHON_TAG.decode())
+        self.python_tag = tag if tag is not None and tag < vocab_size and self.bytes[tag] is None \
+            else None
 
     @cached_property
     def holding_open_tag(self) -> list[int]:
