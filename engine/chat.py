@@ -302,17 +302,36 @@ class ChatFormatter:
     def _matching_values(
         self, pieces: list[str], texts: list[str], turns: list[Turn], reference: str
     ) -> list[str]:
-        """The untrusted texts as the template placed them; raises if they cannot be located."""
+        """The untrusted texts as the template placed them; raises if they cannot be located.
+
+        Each text may appear as given, trimmed (`| trim`), or JSON-escaped inside a string
+        (`| tojson`: Llama 3.1's and 3.2's templates write tool results so), each text its own
+        way. They are matched left to right against the reference rendering: a form is taken
+        where the scaffolding that follows it in the marked rendering follows it there too."""
         stripped = _stripped_texts(turns)
-        for values in (texts, stripped):
-            rebuilt = "".join(values[int(p)] if k % 2 else p for k, p in enumerate(pieces))
-            if rebuilt == reference:
-                return values
+        chosen: dict[int, str] = {}
+        at = 0
+        for k, piece in enumerate(pieces):
+            if k % 2 == 0:
+                if not reference.startswith(piece, at):
+                    break
+                at += len(piece)
+                continue
+            index, after = int(piece), pieces[k + 1]
+            forms = (texts[index], stripped[index], _json_escaped(texts[index]),
+                     _json_escaped(stripped[index]))
+            form = next((f for f in forms if reference.startswith(f + after, at)), None)
+            if form is None or chosen.setdefault(index, form) != form:  # one form per text
+                break
+            at += len(form)
+        else:
+            if at == len(reference):
+                return [chosen.get(i, text) for i, text in enumerate(texts)]
         raise ValueError(
             "the chat template changes message content in a way safe encoding cannot follow "
-            "(it must insert each message's content unchanged, or only trimmed); refusing to "
-            "encode this conversation with special tokens enabled. Pass a template that inserts "
-            "message['content'] as is."
+            "(it must insert each message's content unchanged, trimmed, or as a JSON string); "
+            "refusing to encode this conversation with special tokens enabled. Pass a template "
+            "that inserts message['content'] as is."
         )
 
     def _encode_pieces(self, pieces: list[str], values: list[str]) -> list[int]:
@@ -348,6 +367,11 @@ class ChatFormatter:
         if token_id is None:
             return ""
         return self.tokenizer.convert_ids_to_tokens([token_id])[0]
+
+
+def _json_escaped(text: str) -> str:
+    """`text` as the chat templates' tojson writes it inside a JSON string (without the quotes)."""
+    return _tojson(text)[1:-1]
 
 
 def _stripped_texts(turns: list[Turn]) -> list[str]:

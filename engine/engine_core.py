@@ -94,9 +94,11 @@ class LLMEngine:
         if len(ids) >= limit:
             raise ValueError(f"request {request_id}: the prompt has {len(ids)} tokens; at most "
                              f"{limit - 1} fit (max_model_len {self.max_model_len}, KV pool)")
+        # The chat template's end-of-turn tokens end a request too (a Llama 3.1 GGUF lists
+        # <|eot_id|> as its eos, but a tool call's turn ends on <|eom_id|>).
         eos = frozenset(params.stop_token_ids) | (
-            frozenset() if params.ignore_eos or self.tokenizer is None
-            else frozenset(self.tokenizer.eos_token_ids))
+            frozenset() if params.ignore_eos or self.chat_formatter is None
+            else frozenset(self.chat_formatter.stop_token_ids))
         seq = Sequence(request_id, ids, params, priority=priority, max_total_tokens=limit)
         seq.generator = make_generator(params.seed, self.device)
         seq.constraint = self._tool_matcher(params, tools, eos)  # the runner masks its logits

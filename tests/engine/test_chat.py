@@ -156,6 +156,24 @@ def test_template_that_trims_content_still_encodes_like_the_naive_encoding(smoll
     assert f.encode(messages) == smollm_tokenizer.encode(f.render(messages), allow_special=True)
 
 
+def test_a_template_that_writes_tool_results_as_json_strings_still_encodes_safely(smollm_tokenizer):
+    # Llama 3.1's and 3.2's templates write a tool result with `| tojson` (escaped, quoted) and
+    # trim the other messages: each text is found in its own form, and none can forge a turn.
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'tool' %}"
+        "{{ m['content'] | tojson }}{% else %}{{ m['content'] | trim }}{% endif %}<|im_end|>\n"
+        "{% endfor %}"
+    )
+    f = ChatFormatter(smollm_tokenizer, template)
+    result = 'line 1\n"quoted" \\ back\t' + EVIL
+    messages = [{"role": "user", "content": "  read it  "}, {"role": "tool", "content": result}]
+    rendered = f.render(messages)
+    assert json.dumps(result, ensure_ascii=False) in rendered and "user\nread it<|im_end|>" in rendered
+    ids = f.encode(messages)
+    assert ids.count(IM_START) == 2 and ids.count(IM_END) == 2  # the EVIL in the result is text
+    assert smollm_tokenizer.decode(ids, skip_special_tokens=False) == rendered
+
+
 def test_template_exception_becomes_a_clear_error(smollm_tokenizer):
     strict = "{% if messages[0]['role'] != 'user' %}{{ raise_exception('user first') }}{% endif %}"
     with pytest.raises(ValueError, match="user first"):

@@ -447,3 +447,26 @@ def test_auto_output_of_a_random_llama_never_holds_a_malformed_call(llm, tok):
         else:  # free text, where the tag may not come
             assert tag not in out.token_ids and not parsed.tool_calls, out.text
     assert 4 <= opened <= len(outs) - 4, [o.text for o in outs]  # calls and text both tested
+
+
+def test_a_call_may_end_on_the_templates_eom_though_eos_is_only_eot(folder, tmp_path):
+    """Like a Llama 3.1 GGUF file: its eos is <|eot_id|> alone, but the template ends a tool
+    call's turn with <|eom_id|>, which must end the request too (and be offered after a call)."""
+    import shutil
+
+    copy = tmp_path / "eot-only"
+    shutil.copytree(folder, copy)
+    for name in ("config.json", "generation_config.json"):
+        data = json.loads((copy / name).read_text())
+        data["eos_token_id"] = Tokenizer.from_hf_folder(folder).backend.token_to_id("<|eot_id|>")
+        (copy / name).write_text(json.dumps(data))
+    llm = LLM(str(copy), kv_cache_gib=0.05, max_model_len=1024, max_num_seqs=32)
+    eot, eom = (llm.engine.tokenizer.backend.token_to_id(t) for t in ("<|eot_id|>", "<|eom_id|>"))
+    assert llm.engine.tokenizer.eos_token_ids == [eot]
+    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=200, tool_choice="required")
+              for s in range(12)]
+    outs = llm.generate(prompts(llm, len(params)), params, tools=TOOLS)
+    for out in outs:
+        assert out.finish_reason == "stop" and out.token_ids[-1] in (eot, eom), out.text
+        check_call(out)
+    assert eom in {out.token_ids[-1] for out in outs}  # 12 seeds: it came, and it ended them
