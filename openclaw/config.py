@@ -349,10 +349,11 @@ class AccessConfig(_Section):
 
     @field_validator("blocked")
     @classmethod
-    def _blocked_is_not_admin(cls, blocked: list[str], info: ValidationInfo) -> list[str]:
-        both = [u for u in blocked if u in info.data.get("admins", ())]
-        if both:
-            raise ValueError(f"{', '.join(both)} cannot be both in access.admins and blocked")
+    def _blocked_is_not_let_in(cls, blocked: list[str], info: ValidationInfo) -> list[str]:
+        for listed in ("admins", "allow"):
+            both = [u for u in blocked if u in info.data.get(listed, ())]
+            if both:
+                raise ValueError(f"{', '.join(both)} cannot be both in access.{listed} and blocked")
         return blocked
 
     @field_validator("roles")

@@ -300,8 +300,10 @@ class Gateway:
                 f"Conversations answering: {busy}, queued messages: {queued}\n"
                 f"Engine: {stats.get('num_running', 0)} running, {stats.get('num_waiting', 0)} "
                 f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
-                f"Tokens used today: you {await self.store.tokens_today(user)}, "
-                f"everyone {await self.store.tokens_today()}")
+                f"Tokens used today: you {await self.store.tokens_today(user)}"
+                # What others use is the owner's business, not every user's.
+                + (f", everyone {await self.store.tokens_today()}"
+                   if self.config.user_role(user) == "admin" else ""))
 
     # ---- lanes ---------------------------------------------------------------------------
 

@@ -82,8 +82,14 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     for index, ref in enumerate(enabled):
         try:
             cls, origin = _resolve(ref)
-            problems += [f"skills.{cls.name}.{p}" for p in cls.check_settings(settings.get(cls.name, {}))]
-            registry.add(cls(), origin, settings.get(cls.name, {}))
+            found = _third_party(ref, "checking its settings failed", cls.check_settings,
+                                 settings.get(cls.name, {}))
+            if not isinstance(found, list | tuple):
+                raise SkillLoadError([f"check_settings returned {type(found).__name__}, "
+                                      "not a list of problems"])
+            problems += [f"skills.{cls.name}.{p}" for p in found]
+            registry.add(_third_party(ref, "it cannot be created", cls), origin,
+                         settings.get(cls.name, {}))
         except SkillLoadError as exc:
             problems += [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
     from skills.skill_md import load_skill_dirs
@@ -139,6 +145,17 @@ def _import(target: str) -> type[Skill]:
     return _check_class(obj, target)
 
 
+def _third_party(ref: str, what: str, call, *args):
+    """`call(*args)` for a skill's own code, which may be broken: its exception becomes a
+    problem the admin reads in one line, not a traceback."""
+    try:
+        return call(*args)
+    except SkillLoadError:
+        raise
+    except Exception as exc:
+        raise SkillLoadError([f"{what}: {type(exc).__name__}: {exc}"]) from exc
+
+
 def _check_class(obj: Any, target: str) -> type[Skill]:
     if not (isinstance(obj, type) and issubclass(obj, Skill)):
         raise SkillLoadError([f"{target} is not a subclass of skills.Skill"])
@@ -147,6 +164,13 @@ def _check_class(obj: Any, target: str) -> type[Skill]:
         raise SkillLoadError([f"{target} does not set {' and '.join(missing)}"])
     if not _NAME.fullmatch(obj.name):
         raise SkillLoadError([f"{target}: skill name {obj.name!r} must be letters, digits, _ or -"])
+    schema = getattr(obj, "parameters", None)
+    if not (isinstance(schema, dict) and schema.get("type", "object") == "object"
+            and isinstance(schema.get("properties", {}), dict)
+            and isinstance(schema.get("required", []), list)):
+        raise SkillLoadError([f"{target}: parameters must be a JSON schema object "
+                              '({"type": "object", "properties": {...}}), got '
+                              f"{str(schema)[:80]!r}"])
     return obj
 
 

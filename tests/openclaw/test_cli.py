@@ -194,6 +194,12 @@ def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):
     assert "openclaw stopped" in proc.stderr.read()
 
 
+def test_python_dash_m_openclaw_is_the_same_command(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "openclaw", "--version"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("openclaw "), proc.stderr
+
+
 @pytest.mark.parametrize("argv", [["fly"], ["pairing"]])
 def test_bad_usage_is_a_usage_error(tmp_path, argv):
     proc = run(argv, tmp_path, timeout=60)

@@ -289,9 +289,12 @@ def test_bad_user_name_as_a_roles_key(tmp_path: Path):
     assert problem.startswith('access.roles.bob = "bob": expected a user "channel:id"')
 
 
-def test_admin_cannot_also_be_blocked(tmp_path: Path):
-    problem = only_problem(write(tmp_path, '[access]\nadmins = ["telegram:1"]\nblocked = ["telegram:1"]\n'))
+@pytest.mark.parametrize("listed", ["admins", "allow"])
+def test_a_user_let_in_cannot_also_be_blocked(tmp_path: Path, listed):
+    problem = only_problem(write(tmp_path, f'[access]\n{listed} = ["telegram:1"]\n'
+                                           'blocked = ["telegram:1"]\n'))
     assert problem.startswith('access.blocked = ["telegram:1"]: ')
+    assert f"both in access.{listed} and blocked" in problem
 
 
 def test_non_loopback_admin_host_is_refused_unless_allowed(tmp_path: Path):

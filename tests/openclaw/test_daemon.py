@@ -339,6 +339,12 @@ async def test_status_and_help_commands_answer_without_the_model(tmp_path):
     assert "Tokens used today" in status and "scripted" in status
     assert "/new" in await say(daemon, conn, "/help")
     assert model.prompts == []
+    await daemon.store.add_usage("terminal:local", 1000, 234)
+    await daemon.store.set_user_status("terminal", "99", "allowed")  # an ordinary user
+    assert status.endswith("Tokens used today: you 0, everyone 0")  # the owner sees everyone's
+    theirs = await say(daemon, conn, "/status", user="99")
+    assert theirs.endswith("Tokens used today: you 0"), theirs  # others' use is not theirs to see
+    assert (await say(daemon, conn, "/status")).endswith("you 1234, everyone 1234")
     events = await daemon.store.pending_inbound()
     assert events == []
     await daemon.stop()

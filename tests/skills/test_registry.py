@@ -38,6 +38,31 @@ class Weather(Skill):
 
 class NotASkill:
     name = "nope"
+
+
+class NeedsArguments(Weather):
+    name = "needy"
+
+    def __init__(self, api_key):
+        self.api_key = api_key
+
+
+class NoRun(Skill):
+    name = "norun"
+    description = "Forgot run()."
+
+
+class BadSettingsCheck(Weather):
+    name = "badcheck"
+
+    @classmethod
+    def check_settings(cls, settings):
+        return settings["unit"].upper()
+
+
+class BadSchema(Weather):
+    name = "badschema"
+    parameters = "nope"
 '''
 
 
@@ -98,6 +123,11 @@ def test_a_module_class_reference_loads_the_same_class(tmp_path, plugin_package)
     ("weather_plugin:Missing", "cannot import weather_plugin:Missing: AttributeError"),
     ("weather_plugin:NotASkill", "weather_plugin:NotASkill is not a subclass of skills.Skill"),
     ("no_such_module:X", "cannot import no_such_module:X: ModuleNotFoundError"),
+    # Broken third-party code: one line each, never a traceback (doctor, skills list, run).
+    ("weather_plugin:NeedsArguments", "it cannot be created: TypeError: "),
+    ("weather_plugin:NoRun", "it cannot be created: TypeError: Can't instantiate abstract class"),
+    ("weather_plugin:BadSettingsCheck", "checking its settings failed: KeyError: 'unit'"),
+    ("weather_plugin:BadSchema", "weather_plugin:BadSchema: parameters must be a JSON schema object"),
 ])
 def test_a_bad_reference_is_a_config_error_naming_the_entry(tmp_path, plugin_package, ref, expected):
     config = load_config(write_config(tmp_path, f'[skills]\nenabled = ["clock", "{ref}"]\n'))
