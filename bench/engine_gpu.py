@@ -22,11 +22,20 @@ the kernels (attention included, at tiny shapes) under the Triton interpreter. W
 torch >= 2.11, triton >= 3.6, transformers >= 5.17, Python >= 3.11. Order: kernel checks, copy
 bandwidth, (c) for Llama, then (b) and (c) for Qwen3, transformers last.
 
-Time: --budget (seconds, default 360) bounds the whole run. A phase that would start with too
-little of it left is skipped, a phase still running when it runs out is interrupted (SIGALRM),
-and transformers has its own limit inside it; each of these is reported as a note, the report
-is printed all the same. Killed from outside (SIGTERM, as `timeout` does), the script prints the
-report it has so far before it exits. Every result row is also printed as soon as it is known.
+Isolation: each phase (kernel checks, copy bandwidth, llama, throughput) runs in a child process
+of its own (this script with --only), which writes its rows to a JSON file as soon as each is
+known; the parent merges them into one report. A sticky CUDA error (an illegal memory access in a
+kernel check), a segfault or a hang then costs that phase only: the later ones start in a fresh
+process with a fresh CUDA context, and the report names the phase that failed and how.
+
+Time: --budget (seconds, default 360) bounds the whole run. Each child gets what is left of it
+(less a grace for stopping) as its own --budget: inside it a phase still running when that runs
+out is interrupted (SIGALRM), and transformers has its own limit inside that. A child that has not
+exited when its share is up (a hang in native code, where no Python handler runs) gets SIGTERM,
+then SIGKILL; its rows so far are kept. A phase that would start with too little left is skipped.
+Each of these is reported as a note and the report is printed all the same. Killed from outside
+(SIGTERM, as `timeout` does), the script stops the running child and prints the report it has so
+far before it exits. Every result row is also printed as soon as it is known.
 """
 
 from __future__ import annotations
@@ -38,11 +47,16 @@ import faulthandler
 import gc
 import importlib
 import inspect
+import json
+import math
 import os
 import platform
 import random
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -126,23 +140,85 @@ def time_limit(seconds: float, what: str) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - start), 0.01))
 
 
+FAULT_ENV = "ENGINE_GPU_FAULT"
+
+
+def inject_fault(point: str) -> None:
+    """Test hook for the isolation and time limits, driven by ENGINE_GPU_FAULT="point:mode[,...]";
+    the points are the phase names and "transformers" (inside its continuous batching block). Modes:
+    raise (an exception, as a sticky CUDA error raises), exit (the process exits without a word),
+    segv (it dies of SIGSEGV), overrun (sleeps until its time limit interrupts it), hang (sleeps with
+    SIGALRM and SIGTERM ignored, as a hang in native code does: only the parent's SIGKILL ends it)."""
+    for spec in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+        where, _, mode = spec.rpartition(":")
+        if where != point:
+            continue
+        print(f"[fault] injecting {mode!r} at {point!r} ({FAULT_ENV})", flush=True)
+        if mode == "raise":
+            raise RuntimeError(f"injected fault at {point}")
+        if mode == "exit":
+            os._exit(3)
+        if mode == "segv":
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if mode == "hang":  # as if stuck in native code: the Python handlers never get to run
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if mode in ("overrun", "hang"):
+            while True:
+                time.sleep(1)
+        raise ValueError(f"{FAULT_ENV}: unknown mode {mode!r} in {spec!r}")
+
+
 @dataclass
 class Report:
     kernels: list[tuple[str, str, str]] = field(default_factory=list)  # (check, value, verdict)
     rows: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    values: dict[str, float] = field(default_factory=dict)  # measurements later phases use
+    sink: Path | None = None  # a phase's child process: everything is saved here as soon as known
 
     def kernel(self, check: str, value: str, verdict: str) -> None:
         self.kernels.append((check, value, verdict))
+        self.save()
         print(f"[kernel] {check}: {value} {verdict}", flush=True)
 
     def row(self, *cells: str) -> None:
         self.rows.append(cells)  # type: ignore[arg-type]
+        self.save()
         print("[result] " + " | ".join(cells), flush=True)
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, echo: bool = True) -> None:
         self.notes.append(text)
-        print(f"[note] {text}", flush=True)
+        self.save()
+        if echo:
+            print(f"[note] {text}", flush=True)
+
+    def value(self, key: str, number: float) -> None:
+        self.values[key] = number
+        self.save()
+
+    def save(self) -> None:
+        """Write everything so far to the sink, atomically: a child killed at any point leaves the
+        rows it had."""
+        if self.sink is None:
+            return
+        tmp = self.sink.with_name(self.sink.name + ".tmp")
+        tmp.write_text(json.dumps({"kernels": self.kernels, "rows": self.rows, "notes": self.notes,
+                                   "values": self.values}))
+        os.replace(tmp, self.sink)
+
+    def merge(self, path: Path) -> bool:
+        """Add what a child saved at `path`; False where it saved nothing (readable)."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return False
+        self.kernels += [tuple(k) for k in data.get("kernels", [])]
+        self.rows += [tuple(r) for r in data.get("rows", [])]
+        self.notes += data.get("notes", [])
+        self.values.update(data.get("values", {}))
+        return True
 
     def markdown(self) -> str:
         out = ["| kernel check (vs torch reference) | max error | verdict |", "|---|---:|---|"]
@@ -460,15 +536,17 @@ def run_transformers(model, prompts: list[list[int]], lengths: list[int], temper
             described += f", page {page}, num_blocks {cb.num_blocks}"
     else:
         gen.max_batch_tokens = max_batch_tokens  # how versions before ContinuousBatchingConfig took it
-    with CBManager(model, gen, cb) as manager:
+    cbm = CBManager(model, gen, cb)
+    with cbm as manager:
         _collect(manager, _submit(manager, warm, [8] * len(warm), "warm"), time.perf_counter() + 120)
         sync(model.device)
         start = time.perf_counter()
         ids = _submit(manager, prompts, lengths, "req")
+        inject_fault("transformers")
         done = _collect(manager, ids, start + cap_s)
         seconds = time.perf_counter() - start
         if len(done) < len(ids):
-            _hard_stop(manager)
+            cbm.hard_stop()
     return seconds, sum(done.values()), len(done), described
 
 
@@ -477,7 +555,8 @@ class CBManager:
     (it warms up CUDA graphs), else init_continuous_batching + start/stop."""
 
     def __init__(self, model, gen, cb) -> None:
-        self.model, self.gen, self.cb, self.cm = model, gen, cb, None
+        self.model, self.gen, self.cb, self.cm, self.manager = model, gen, cb, None, None
+        self.hard_stopped = False
 
     def __enter__(self):
         kwargs = {"generation_config": self.gen, "continuous_batching_config": self.cb, "block": True,
@@ -491,15 +570,34 @@ class CBManager:
         kwargs = {k: v for k, v in kwargs.items() if k in params and v is not None}
         if factory.__name__ == "continuous_batching_context_manager":
             self.cm = factory(**kwargs)
-            return self.cm.__enter__()
+            self.manager = self.cm.__enter__()
+            return self.manager
         self.manager = factory(**kwargs)
         self.manager.start()
         return self.manager
 
-    def __exit__(self, *exc):
+    def hard_stop(self) -> None:
+        self.hard_stopped = True
+        _hard_stop(self.manager)
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not self.hard_stopped:
+            # Left by an exception (a time limit, a failed request): the normal exit would first
+            # finish every pending request (up to its 30 s timeout). Stop at once, failing them.
+            try:
+                self.hard_stop()
+                print(f"transformers: hard stop on leaving its block with {exc_type.__name__}", flush=True)
+            except Exception:
+                traceback.print_exc()
+        if self.hard_stopped and self.manager.is_running():
+            # Its thread outlived the hard stop's timeout: the normal exit path would wait on it
+            # (destroy() joins without a timeout). Leave it; the phase's process ends with os._exit.
+            print("transformers' generation thread did not stop after a hard stop; left behind", flush=True)
+            return False
         if self.cm is not None:
-            return self.cm.__exit__(*exc)
-        self.manager.stop(block=True, timeout=30)
+            return self.cm.__exit__(exc_type, exc, tb)
+        if not self.hard_stopped:
+            self.manager.stop(block=True, timeout=30)
         return False
 
 
@@ -657,6 +755,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--hf-cap", type=float, default=150.0, help="seconds transformers may take at most")
     ap.add_argument("--budget", type=float, default=360.0, help="seconds for the whole run: a phase "
                     "still running then is interrupted, later ones are skipped, the report is printed")
+    # The parent's calls of itself, one per phase (not for use by hand):
+    ap.add_argument("--only", choices=PHASES, help=argparse.SUPPRESS)
+    ap.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--bandwidth", type=float, default=float("nan"), help=argparse.SUPPRESS)
+    ap.add_argument("--kill-at", type=float, help=argparse.SUPPRESS)  # time.time() the parent kills at
     return ap.parse_args()
 
 
@@ -688,19 +791,112 @@ def machine_info(device: torch.device) -> str:
             f"{transformers.__version__}; Python {platform.python_version()}")
 
 
+# Cheap and bounded first; transformers, the least predictable, runs last (in "throughput").
+PHASES = ("kernel checks", "copy bandwidth", "llama", "throughput")
+# The most of the budget a phase may take, so that a hang early on leaves the later phases their
+# time (throughput: the rest). Expected on CUDA: kernel checks (Triton compiles) under a minute,
+# copy bandwidth seconds, llama (8B random weights, graph capture, 256 tokens) about a minute.
+PHASE_CAP_S = {"kernel checks": 120.0, "copy bandwidth": 45.0, "llama": 150.0}
+SMOKE_PHASE_CAP_S = {"kernel checks": 40.0, "copy bandwidth": 15.0, "llama": 30.0}  # each ~1-3 s here
+# Below this much of its share a phase is skipped (llama and throughput need their models built).
+PHASE_MIN_S = {"llama": 60.0, "throughput": 60.0}
+END_RESERVE_S = 5.0  # the parent's own: stopping a child that overran (SIGTERM, 2 s, SIGKILL), the report
+
+
+def child_grace(smoke: bool) -> float:
+    """Seconds between a child's own --budget running out and the parent killing it: room for its
+    SIGALRM to interrupt the phase and for transformers' hard stop (up to 10 s) on the way out."""
+    return 5.0 if smoke else 15.0
+
+
+def run_phase_child(args: argparse.Namespace, s: Settings) -> None:
+    """--only PHASE: one phase in this process, saving to --result-file as it goes; ends with
+    os._exit (no interpreter shutdown: a non-daemon transformers thread or a CUDA teardown after a
+    sticky error must not keep the process alive). Exit code 0 when the phase ran through."""
+    name = args.only
+    report = Report(sink=args.result_file)
+    report.save()  # an empty file: the parent tells "started, saved nothing" from "never started"
+    start = time.perf_counter()
+    budget, kill_in = args.budget, None
+    if args.kill_at is not None:  # counted from the parent's start of this process, imports included
+        kill_in = args.kill_at - time.time()
+        budget = min(budget, kill_in - child_grace(s.smoke))
+
+    def time_left() -> float:
+        return budget - (time.perf_counter() - start)
+
+    def terminated(signum, frame) -> None:
+        report.note(f"phase {name}: stopped by signal {signum} after {time.perf_counter() - start:.0f}s; "
+                    "what it reported before is kept")
+        sys.stdout.flush()
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, terminated)
+    # A hang in native code lets no Python handler run: dump every thread's stack just before the
+    # parent kills this process, so the log shows where it hung.
+    faulthandler.dump_traceback_later(max((kill_in or budget + child_grace(s.smoke)) - 2, 1), exit=False)
+
+    def measure_bandwidth() -> None:
+        bandwidth = copy_bandwidth(s.device)
+        print(f"device copy bandwidth: {bandwidth / 1e9:,.0f} GB/s (read + write)", flush=True)
+        report.note(f"bandwidth ceiling at the measured copy bandwidth, {bandwidth / 1e9:,.0f} GB/s; "
+                    "prefill steps are priced as reads too, so the throughput ceiling is loose", echo=False)
+        report.value("bandwidth", bandwidth)
+
+    phases = {"kernel checks": lambda: run_kernel_checks(s, report),
+              "copy bandwidth": measure_bandwidth,
+              "llama": lambda: llama_phase(s, report, args.bandwidth),
+              "throughput": lambda: throughput_phase(s, report, args.bandwidth, time_left)}
+    code = 0
+    try:
+        with time_limit(budget, f"phase {name}"):
+            inject_fault(name)
+            phases[name]()
+    except (Exception, Overrun) as exc:
+        traceback.print_exc()
+        report.note(f"phase {name} failed: {exc!r}"[:300])
+        code = 1
+    faulthandler.cancel_dump_traceback_later()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def stop_child(proc: subprocess.Popen) -> str:
+    """SIGTERM (the child saves a note and exits), then SIGKILL; how it ended, in words."""
+    if proc.poll() is not None:
+        return f"it had just exited (code {proc.returncode})"
+    proc.terminate()
+    try:
+        proc.wait(timeout=2)
+        return "stopped with SIGTERM"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+        return "killed with SIGKILL (no answer to SIGTERM, as in a hang in native code)"
+
+
 def main() -> None:
     args = parse_args()
+    if args.only:
+        if args.cpu_smoke:
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # as the parent sets it
+            torch.set_num_threads(min(torch.get_num_threads(), 2))
+        run_phase_child(args, settings(args))  # never returns
     if not torch.cuda.is_available() and not args.cpu_smoke:
         print("no CUDA device: running the reduced CPU smoke version (--cpu-smoke)")
         args.cpu_smoke = True
     if args.cpu_smoke:
         # Before anything imports triton: its own helpers are wrapped for the interpreter at import.
+        # The children inherit it.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        torch.set_num_threads(min(torch.get_num_threads(), 2))
     s = settings(args)
     start = time.perf_counter()
     report = Report()
     failed_phases: list[str] = []
+    workdir = Path(tempfile.mkdtemp(prefix="engine-gpu-"))
+    running: dict = {}  # the child now running: proc, name, result, merged
 
     def time_left() -> float:
         return args.budget - (time.perf_counter() - start)
@@ -710,55 +906,75 @@ def main() -> None:
                             + (" (CPU smoke: tiny shapes, numbers mean nothing)" if s.smoke else ""))
         print()
         print(report.markdown(), flush=True)
+        shutil.rmtree(workdir, ignore_errors=True)
         if exit_code is not None:
-            os._exit(exit_code)  # from a signal handler: no cleanup that could hang on the GPU
+            os._exit(exit_code)  # from a signal handler
+
+    def collect(how: str | None) -> None:
+        """Merge the running child's results; name the phase as failed unless it ran through."""
+        if running.get("merged", True):
+            return
+        running["merged"] = True
+        name, proc = running["name"], running["proc"]
+        saved = report.merge(running["result"])
+        if how is None and proc.returncode == 0:
+            return
+        failed_phases.append(name)
+        if how is None:  # it exited by itself, unsuccessfully
+            code = proc.returncode
+            how = f"died of signal {-code}" if code < 0 else f"exited with code {code}"
+            if code == 1 and any(n.startswith(f"phase {name} failed") for n in report.notes):
+                return  # it named its own failure
+        report.note(f"phase {name} failed: its process {how}" + ("" if saved else ", before saving anything"))
 
     def terminated(signum, frame) -> None:
+        if running and not running.get("merged", True):
+            collect(f"was running when the whole run was killed: {stop_child(running['proc'])}")
         report.notes.append(f"killed from outside (signal {signum}): the report holds what finished")
         finish(1)
 
     signal.signal(signal.SIGTERM, terminated)
-    # A hang in native code (a kernel that never returns) lets no Python handler run: dump every
-    # thread's stack shortly before an outer `timeout` would kill the process.
+    # The parent only waits; should it hang anyway, its stack comes out before an outer `timeout`.
     faulthandler.dump_traceback_later(args.budget + 15, exit=False)
 
     try:
         print(machine_info(s.device), flush=True)
     except Exception as exc:  # e.g. transformers missing: the engine's own phases still run
         report.note(f"machine info failed: {exc!r}"[:300])
-    bandwidth = float("nan")
 
-    def measure_bandwidth() -> None:
-        nonlocal bandwidth
-        bandwidth = copy_bandwidth(s.device)
-        print(f"device copy bandwidth: {bandwidth / 1e9:,.0f} GB/s (read + write)", flush=True)
-        report.notes.append(f"bandwidth ceiling at the measured copy bandwidth, {bandwidth / 1e9:,.0f} GB/s; "
-                            "prefill steps are priced as reads too, so the throughput ceiling is loose")
-
-    # Cheap and bounded first; transformers, the least predictable, runs last (in "throughput").
-    phases = [("kernel checks", lambda: run_kernel_checks(s, report)),
-              ("copy bandwidth", measure_bandwidth),
-              ("llama", lambda: llama_phase(s, report, bandwidth)),
-              ("throughput", lambda: throughput_phase(s, report, bandwidth, time_left))]
-    try:
-        with time_limit(args.budget, f"the {args.budget:.0f}s budget"):
-            for name, phase in phases:
-                if name in ("throughput", "llama") and time_left() < (20 if s.smoke else 60):
-                    report.note(f"phase {name} skipped: the {args.budget:.0f}s budget ran out")
-                    continue
-                phase_start = time.perf_counter()
-                try:
-                    phase()
-                except (Exception, Overrun) as exc:
-                    traceback.print_exc()
-                    failed_phases.append(name)
-                    report.note(f"phase {name} failed: {exc!r}"[:300])
-                finally:
-                    free_memory(s.device)
-                print(f"phase {name}: {time.perf_counter() - phase_start:.0f}s", flush=True)
-    except Overrun as exc:  # the budget ran out between phases
-        failed_phases.append("budget")
-        report.note(f"stopped: {exc}")
+    grace = child_grace(s.smoke)
+    for name in PHASES:
+        share = time_left() - END_RESERVE_S  # when the parent stops waiting for this child
+        cap = (SMOKE_PHASE_CAP_S if s.smoke else PHASE_CAP_S).get(name)
+        if cap is not None:
+            share = min(share, cap + grace)
+        child_budget = share - grace
+        if child_budget < PHASE_MIN_S.get(name, 10.0) * (1 / 3 if s.smoke else 1):
+            report.note(f"phase {name} skipped: {max(child_budget, 0):.0f}s were left of the "
+                        f"{args.budget:.0f}s budget")
+            continue
+        result = workdir / f"{name.replace(' ', '-')}.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--only", name,
+               "--budget", f"{child_budget:.1f}", "--kill-at", f"{time.time() + share:.2f}",
+               "--result-file", str(result),
+               "--bandwidth", repr(report.values.get("bandwidth", math.nan)),
+               "--hf-requests", str(args.hf_requests), "--hf-cap", str(args.hf_cap)]
+        if s.smoke:
+            cmd.append("--cpu-smoke")
+        phase_start = time.perf_counter()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Same process group: an outer `timeout` (which signals its whole group) reaches the children,
+        # so none outlives the run holding the GPU or the log's pipe.
+        proc = subprocess.Popen(cmd)
+        running.update(proc=proc, name=name, result=result, merged=False)
+        try:
+            proc.wait(timeout=share)
+            how = None
+        except subprocess.TimeoutExpired:
+            how = f"ran past its {share:.0f}s share of the budget: {stop_child(proc)}"
+        collect(how)
+        print(f"phase {name}: {time.perf_counter() - phase_start:.0f}s", flush=True)
     faulthandler.cancel_dump_traceback_later()
     finish()
     failed = (any(v == "FAIL" for _, _, v in report.kernels) or bool(failed_phases)
