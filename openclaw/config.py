@@ -573,6 +573,9 @@ class RoleConfig(_Section):
     """Addresses the email skill may send to; "*" for anyone."""
     email_domains: list[str] = []
     """Domains the email skill may send to (anyone@domain)."""
+    email_read: bool = False
+    """Whether the email skill may list and read the mailbox ([skills.email] has one account for
+    everyone); the built-in admin role may, other roles only when this is true."""
     approval: list[str] = []
     """Skills whose every call the user must approve in the chat (/approve N or /deny N)."""
     approval_timeout_s: float = Field(300, gt=0)
@@ -631,7 +634,8 @@ class RoleConfig(_Section):
         simple = {"skills": frozenset(self.skills), "workspace": self.workspace,
                   "read_only": tuple(self.read_only), "read_write": tuple(self.read_write),
                   "network": self.network, "email_recipients": frozenset(self.email_recipients),
-                  "email_domains": frozenset(self.email_domains), "approval": frozenset(self.approval),
+                  "email_domains": frozenset(self.email_domains), "email_read": self.email_read,
+                  "approval": frozenset(self.approval),
                   "approval_timeout_s": self.approval_timeout_s}
         for key, value in simple.items():
             if base is None or key in given:
@@ -1005,6 +1009,7 @@ enabled = false
 # e.g. read_only = ["/srv/media"]
 # e.g. approval = ["shell"]
 # e.g. email_recipients = ["me@example.org"]
+# e.g. email_read = false   # list and read the one mailbox of [skills.email] (admin: true)
 '''
 
 

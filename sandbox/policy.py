@@ -39,6 +39,9 @@ class Role:
     limits: Limits = field(default_factory=Limits)
     email_recipients: frozenset[str] = frozenset()  # exact addresses (lower case); "*": anyone
     email_domains: frozenset[str] = frozenset()  # "example.org" allows anyone@example.org
+    # Listing and reading the mailbox of [skills.email]: one account for the whole install, so
+    # sending to some addresses must not also open everything anyone ever mailed it.
+    email_read: bool = False
     approval: frozenset[str] = frozenset()  # skills whose every call the user must approve
     approval_timeout_s: float = 300.0
 
@@ -52,6 +55,7 @@ class Role:
 # The two roles every install has. An admin may redefine either with [roles.admin] / [roles.user].
 BUILTIN_ROLES = {
     "admin": Role("admin", skills=frozenset({ANY}), network=True, email_recipients=frozenset({ANY}),
+                  email_read=True,
                   limits=Limits(cpu_seconds=120, memory_bytes=4 << 30, wall_seconds=300)),
     # Paired users get harmless skills and their own workspace; shell, email and the network are
     # opt-in per role.

@@ -167,6 +167,11 @@ class EmailSkill(Skill):
                              + "; ".join(problems))
         if action == "send":
             return await _send(args, ctx)
+        role = ctx.principal.role
+        if not role.email_read:
+            raise SkillDenied(f"the role {role.name!r} may send mail but not list or read the "
+                              "mailbox (it is shared by everyone who uses this assistant); an admin "
+                              f"can allow it with email_read = true in [roles.{role.name}]")
         if action == "list":
             return await _list(args, ctx)
         return await _read(args, ctx)

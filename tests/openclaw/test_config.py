@@ -235,6 +235,13 @@ def test_a_folder_granted_over_data_dir_is_refused(tmp_path: Path, key, granted,
     assert problem.startswith(f"roles.fam.{key}[1]: {granted} {where} data_dir ({tmp_path}/srv/data")
 
 
+def test_reading_the_mailbox_is_the_admins_unless_a_role_is_granted_it(tmp_path: Path):
+    policy = load_config(write(tmp_path, '[roles.family]\nskills = ["email"]\nemail_read = true\n'
+                                         '[roles.admin]\nnetwork = false\n')).policy()
+    assert policy.role("family").email_read and policy.role("admin").email_read  # kept
+    assert not policy.role("user").email_read
+
+
 def test_a_folder_granted_beside_data_dir_is_fine(tmp_path: Path):
     path = write(tmp_path, f'data_dir = "{tmp_path}/srv/data"\n[roles.fam]\nskills = ["files"]\n'
                            f'read_only = ["{tmp_path}/srv/media", "{tmp_path}/srv/database"]\n')

@@ -22,7 +22,7 @@ IMAP_PASSWORD = "imap-Pa55word!"
 
 ROLES = {
     "friends": Role("friends", skills=frozenset({"email"}), email_recipients=frozenset({"ann@friends.org"}),
-                    email_domains=frozenset({"example.org"})),
+                    email_domains=frozenset({"example.org"}), email_read=True),
     "nobody": Role("nobody", skills=frozenset({"email"})),
     "clock-only": Role("clock-only", skills=frozenset({"clock"})),
 }
@@ -200,6 +200,16 @@ def test_describe_shows_exactly_what_will_be_sent():
 
 
 # --- list and read -----------------------------------------------------------------------------
+
+
+async def test_a_role_that_may_send_may_not_read_the_shared_mailbox_unless_granted(tmp_path, imap):
+    uid = await imap.add_message(subject="Bank code", body="Your code is 4242.")
+    h = harness(tmp_path, imap_settings(imap))
+    for args in ({"action": "list"}, {"action": "read", "uid": uid}):
+        out = await h.call(args, user="telegram:2")
+        assert out.decision == "denied" and "4242" not in out.text and "Bank" not in out.text
+        assert "email_read = true in [roles.nobody]" in out.text, out.text
+    assert "4242" in (await h.call({"action": "read", "uid": uid})).text  # a role granted it
 
 
 async def test_list_shows_recent_messages_newest_first_with_unseen_and_search(tmp_path, imap):
