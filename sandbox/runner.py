@@ -285,7 +285,9 @@ def _set_rlimits(limits: Limits, nproc: int) -> None:
     def set_limit(kind: int, value: int) -> None:
         resource.setrlimit(kind, (value, value))
 
-    set_limit(resource.RLIMIT_CPU, limits.cpu_seconds)
+    # SIGXCPU at the limit (the shell reports 152, which says "CPU time"), SIGKILL a second later
+    # for a command that catches it.
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
     set_limit(resource.RLIMIT_AS, limits.memory_bytes)
     set_limit(resource.RLIMIT_FSIZE, limits.file_size_bytes)
     set_limit(resource.RLIMIT_NPROC, nproc)

@@ -76,6 +76,10 @@ class Skill(ABC):
     # What the skill touches, for `openclaw skills list` and the admin's judgement: "exec" (runs
     # programs in the sandbox), "files.read", "files.write", "network", "email.send", "email.read".
     permissions: ClassVar[frozenset[str]] = frozenset()
+    # True for a skill that keeps to the role's wall_seconds itself and leaves nothing running
+    # when cancelled (the shell kills the command's process group): the executor then gives it
+    # that long, not agent.tool_timeout_s, and can say an abandoned call did not go on.
+    keeps_wall_clock: ClassVar[bool] = False
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:

@@ -21,6 +21,8 @@ from skills.registry import SkillRegistry, check_arguments
 
 log = logging.getLogger(__name__)
 
+WALL_CLOCK_GRACE_S = 10.0  # past a skill's own wall-clock limit, for it to stop and report
+
 MAX_RESULT_CHARS = 16_000
 MAX_AUDIT_VALUE_CHARS = 2_000  # a 64 MiB file write is audited by its size, not its content
 
@@ -74,7 +76,10 @@ class Executor:
         ctx = SkillContext(principal=principal, sandbox=self.sandbox, chat_id=chat_id,
                            settings=self.registry.settings(name), reminders=self.reminders)
         started = time.monotonic()
-        budget = asyncio.timeout(self.timeout_s)
+        limit = self.timeout_s
+        if skill.keeps_wall_clock:  # its own limit is the role's; ours only catches a hang past it
+            limit = max(limit, principal.limits.wall_seconds + WALL_CLOCK_GRACE_S)
+        budget = asyncio.timeout(limit)
         try:
             async with budget:
                 output = await skill.run(args, ctx)
@@ -88,10 +93,12 @@ class Executor:
         except SandboxUnavailable as exc:
             outcome = Outcome(f"error: {exc}", False, "allowed")
         except TimeoutError as exc:
-            if budget.expired():
+            if budget.expired() and skill.keeps_wall_clock:
+                text = f"error: {name} did not finish within {limit:g} s and was stopped"
+            elif budget.expired():
                 # Work in a worker thread (files, mail) cannot be interrupted, so the model must not
                 # assume the action did not happen: it may still complete after this answer.
-                text = (f"error: {name} did not finish within {self.timeout_s:g} s and was abandoned; "
+                text = (f"error: {name} did not finish within {limit:g} s and was abandoned; "
                         "what it started may still complete, so check before retrying")
             else:  # the skill's own timeout (a socket, an upstream API): it has finished
                 text = f"error: {name} failed: TimeoutError: {exc}"

@@ -3,6 +3,7 @@ its role's network, limits and extra paths. Refuses when the sandbox cannot run 
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from skills.base import Skill, SkillContext, SkillError, visible
@@ -20,6 +21,7 @@ class ShellSkill(Skill):
         "additionalProperties": False,
     }
     permissions = frozenset({"exec"})
+    keeps_wall_clock = True  # the runner kills the command at wall_seconds, and when cancelled
 
     def describe(self, args: dict[str, Any]) -> str:
         return f"run the shell command: {visible(args.get('command', ''))}"
@@ -34,12 +36,28 @@ class ShellSkill(Skill):
             status = f"killed after {ctx.principal.limits.wall_seconds:g} s (wall-clock limit)"
             ctx.audit.detail, ctx.audit.failed = "killed at the wall-clock limit", True
         else:
-            status = f"exit status {result.exit_status}"
+            status = f"exit status {result.exit_status}" + _signal_note(result.exit_status, ctx)
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]
         if result.stdout:
             parts.append("stdout:\n" + result.stdout)
         if result.stderr:
             parts.append("stderr:\n" + result.stderr)
-        if result.truncated:
-            parts.append(f"[output cut at {ctx.principal.limits.output_bytes} bytes]")
-        return "\n".join(parts)
+        return "\n".join(parts)  # a cut output already says where it was cut
+
+
+def _signal_note(status: int | None, ctx: SkillContext) -> str:
+    """What an exit status the shell reports for a killed command (128 + signal) most likely
+    means here, so the model does not retry what a limit stopped."""
+    limits = ctx.principal.limits
+    if status is None or -64 < status <= 128:  # 128+N from a shell, -N from an unwrapped process
+        if status is None or status >= 0:
+            return ""
+        status = 128 - status
+    if status == 128 + signal.SIGXCPU:
+        return f" (stopped at the CPU-time limit of {limits.cpu_seconds} s)"
+    if status == 128 + signal.SIGKILL:
+        return (f" (killed: usually a limit, the CPU time ({limits.cpu_seconds} s) or memory "
+                f"({limits.memory_bytes >> 20} MB))")
+    if status == 128 + signal.SIGSEGV:
+        return " (crashed: a segmentation fault, which a memory limit can cause)"
+    return ""

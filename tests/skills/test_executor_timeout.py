@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from sandbox.policy import Policy, Role
-from sandbox.runner import Sandbox
+from sandbox.runner import Limits, Sandbox
 from skills import Skill
 from skills.executor import Executor
 from skills.registry import SkillRegistry
@@ -70,3 +70,29 @@ async def test_a_skill_raising_its_own_timeout_is_a_plain_failure_not_an_abandon
     outcome = await executor.call("upstream", {}, policy.principal("telegram:1"))
     assert not outcome.ok
     assert outcome.text == "error: upstream failed: TimeoutError: upstream API read timed out"
+
+
+class OwnClock(Skill):
+    """Keeps to the role's wall-clock limit itself, like the shell: nothing outlives a cancel."""
+    name = "own_clock"
+    description = "Sleeps as long as asked."
+    parameters = {"type": "object", "properties": {"s": {"type": "number"}}}
+    keeps_wall_clock = True
+
+    async def run(self, args: dict[str, Any], ctx) -> str:
+        await asyncio.sleep(args["s"])
+        return "slept"
+
+
+async def test_a_skill_that_keeps_the_roles_wall_clock_gets_it_and_is_said_stopped(tmp_path, monkeypatch):
+    import skills.executor
+
+    monkeypatch.setattr(skills.executor, "WALL_CLOCK_GRACE_S", 0.2)
+    role = Role("r", skills=frozenset({"own_clock"}), limits=Limits(wall_seconds=0.3))
+    policy = Policy({"r": role}, tmp_path, lambda user: "r")
+    executor = Executor(SkillRegistry([OwnClock()]), Sandbox(), timeout_s=0.1)
+    principal = policy.principal("telegram:1")
+    # Longer than agent.tool_timeout_s, within the role's own limit: the role's limit decides.
+    assert (await executor.call("own_clock", {"s": 0.3}, principal)).text == "slept"
+    hung = await executor.call("own_clock", {"s": 30}, principal)
+    assert hung.text == "error: own_clock did not finish within 0.5 s and was stopped"
