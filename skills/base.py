@@ -83,8 +83,9 @@ class Skill(ABC):
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:
-        """Problems with this skill's [skills.NAME] table, each naming the key. None by default."""
-        return []
+        """Problems with this skill's [skills.NAME] table, each naming the key. A skill that takes
+        settings overrides this; one that takes none refuses any, so a typo is not ignored."""
+        return [f"{key}: unknown setting ({cls.name} takes none)" for key in settings]
 
     @abstractmethod
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:

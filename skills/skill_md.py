@@ -38,14 +38,21 @@ def parse_skill_md(path: Path) -> tuple[dict[str, Any], str]:
     raw = path.read_bytes()
     if len(raw) > MAX_BODY_BYTES:
         raise ValueError(f"{path} is larger than {MAX_BODY_BYTES} bytes")
-    text = raw.decode("utf-8").lstrip("\ufeff")
+    try:
+        text = raw.decode("utf-8").lstrip("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     if not text.startswith("---"):
         raise ValueError(f"{path} has no YAML front matter (a first line '---')")
     _, front, body = (text.split("---", 2) + ["", ""])[:3]
     try:
         meta = yaml.safe_load(front)
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: front matter is not valid YAML: {exc}") from exc
+        # One line: PyYAML's message spans several, with a caret drawing.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""  # front starts on line 1
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{path}: front matter is not valid YAML{where}: {what}") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{path}: front matter must be a mapping with name and description")
     for key in ("name", "description"):

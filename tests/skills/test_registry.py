@@ -140,9 +140,11 @@ def test_a_bad_reference_is_a_config_error_naming_the_entry(tmp_path, plugin_pac
 def test_settings_errors_name_the_key(tmp_path, plugin_package):
     config = load_config(write_config(tmp_path, """
         [skills]
-        enabled = ["weather"]
+        enabled = ["weather", "clock"]
         [skills.weather]
         unit = "K"
+        [skills.clock]
+        timezone = 3
         [skills.shell]
         timeout = 3
     """))
@@ -150,7 +152,8 @@ def test_settings_errors_name_the_key(tmp_path, plugin_package):
         configured_skills(config)
     assert err.value.problems == [
         "skills.weather.unit: expected \"C\" or \"F\", got 'K'",
-        "skills.shell: settings for a skill that is not enabled (enabled: weather)",
+        "skills.clock.timezone: unknown setting (clock takes none)",  # not silently ignored
+        "skills.shell: settings for a skill that is not enabled (enabled: weather, clock)",
     ]
 
 
@@ -213,17 +216,20 @@ async def test_skill_md_folders_are_offered_by_name_and_read_on_demand(tmp_path)
 
 @pytest.mark.parametrize("content, problem", [
     ("# no front matter\n", "has no YAML front matter"),
-    ("---\nname: [unclosed\n---\nbody\n", "front matter is not valid YAML"),
+    ("---\nname: [unclosed\n---\nbody\n", "front matter is not valid YAML at line 3: "),
+    (b"---\nname: caf\xe9\ndescription: d\n---\n", "SKILL.md is not UTF-8 text (byte 13)"),
     ("---\nname: x\n---\nbody\n", "front matter needs a non-empty 'description'"),
     ("---\nname: two words\ndescription: d\n---\n", "name 'two words' must be letters, digits, _ or -"),
 ])
 def test_a_broken_skill_md_is_a_config_error(tmp_path, content, problem):
     (tmp_path / "broken").mkdir()
-    (tmp_path / "broken/SKILL.md").write_text(content)
+    path = tmp_path / "broken/SKILL.md"
+    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     with pytest.raises(SkillLoadError) as err:
         load_skills([], [tmp_path / "broken"], {})
     [found] = err.value.problems
-    assert found.startswith("skills.dirs: ") and problem in found
+    assert found.startswith("skills.dirs: ") and str(path.parent) in found and problem in found, found
+    assert "\n" not in found  # one line, whatever the parser said
 
 
 def test_two_skills_with_one_name_are_refused(tmp_path):
