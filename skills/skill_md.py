@@ -1,24 +1,37 @@
 """Skill folders in OpenClaw's SKILL.md format: YAML front matter (`name`, `description`, optional
 metadata) and instructions in the body. The model sees each by name and description like any tool;
-calling it returns the instructions (and the folder's other files), so they are read on demand and
-cost no prompt tokens until used. Existing OpenClaw skills work unchanged."""
+calling it returns the instructions (and lists the folder's other files, which the same call reads
+with `file`), a page at a time, so they are read on demand and cost no prompt tokens until used.
+Existing OpenClaw skills work unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from skills.base import Skill, SkillContext
+from skills.base import Skill, SkillContext, SkillError
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_LISTED_FILES = 50
+MAX_FILE_BYTES = 256 * 1024  # of a file the skill bundles, read through it
+PAGE_CHARS = 12_000  # per call, under the executor's result limit, with a way to read on
 
 
 class MarkdownSkill(Skill):
-    parameters = {"type": "object", "properties": {}}
+    parameters = {
+        "type": "object",
+        "properties": {
+            "file": {"type": "string",
+                     "description": "one of the skill's other files, to read it (default: its instructions)"},
+            "offset": {"type": "integer",
+                       "description": "the character to read on from, when a text was cut"},
+        },
+        "additionalProperties": False,
+    }
 
     def __init__(self, name: str, description: str, folder: Path, body: str) -> None:
         # Instance attributes shadow the class-level declarations of Skill.
@@ -26,11 +39,41 @@ class MarkdownSkill(Skill):
         self.folder, self.body = folder, body
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
-        files = sorted(str(p.relative_to(self.folder)) for p in self.folder.rglob("*")
-                       if p.is_file() and p.name != "SKILL.md")[:MAX_LISTED_FILES]
-        listing = ("\n\nOther files of this skill (in " + str(self.folder) + "): " + ", ".join(files)
-                   if files else "")
-        return f"Instructions of the skill {self.name!r}:\n\n{self.body.strip()}{listing}"
+        offset = args.get("offset", 0)
+        if offset < 0:
+            raise SkillError(f"offset must be 0 or more, got {offset}")
+        if "file" in args:
+            text = await asyncio.to_thread(self._file_text, args["file"])
+        else:
+            files = self._files()
+            listing = (f"\n\nOther files of this skill (read one by calling {self.name} with "
+                       f"file=NAME): {', '.join(files)}" if files else "")
+            text = f"Instructions of the skill {self.name!r}:\n\n{self.body.strip()}{listing}"
+        page = text[offset:offset + PAGE_CHARS]
+        if offset + PAGE_CHARS < len(text):
+            page += (f"\n[cut at character {offset + PAGE_CHARS:,} of {len(text):,}; call again "
+                     f"with offset={offset + PAGE_CHARS} to read on]")
+        return page
+
+    def _files(self) -> list[str]:
+        home = self.folder.resolve()
+        return sorted(str(p.relative_to(self.folder)) for p in self.folder.rglob("*")
+                      if p.is_file() and not p.is_symlink() and p.name != "SKILL.md"
+                      and p.resolve().is_relative_to(home))[:MAX_LISTED_FILES]
+
+    def _file_text(self, name: str) -> str:
+        """One of the files listed with the instructions: only those, so nothing outside the
+        skill's folder (no '..', no symlink) and nothing it did not list."""
+        if name not in self._files():
+            files = ", ".join(self._files()) or "none"
+            raise SkillError(f"{name!r} is not one of this skill's files: {files}")
+        data = (self.folder / name).read_bytes()[:MAX_FILE_BYTES + 1]
+        if len(data) > MAX_FILE_BYTES:
+            raise SkillError(f"{name} is larger than {MAX_FILE_BYTES:,} bytes")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SkillError(f"{name} is not text (not UTF-8)") from None
 
 
 def parse_skill_md(path: Path) -> tuple[dict[str, Any], str]:

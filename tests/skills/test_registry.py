@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from openclaw.config import ConfigError, load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
+from sandbox.policy import Policy, Role
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, load_skills
 
@@ -210,8 +212,35 @@ async def test_skill_md_folders_are_offered_by_name_and_read_on_demand(tmp_path)
     assert spec["function"]["description"] == "Find and scale cooking recipes."
     assert "multiply" not in str(spec)  # the body costs no prompt tokens until it is read
     executor = Executor(registry, Sandbox())
-    out = await executor.call("recipes", {}, config.policy().principal("discord:1"))
+    principal = config.policy().principal("discord:1")
+    out = await executor.call("recipes", {}, principal)
     assert out.ok and "multiply every quantity" in out.text and "scale.py" in out.text
+    # Its files are read through it, only those it lists: nothing else of the disk.
+    assert (await executor.call("recipes", {"file": "scale.py"}, principal)).text == "print('x')\n"
+    os.symlink("/etc/hostname", base / "recipes/host")
+    for name in ("../recipes/scale.py", "SKILL.md", "host", "/etc/hostname", "nope.txt"):
+        out = await executor.call("recipes", {"file": name}, principal)
+        assert not out.ok and "is not one of this skill's files: scale.py" in out.text, out.text
+
+
+async def test_a_long_skill_md_is_read_a_page_at_a_time(tmp_path):
+    from skills.skill_md import PAGE_CHARS
+
+    (tmp_path / "long").mkdir()
+    body = "".join(f"step {n}: stir\n" for n in range(4000))  # about 52,000 characters
+    (tmp_path / "long/SKILL.md").write_text(f"---\nname: long\ndescription: d\n---\n{body}")
+    executor = Executor(load_skills([], [tmp_path / "long"], {}), Sandbox())
+    principal = Policy({"r": Role("r", skills=frozenset({"long"}))}, tmp_path, lambda u: "r").principal("x:1")
+    read, offset = "", 0
+    while True:
+        out = await executor.call("long", {"offset": offset}, principal)
+        assert out.ok and len(out.text) < PAGE_CHARS + 200, out.text[-200:]
+        page, _, note = out.text.partition("\n[cut at character ")
+        read += page
+        if not note:
+            break
+        offset = int(note.split("offset=")[1].split()[0])
+    assert read == "Instructions of the skill 'long':\n\n" + body.strip()
 
 
 @pytest.mark.parametrize("content, problem", [
