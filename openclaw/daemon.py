@@ -93,6 +93,12 @@ class Daemon:
             loop.add_signal_handler(sig, self.request_stop)
         skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
         self.store = await Store.open(cfg.store.url)
+        if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
+            # /healthz answers "starting" while it loads
+            self.admin = AdminServer(self.metrics, self.health)
+            await self.admin.start(cfg.admin.host, cfg.admin.port)
+            log.info("admin port on http://%s:%d (/healthz, /metrics)", cfg.admin.host,
+                     self.admin.port)
         if self.model is None:
             from engine import AsyncLLM
 
@@ -104,11 +110,6 @@ class Daemon:
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         self._register_gauges()
-        if cfg.admin.enabled:
-            self.admin = AdminServer(self.metrics, self.health)
-            await self.admin.start(cfg.admin.host, cfg.admin.port)
-            log.info("admin port on http://%s:%d (/healthz, /metrics)", cfg.admin.host,
-                     self.admin.port)
         for connector in self.connectors:
             self.gateway.add_connector(connector)
         # Older pending replies first: recovered turns and notices queue behind them per chat.

@@ -194,6 +194,22 @@ def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):
     assert "openclaw stopped" in proc.stderr.read()
 
 
+def test_an_admin_port_in_use_is_said_in_one_line_before_the_model_loads(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "c.toml"
+        # A model that does not exist: had it been loaded first, that would be the error.
+        config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n'
+                          f'[engine]\nmodel = "{tmp_path}/missing.gguf"\n')
+        proc = run(["--config", str(config), "run"], tmp_path, timeout=60)
+    assert proc.returncode != 0
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("openclaw run: ") and str(port) in line and "address already in use" in line
+    assert "missing.gguf" not in proc.stderr and "loading the model" not in proc.stderr, proc.stderr
+
+
 def test_python_dash_m_openclaw_is_the_same_command(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "openclaw", "--version"], capture_output=True,
                           text=True, timeout=60)
