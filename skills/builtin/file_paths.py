@@ -110,13 +110,13 @@ def resolve(raw: str, principal: Principal) -> Target:
     real = _real(joined)
     root = _root_of(real, roots)
     if root is None:
-        raise SkillDenied(f"{q(raw)} {_how_it_leaves(joined, roots, real)}, outside your folders "
+        raise SkillDenied(f"{q(raw)} {_how_it_leaves(joined, roots)} outside your folders "
                           f"({_listing(roots)})")
     parts = tuple(part for part in real[len(root.real):].split("/") if part)
     return Target(raw, root, parts, uid=principal.scope.uid)
 
 
-def _how_it_leaves(joined: str, roots: list[_Root], real: str) -> str:
+def _how_it_leaves(joined: str, roots: list[_Root]) -> str:
     """Which symlink takes `joined` out of the folders, for the denial message."""
     parts = [part for part in joined.split("/") if part not in ("", ".")]
     current = "/"
@@ -128,15 +128,16 @@ def _how_it_leaves(joined: str, roots: list[_Root], real: str) -> str:
         if os.path.islink(step):
             target = _real(step)
             if _root_of(target, roots) is None:
-                pointed = q(os.readlink(step))
+                # Where it points is not said: this runs as the daemon, and the link may sit in a
+                # folder the user may not read (another user's, inside a shared one).
                 if index == len(parts) - 1:
-                    return f"is a symbolic link to {pointed}"
+                    return "is a symbolic link that leads"
                 root = _root_of(current, roots)
                 link = _show(root, tuple(os.path.relpath(step, root.real).split("/"))) if root else q(step)
-                return f"goes through {link}, a symbolic link to {pointed}"
+                return f"goes through {link}, a symbolic link that leads"
             step = target
         current = step
-    return f"resolves to {q(real)}"
+    return "leads"
 
 
 def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, hint: str = "") -> int:
@@ -147,9 +148,15 @@ def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, h
     chown = create and target.root.workspace and os.geteuid() == 0
     try:
         with as_daemon():  # the admin's folder, as configured; its parents are not the user's to walk
-            fd = os.open(target.root.real, DIR_FLAGS & ~os.O_NOFOLLOW)
+            granted = os.open(target.root.real, DIR_FLAGS & ~os.O_NOFOLLOW)
     except FileNotFoundError:
         raise SkillError(f"the folder {target.root.configured} does not exist") from None
+    try:
+        # The folder itself opened again as whoever acts now: a descriptor opened as root would
+        # list a folder the user may not read (reads through it are not checked again).
+        fd = os.open(".", DIR_FLAGS, dir_fd=granted)
+    finally:
+        os.close(granted)
     try:
         for index, part in enumerate(parts):
             where = parts[:index + 1]
