@@ -36,12 +36,14 @@ class DeliveryRefused(Exception):
     """The service refused a message for good (the user blocked the bot, the chat is gone, the text
     is invalid): the gateway marks it failed instead of retrying. Any other exception from
     send_text means "try again later". `chat_gone`: the chat itself takes nothing more from the
-    bot (blocked, removed from the group, deleted), not just this message, so what was meant to
-    reach it later (a repeating reminder) is given up too."""
+    bot for good (the user blocked it, it was removed from the group, the chat was deleted), not
+    just this message or for a while (a time-out, a restriction), so what was meant to reach it
+    later (a repeating reminder) is given up too. `moved_to`: the chat lives on under this id (a
+    Telegram group upgraded to a supergroup)."""
 
-    def __init__(self, message: str, *, chat_gone: bool = False) -> None:
+    def __init__(self, message: str, *, chat_gone: bool = False, moved_to: str | None = None) -> None:
         super().__init__(message)
-        self.chat_gone = chat_gone
+        self.chat_gone, self.moved_to = chat_gone, moved_to
 
 
 class FileTooBig(Exception):

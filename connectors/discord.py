@@ -56,7 +56,9 @@ NUMBERED_COMMANDS = {
     "deny": "Refuse the tool call with this number",
 }
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
-_UNKNOWN_CHANNEL, _UNKNOWN_MESSAGE = 10003, 10008  # Discord's JSON error codes
+# Discord's JSON error codes: an unknown channel or message; a user who closed their DMs or
+# blocked the bot, and a channel the bot lost access to.
+_UNKNOWN_CHANNEL, _UNKNOWN_MESSAGE, _CANNOT_DM, _MISSING_ACCESS = 10003, 10008, 50007, 50001
 # Attachments the agent cannot open yet, by the major part of their content type.
 UNSUPPORTED_MEDIA = {"image": "an image", "audio": "an audio file", "video": "a video"}
 
@@ -573,9 +575,10 @@ def _install_endpoint_overrides() -> None:
 
 
 def _chat_gone(exc: discord.HTTPException) -> bool:
-    """Whether Discord refuses everything in this channel (the user closed their DMs or blocked
-    the bot, the bot lost access or the channel was deleted), not just this message."""
-    return exc.status == 403 or exc.code == _UNKNOWN_CHANNEL
+    """Whether Discord refuses everything in this channel for good (the user closed their DMs or
+    blocked the bot, the bot lost access, the channel was deleted), not just this message or for
+    a while (a moderator's time-out is 50013 Missing Permissions; 40004, sending disabled)."""
+    return exc.code in (_CANNOT_DM, _MISSING_ACCESS, _UNKNOWN_CHANNEL)
 
 
 def _explain(exc: Exception) -> str:

@@ -342,8 +342,9 @@ class TelegramConnector:
         try:
             return await self._send_or_finish_draft(chat_id, text)
         except (Forbidden, BadRequest, ChatMigrated) as exc:
+            moved = str(exc.new_chat_id) if isinstance(exc, ChatMigrated) else None
             raise DeliveryRefused(f"telegram refused a message to chat {chat_id}: {exc}",
-                                  chat_gone=_chat_gone(exc)) from exc
+                                  chat_gone=_chat_gone(exc), moved_to=moved) from exc
 
     async def _send_or_finish_draft(self, chat_id: str, text: str) -> str:
         draft = await self._close_draft(chat_id)
@@ -506,17 +507,17 @@ def _retry_seconds(exc: RetryAfter) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-# What Telegram says (as a BadRequest) when the chat, not the message, is the problem.
-_GONE_CHAT_ERRORS = ("chat not found", "rights to send", "was kicked", "chat was deactivated",
-                     "upgraded to a supergroup")
+# What Telegram says (as a BadRequest) when the chat itself is gone for good. Not "not enough
+# rights to send": a group may restrict the bot for a while.
+_GONE_CHAT_ERRORS = ("chat not found", "chat was deactivated")
 
 
 def _chat_gone(exc: TelegramError) -> bool:
-    """Whether Telegram refuses everything in this chat (blocked, removed, restricted, migrated
-    to a supergroup under a new id) rather than one message (an unparsable text, say)."""
-    if isinstance(exc, Forbidden | ChatMigrated):
+    """Whether Telegram refuses everything in this chat for good (the user blocked the bot, it
+    was removed, the chat is gone) rather than one message (an unparsable text, say)."""
+    if isinstance(exc, Forbidden):
         return True
-    return any(part in str(exc).lower() for part in _GONE_CHAT_ERRORS)
+    return isinstance(exc, BadRequest) and any(part in str(exc).lower() for part in _GONE_CHAT_ERRORS)
 
 
 def _why(exc: BaseException, token: str | None = None) -> str:

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.base import Connector, chunk_text
+from connectors.base import Connector, DeliveryRefused, chunk_text
 from openclaw import access, reminders
 from openclaw.agent import Agent, Caller
 from openclaw.approvals import Approvals
@@ -103,7 +103,7 @@ class Gateway:
         self.policy = policy or config.policy()
         self.connectors: dict[str, Connector] = {}
         self.outbox = Outbox(store, self.connectors, self.metrics)
-        self.outbox.on_chat_gone = self._chat_gone
+        self.outbox.on_chat_refused = self._chat_refused
         self.approvals = Approvals()
         self._lanes: dict[tuple[str, str, str], Lane] = {}
         self._accepting = True
@@ -194,6 +194,9 @@ class Gateway:
             return self.config.user_role(user)
         if self.config.access.dm_policy == "pairing" and not msg.is_group:
             code = await self.store.create_pairing_code(user)
+            if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
+                    is not UserStatus.PENDING:
+                return None  # blocked (or let in) by `openclaw users` a moment ago
             text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
                     f"assistant to run: openclaw pairing approve {code}" if code else
                     "Hi! I don't know you yet, and too many pairing requests are waiting. "
@@ -358,6 +361,9 @@ class Gateway:
         if connector is None:
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
+        if not await self._still_allowed(msg.user):  # blocked or revoked while this waited
+            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
+            return
         conversation_id = await self._conversation(lane, msg.user, msg.chat_id, msg.channel)
         if lane.stop_requested:
             lane.stop_requested = False
@@ -469,13 +475,20 @@ class Gateway:
         await self.outbox.deliver(r.channel, r.chat_id, stored)
         return True
 
-    async def _chat_gone(self, channel: str, chat_id: str, why: str) -> None:
-        """A chat refuses the bot for good (blocked, removed, deleted): its reminders would fail
-        at every time they repeat, so they end now, and the log says which."""
+    async def _chat_refused(self, channel: str, chat_id: str, refusal: DeliveryRefused) -> None:
+        """A chat moved (its reminders follow it) or refuses the bot for good (blocked, removed,
+        deleted: its reminders would fail at every time they repeat, so they end now). The log
+        says which reminders."""
+        if refusal.moved_to:
+            moved = await self.store.move_chat_reminders(channel, chat_id, refusal.moved_to)
+            if moved:
+                log.warning("moved reminder(s) %s from %s:%s to its new id %s",
+                            ", ".join(f"#{r.id}" for r in moved), channel, chat_id, refusal.moved_to)
+            return
         cancelled = await self.store.cancel_chat_reminders(channel, chat_id)
         if cancelled:
             log.warning("cancelled reminder(s) %s for %s:%s, which refuses messages: %s",
-                        ", ".join(f"#{r.id}" for r in cancelled), channel, chat_id, why)
+                        ", ".join(f"#{r.id}" for r in cancelled), channel, chat_id, refusal)
 
     async def _dropped(self, r: Reminder) -> bool:
         """Cancel `r` if its user may no longer be reminded; whether it was."""

@@ -25,8 +25,8 @@ from openclaw.store.records import OutboundMessage, OutboundStatus
 log = logging.getLogger(__name__)
 
 ChatKey = tuple[str, str]  # (channel, chat_id)
-# Told when a chat refuses everything from the bot for good: (channel, chat_id, the service's words).
-ChatGone = Callable[[str, str, str], Awaitable[None]]
+# Told when a chat refuses everything from the bot for good, or moved: (channel, chat_id, refusal).
+ChatRefused = Callable[[str, str, DeliveryRefused], Awaitable[None]]
 
 
 class Outbox:
@@ -39,7 +39,7 @@ class Outbox:
         self._retrying: dict[ChatKey, asyncio.Task] = {}
         self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
         self._closed = False
-        self.on_chat_gone: ChatGone | None = None
+        self.on_chat_refused: ChatRefused | None = None
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
                    answers: int | None) -> None:
@@ -109,8 +109,11 @@ class Outbox:
             self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
 
     async def _pause(self, key: ChatKey, seconds: float) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives as
+        # the event is set (retry_now, then close), and this retry would go on forever.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake[key].wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wake[key].wait()
 
     async def _retry(self, key: ChatKey, immediately: bool) -> None:
         delay = self.first_delay_s
@@ -160,9 +163,9 @@ class Outbox:
             except DeliveryRefused as exc:  # blocked by the user, chat gone: retrying cannot help
                 log.warning("%s refused a reply to %s: %s", item.channel, item.chat_id, exc)
                 await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=str(exc))
-                if exc.chat_gone and self.on_chat_gone is not None:
+                if (exc.chat_gone or exc.moved_to) and self.on_chat_refused is not None:
                     try:
-                        await self.on_chat_gone(item.channel, item.chat_id, str(exc))
+                        await self.on_chat_refused(item.channel, item.chat_id, exc)
                     except Exception:  # what the chat was still owed is not this reply's business
                         log.exception("handling the refusal of %s:%s failed", item.channel, item.chat_id)
                 continue

@@ -88,8 +88,11 @@ class Reminders:
             delay = self.poll_s
             if upcoming:
                 delay = min(max((upcoming[0].due_at - self.now()).total_seconds(), 0.0), delay)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives
+            # as the event is set (a reminder added just before stop()), and stop() then hangs.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
     async def _deliver(self, deliver: Deliver, reminder: Reminder) -> None:
         try:

@@ -119,7 +119,8 @@ class Executor:
         """None when approved; else the outcome that says why it did not run."""
         timeout = principal.role.approval_timeout_s
         try:
-            approved = await asyncio.wait_for(approver(principal, name, summary), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for, which on 3.11 can lose a /stop
+                approved = await approver(principal, name, summary)  # that comes with the answer
         except TimeoutError:
             return Outcome(f"error: {name} needs the user's approval, and none came within "
                            f"{timeout:g} s; it did not run", False, "timeout")

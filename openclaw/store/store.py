@@ -238,10 +238,13 @@ class Store:
         return PairingCodeRow.used_at.is_(None), PairingCodeRow.expires_at > now
 
     async def create_pairing_code(self, user: str, ttl_s: float = 3600, max_pending: int = 3) -> str | None:
-        """The user's unexpired code, else a new one; None while `max_pending` other users wait."""
+        """The user's unexpired code, else a new one; None while `max_pending` other users wait,
+        and for a user no longer pending (blocked or allowed meanwhile, by another process)."""
 
         async def op(session: AsyncSession) -> str | None:
             row = await self._require_user(session, user)
+            if row.status is not UserStatus.PENDING:
+                return None
             now = self.now()
             live = self._live_code(now)
             mine = await session.scalar(
@@ -287,8 +290,11 @@ class Store:
         async with self._tx() as session:
             now = self.now()
             # A conditional UPDATE, so two admins approving at once cannot both succeed.
+            # Only for a user still waiting: approving must not undo a block made meanwhile.
+            pending = select(UserRow.id).where(UserRow.status == UserStatus.PENDING)
             result = await session.execute(
-                update(PairingCodeRow).where(PairingCodeRow.code == code, *self._live_code(now))
+                update(PairingCodeRow).where(PairingCodeRow.code == code, *self._live_code(now),
+                                             PairingCodeRow.user_id.in_(pending))
                 .values(used_at=now).execution_options(synchronize_session=False))
             if result.rowcount != 1:
                 return None
@@ -549,6 +555,17 @@ class Store:
     async def cancel_chat_reminders(self, channel: str, chat_id: str | int) -> list[Reminder]:
         """Cancel every active reminder meant for this chat (it refuses the bot for good);
         the ones cancelled."""
+        return await self._change_chat_reminders(channel, str(chat_id),
+                                                 {"status": ReminderStatus.CANCELLED})
+
+    async def move_chat_reminders(self, channel: str, chat_id: str | int,
+                                  new_chat_id: str | int) -> list[Reminder]:
+        """Deliver this chat's active reminders to `new_chat_id` from now on (the chat moved);
+        the ones moved."""
+        return await self._change_chat_reminders(channel, str(chat_id), {"chat_id": str(new_chat_id)})
+
+    async def _change_chat_reminders(self, channel: str, chat_id: str,
+                                     values: dict[str, Any]) -> list[Reminder]:
         async with self._tx() as session:
             rows = list(await session.scalars(
                 select(ReminderRow).where(ReminderRow.channel == channel,
@@ -556,7 +573,8 @@ class Store:
                                           ReminderRow.status == ReminderStatus.ACTIVE)
                 .order_by(ReminderRow.id)))
             for row in rows:
-                row.status = ReminderStatus.CANCELLED
+                for key, value in values.items():
+                    setattr(row, key, value)
             await session.flush()
             return [_record(Reminder, row) for row in rows]
 

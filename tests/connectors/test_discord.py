@@ -575,18 +575,24 @@ async def test_a_dm_discord_refuses_for_good_is_not_retried_and_ends_its_reminde
     assert len(fake.requests_to("POST", f"/channels/{channel}/messages")) == 1
 
 
-async def test_a_message_discord_refuses_leaves_the_chats_reminders_alone(fake, daemon_with):
+@pytest.mark.parametrize("status, code", [
+    (400, 50035),  # this message is invalid, the chat is fine
+    (403, 50013),  # Missing Permissions: a moderator's time-out, for a while
+])
+async def test_a_message_discord_refuses_leaves_the_chats_reminders_alone(fake, daemon_with, status,
+                                                                          code):
     daemon, connector = await daemon_with(ScriptedModel(echo), '[skills]\nenabled = ["clock", "reminders"]')
     channel = fake.dm_channel_id(ADA)
     daily = await daemon.reminders.add(f"discord:{ADA}", str(channel), "pills",
                                        daemon.store.now() + timedelta(hours=2), repeat="daily",
                                        timezone="UTC")
-    fake.fail("POST /channels/*/messages", 400)  # this message is invalid, the chat is fine
+    fake.refuse_channel(channel, status, code, "refused")
     fake.send_dm(ADA, "hello")
     await until(lambda: fake.requests_to("POST", f"/channels/{channel}/messages"))
     await daemon.gateway.wait_idle()
     assert daemon.gateway.outbox.backlog == 0 and await daemon.store.pending_outbound() == []
     assert [r.id for r in await daemon.store.active_reminders()] == [daily.id]
+    del fake.refused[channel]
     assert await dm(fake, ADA, "again") == "re: again"  # and the chat still works
 
 

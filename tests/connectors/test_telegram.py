@@ -351,16 +351,31 @@ async def test_a_chat_that_blocked_the_bot_loses_its_reminders_and_others_keep_t
     assert later.id != in_group.id and fake.texts(ADA) == []
 
 
-async def test_a_message_telegram_cannot_parse_leaves_the_chats_reminders_alone(env, fake):
+@pytest.mark.parametrize("description", [
+    "Bad Request: message is too long",  # this message, not the chat
+    "Bad Request: not enough rights to send text messages to the chat",  # restricted, for a while
+])
+async def test_a_refusal_of_one_message_leaves_the_chats_reminders_alone(env, fake, description):
     daemon = await env.start(ScriptedModel(echo), '\n[skills]\nenabled = ["clock", "reminders"]')
     daily = await daemon.reminders.add(f"telegram:{ADA}", str(ADA), "pills",
                                        daemon.store.now() + timedelta(hours=1), repeat="daily",
                                        timezone="UTC")
-    fake.fail_next("sendMessage", 400, "Bad Request: message is too long")
+    fake.fail_next("sendMessage", 400, description)
     fake.send("hello")
     await until(lambda: fake.calls_to("sendMessage"))
     await daemon.gateway.wait_idle()
     assert [r.id for r in await daemon.store.active_reminders()] == [daily.id]
+
+
+async def test_a_group_upgraded_to_a_supergroup_takes_its_reminders_along(env, fake):
+    daemon = await env.start(ScriptedModel(echo), '\n[skills]\nenabled = ["clock", "reminders"]')
+    now, ada, supergroup = daemon.store.now(), f"telegram:{ADA}", -1001234567890
+    later = await daemon.reminders.add(ada, str(GROUP), "standup", now + timedelta(hours=1),
+                                       repeat="daily", timezone="UTC")
+    fake.migrated[GROUP] = supergroup
+    await daemon.reminders.add(ada, str(GROUP), "now", now, repeat=None, timezone="UTC")  # refused
+    await eventually(lambda: daemon.store.active_reminders(),
+                     lambda active: [(r.id, r.chat_id) for r in active] == [(later.id, str(supergroup))])
 
 
 def _serve(config_path: str, mode: str) -> None:

@@ -46,9 +46,11 @@ _HTML_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span"
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, description: str, retry_after: int | None = None) -> None:
+    def __init__(self, code: int, description: str, retry_after: int | None = None,
+                 migrate_to: int | None = None) -> None:
         super().__init__(description)
         self.code, self.description, self.retry_after = code, description, retry_after
+        self.migrate_to = migrate_to  # a group upgraded to a supergroup: its new id
 
 
 @dataclass
@@ -128,6 +130,7 @@ class FakeTelegram:
         self.commands: list[dict] = []  # from setMyCommands
         self.reject_formatting = False  # answer any parse_mode with 400 "can't parse entities"
         self.blocked_by: set[int] = set()  # chats whose user blocked the bot (or removed it)
+        self.migrated: dict[int, int] = {}  # group -> the supergroup it was upgraded to
         self.polls_waiting = 0  # getUpdates requests held open right now
         self.downloads: list[Download] = []  # every GET of /file/bot<token>/...
         self._cuts: list[_Cut] = []
@@ -290,6 +293,8 @@ class FakeTelegram:
             body = {"ok": False, "error_code": exc.code, "description": exc.description}
             if exc.retry_after is not None:
                 body["parameters"] = {"retry_after": exc.retry_after}
+            if exc.migrate_to is not None:
+                body["parameters"] = {"migrate_to_chat_id": exc.migrate_to}
             return _answer(body, exc.code)
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
@@ -395,6 +400,9 @@ class FakeTelegram:
         if chat in self.blocked_by:
             raise ApiError(403, "Forbidden: bot was blocked by the user" if chat > 0
                            else "Forbidden: bot was kicked from the supergroup chat")
+        if chat in self.migrated:
+            raise ApiError(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                           migrate_to=self.migrated[chat])
         text, parse_mode = str(params.get("text") or ""), params.get("parse_mode")
         shown = self._visible(text, parse_mode)
         message_id = next(self._message_ids[chat])

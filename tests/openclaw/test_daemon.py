@@ -234,6 +234,22 @@ async def test_a_running_daemon_follows_block_revoke_and_deny_made_in_the_store(
     await daemon.stop()
 
 
+async def test_messages_queued_before_a_block_are_not_answered_after_it(tmp_path):
+    model = ScriptedModel(lambda m: "answer to " + m[-1]["content"])
+    model.gate = asyncio.Event()  # the first answer waits: the next message queues behind it
+    daemon, conn = await started(tmp_path, model)
+    await daemon.store.set_user_status("terminal", "4242", "allowed")
+    await conn.handler(msg("first", user="4242"))
+    await until(lambda: model.prompts)
+    await conn.handler(msg("second (queued)", user="4242"))
+    await daemon.store.set_user_status("terminal", "4242", "blocked")  # openclaw users block
+    model.gate.set()
+    await daemon.gateway.wait_idle()
+    assert conn.texts("4242") == ["answer to first"] and len(model.prompts) == 1
+    assert await daemon.store.pending_inbound() == []  # marked failed: not answered after a restart
+    await daemon.stop()
+
+
 async def test_a_user_taken_out_of_access_allow_is_no_longer_let_in(tmp_path):
     """The config's lists decide each time and are not copied into the store, so a restart
     with a user removed from `allow` takes their access away (they are asked to pair)."""

@@ -89,11 +89,11 @@ async def test_a_failing_refusal_handler_costs_no_other_piece(tmp_path):
     daemon = await start(tmp_path, conn, reply=lambda m: "a reply that is long enough to need two pieces")
     told = []
 
-    async def broken(channel: str, chat_id: str, why: str) -> None:
-        told.append((channel, chat_id, why))
+    async def broken(channel: str, chat_id: str, refusal: DeliveryRefused) -> None:
+        told.append((channel, chat_id, str(refusal)))
         raise RuntimeError("the database went away")
 
-    daemon.gateway.outbox.on_chat_gone = broken
+    daemon.gateway.outbox.on_chat_refused = broken
     try:
         conn.gone.add("local")
         await conn.handler(msg("hello", user="local"))

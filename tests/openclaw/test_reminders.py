@@ -339,3 +339,13 @@ async def test_a_remind_stored_before_a_crash_is_not_set_twice(tmp_path):
         assert await daemon.store.pending_inbound() == []  # answered, not left for the next start
     finally:
         await daemon.stop()
+
+
+async def test_stop_right_after_a_reminder_is_added_does_not_hang(tmp_path):
+    # The add wakes the scheduler as stop() cancels it: on Python 3.11, asyncio.wait_for loses
+    # that cancel, and the scheduler (and so the daemon's stop) went on forever.
+    daemon, _ = await started(tmp_path, remembering_model())
+    await asyncio.sleep(0.5)  # the scheduler has read the (empty) table and waits for a wake
+    await daemon.reminders.add("terminal:local", "local", "later", daemon.store.now() + timedelta(hours=1),
+                               repeat=None, timezone="UTC")
+    await asyncio.wait_for(daemon.stop(), 10)

@@ -364,6 +364,21 @@ async def test_at_most_three_users_wait_for_pairing_until_a_code_expires(store: 
     assert len(await store.list_pairing_codes(include_expired=True)) == 4
 
 
+async def test_a_block_made_while_pairing_is_not_undone_by_the_code(store: Store):
+    """`openclaw users block` may land between the gateway reading a user as pending and its
+    pairing code being stored or approved: no code for them then, and no approving one."""
+    waiting = (await store.ensure_user("telegram", 1001)).key
+    await store.set_user_status("telegram", 1001, "blocked")  # after the read, before the code
+    assert await store.create_pairing_code(waiting) is None
+    other = (await store.ensure_user("telegram", 1002)).key
+    code = await store.create_pairing_code(other)
+    async with store._tx() as session:  # blocked behind the code's back (no withdrawal)
+        row = await store._user_row(session, "telegram", "1002")
+        row.status = UserStatus.BLOCKED
+    assert await store.approve_pairing(code) is None and await store.deny_pairing(code) is None
+    assert (await store.get_user("telegram", 1002)).status is UserStatus.BLOCKED
+
+
 async def test_expired_code_cannot_be_approved_and_a_new_one_is_issued(store: Store, clock: FakeClock):
     user = (await store.ensure_user("telegram", 1001)).key
     old = await store.create_pairing_code(user, ttl_s=60)
