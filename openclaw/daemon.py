@@ -85,6 +85,7 @@ class Daemon:
     async def start(self) -> None:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _keep_private(cfg.data_dir)
         # Before anything reads or sends from the store, and before the signal handlers: a
         # refused second daemon in the same process must leave the first one's alone.
         self._lock = _claim(cfg.data_dir)
@@ -188,3 +189,13 @@ class Daemon:
             self._lock.close()  # releases the claim on data_dir
             self._lock = None
         log.info("openclaw stopped")
+
+
+def _keep_private(data_dir: Path) -> None:
+    """data_dir holds every conversation: a folder of ours that others may enter (made by an
+    older version, or by hand) is made the owner's alone, and the log says so."""
+    st = data_dir.stat()
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        data_dir.chmod(0o700)
+        log.warning("%s was open to other users (mode %o); it is now 0700, as it holds every "
+                    "conversation", data_dir, st.st_mode & 0o777)

@@ -250,6 +250,15 @@ async def test_messages_queued_before_a_block_are_not_answered_after_it(tmp_path
     await daemon.stop()
 
 
+async def test_a_data_dir_open_to_others_is_made_private_at_start(tmp_path, caplog):
+    (tmp_path / "data").mkdir(mode=0o755)  # as an older version, or an admin, left it
+    (tmp_path / "data").chmod(0o755)
+    daemon, _ = await started(tmp_path, ScriptedModel(lambda m: "x"))
+    await daemon.stop()
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
+    assert "open to other users (mode 755)" in caplog.text
+
+
 async def test_a_user_taken_out_of_access_allow_is_no_longer_let_in(tmp_path):
     """The config's lists decide each time and are not copied into the store, so a restart
     with a user removed from `allow` takes their access away (they are asked to pair)."""
