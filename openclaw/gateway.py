@@ -111,6 +111,9 @@ class Gateway:
         # running daemon. Everyone else is looked up each time, because `openclaw users block`
         # or `revoke` may change the store under it.
         self._listed: set[str] = set()
+        # Messages admitted into an idle lane: their turn starts at once, so the admission's look
+        # at the store still holds (a query costs ~0.6 ms); one that waited is looked at again.
+        self._fresh: set[int] = set()
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
@@ -139,7 +142,10 @@ class Gateway:
         if msg.notice and not msg.text.strip():
             await self._send(msg.channel, msg.chat_id, msg.notice, conversation_id=None, event=event)
             return
-        self._lane(msg).queue.put_nowait((msg, event, role, False))
+        lane = self._lane(msg)
+        if not lane.busy and lane.queue.empty():
+            self._fresh.add(event.id)
+        lane.queue.put_nowait((msg, event, role, False))
 
     async def recover(self) -> int:
         """Re-queue messages stored but never answered (the daemon stopped in between)."""
@@ -361,7 +367,9 @@ class Gateway:
         if connector is None:
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
-        if not await self._still_allowed(msg.user):  # blocked or revoked while this waited
+        fresh = event.id in self._fresh
+        self._fresh.discard(event.id)
+        if not fresh and not await self._still_allowed(msg.user):  # blocked or revoked meanwhile
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
             return
         conversation_id = await self._conversation(lane, msg.user, msg.chat_id, msg.channel)
