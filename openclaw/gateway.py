@@ -27,6 +27,7 @@ from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store
 from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, UnknownRole
+from skills.base import visible
 from skills.builtin.reminders import split_request
 
 log = logging.getLogger(__name__)
@@ -39,10 +40,11 @@ HELP = (
     "/approve N, /deny N - answer a request to run a tool\n"
     "/remind WHEN TEXT - e.g. /remind in 20 minutes stretch, /remind every weekday at 8:00 pills\n"
     "/reminders - your reminders in this chat; /reminders cancel N\n"
+    "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders")
+            "/reminders", "/pairing")
 REMIND_NOT_REPEATED = ("I restarted before answering your /remind, so I did not repeat it: see "
                        "/reminders, and send it again if it is not there.")
 REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
@@ -204,7 +206,8 @@ class Gateway:
                     is not UserStatus.PENDING:
                 return None  # blocked (or let in) by `openclaw users` a moment ago
             text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
-                    f"assistant to run: openclaw pairing approve {code}" if code else
+                    f"assistant to approve it: /pairing approve {code} in their chat with me, or "
+                    f"openclaw pairing approve {code}" if code else
                     "Hi! I don't know you yet, and too many pairing requests are waiting. "
                     "Please try again later.")
             await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
@@ -266,6 +269,8 @@ class Gateway:
                                                  command == "/approve")
         elif command in ("/remind", "/reminders"):
             text = await self._reminder_command(command, msg)
+        elif command == "/pairing":
+            text = await self._pairing_command(msg)
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:
@@ -275,6 +280,27 @@ class Gateway:
         finally:
             if settle is not None:  # the call goes on only now, after its "Approved"/"Denied"
                 settle()
+
+    async def _pairing_command(self, msg: InboundMessage) -> str:
+        """/pairing [approve|deny CODE]: what `openclaw pairing` does, from the owner's phone.
+        Only admins (and the console) may: a paired user must not let others in."""
+        if access.listed_in(self.config, msg.user) not in ("admins", "console"):
+            return "Only the owner (an admin) can answer pairing requests."
+        words = msg.text.strip().split()[1:]
+        if not words:
+            codes = await self.store.list_pairing_codes()
+            if not codes:
+                return "Nobody is waiting for access."
+            return "\n".join(["Waiting for access (/pairing approve CODE or /pairing deny CODE):"] + [
+                f"{c.code}  {c.user}  {visible(c.display_name or '')}" for c in codes])
+        if len(words) != 2 or words[0].lower() not in ("approve", "deny"):
+            return "Use /pairing, /pairing approve CODE or /pairing deny CODE."
+        approve = words[0].lower() == "approve"
+        user = await (self.store.approve_pairing if approve else self.store.deny_pairing)(words[1])
+        if user is None:
+            return f"No pending pairing code {words[1]!r} (expired, used, or mistyped)."
+        name = f"{user.key} ({visible(user.display_name or 'no name')})"
+        return f"Approved {name}." if approve else f"Denied {name}: blocked from now on."
 
     async def _reminder_command(self, command: str, msg: InboundMessage) -> str:
         """/remind and /reminders: the reminders skill without the model (a small one may not

@@ -202,6 +202,28 @@ async def test_unknown_user_gets_pairing_code_and_no_reply_until_approved(tmp_pa
     await daemon.stop()
 
 
+async def test_the_owner_answers_pairing_requests_from_the_chat(tmp_path):
+    model = ScriptedModel(lambda m: "hello friend")
+    daemon, conn = await started(tmp_path, model)
+    for user in ("4242", "5353"):
+        await conn.handler(msg("hi", user=user))
+    await daemon.gateway.wait_idle()
+    codes = {c.user: c.code for c in await daemon.store.list_pairing_codes()}
+    listing = await say(daemon, conn, "/pairing")  # the console's owner is an admin
+    assert all(code in listing for code in codes.values()) and "terminal:5353" in listing
+    assert await say(daemon, conn, f"/pairing approve {codes['terminal:4242'].lower()}") == \
+        "Approved terminal:4242 (no name)."
+    assert await say(daemon, conn, "hi again", user="4242") == "hello friend"
+    # A paired user may not let others in, nor see who asked.
+    refused = await say(daemon, conn, f"/pairing approve {codes['terminal:5353']}", user="4242")
+    assert refused.startswith("Only the owner") and codes["terminal:5353"] not in refused
+    assert "Denied terminal:5353" in await say(daemon, conn, f"/pairing deny {codes['terminal:5353']}")
+    assert (await daemon.store.get_user("terminal", "5353")).status == "blocked"
+    assert "No pending pairing code" in await say(daemon, conn, "/pairing approve NOPE1234")
+    assert len(model.prompts) == 1  # commands, not turns
+    await daemon.stop()
+
+
 async def test_a_running_daemon_follows_block_revoke_and_deny_made_in_the_store(tmp_path):
     """What `openclaw users block|revoke` and `openclaw pairing deny` write, from another process,
     applies to the next message: no restart, no stale cache of who was allowed."""
