@@ -233,6 +233,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if section.enabled:
             checks.append((section.token is not None, f"{name}: token configured",
                            f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")"))
+    try:  # what `run` refuses when it builds them (an unsupported setting); with every token
+        # there, since a missing one is said above
+        if all(s.token is not None for s in (config.telegram, config.discord) if s.enabled):
+            configured_connectors(config)
+    except ConfigError as exc:
+        checks.append((False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config"))
     for ok, what, fix in checks:
         print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
     return 0 if all(ok for ok, _, _ in checks) else 1

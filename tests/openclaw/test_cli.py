@@ -115,6 +115,18 @@ def test_doctor_names_a_granted_folder_that_is_missing_or_not_writable_for_users
     assert "roles.fam" not in doctor.stdout, doctor.stdout
 
 
+def test_doctor_says_what_run_would_refuse_in_a_connector(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[telegram]\nenabled = true\n'
+                      'token = "env:OPENCLAW_TEST_TOKEN"\nwebhook_url = "https://example.org/hook"\n')
+    config.chmod(0o600)
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60,
+                 OPENCLAW_TEST_TOKEN="123456:" + "A" * 35)
+    assert doctor.returncode == 1
+    assert "✗ connectors: telegram.webhook_url" in doctor.stdout, doctor.stdout
+    assert "A" * 35 not in doctor.stdout + doctor.stderr  # and the token is never shown
+
+
 def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nadmins = ["telegram:1"]\n'
