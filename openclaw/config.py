@@ -23,6 +23,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -780,14 +781,24 @@ def _toml_problem(exc: tomllib.TOMLDecodeError) -> str:
 
 
 def _warn_if_exposed(config: Config, file: Path) -> None:
-    tokens = (config.telegram.token, config.discord.token)
-    literal = [s for s in tokens if s is not None and s.source == "literal"]
+    """Warn (naming the keys, never their values) when the file holds a secret written in it and
+    other users may read it."""
     try:
-        mode = file.stat().st_mode
+        if not file.stat().st_mode & 0o077:
+            return
     except OSError:
         return
-    if literal and mode & 0o077:
-        log.warning("%s holds a token and other users can read it; run: chmod 600 %s", file, file)
+    held = [f"{name}.token" for name in ("telegram", "discord")
+            if (token := getattr(config, name).token) is not None and token.source == "literal"]
+    held += [f"skills.{name}.{key}" for name, table in config.skills.settings.items()
+             for key, value in table.items()
+             if _SECRET_KEY.search(key) and isinstance(value, str)
+             and not value.startswith(("env:", "file:"))]
+    if config.store.url and urlsplit(config.store.url).password:
+        held.append("store.url (a password)")
+    if held:
+        log.warning("%s holds secrets (%s) and other users can read it; run: chmod 600 %s",
+                    file, ", ".join(held), file)
 
 
 # --- error messages ----------------------------------------------------------------------------

@@ -471,10 +471,15 @@ def test_write_starter_config_defaults_to_the_default_path():
 
 def test_world_readable_file_with_a_literal_token_is_warned_about(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture):
-    path = write(tmp_path, '[telegram]\ntoken = "123:abc"\n')
+    path = write(tmp_path, '[telegram]\ntoken = "123:abc"\n[store]\n'
+                           'url = "postgresql+asyncpg://bot:pg-Secret@localhost/openclaw"\n'
+                           '[skills]\nenabled = ["email"]\n[skills.email]\nsmtp_password = "s3cret"\n'
+                           'imap_password = "env:IMAP_PASSWORD"\n')
     os.chmod(path, 0o644)
     load_config(path)
     assert "chmod 600" in caplog.text and "123:abc" not in caplog.text
+    assert "(telegram.token, skills.email.smtp_password, store.url (a password))" in caplog.text
+    assert "s3cret" not in caplog.text and "pg-Secret" not in caplog.text
     caplog.clear()
     os.chmod(path, 0o600)
     load_config(path)
