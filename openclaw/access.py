@@ -19,6 +19,12 @@ def listed_in(config: Config, user: str) -> str:
     return next((name for name in ("blocked", "admins", "allow") if user in getattr(access, name)), "")
 
 
+def is_owner(config: Config, user: str) -> bool:
+    """An admin of `[access]`, or this machine's console: who answers pairing requests and sees
+    what everyone uses."""
+    return listed_in(config, user) in ("admins", "console")
+
+
 def config_status(config: Config, user: str) -> UserStatus | None:
     """ALLOWED or BLOCKED when the config decides for `user`; None when the store does."""
     listed = listed_in(config, user)

@@ -693,13 +693,13 @@ class Config(_Section):
     def _grants_leave_data_dir_alone(self) -> Config:
         """A folder granted to a role must not hold data_dir (the database with every conversation,
         every user's workspace) nor lie inside it: the role's skills would reach all of that."""
-        data = os.path.realpath(self.data_dir.expanduser())
+        data = Path(os.path.realpath(self.data_dir.expanduser()))
         for name, role in self.roles.items():
             for key in ("read_only", "read_write"):
                 for index, path in enumerate(getattr(role, key)):
-                    real = os.path.realpath(path.expanduser())
-                    if _holds(real, data) or _holds(data, real):
-                        where = "holds" if _holds(real, data) else "is inside"
+                    real = Path(os.path.realpath(path.expanduser()))
+                    if data.is_relative_to(real) or real.is_relative_to(data):
+                        where = "holds" if data.is_relative_to(real) else "is inside"
                         raise ValueError(
                             f"roles.{name}.{key}[{index}]: {path} {where} data_dir ({self.data_dir}: "
                             "the database and every user's workspace); grant a folder beside it")
@@ -735,10 +735,6 @@ class Config(_Section):
         if user in self.access.roles:
             return self.access.roles[user]
         return "admin" if user in self.access.admins or user == LOCAL_USER else "user"
-
-
-def _holds(folder: str, path: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 # --- loading -----------------------------------------------------------------------------------

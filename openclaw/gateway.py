@@ -284,7 +284,7 @@ class Gateway:
     async def _pairing_command(self, msg: InboundMessage) -> str:
         """/pairing [approve|deny CODE]: what `openclaw pairing` does, from the owner's phone.
         Only admins (and the console) may: a paired user must not let others in."""
-        if access.listed_in(self.config, msg.user) not in ("admins", "console"):
+        if not access.is_owner(self.config, msg.user):
             return "Only the owner (an admin) can answer pairing requests."
         words = msg.text.strip().split()[1:]
         if not words:
@@ -338,7 +338,7 @@ class Gateway:
                 f"Tokens used today: you {await self.store.tokens_today(user)}"
                 # What others use is the owner's business, not every user's.
                 + (f", everyone {await self.store.tokens_today()}"
-                   if self.config.user_role(user) == "admin" else ""))
+                   if access.is_owner(self.config, user) else ""))
 
     # ---- lanes ---------------------------------------------------------------------------
 

@@ -82,13 +82,13 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     for index, ref in enumerate(enabled):
         try:
             cls, origin = _resolve(ref)
-            found = _third_party(ref, "checking its settings failed", cls.check_settings,
+            found = _third_party("checking its settings failed", cls.check_settings,
                                  settings.get(cls.name, {}))
             if not isinstance(found, list | tuple):
                 raise SkillLoadError([f"check_settings returned {type(found).__name__}, "
                                       "not a list of problems"])
             problems += [f"skills.{cls.name}.{p}" for p in found]
-            registry.add(_third_party(ref, "it cannot be created", cls), origin,
+            registry.add(_third_party("it cannot be created", cls), origin,
                          settings.get(cls.name, {}))
         except SkillLoadError as exc:
             problems += [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
@@ -145,7 +145,7 @@ def _import(target: str) -> type[Skill]:
     return _check_class(obj, target)
 
 
-def _third_party(ref: str, what: str, call, *args):
+def _third_party(what: str, call, *args):
     """`call(*args)` for a skill's own code, which may be broken: its exception becomes a
     problem the admin reads in one line, not a traceback."""
     try:

@@ -64,9 +64,9 @@ class MarkdownSkill(Skill):
     def _file_text(self, name: str) -> str:
         """One of the files listed with the instructions: only those, so nothing outside the
         skill's folder (no '..', no symlink) and nothing it did not list."""
-        if name not in self._files():
-            files = ", ".join(self._files()) or "none"
-            raise SkillError(f"{name!r} is not one of this skill's files: {files}")
+        files = self._files()
+        if name not in files:
+            raise SkillError(f"{name!r} is not one of this skill's files: {', '.join(files) or 'none'}")
         data = (self.folder / name).read_bytes()[:MAX_FILE_BYTES + 1]
         if len(data) > MAX_FILE_BYTES:
             raise SkillError(f"{name} is larger than {MAX_FILE_BYTES:,} bytes")

@@ -254,7 +254,7 @@ class FilesSkill(Skill):
             re.compile(pattern)
         except re.error as exc:
             raise SkillError(f"pattern is not a valid regular expression: {exc}") from None
-        fd = await asyncio.to_thread(_as_user, target, lambda t, *_: open_folder(t))
+        fd = await asyncio.to_thread(_as_user, target, open_folder)
         try:
             found = await search_in_child(fd, glob, pattern, limit, cap,
                                           ctx.principal.limits.wall_seconds, uid=target.uid)

@@ -48,16 +48,15 @@ class ShellSkill(Skill):
 def _signal_note(status: int | None, ctx: SkillContext) -> str:
     """What an exit status the shell reports for a killed command (128 + signal) most likely
     means here, so the model does not retry what a limit stopped."""
+    if status is None:
+        return ""
     limits = ctx.principal.limits
-    if status is None or -64 < status <= 128:  # 128+N from a shell, -N from an unwrapped process
-        if status is None or status >= 0:
-            return ""
-        status = 128 - status
-    if status == 128 + signal.SIGXCPU:
+    killed_by = -status if status < 0 else status - 128  # -N unwrapped, 128+N from a shell
+    if killed_by == signal.SIGXCPU:
         return f" (stopped at the CPU-time limit of {limits.cpu_seconds} s)"
-    if status == 128 + signal.SIGKILL:
+    if killed_by == signal.SIGKILL:
         return (f" (killed: usually a limit, the CPU time ({limits.cpu_seconds} s) or memory "
                 f"({limits.memory_bytes >> 20} MB))")
-    if status == 128 + signal.SIGSEGV:
+    if killed_by == signal.SIGSEGV:
         return " (crashed: a segmentation fault, which a memory limit can cause)"
     return ""
