@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # aiohttp is imported when a connector first downloads: the C
 log = logging.getLogger(__name__)
 
 Handler = Callable[[InboundMessage], Awaitable[None]]
+# (channel, chat id, the chat's new id): a chat lives on under another id. Returns once what the
+# chat had (conversations, reminders, pending replies) moved; raises if it could not.
+ChatMoved = Callable[[str, str, str], Awaitable[None]]
 MAX_FILE_BYTES = 20 * 1024 * 1024  # the largest file a user may send (Telegram's limit for bots)
 MAX_FILE_NAME_BYTES = 120
 DOWNLOAD_CHUNK = 1 << 16
@@ -79,6 +82,9 @@ class Connector(Protocol):
     # Optional: `async def draft(self, chat_id, text)` shows a reply while it is generated (the
     # whole text so far each call; the connector rate-limits its edits). Only called when the
     # channel's `stream_edits` is on.
+    # Optional: `on_chat_moved: ChatMoved | None`, for a service whose chats can change id (a
+    # Telegram group upgraded to a supergroup). The gateway sets it; the connector awaits it when
+    # the service says a chat moved, before confirming that update.
 
 
 def chunk_text(text: str, limit: int) -> list[str]:

@@ -268,7 +268,9 @@ class DiscordConnector:
         try:
             await interaction.response.defer()
         except discord.HTTPException as exc:
-            log.warning("discord: could not acknowledge %s: %s", text, exc)
+            # The command's name only: its options are the user's words, which are never logged.
+            log.warning("discord: could not acknowledge /%s (interaction %s): %s",
+                        text.lstrip("/").split(" ", 1)[0], interaction.id, exc)
             self._inbox.put_nowait((msg, None))
             return
         self._inbox.put_nowait((msg, interaction))

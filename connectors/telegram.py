@@ -30,6 +30,7 @@ from telegram.warnings import PTBDeprecationWarning
 from connectors.base import (
     DOWNLOAD_CHUNK,
     MAX_FILE_BYTES,
+    ChatMoved,
     ConnectorStartError,
     DeliveryRefused,
     DownloadFailed,
@@ -110,6 +111,7 @@ class TelegramConnector:
         self._send_attempts, self._max_retry_after = send_attempts, max_retry_after
         self._draft_interval = draft_interval
         self._handler: Handler | None = None
+        self.on_chat_moved: ChatMoved | None = None  # set by the gateway
         self._task: asyncio.Task | None = None
         self._offset: int | None = None  # the next update id wanted; all below are handled
         self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
@@ -224,6 +226,8 @@ class TelegramConnector:
     async def _deliver(self, update: Update) -> bool:
         """Hand one update to the gateway. False: not stored (the daemon is stopping, the store
         failed): leave it unconfirmed so Telegram delivers it again."""
+        if not await self._follow_migration(update):
+            return False
         if update.update_id not in self._read:
             try:
                 self._read[update.update_id] = await self._inbound(update)
@@ -239,6 +243,28 @@ class TelegramConnector:
                             inbound.message_id, exc)
                 return False
         del self._read[update.update_id]
+        return True
+
+    async def _follow_migration(self, update: Update) -> bool:
+        """When a group becomes a supergroup (a new chat id), Telegram says so in both: the old
+        group's last message has `migrate_to_chat_id`, the supergroup's first has
+        `migrate_from_chat_id`. Either has the gateway move the chat (the second moves nothing).
+        False: not moved (the store failed), so the update stays unconfirmed."""
+        msg = update.message
+        if msg is None or self.on_chat_moved is None:
+            return True
+        if msg.migrate_to_chat_id:
+            old, new = msg.chat.id, msg.migrate_to_chat_id
+        elif msg.migrate_from_chat_id:
+            old, new = msg.migrate_from_chat_id, msg.chat.id
+        else:
+            return True
+        try:
+            await self.on_chat_moved(self.name, str(old), str(new))
+        except Exception as exc:
+            log.warning("telegram: chat %s became %s, but moving what it had failed (%s); the "
+                        "update stays unconfirmed", old, new, exc)
+            return False
         return True
 
     async def _inbound(self, update: Update) -> InboundMessage | None:

@@ -8,6 +8,7 @@ to its service: a crash loses nothing, and a redelivery is recognised and not an
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
@@ -116,9 +117,14 @@ class Gateway:
         # Messages admitted into an idle lane: their turn starts at once, so the admission's look
         # at the store still holds (a query costs ~0.6 ms); one that waited is looked at again.
         self._fresh: set[int] = set()
+        # Chats that moved to a new id while running, (channel, old id) -> new id: a turn queued
+        # under the old id goes on in the lane and the conversation that moved.
+        self._moved_chats: dict[tuple[str, str], str] = {}
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
+        if hasattr(connector, "on_chat_moved"):  # a service whose chats change ids (Telegram)
+            connector.on_chat_moved = self._chat_moved
 
     # ---- inbound -------------------------------------------------------------------------
 
@@ -262,7 +268,7 @@ class Gateway:
                     stopped += 1
             text = "Stopped." if stopped else "Nothing to stop."
         elif command == "/status":
-            text = await self._status_text(msg.user)
+            text = await self._status_text(msg.user, msg.is_group)
         elif command in ("/approve", "/deny"):
             argument = msg.text.strip().split(maxsplit=1)[1:]
             text, settle = self.approvals.answer(msg.user, argument[0] if argument else "",
@@ -286,6 +292,8 @@ class Gateway:
         Only admins (and the console) may: a paired user must not let others in."""
         if not access.is_owner(self.config, msg.user):
             return "Only the owner (an admin) can answer pairing requests."
+        if msg.is_group:  # the codes and who asked are for the owner's eyes, not the group's
+            return "Pairing requests are answered in a private chat with me, not in a group."
         words = msg.text.strip().split()[1:]
         if not words:
             codes = await self.store.list_pairing_codes()
@@ -318,7 +326,7 @@ class Gateway:
         argument = (msg.text.strip().split(maxsplit=1)[1:] or [""])[0].strip()
         if command == "/reminders":
             cancel = re.fullmatch(r"cancel\s+#?(\d+)", argument, re.IGNORECASE)
-            args = {"action": "cancel", "id": int(cancel[1])} if cancel else {"action": "list"}
+            args = {"action": "cancel", "number": int(cancel[1])} if cancel else {"action": "list"}
         else:
             request = split_request(argument)
             if request is None:
@@ -327,7 +335,7 @@ class Gateway:
         outcome = await executor.call("reminders", args, principal, chat_id=msg.chat_id)
         return outcome.text.removeprefix("error: ")
 
-    async def _status_text(self, user: str) -> str:
+    async def _status_text(self, user: str, in_group: bool) -> str:
         stats = self.model.stats()
         busy = sum(1 for lane in self._lanes.values() if lane.busy)
         queued = sum(lane.queue.qsize() for lane in self._lanes.values())
@@ -336,9 +344,9 @@ class Gateway:
                 f"Engine: {stats.get('num_running', 0)} running, {stats.get('num_waiting', 0)} "
                 f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
                 f"Tokens used today: you {await self.store.tokens_today(user)}"
-                # What others use is the owner's business, not every user's.
+                # What others use is the owner's business, not every user's, nor a group's.
                 + (f", everyone {await self.store.tokens_today()}"
-                   if access.is_owner(self.config, user) else ""))
+                   if access.is_owner(self.config, user) and not in_group else ""))
 
     # ---- lanes ---------------------------------------------------------------------------
 
@@ -346,12 +354,35 @@ class Gateway:
         return self._lane_of(_lane_key(msg))
 
     def _lane_of(self, key: tuple[str, str, str]) -> Lane:
+        channel, chat_id, user = key
+        key = (channel, self._moved_chats.get((channel, chat_id), chat_id), user)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = Lane()
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._work(lane), name=f"lane {key}")
         return lane
+
+    def _move_lanes(self, channel: str, chat_id: str, new_chat_id: str) -> None:
+        """A chat's lanes follow it to its new id, their queued jobs in order. Where the user
+        already has a lane under the new id (the move came late), that lane takes over the queued
+        jobs, so the conversation goes on one turn at a time (a turn already running in the old
+        lane finishes there). Every lane of either id looks its conversation up again: the store
+        moved it, or archived the one the lane had."""
+        self._moved_chats[(channel, chat_id)] = new_chat_id
+        for key in [k for k in self._lanes if k[:2] == (channel, chat_id)]:
+            new_key = (channel, new_chat_id, key[2])
+            if new_key not in self._lanes:
+                self._lanes[new_key] = self._lanes.pop(key)
+                continue
+            old, target = self._lanes[key], self._lanes[new_key]
+            while not old.queue.empty():
+                target.queue.put_nowait(old.queue.get_nowait())
+                old.queue.task_done()
+        for key, lane in self._lanes.items():
+            if key[:2] in ((channel, chat_id), (channel, new_chat_id)):
+                lane.conversation_id = None
+                lane.generation += 1
 
     async def _work(self, lane: Lane) -> None:
         while True:
@@ -382,8 +413,10 @@ class Gateway:
         conversation_id = lane.conversation_id
         while conversation_id is None:
             generation = lane.generation
+            chat_id = self._moved_chats.get((channel, chat_id), chat_id)  # queued before a move
             conv = await self.store.active_conversation(user, chat_id, channel)
-            if generation == lane.generation:  # else /new archived it meanwhile: look again
+            # Else /new archived it, or its chat moved, meanwhile: look again.
+            if generation == lane.generation:
                 conversation_id = lane.conversation_id = conv.id
         return conversation_id
 
@@ -412,7 +445,8 @@ class Gateway:
                              "for you is not usable. The owner has been told (see the daemon's log).",
                              conversation_id=None, event=event)
             return
-        caller = Caller(principal, msg.chat_id, approver=self._approver(msg))
+        caller = Caller(principal, msg.chat_id, approver=self._approver(msg),
+                        still_allowed=functools.partial(self._still_allowed, msg.user))
         # Drafts are one per chat: in a group two users' answers could stream into the same one.
         stream = (bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False))
                   and not msg.is_group) or msg.channel == "terminal"
@@ -444,8 +478,15 @@ class Gateway:
         # reply is re-sent, the turn never run twice. The tokens are counted after the send (the
         # user does not wait for that write), even when shutdown cuts the send short.
         try:
-            await self._send(msg.channel, msg.chat_id, result.text, conversation_id=conversation_id,
-                             event=event)
+            # Access withdrawn during the turn: the agent stopped before its next tool or model
+            # call, and they get nothing, not even a word that it stopped.
+            if result.refused:
+                log.info("message %d left unanswered: access of %s was withdrawn during its turn",
+                         event.id, msg.user)
+                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
+            else:
+                await self._send(msg.channel, msg.chat_id, result.text,
+                                 conversation_id=conversation_id, event=event)
         finally:
             await asyncio.shield(self.store.add_usage(
                 msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
@@ -464,7 +505,7 @@ class Gateway:
         # Not now without the channel, or while it cannot deliver (a console nobody is attached
         # to, a service out of reach): it stays due, and is late, and says so, when sent.
         if connector is None or not getattr(connector, "connected", True):
-            log.debug("reminder %d waits for the %s channel", reminder.id, reminder.channel)
+            log.debug("reminder id %d waits for the %s channel", reminder.id, reminder.channel)
             return False
         job = _ReminderDue(reminder, asyncio.get_running_loop().create_future())
         self._lane_of((reminder.channel, reminder.chat_id, reminder.user)).queue.put_nowait(job)
@@ -505,31 +546,43 @@ class Gateway:
         try:
             await self.agent.context.add(conversation_id, "assistant", text)
         except Exception:  # the message matters more than the model's memory of it
-            log.exception("could not add reminder %d to conversation %d", r.id, conversation_id)
+            log.exception("could not add reminder id %d to conversation %d", r.id, conversation_id)
         await self.outbox.deliver(r.channel, r.chat_id, stored)
         return True
 
     async def _chat_refused(self, channel: str, chat_id: str, refusal: DeliveryRefused) -> None:
-        """A chat moved (its reminders follow it) or refuses the bot for good (blocked, removed,
-        deleted: its reminders would fail at every time they repeat, so they end now). The log
-        says which reminders."""
+        """A chat moved (see _chat_moved: the refused reply is among what moves) or refuses the
+        bot for good (blocked, removed, deleted: its reminders would fail at every time they
+        repeat, so they end now). The log says which reminders."""
         if refusal.moved_to:
-            moved = await self.store.move_chat_reminders(channel, chat_id, refusal.moved_to)
-            if moved:
-                log.warning("moved reminder(s) %s from %s:%s to its new id %s",
-                            ", ".join(f"#{r.id}" for r in moved), channel, chat_id, refusal.moved_to)
+            await self._chat_moved(channel, chat_id, refusal.moved_to)
             return
         cancelled = await self.store.cancel_chat_reminders(channel, chat_id)
         if cancelled:
-            log.warning("cancelled reminder(s) %s for %s:%s, which refuses messages: %s",
-                        ", ".join(f"#{r.id}" for r in cancelled), channel, chat_id, refusal)
+            log.warning("cancelled reminder(s) with id %s for %s:%s, which refuses messages: %s",
+                        ", ".join(str(r.id) for r in cancelled), channel, chat_id, refusal)
+
+    async def _chat_moved(self, channel: str, chat_id: str, new_chat_id: str) -> None:
+        """A chat lives on under a new id (a Telegram group upgraded to a supergroup), as its
+        connector reports or a refused reply says, whichever comes first (then the other finds
+        nothing left to move): its conversations, pending replies and reminders move there, its
+        lanes follow, and the replies are sent there."""
+        moved = await self.store.move_chat(channel, chat_id, new_chat_id)
+        self._move_lanes(channel, chat_id, new_chat_id)
+        if moved.outbound:
+            self.outbox.redeliver(channel, new_chat_id)
+        if moved.conversations or moved.outbound or moved.reminders:
+            log.warning("%s chat %s is now %s: moved %d conversation(s), %d pending piece(s) of "
+                        "replies, reminder(s) with id %s", channel, chat_id, new_chat_id,
+                        len(moved.conversations), len(moved.outbound),
+                        ", ".join(str(r.id) for r in moved.reminders) or "none")
 
     async def _dropped(self, r: Reminder) -> bool:
         """Cancel `r` if its user may no longer be reminded; whether it was."""
         why_not = await self._why_no_reminders(r.user)
         if why_not:
-            log.info("cancelling reminder %d: %s", r.id, why_not)
-            await self.store.cancel_reminder(r.user, r.id)
+            log.info("cancelling reminder id %d: %s", r.id, why_not)
+            await self.store.cancel_reminder(r.user, r.number)
         return why_not is not None
 
     async def _why_no_reminders(self, user: str) -> str | None:

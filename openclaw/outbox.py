@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 ChatKey = tuple[str, str]  # (channel, chat_id)
 # Told when a chat refuses everything from the bot for good, or moved: (channel, chat_id, refusal).
+# For a move it is expected to re-point the chat's pending replies to the new id and call
+# `redeliver` for it (the gateway's move does both); if it raises, the refused reply is failed.
 ChatRefused = Callable[[str, str, DeliveryRefused], Awaitable[None]]
 
 
@@ -70,6 +72,12 @@ class Outbox:
         for key in keys:
             self._start_retry(key, immediately=True)
         return len(keys)
+
+    def redeliver(self, channel: str, chat_id: str) -> None:
+        """Send what is pending for this chat now, in order: replies were moved to it (the chat
+        changed its id). Behind a send already under way to it; nothing when none are pending."""
+        self._start_retry((channel, chat_id), immediately=True)
+        self.retry_now(channel, chat_id)  # a retry already waiting out its backoff goes now
 
     def retry_now(self, channel: str, chat_id: str) -> None:
         """Try a chat's waiting replies at once rather than after the backoff, because it is
@@ -162,12 +170,13 @@ class Outbox:
                 external_id = await connector.send_text(item.chat_id, item.text)
             except DeliveryRefused as exc:  # blocked by the user, chat gone: retrying cannot help
                 log.warning("%s refused a reply to %s: %s", item.channel, item.chat_id, exc)
+                if exc.moved_to and await self._tell(item, exc):
+                    # This reply and the rest of `items` are pending under the new id now, and
+                    # sent from there: nothing is left here.
+                    return True
                 await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=str(exc))
-                if (exc.chat_gone or exc.moved_to) and self.on_chat_refused is not None:
-                    try:
-                        await self.on_chat_refused(item.channel, item.chat_id, exc)
-                    except Exception:  # what the chat was still owed is not this reply's business
-                        log.exception("handling the refusal of %s:%s failed", item.channel, item.chat_id)
+                if exc.chat_gone:
+                    await self._tell(item, exc)
                 continue
             except Exception as exc:
                 # Said once per reply; its retries (every minute at most) only at INFO.
@@ -178,6 +187,17 @@ class Outbox:
             await self.store.mark_outbound(item.id, OutboundStatus.SENT, external_message_id=external_id)
             self.metrics.inc("openclaw_outbound_messages_total", channel=item.channel)
         return True
+
+    async def _tell(self, item: OutboundMessage, refusal: DeliveryRefused) -> bool:
+        """Hand a refusal of the whole chat to `on_chat_refused`; whether it was handled."""
+        if self.on_chat_refused is None:
+            return False
+        try:
+            await self.on_chat_refused(item.channel, item.chat_id, refusal)
+            return True
+        except Exception:  # what the chat was still owed is not this reply's business
+            log.exception("handling the refusal of %s:%s failed", item.channel, item.chat_id)
+            return False
 
 
 def _jitter(delay: float) -> float:

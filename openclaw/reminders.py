@@ -57,8 +57,9 @@ class Reminders:
     async def pending(self, user: str) -> list[Reminder]:
         return await self.store.active_reminders(user)
 
-    async def cancel(self, user: str, reminder_id: int) -> Reminder | None:
-        return await self.store.cancel_reminder(user, reminder_id)
+    async def cancel(self, user: str, number: int) -> Reminder | None:
+        """Cancel by the number the user sees (theirs alone), not the internal id."""
+        return await self.store.cancel_reminder(user, number)
 
     # ---- the loop -----------------------------------------------------------------------------
 
@@ -80,7 +81,7 @@ class Reminders:
                 for reminder in await self.store.active_reminders(due_by=self.now(),
                                                                   exclude=self._in_flight):
                     self._in_flight[reminder.id] = asyncio.create_task(
-                        self._deliver(deliver, reminder), name=f"reminder {reminder.id}")
+                        self._deliver(deliver, reminder), name=f"reminder id {reminder.id}")
                 upcoming = await self.store.active_reminders(exclude=self._in_flight, limit=1)
             except Exception:  # the database went away for a moment: look again later
                 log.exception("reading due reminders failed")
@@ -99,7 +100,7 @@ class Reminders:
             try:
                 handled = await deliver(reminder)
             except Exception:
-                log.exception("delivering reminder %d failed", reminder.id)
+                log.exception("delivering reminder id %d failed", reminder.id)
                 handled = False
             if not handled:  # it stays due: hold it back until the next poll, not in a tight loop
                 await asyncio.sleep(self.poll_s)
@@ -133,5 +134,5 @@ def message(reminder: Reminder, now: datetime) -> str:
         due = reminder.due_at.astimezone(ZoneInfo(reminder.timezone))
         text += f"\n(It was due {due:%a %d %b %H:%M} {reminder.timezone}; I could not send it then.)"
     if reminder.repeat:
-        text += f"\n(Reminder #{reminder.id} repeats {reminder.repeat}; ask me to cancel it to stop it.)"
+        text += f"\n(Reminder #{reminder.number} repeats {reminder.repeat}; ask me to cancel it to stop it.)"
     return text

@@ -10,7 +10,7 @@ import json
 import sys
 
 from openclaw import access
-from openclaw.config import _check_user, load_config
+from openclaw.config import Config, _check_user, load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store.records import UserStatus, parse_user_key
 
@@ -60,13 +60,9 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openclaw skills run: {exc}", file=sys.stderr)
         return 2
-    if access.config_status(config, user) is UserStatus.BLOCKED:
-        print(f"openclaw skills run: {user} is blocked ([access] blocked)", file=sys.stderr)
-        return 2
     registry = configured_skills(config)
     # Before the workspace below it: the data folder is the owner's alone (0700), whoever makes it.
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    principal = config.policy().principal(user)
 
     async def approve(_principal, skill: str, summary: str) -> bool:
         if args.yes:
@@ -85,20 +81,43 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         store = await Store.open(config.store.url)
         try:
             known = await store.get_user(*parse_user_key(user))
-            if access.status(config, user, known and known.status) is UserStatus.BLOCKED:
-                return None  # blocked in the store (`openclaw users block`)
+            # What the daemon would let them do: a test run for someone it does not answer
+            # would show the admin results that user can never get.
+            why_not = _not_admitted(config, user, known and known.status)
+            if why_not:
+                print(f"openclaw skills run: {why_not}", file=sys.stderr)
+                return None
+            principal = config.policy().principal(user)  # only now: it creates their workspace
             # A reminder added here is delivered by the running daemon, which polls every minute.
             executor = executor_for(config, registry, store.add_audit, Reminders(store))
-            return await executor.call(args.name, arguments, principal, chat_id=args.chat,
-                                       approver=approve)
+            return principal, await executor.call(args.name, arguments, principal,
+                                                  chat_id=args.chat, approver=approve)
         finally:
             await store.close()
 
-    outcome = asyncio.run(run())
-    if outcome is None:
-        print(f"openclaw skills run: {user} is blocked (openclaw users block)", file=sys.stderr)
+    ran = asyncio.run(run())
+    if ran is None:
         return 2
+    principal, outcome = ran
     print(json.dumps({"skill": args.name, "user": user, "role": principal.role.name,
                       "decision": outcome.decision, "ok": outcome.ok, "output": outcome.text},
                      ensure_ascii=False, indent=2))
     return 0 if outcome.ok else 1
+
+
+def _not_admitted(config: Config, user: str, stored: UserStatus | None) -> str | None:
+    """Why the daemon would not answer `user` (the config's lists, then the store's status), and
+    how to admit them; None when it would."""
+    now = access.status(config, user, stored)
+    if now is UserStatus.ALLOWED:
+        return None
+    if now is UserStatus.BLOCKED:
+        if access.listed_in(config, user) == "blocked":
+            return f"{user} is in access.blocked of the config; take them out of it to admit them"
+        return (f"{user} is blocked (openclaw users block, or a denied pairing request); "
+                f"`openclaw users allow {user}` admits them")
+    if now is UserStatus.PENDING:
+        return (f"{user} is not admitted yet (pending): `openclaw pairing approve CODE` (see "
+                f"`openclaw pairing list`) or `openclaw users allow {user}` admits them")
+    return (f"{user} is not a known user (never paired nor allowed): `openclaw users allow {user}` "
+            "admits them")

@@ -21,9 +21,10 @@ def configured_skills(config: Config) -> SkillRegistry:
     for name, role in config.roles.items():  # a typo in a role's list would grant nothing, silently
         unknown = sorted({s for s in role.skills + role.approval if s != "*" and s not in registry.names})
         if unknown:
-            raise ConfigError(config.source, [
+            raise ConfigError(config.source, ["; ".join(filter(None, [
                 f"roles.{name}: unknown skill(s) {unknown}; enabled skills: "
-                f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)"])
+                f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)",
+                *map(registry.hint, unknown)]))])
     return registry
 
 

@@ -35,7 +35,8 @@ class AuditNote:
 
 class ReminderBook(Protocol):
     """Where reminders are kept and who delivers them: the daemon's store and scheduler. Returned
-    reminders have id, text, due_at (aware UTC), repeat and timezone."""
+    reminders have number (the user's own #1, #2, ...), text, due_at (aware UTC), repeat and
+    timezone."""
 
     def now(self) -> datetime: ...
 
@@ -44,7 +45,7 @@ class ReminderBook(Protocol):
 
     async def pending(self, user: str) -> list[Any]: ...
 
-    async def cancel(self, user: str, reminder_id: int) -> Any | None: ...
+    async def cancel(self, user: str, number: int) -> Any | None: ...
 
 
 @dataclass

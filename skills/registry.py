@@ -40,8 +40,11 @@ class SkillLoadError(Exception):
 @dataclass
 class _Entry:
     skill: Skill
-    origin: str  # "built-in", "entry point (dist 1.0)", "module:Class", "SKILL.md: /path"
+    # "built-in", "entry point from dist 1.0", "entry point 'weather' from dist 1.0" (named unlike
+    # its skill), "module:Class", "SKILL.md: /path"
+    origin: str
     settings: dict[str, Any]
+    entry_point: str | None = None  # the name it was enabled by, when that is not the skill's
 
 
 class SkillRegistry:
@@ -50,11 +53,13 @@ class SkillRegistry:
         for skill in skills or []:
             self.add(skill, "built-in")
 
-    def add(self, skill: Skill, origin: str, settings: dict[str, Any] | None = None) -> None:
+    def add(self, skill: Skill, origin: str, settings: dict[str, Any] | None = None, *,
+            entry_point: str | None = None) -> None:
+        """`entry_point`: the name in `[skills] enabled` that brought it, if not `skill.name`."""
         if skill.name in self._entries:
             raise SkillLoadError([f"two skills are named {skill.name!r} ({self._entries[skill.name].origin}"
                                   f" and {origin})"])
-        self._entries[skill.name] = _Entry(skill, origin, dict(settings or {}))
+        self._entries[skill.name] = _Entry(skill, origin, dict(settings or {}), entry_point)
 
     def get(self, name: str) -> Skill | None:
         entry = self._entries.get(name)
@@ -65,6 +70,14 @@ class SkillRegistry:
 
     def settings(self, name: str) -> dict[str, Any]:
         return self._entries[name].settings
+
+    def hint(self, name: str) -> str | None:
+        """What to write instead of `name`, when it is no skill's name but the entry point that
+        enabled a skill named otherwise (the config names skills by their own names); else None."""
+        provided = next((n for n, e in self._entries.items() if e.entry_point == name), None)
+        if provided is None or name in self._entries:
+            return None
+        return f"entry point {name!r} provides the skill {provided!r}; use that name"
 
     @property
     def names(self) -> list[str]:
@@ -81,7 +94,7 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     problems: list[str] = []
     for index, ref in enumerate(enabled):
         try:
-            cls, origin = _resolve(ref)
+            cls, origin, entry_point = _resolve(ref)
             found = _third_party("checking its settings failed", cls.check_settings,
                                  settings.get(cls.name, {}))
             if not isinstance(found, list | tuple):
@@ -89,7 +102,7 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
                                       "not a list of problems"])
             problems += [f"skills.{cls.name}.{p}" for p in found]
             registry.add(_third_party("it cannot be created", cls), origin,
-                         settings.get(cls.name, {}))
+                         settings.get(cls.name, {}), entry_point=entry_point)
         except SkillLoadError as exc:
             problems += [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
     from skills.skill_md import load_skill_dirs
@@ -106,19 +119,21 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
         except SkillLoadError as exc:
             problems += [f"skills.dirs: {p}" for p in exc.problems]
     unused = [n for n in settings if n not in registry.names]
-    problems += [f"skills.{n}: settings for a skill that is not enabled (enabled: "
-                 f"{', '.join(registry.names) or 'none'})" for n in unused]
+    problems += ["; ".join(filter(None, [
+        f"skills.{n}: settings for a skill that is not enabled (enabled: "
+        f"{', '.join(registry.names) or 'none'})", registry.hint(n)])) for n in unused]
     if problems:
         raise SkillLoadError(problems)
     return registry
 
 
-def _resolve(ref: str) -> tuple[type[Skill], str]:
-    """The Skill class `ref` names, and where it came from."""
+def _resolve(ref: str) -> tuple[type[Skill], str, str | None]:
+    """The Skill class `ref` names, where it came from, and the entry point's name when `ref` is
+    one and the skill is named otherwise."""
     if ref in BUILTINS:
-        return _import(BUILTINS[ref]), "built-in"
+        return _import(BUILTINS[ref]), "built-in", None
     if ":" in ref:
-        return _import(ref), ref
+        return _import(ref), ref, None
     found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == ref]
     if not found:
         available = sorted(set(BUILTINS) | {ep.name for ep in
@@ -130,8 +145,11 @@ def _resolve(ref: str) -> tuple[type[Skill], str]:
         cls = ep.load()
     except Exception as exc:
         raise SkillLoadError([f"entry point {ep.value} failed to load: {type(exc).__name__}: {exc}"]) from exc
+    cls = _check_class(cls, ep.value)
     dist = f" from {ep.dist.name} {ep.dist.version}" if ep.dist else ""
-    return _check_class(cls, ep.value), f"entry point{dist}"
+    if ep.name == cls.name:
+        return cls, f"entry point{dist}", None
+    return cls, f"entry point {ep.name!r}{dist}", ep.name
 
 
 def _import(target: str) -> type[Skill]:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,6 +41,11 @@ class TurnResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failed: bool = False
+    refused: bool = False  # the caller lost access during the turn: nothing is to be delivered
+
+
+async def _always_allowed() -> bool:
+    return True
 
 
 @dataclass
@@ -50,6 +56,9 @@ class Caller:
     principal: Principal
     chat_id: str
     approver: Approver = never_approve
+    # Asked before each tool call and each model call that follows tool results: access may be
+    # withdrawn while a turn runs (`openclaw users block`, /pairing deny), and then it ends there.
+    still_allowed: Callable[[], Awaitable[bool]] = _always_allowed
 
     @property
     def user(self) -> str:
@@ -110,9 +119,15 @@ class Agent:
                 for error in errors:  # a malformed call goes back to the model, not to the user
                     await self.context.add(conversation_id, "tool", f"error: {error}")
                 for call in calls:
+                    if not await caller.still_allowed():
+                        return _refused(result)
                     await sink.typing()
                     output = await self._call_tool(call, caller)
                     await self.context.add(conversation_id, "tool", output, tool_call_id=call.id)
+                # Before the next model call (or the step-limit message). The first model call
+                # needs no look: the gateway admitted the caller just before the turn.
+                if not await caller.still_allowed():
+                    return _refused(result)
             result.text = (f"I stopped after {self.settings.max_steps} tool steps without a final "
                            "answer. Tell me how to continue, or ask again more narrowly.")
             return result
@@ -155,6 +170,12 @@ class Agent:
         outcome = await self.executor.call(call.name, call.arguments, caller.principal,
                                            chat_id=caller.chat_id, approver=caller.approver)
         return outcome.text
+
+
+def _refused(result: TurnResult) -> TurnResult:
+    """The turn as it ends for a caller who lost access: no reply, not even an apology."""
+    result.text, result.refused = "", True
+    return result
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:

@@ -266,9 +266,12 @@ class ReminderRow(Base):
         _one_of("status", ReminderStatus),
         Index("ix_reminders_status_due_at", "status", "due_at"),  # the scheduler's next-due query
         Index("ix_reminders_user_key_status", "user_key", "status"),  # a user's list
+        # Two adds at once for one user must not both take the next number.
+        UniqueConstraint("user_key", "number"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
+    number: Mapped[int] = mapped_column(Integer)  # per user; see Store.add_reminder
     user: Mapped[str] = mapped_column("user_key", String(160))
     channel: Mapped[str] = mapped_column(String(32))
     chat_id: Mapped[str] = mapped_column(String(128))

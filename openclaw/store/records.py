@@ -186,7 +186,8 @@ class AuditEntry:
 
 @dataclass(frozen=True, slots=True)
 class Reminder:
-    id: int
+    id: int  # internal: the scheduler's and the logs'; never shown to users
+    number: int  # what its user sees and types: 1, 2, 3... per user, never reused
     user: str
     channel: str
     chat_id: str
@@ -201,3 +202,12 @@ class Reminder:
     fired_count: int
     created_at: datetime
     fired_at: datetime | None  # the last delivery
+
+
+@dataclass(frozen=True, slots=True)
+class MovedChat:
+    """What `Store.move_chat` moved to the chat's new id."""
+
+    conversations: list[Conversation]
+    outbound: list[OutboundMessage]  # replies still pending, oldest first
+    reminders: list[Reminder]

@@ -42,6 +42,7 @@ from openclaw.store.records import (
     InboundStatus,
     Message,
     MessageRole,
+    MovedChat,
     OutboundMessage,
     OutboundStatus,
     PairingCode,
@@ -502,28 +503,37 @@ class Store:
                            max_active: int | None = None) -> Reminder | None:
         """A reminder delivered to `chat_id` on the user's channel at `due_at`, meant as wall-clock
         `local_time` in `timezone` (default: due_at's there); None, and nothing stored, when the
-        user would have more than `max_active` active ones."""
+        user would have more than `max_active` active ones. It gets the user's next number: one
+        more than any of theirs, cancelled and done ones included, so none is ever given twice."""
         channel, _ = parse_user_key(user)
         if local_time is None:
             local_time = due_at.astimezone(ZoneInfo(timezone)).time().isoformat()
+        # Read by the INSERT itself, so no other add of this user can come in between: on SQLite
+        # the INSERT holds the write lock before it reads, on PostgreSQL the advisory lock below
+        # makes a second add wait. UNIQUE (user_key, number) is the backstop (and _retrying).
+        next_number = (select(func.coalesce(func.max(ReminderRow.number), 0) + 1)
+                       .where(ReminderRow.user == user).scalar_subquery())
+
+        async def op(session: AsyncSession) -> Reminder:
+            if self.dialect == "postgresql":
+                # Also keeps two adds at once from both seeing room under max_active.
+                await session.execute(select(func.pg_advisory_xact_lock(func.hashtext(user))))
+            row = ReminderRow(number=next_number, user=user, channel=channel, chat_id=str(chat_id),
+                              text=text, due_at=due_at, repeat=repeat, timezone=timezone,
+                              local_time=local_time, status=ReminderStatus.ACTIVE, fired_count=0,
+                              created_at=self.now(), fired_at=None)
+            session.add(row)
+            await session.flush()
+            await session.refresh(row, ["number"])  # the database worked it out
+            if max_active is not None and await session.scalar(
+                    select(func.count()).select_from(ReminderRow).where(
+                        ReminderRow.user == user, ReminderRow.status == ReminderStatus.ACTIVE)
+            ) > max_active:
+                raise _NoRoom
+            return _record(Reminder, row)
+
         try:
-            async with self._tx() as session:
-                if max_active is not None and self.dialect == "postgresql":
-                    # Two adds at once must not both see room: one waits for the other's commit.
-                    # (On SQLite the INSERT below takes the database's write lock before the count.)
-                    await session.execute(select(func.pg_advisory_xact_lock(func.hashtext(user))))
-                row = ReminderRow(user=user, channel=channel, chat_id=str(chat_id), text=text,
-                                  due_at=due_at, repeat=repeat, timezone=timezone,
-                                  local_time=local_time, status=ReminderStatus.ACTIVE, fired_count=0,
-                                  created_at=self.now(), fired_at=None)
-                session.add(row)
-                await session.flush()
-                if max_active is not None and await session.scalar(
-                        select(func.count()).select_from(ReminderRow).where(
-                            ReminderRow.user == user, ReminderRow.status == ReminderStatus.ACTIVE)
-                ) > max_active:
-                    raise _NoRoom
-                return _record(Reminder, row)
+            return await self._retrying(op)
         except _NoRoom:  # rolled back
             return None
 
@@ -542,41 +552,74 @@ class Store:
         async with self._tx() as session:
             return [_record(Reminder, row) for row in await session.scalars(query)]
 
-    async def cancel_reminder(self, user: str, reminder_id: int) -> Reminder | None:
-        """Cancel the user's own active reminder; None when they have no active one by that id."""
+    async def cancel_reminder(self, user: str, number: int) -> Reminder | None:
+        """Cancel the user's own active reminder by the number they see; None when they have no
+        active one with that number."""
+        mine = (ReminderRow.user == user, ReminderRow.number == number)
         async with self._tx() as session:
-            row = await session.get(ReminderRow, reminder_id)
-            if row is None or row.user != user or row.status is not ReminderStatus.ACTIVE:
+            # A conditional UPDATE: one delivered meanwhile stays done, not cancelled.
+            result = await session.execute(
+                update(ReminderRow).where(*mine, ReminderRow.status == ReminderStatus.ACTIVE)
+                .values(status=ReminderStatus.CANCELLED).execution_options(synchronize_session=False))
+            if result.rowcount != 1:
                 return None
-            row.status = ReminderStatus.CANCELLED
-            await session.flush()
-            return _record(Reminder, row)
+            return _record(Reminder, await session.scalar(select(ReminderRow).where(*mine)))
 
     async def cancel_chat_reminders(self, channel: str, chat_id: str | int) -> list[Reminder]:
         """Cancel every active reminder meant for this chat (it refuses the bot for good);
         the ones cancelled."""
-        return await self._change_chat_reminders(channel, str(chat_id),
-                                                 {"status": ReminderStatus.CANCELLED})
-
-    async def move_chat_reminders(self, channel: str, chat_id: str | int,
-                                  new_chat_id: str | int) -> list[Reminder]:
-        """Deliver this chat's active reminders to `new_chat_id` from now on (the chat moved);
-        the ones moved."""
-        return await self._change_chat_reminders(channel, str(chat_id), {"chat_id": str(new_chat_id)})
-
-    async def _change_chat_reminders(self, channel: str, chat_id: str,
-                                     values: dict[str, Any]) -> list[Reminder]:
         async with self._tx() as session:
-            rows = list(await session.scalars(
-                select(ReminderRow).where(ReminderRow.channel == channel,
-                                          ReminderRow.chat_id == str(chat_id),
-                                          ReminderRow.status == ReminderStatus.ACTIVE)
-                .order_by(ReminderRow.id)))
-            for row in rows:
-                for key, value in values.items():
-                    setattr(row, key, value)
-            await session.flush()
-            return [_record(Reminder, row) for row in rows]
+            return await self._change_chat_reminders(session, channel, str(chat_id),
+                                                     {"status": ReminderStatus.CANCELLED})
+
+    async def move_chat(self, channel: str, chat_id: str | int, new_chat_id: str | int) -> MovedChat:
+        """The chat lives on as `new_chat_id` (a Telegram group upgraded to a supergroup): in one
+        transaction its active conversations, its undelivered replies (in their order) and its
+        active reminders move there, so its history and what it is owed go on under the new id.
+        Nothing is left under the old id, so a second call for the same move (the other service
+        message, a later refusal) moves nothing. A user who already has an active conversation
+        under the new id (the move came late) keeps the one that moved, with the chat's history;
+        the other is archived, as /new would."""
+        old, new = str(chat_id), str(new_chat_id)
+        async with self._tx() as session:
+            now = self.now()
+            active = (ConversationRow.channel == channel,
+                      ConversationRow.status == ConversationStatus.ACTIVE)
+            # First, or the move would break "one active conversation per user and chat".
+            movers = select(ConversationRow.user_id).where(*active, ConversationRow.chat_id == old)
+            await session.execute(
+                update(ConversationRow)
+                .where(*active, ConversationRow.chat_id == new, ConversationRow.user_id.in_(movers))
+                .values(status=ConversationStatus.ARCHIVED, archived_at=now, updated_at=now)
+                .execution_options(synchronize_session=False))
+            conversations = list(await session.scalars(
+                select(ConversationRow).where(*active, ConversationRow.chat_id == old)
+                .order_by(ConversationRow.id)))
+            # The same rows, ids kept: the outbox sends a chat's pending replies in id order.
+            outbound = list(await session.scalars(
+                select(OutboundMessageRow).where(OutboundMessageRow.channel == channel,
+                                                 OutboundMessageRow.chat_id == old,
+                                                 OutboundMessageRow.status == OutboundStatus.PENDING)
+                .order_by(OutboundMessageRow.id)))
+            for row in conversations + outbound:
+                row.chat_id, row.updated_at = new, now
+            reminders = await self._change_chat_reminders(session, channel, old, {"chat_id": new})
+            return MovedChat([_record(Conversation, row) for row in conversations],
+                             [_record(OutboundMessage, row) for row in outbound], reminders)
+
+    @staticmethod
+    async def _change_chat_reminders(session: AsyncSession, channel: str, chat_id: str,
+                                     values: dict[str, Any]) -> list[Reminder]:
+        rows = list(await session.scalars(
+            select(ReminderRow).where(ReminderRow.channel == channel,
+                                      ReminderRow.chat_id == str(chat_id),
+                                      ReminderRow.status == ReminderStatus.ACTIVE)
+            .order_by(ReminderRow.id)))
+        for row in rows:
+            for key, value in values.items():
+                setattr(row, key, value)
+        await session.flush()
+        return [_record(Reminder, row) for row in rows]
 
     async def fire_reminder(self, reminder_id: int, due_at: datetime, next_due: datetime | None,
                             pieces: list[str], *, conversation_id: int | None = None

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import aiosmtplib
 
-from skills.base import Skill, SkillContext, SkillDenied, SkillError
+from skills.base import Skill, SkillContext, SkillDenied, SkillError, visible
 
 log = logging.getLogger(__name__)
 
@@ -133,22 +133,29 @@ class EmailSkill(Skill):
         return problems
 
     def describe(self, args: dict[str, Any]) -> str:
+        # An approval prompt: every field escaped (skills.base.visible), so a model-written subject
+        # or body cannot add lines or reorder text to make the prompt read as something else.
         action = args.get("action")
-        mailbox = _visible(str(args.get("mailbox") or "INBOX"))
+        mailbox = visible(str(args.get("mailbox") or "INBOX"))
         if action == "list":
             count = args.get("count", LIST_DEFAULT)
             which = " unseen" if args.get("unseen_only") else ""
-            search = f" containing {_visible(str(args['search']))!r}" if args.get("search") else ""
+            search = f" containing {visible(str(args['search']))!r}" if args.get("search") else ""
             return f"list the {count} most recent{which} messages{search} in {mailbox}"
         if action == "read":
-            return f"read the message with uid {args.get('uid')} in {mailbox}"
+            return f"read the message with uid {visible(str(args.get('uid')))} in {mailbox}"
         body = str(args.get("body", ""))
-        preview = body[:PREVIEW_CHARS] + (f"\n[... {len(body)} characters in all]"
-                                          if len(body) > PREVIEW_CHARS else "")
+        # The body keeps its line breaks (it is a letter) between markers: the closing one repeats
+        # the length, so a forged "end of body" line inside it does not match, and every other
+        # control or format character is escaped.
+        shown = "\n".join(visible(line) for line in body[:PREVIEW_CHARS].split("\n"))
+        first = f"first {PREVIEW_CHARS} of " if len(body) > PREVIEW_CHARS else ""
         lines = ["send an email", f"to: {_show_list(args.get('to'))}"]
         if args.get("cc"):
             lines.append(f"cc: {_show_list(args.get('cc'))}")
-        lines += [f"subject: {_visible(str(args.get('subject', '')))}", f"body:\n{preview}"]
+        lines += [f"subject: {visible(str(args.get('subject', '')))}",
+                  f"body ({first}{len(body)} characters) >>>", shown,
+                  f"<<< end of body ({len(body)} characters)"]
         return "\n".join(lines)
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
@@ -717,4 +724,4 @@ def _visible(text: str) -> str:
 
 def _show_list(value: Any) -> str:
     items = [value] if isinstance(value, str) else value if isinstance(value, list) else [value]
-    return ", ".join(_visible(str(i)) for i in items)
+    return ", ".join(visible(str(i)) for i in items)

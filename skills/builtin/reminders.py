@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from skills.base import ReminderBook, Skill, SkillContext, SkillError
+from skills.base import ReminderBook, Skill, SkillContext, SkillError, visible
 
 MAX_TEXT_CHARS = 1000
 MAX_AHEAD = timedelta(days=3660)
@@ -51,7 +51,7 @@ class RemindersSkill(Skill):
             "when": {"type": "string", "description": "add: the user's own words for the time: "
                                                       + WHEN_HELP.removeprefix("use ")},
             "repeat": {"type": "string", "enum": ["none", "daily", "weekdays", "weekly"]},
-            "id": {"type": "integer", "description": "cancel: the reminder's number"},
+            "number": {"type": "integer", "description": "cancel: the reminder's number (#N)"},
             "timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris; "
                                                           "default: the owner's"},
         },
@@ -73,20 +73,22 @@ class RemindersSkill(Skill):
         if action == "list":
             return await _list(book, ctx)
         if action == "cancel":
-            if not isinstance(args.get("id"), int):
-                raise SkillError("cancel needs the reminder's number as id (list shows them)")
-            done = await book.cancel(ctx.user, args["id"])
+            number = args.get("number")
+            if not isinstance(number, int):
+                raise SkillError("cancel needs the reminder's number (list shows them)")
+            done = await book.cancel(ctx.user, number)
             if done is None:
-                raise SkillError(f"you have no active reminder #{args['id']}; list shows them")
+                raise SkillError(f"you have no active reminder #{number}; list shows them")
             if done.chat_id != ctx.chat_id:  # this chat may be a group: not the text of another's
-                return f"Cancelled reminder #{done.id} (set in another chat)."
-            return f"Cancelled reminder #{done.id}: {done.text}"
+                return f"Cancelled reminder #{done.number} (set in another chat)."
+            return f"Cancelled reminder #{done.number}: {done.text}"
         return await _add(book, args, ctx)
 
     def describe(self, args: dict[str, Any]) -> str:
         if args.get("action") != "add":
             return super().describe(args)
-        return f"remind you {args.get('when', '?')!s}: {args.get('text', '')!s}"
+        # An approval prompt: escaped, so the model's text cannot add a line to it.
+        return f"remind you {visible(str(args.get('when', '?')))}: {visible(str(args.get('text', '')))}"
 
 
 async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> str:
@@ -116,7 +118,7 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
     if reminder is None:
         raise SkillError("you have too many active reminders; cancel some first")
     every = "" if repeat == "none" else f", then {repeat}"
-    return (f"Reminder #{reminder.id} set for {_local(due, zone)} {zone_name}{moved} "
+    return (f"Reminder #{reminder.number} set for {_local(due, zone)} {zone_name}{moved} "
             f"(in {_span(due - now)}){every}: {text}")
 
 
@@ -130,7 +132,7 @@ async def _list(book: ReminderBook, ctx: SkillContext) -> str:
     here = [r for r in reminders if r.chat_id == ctx.chat_id]
     for r in here:
         every = f" (repeats {r.repeat})" if r.repeat else ""
-        lines.append(f"#{r.id} {_local(r.due_at, ZoneInfo(r.timezone))} {r.timezone}{every}: {r.text}")
+        lines.append(f"#{r.number} {_local(r.due_at, ZoneInfo(r.timezone))} {r.timezone}{every}: {r.text}")
     if not here:
         lines[0] += " You have no reminders in this chat."
     if elsewhere := len(reminders) - len(here):

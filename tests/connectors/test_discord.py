@@ -408,6 +408,20 @@ async def test_slash_remind_sets_a_reminder_without_the_model(fake, daemon_with)
     assert model.prompts == []  # the model was not asked
 
 
+async def test_a_late_slash_command_is_answered_in_the_channel_and_its_words_not_logged(
+        fake, daemon_with, caplog):
+    await daemon_with(ScriptedModel(history_echo), '[skills]\nenabled = ["clock", "reminders"]\n'
+                                                   '[skills.reminders]\ntimezone = "UTC"')
+    caplog.set_level(logging.INFO)
+    fake.expire_interactions = True  # acknowledged too late: Discord forgot the interaction
+    channel = fake.dm_channel_id(ADA)
+    fake.slash(ADA, "remind", options={"what": "in 2 hours call the dentist"})
+    await until(lambda: fake.texts(channel))
+    assert fake.texts(channel)[0].endswith("(in 2 h): call the dentist")
+    assert "could not acknowledge /remind" in caplog.text
+    assert "dentist" not in caplog.text
+
+
 async def test_slash_stop_aborts_the_answer_and_its_draft_is_not_reused(fake, daemon_with):
     model = ScriptedModel(lambda m: "a long answer " * 20)
     await daemon_with(model, "stream_edits = true")

@@ -27,6 +27,7 @@ from connectors.telegram import Backoff, TelegramConnector, markdown_to_html, sa
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, load_config
 from openclaw.daemon import Daemon
+from openclaw.store.records import ConversationStatus, OutboundStatus
 from tests.fakes.telegram_api import FakeTelegram, Generated
 from tests.openclaw.scripted_model import ScriptedModel, last_user
 from tests.openclaw.test_reminders import eventually
@@ -368,14 +369,105 @@ async def test_a_refusal_of_one_message_leaves_the_chats_reminders_alone(env, fa
 
 
 async def test_a_group_upgraded_to_a_supergroup_takes_its_reminders_along(env, fake):
-    daemon = await env.start(ScriptedModel(echo), '\n[skills]\nenabled = ["clock", "reminders"]')
-    now, ada, supergroup = daemon.store.now(), f"telegram:{ADA}", -1001234567890
-    later = await daemon.reminders.add(ada, str(GROUP), "standup", now + timedelta(hours=1),
+    daemon = await env.start(ScriptedModel(echo), REMINDERS)
+    now, ada = daemon.store.now(), f"telegram:{ADA}"
+    later = await daemon.reminders.add(ada, str(BASIC_GROUP), "standup", now + timedelta(hours=1),
                                        repeat="daily", timezone="UTC")
-    fake.migrated[GROUP] = supergroup
-    await daemon.reminders.add(ada, str(GROUP), "now", now, repeat=None, timezone="UTC")  # refused
+    fake.migrate(BASIC_GROUP, SUPERGROUP, announce=False)  # only the refusal tells
+    await daemon.reminders.add(ada, str(BASIC_GROUP), "now", now, repeat=None, timezone="UTC")
     await eventually(lambda: daemon.store.active_reminders(),
-                     lambda active: [(r.id, r.chat_id) for r in active] == [(later.id, str(supergroup))])
+                     lambda active: [(r.id, r.chat_id) for r in active] == [(later.id, str(SUPERGROUP))])
+    assert await env.replies(SUPERGROUP, 1) == ["⏰ Reminder: now"]  # the refused one, re-sent
+
+
+# ---- a group upgraded to a supergroup -----------------------------------------------------------
+# Its id changes. Telegram refuses the old id with the new one (ChatMigrated), and tells the bot
+# in both chats with a service message; either has the chat's state follow it.
+
+BASIC_GROUP, SUPERGROUP = -4001, -1001234567890
+REMINDERS = '\n[skills]\nenabled = ["clock", "reminders"]'
+
+
+def to_bot(text: str, fake: FakeTelegram) -> str:
+    return f"@{fake.username} {text}"
+
+
+async def conversation_in(daemon: Daemon, chat: int) -> int:
+    return (await daemon.store.active_conversation(f"telegram:{ADA}", str(chat), "telegram")).id
+
+
+async def talk_in_the_group(env: Env, fake: FakeTelegram):
+    """Ada told the bot her name in the basic group, which has a daily reminder: (the daemon, its
+    model, the reminder, the group's conversation id)."""
+    model = ScriptedModel(history_echo)
+    daemon = await env.start(model, REMINDERS)
+    standup = await daemon.reminders.add(f"telegram:{ADA}", str(BASIC_GROUP), "standup",
+                                         daemon.store.now() + timedelta(hours=1), repeat="daily",
+                                         timezone="UTC")
+    fake.send(to_bot("my name is Ada", fake), chat=BASIC_GROUP)
+    assert await env.replies(BASIC_GROUP, 1) == ["you said 1 things: my name is Ada"]
+    return daemon, model, standup, await conversation_in(daemon, BASIC_GROUP)
+
+
+async def test_the_reply_refused_by_an_upgraded_group_arrives_in_the_supergroup_and_the_talk_goes_on(
+        env, fake):
+    daemon, model, standup, conversation = await talk_in_the_group(env, fake)
+    model.gate = asyncio.Event()  # the next answer is being written when the group is upgraded
+    fake.send(to_bot("what is my name?", fake), chat=BASIC_GROUP)
+    await until(lambda: len(model.prompts) == 2)
+    fake.migrate(BASIC_GROUP, SUPERGROUP, announce=False)  # no service message: only the refusal
+    model.gate.set()
+    assert await env.replies(SUPERGROUP, 1) == ["you said 2 things: my name is Ada | what is my name?"]
+    assert [c.status for c in fake.calls_to("sendMessage")] == [200, 400, 200]
+    sent = await daemon.store.list_outbound()
+    assert [(o.chat_id, o.status) for o in sent] == [(str(BASIC_GROUP), OutboundStatus.SENT),
+                                                     (str(SUPERGROUP), OutboundStatus.SENT)]
+    assert sent[1].external_message_id == str(fake.bot_messages[SUPERGROUP][0].message_id)
+    fake.send(to_bot("and now?", fake), chat=SUPERGROUP)
+    assert (await env.replies(SUPERGROUP, 2))[1] == (
+        "you said 3 things: my name is Ada | what is my name? | and now?")
+    assert await conversation_in(daemon, SUPERGROUP) == conversation
+    assert [(r.id, r.chat_id) for r in await daemon.store.active_reminders()] == [
+        (standup.id, str(SUPERGROUP))]
+
+
+async def test_the_service_messages_alone_move_the_group_and_its_waiting_reply(env, fake, caplog):
+    caplog.set_level(logging.WARNING, logger="openclaw.gateway")
+    daemon, _, standup, conversation = await talk_in_the_group(env, fake)
+    # The next reply fails for a while and waits for a retry far off: only the move sends it.
+    daemon.gateway.outbox.first_delay_s = 600
+    fake.fail_next("sendMessage", 502, "Bad Gateway")
+    fake.send(to_bot("what is my name?", fake), chat=BASIC_GROUP)
+    await until(lambda: daemon.gateway.outbox.backlog)
+    fake.migrate(BASIC_GROUP, SUPERGROUP)
+    assert await env.replies(SUPERGROUP, 1) == ["you said 2 things: my name is Ada | what is my name?"]
+    assert [c.status for c in fake.calls_to("sendMessage")] == [200, 502, 200]  # nothing refused
+    await until(lambda: not fake.updates)  # both service messages handled and confirmed
+    assert caplog.text.count(f"telegram chat {BASIC_GROUP} is now {SUPERGROUP}") == 1  # not twice
+    fake.send(to_bot("and now?", fake), chat=SUPERGROUP)
+    assert (await env.replies(SUPERGROUP, 2))[1].startswith("you said 3 things: my name is Ada")
+    assert await conversation_in(daemon, SUPERGROUP) == conversation
+    assert [(r.id, r.chat_id) for r in await daemon.store.active_reminders()] == [
+        (standup.id, str(SUPERGROUP))]
+    assert fake.texts(BASIC_GROUP) == ["you said 1 things: my name is Ada"]
+
+
+async def test_a_move_noticed_late_keeps_the_groups_history_over_a_talk_begun_in_the_supergroup(
+        env, fake):
+    daemon, _, _, conversation = await talk_in_the_group(env, fake)
+    fake.migrate(BASIC_GROUP, SUPERGROUP, announce=False)  # the service messages never came
+    fake.send(to_bot("hello", fake), chat=SUPERGROUP)
+    assert await env.replies(SUPERGROUP, 1) == ["you said 1 things: hello"]  # a new conversation
+    begun = await conversation_in(daemon, SUPERGROUP)
+    # A reminder for the old id is refused: now the group's conversation moves, and wins.
+    await daemon.reminders.add(f"telegram:{ADA}", str(BASIC_GROUP), "tea", daemon.store.now(),
+                               repeat=None, timezone="UTC")
+    assert (await env.replies(SUPERGROUP, 2))[1] == "⏰ Reminder: tea"
+    fake.send(to_bot("what is my name?", fake), chat=SUPERGROUP)
+    assert (await env.replies(SUPERGROUP, 3))[2] == (
+        "you said 2 things: my name is Ada | what is my name?")
+    assert await conversation_in(daemon, SUPERGROUP) == conversation != begun
+    assert (await daemon.store.get_conversation(begun)).status is ConversationStatus.ARCHIVED
 
 
 def _serve(config_path: str, mode: str) -> None:

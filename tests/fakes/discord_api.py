@@ -126,6 +126,7 @@ class FakeDiscord:
         self.cdn_requests: list[Recorded] = []  # downloads of attached files, whether served or not
         self.commands: list[dict] = []  # the application's global slash commands
         self.interactions: dict[int, dict] = {}  # id -> payload plus "callback" and "response_id"
+        self.expire_interactions = False  # answer callbacks as Discord does after its 3 s window
         self.identifies = 0
         self.resumes = 0
         self.message_content_intent = True  # the developer portal's switch for the privileged intent
@@ -392,7 +393,8 @@ class FakeDiscord:
 
     async def _interaction_callback(self, request: web.Request) -> web.Response:
         interaction = self.interactions.get(int(request.match_info["id"]))
-        if interaction is None or interaction["token"] != request.match_info["token"]:
+        if (interaction is None or interaction["token"] != request.match_info["token"]
+                or self.expire_interactions):
             return _json({"message": "Unknown interaction", "code": 10062}, 404)
         if interaction["callback"] is not None:
             return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, 400)

@@ -16,7 +16,9 @@ Test helpers: `send` / `send_document` / `send_voice` / `send_photo` (a user wri
 (any raw update), `texts(chat)` (what the bot's messages in a chat show now), `fail_next` (queue an
 error such as 429 with retry_after for a method's next call; "download" for the next file
 download), `cut_next_download` (the connection breaks or stalls partway through a file),
-`downloads` (what each file download sent before it ended), `reject_formatting`, and `stop()` /
+`downloads` (what each file download sent before it ended), `reject_formatting`, `migrate` (a
+group becomes a supergroup: its service messages, then every call to the old id is refused with
+the new one), and `stop()` /
 `start()` on the same port to make the service go away and come back. A file's content may be
 `Generated(size)`: its bytes are made as they are sent, never held whole.
 """
@@ -185,11 +187,9 @@ class FakeTelegram:
         """A user writes `text` (in a private chat, or in group `chat` when it is negative).
         Entities are computed as Telegram does unless given. Returns the message."""
         chat_id = chat if chat is not None else user
-        chat_obj = ({"id": chat_id, "type": "private", "first_name": first_name} if chat_id > 0
-                    else {"id": chat_id, "type": "supergroup", "title": "A group"})
         message = {"message_id": next(self._message_ids[chat_id]), "date": int(time.time()),
-                   "chat": chat_obj, "from": {"id": user, "is_bot": False, "first_name": first_name},
-                   **fields}
+                   "chat": _chat_json(chat_id, first_name),
+                   "from": {"id": user, "is_bot": False, "first_name": first_name}, **fields}
         if text is not None:
             key = "caption" if any(k in fields for k in ("document", "photo", "voice")) else "text"
             message[key] = text
@@ -225,6 +225,16 @@ class FakeTelegram:
         photo = [{"file_id": file_id, "file_unique_id": f"u{file_id}", "width": 90, "height": 90,
                   "file_size": 12}]
         return self.send(caption, user, photo=photo, **kw)
+
+    def migrate(self, group: int, supergroup: int, user: int = 1001, *, announce: bool = True) -> None:
+        """`user` upgrades `group` to `supergroup` (a new id, "-100..."). From now on Telegram
+        refuses every call to the group's id with 400 and the new id (migrate_to_chat_id). With
+        `announce`, the bot gets the service messages Telegram sends: the group's last message
+        names the supergroup, the supergroup's first names the group."""
+        self.migrated[group] = supergroup
+        if announce:
+            self.send(None, user, chat=group, migrate_to_chat_id=supergroup)
+            self.send(None, user, chat=supergroup, migrate_from_chat_id=group)
 
     def add_file(self, content: Content, file_path: str) -> str:
         file_id = f"F{next(self._file_ids)}"
@@ -400,9 +410,7 @@ class FakeTelegram:
         if chat in self.blocked_by:
             raise ApiError(403, "Forbidden: bot was blocked by the user" if chat > 0
                            else "Forbidden: bot was kicked from the supergroup chat")
-        if chat in self.migrated:
-            raise ApiError(400, "Bad Request: group chat was upgraded to a supergroup chat",
-                           migrate_to=self.migrated[chat])
+        self._not_migrated(chat)
         text, parse_mode = str(params.get("text") or ""), params.get("parse_mode")
         shown = self._visible(text, parse_mode)
         message_id = next(self._message_ids[chat])
@@ -414,6 +422,7 @@ class FakeTelegram:
 
     async def _m_editMessageText(self, params: dict) -> dict:
         chat = _chat_id(params)
+        self._not_migrated(chat)
         target = next((m for m in self.bot_messages[chat]
                        if m.message_id == int(params.get("message_id") or 0)), None)
         if target is None:
@@ -429,8 +438,16 @@ class FakeTelegram:
         return self._message_json(chat, target)
 
     async def _m_sendChatAction(self, params: dict) -> bool:
-        self.actions.append((_chat_id(params), str(params.get("action"))))
+        chat = _chat_id(params)
+        self._not_migrated(chat)
+        self.actions.append((chat, str(params.get("action"))))
         return True
+
+    def _not_migrated(self, chat: int) -> None:
+        """Telegram's answer to any call naming a group that became a supergroup."""
+        if chat in self.migrated:
+            raise ApiError(400, "Bad Request: group chat was upgraded to a supergroup chat",
+                           migrate_to=self.migrated[chat])
 
     async def _m_getFile(self, params: dict) -> dict:
         file_id = str(params.get("file_id"))
@@ -453,9 +470,7 @@ class FakeTelegram:
         return shown
 
     def _message_json(self, chat: int, sent: BotMessage) -> dict:
-        chat_obj = ({"id": chat, "type": "private", "first_name": "Ada"} if chat > 0
-                    else {"id": chat, "type": "supergroup", "title": "A group"})
-        return {"message_id": sent.message_id, "date": int(time.time()), "chat": chat_obj,
+        return {"message_id": sent.message_id, "date": int(time.time()), "chat": _chat_json(chat),
                 "from": self._me(), "text": sent.shown}
 
     def _wake(self) -> None:
@@ -498,6 +513,15 @@ def _chunks(content: Content) -> Iterator[bytes]:
 
 def _answer(body: dict, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, content_type="application/json")
+
+
+def _chat_json(chat: int, first_name: str = "Ada") -> dict:
+    """A chat as Telegram describes it: a user's private chat has their (positive) id; a
+    supergroup's id is -100 and then at least ten digits; other negative ids are basic groups."""
+    if chat > 0:
+        return {"id": chat, "type": "private", "first_name": first_name}
+    kind = "supergroup" if chat <= -1_000_000_000_000 else "group"
+    return {"id": chat, "type": kind, "title": "A group"}
 
 
 def _chat_id(params: dict) -> int:

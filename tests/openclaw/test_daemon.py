@@ -69,8 +69,8 @@ temperature = 0.0
 
 
 def msg(text: str, user: str = "local", chat: str | None = None, mid: str | None = None,
-        channel: str = "terminal") -> InboundMessage:
-    return InboundMessage(channel, user, chat or user, mid or f"m{next(_ids)}", text)
+        channel: str = "terminal", is_group: bool = False) -> InboundMessage:
+    return InboundMessage(channel, user, chat or user, mid or f"m{next(_ids)}", text, is_group=is_group)
 
 
 async def started(tmp_path, model, extra: str = "") -> tuple[Daemon, RecordingConnector]:
@@ -220,6 +220,15 @@ async def test_the_owner_answers_pairing_requests_from_the_chat(tmp_path):
     assert "Denied terminal:5353" in await say(daemon, conn, f"/pairing deny {codes['terminal:5353']}")
     assert (await daemon.store.get_user("terminal", "5353")).status == "blocked"
     assert "No pending pairing code" in await say(daemon, conn, "/pairing approve NOPE1234")
+    await conn.handler(msg("hi", user="6464"))
+    await daemon.gateway.wait_idle()
+    code = next(c.code for c in await daemon.store.list_pairing_codes() if c.user == "terminal:6464")
+    # In a group even the owner's /pairing shows nobody's code and answers none.
+    for text in ("/pairing", f"/pairing approve {code}"):
+        in_group = await say(daemon, conn, text, chat="group-1", is_group=True)
+        assert in_group.startswith("Pairing requests are answered in a private chat")
+        assert code not in in_group and "6464" not in in_group
+    assert (await daemon.store.get_user("terminal", "6464")).status == "pending"
     assert len(model.prompts) == 1  # commands, not turns
     await daemon.stop()
 
@@ -392,6 +401,8 @@ async def test_status_and_help_commands_answer_without_the_model(tmp_path):
     theirs = await say(daemon, conn, "/status", user="99")
     assert theirs.endswith("Tokens used today: you 0"), theirs  # others' use is not theirs to see
     assert (await say(daemon, conn, "/status")).endswith("you 1234, everyone 1234")
+    in_group = await say(daemon, conn, "/status", chat="group-1", is_group=True)
+    assert in_group.endswith("Tokens used today: you 1234"), in_group  # not for the group's eyes
     events = await daemon.store.pending_inbound()
     assert events == []
     await daemon.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from connectors.base import DeliveryRefused
 from openclaw.daemon import Daemon
 from openclaw.store.records import OutboundStatus
@@ -13,7 +15,8 @@ from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
 
 
 class FlakyConnector(RecordingConnector):
-    """Raises like a client library whose network is gone while `down`; refuses chats in `gone`."""
+    """Raises like a client library whose network is gone while `down`; refuses chats in `gone`,
+    and those in `moved` with their new id."""
 
     max_message_len = 40
 
@@ -21,12 +24,16 @@ class FlakyConnector(RecordingConnector):
         super().__init__()
         self.down = False
         self.gone: set[str] = set()
+        self.moved: dict[str, str] = {}
         self.attempts = 0
 
     async def send_text(self, chat_id: str, text: str) -> str:
         self.attempts += 1
         if chat_id in self.gone:
             raise DeliveryRefused("Forbidden: bot was blocked by the user", chat_gone=True)
+        if chat_id in self.moved:
+            raise DeliveryRefused("group chat was upgraded to a supergroup chat",
+                                  moved_to=self.moved[chat_id])
         if self.down:
             raise ConnectionError("network is unreachable")
         return await super().send_text(chat_id, text)
@@ -44,14 +51,19 @@ async def outbound(daemon: Daemon):
     return [(o.chat_id, o.text, o.status, o.attempts) for o in await daemon.store.list_outbound()]
 
 
+async def two_replies_waiting(daemon: Daemon, conn: FlakyConnector) -> None:
+    """Two questions answered while the service is down: their replies (three pieces) wait."""
+    conn.down = True
+    for text in ("first question", "second question, which is long enough to need two pieces"):
+        await conn.handler(msg(text, user="local"))
+    await daemon.gateway.wait_idle()
+
+
 async def test_replies_wait_out_an_outage_and_arrive_in_order(tmp_path):
     conn = FlakyConnector()
     daemon = await start(tmp_path, conn)
     try:
-        conn.down = True
-        for text in ("first question", "second question, which is long enough to need two pieces"):
-            await conn.handler(msg(text, user="local"))
-        await daemon.gateway.wait_idle()
+        await two_replies_waiting(daemon, conn)
         rows = await outbound(daemon)
         assert rows and all(status is OutboundStatus.PENDING for _, _, status, _ in rows)
         await until(lambda: conn.attempts >= 3)  # it keeps trying while down
@@ -84,7 +96,9 @@ async def test_a_refusal_for_good_is_marked_failed_and_not_retried(tmp_path):
         await daemon.stop()
 
 
-async def test_a_failing_refusal_handler_costs_no_other_piece(tmp_path):
+@pytest.mark.parametrize("refusal", ["Forbidden: bot was blocked by the user",
+                                     "group chat was upgraded to a supergroup chat"])
+async def test_a_failing_refusal_handler_costs_no_other_piece(tmp_path, refusal):
     conn = FlakyConnector()
     daemon = await start(tmp_path, conn, reply=lambda m: "a reply that is long enough to need two pieces")
     told = []
@@ -95,12 +109,34 @@ async def test_a_failing_refusal_handler_costs_no_other_piece(tmp_path):
 
     daemon.gateway.outbox.on_chat_refused = broken
     try:
-        conn.gone.add("local")
+        if "blocked" in refusal:
+            conn.gone.add("local")
+        else:  # a move that cannot be followed: failed like any refusal, not retried in a loop
+            conn.moved["local"] = "elsewhere"
         await conn.handler(msg("hello", user="local"))
         await daemon.gateway.wait_idle()
         rows = await outbound(daemon)
         assert len(rows) == 2 and all(status is OutboundStatus.FAILED for _, _, status, _ in rows)
-        assert told == [("terminal", "local", "Forbidden: bot was blocked by the user")] * 2
+        assert told == [("terminal", "local", refusal)] * 2
+        assert daemon.gateway.outbox.backlog == 0
+    finally:
+        await daemon.stop()
+
+
+async def test_replies_waiting_for_a_chat_that_moved_are_sent_to_its_new_id_in_order(tmp_path):
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    try:
+        await two_replies_waiting(daemon, conn)
+        waiting = await daemon.store.pending_outbound()
+        assert len(waiting) == 3
+        conn.down, conn.moved["local"] = False, "elsewhere"  # the retry is refused: it moved
+        await daemon.gateway.outbox.wait_delivered()
+        assert conn.texts("local") == []
+        assert conn.texts("elsewhere") == [o.text for o in waiting]  # all of them, in order
+        rows = await daemon.store.list_outbound()
+        assert [(o.id, o.chat_id, o.status) for o in rows] == [
+            (o.id, "elsewhere", OutboundStatus.SENT) for o in waiting]  # the same rows, re-pointed
         assert daemon.gateway.outbox.backlog == 0
     finally:
         await daemon.stop()

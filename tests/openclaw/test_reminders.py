@@ -16,7 +16,7 @@ from openclaw.daemon import Daemon
 from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
 from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
+from tests.openclaw.test_daemon import RecordingConnector, config, msg, say, until
 from tests.openclaw.test_daemon import started as started_with
 
 SKILLS = """
@@ -103,7 +103,7 @@ async def test_what_fell_due_while_down_is_sent_at_start_late_and_repeats_move_a
         late = {t.splitlines()[0]: t for t in reminders_sent(conn)}
         assert set(late) == {"⏰ Reminder: water the plants", "⏰ Reminder: pills"}
         assert "I could not send it then" in late["⏰ Reminder: water the plants"]
-        assert f"Reminder #{daily.id} repeats daily" in late["⏰ Reminder: pills"]
+        assert f"Reminder #{daily.number} repeats daily" in late["⏰ Reminder: pills"]
 
         await until(lambda: daemon.gateway.queue_length() == 0)
         # Dropping the two who may not be reminded takes the scheduler a few store calls.
@@ -114,7 +114,7 @@ async def test_what_fell_due_while_down_is_sent_at_start_late_and_repeats_move_a
         moved = active[daily.id]
         assert moved.fired_count == 1 and now < moved.due_at <= now + timedelta(days=1)
         assert (moved.due_at - daily.due_at) % timedelta(days=1) == timedelta(0)
-        cancelled = await daemon.store.cancel_reminder(pending.key, stranger.id)
+        cancelled = await daemon.store.cancel_reminder(pending.key, stranger.number)
         assert cancelled is None  # already cancelled, by the daemon
         assert all("secret" not in t for t in conn.texts())
     finally:
@@ -150,9 +150,9 @@ async def test_a_reminder_due_during_a_turn_waits_for_it_and_survives_stop(tmp_p
 def reminder(due: datetime, repeat: str | None, zone: str = "Europe/Paris",
              local_time: str | None = None) -> Reminder:
     local_time = local_time or due.astimezone(ZoneInfo(zone)).time().isoformat()
-    return Reminder(id=7, user="telegram:1", channel="telegram", chat_id="1", text="pills", due_at=due,
-                    repeat=repeat, timezone=zone, local_time=local_time, status=ReminderStatus.ACTIVE,
-                    fired_count=0, created_at=due, fired_at=None)
+    return Reminder(id=7, number=3, user="telegram:1", channel="telegram", chat_id="1", text="pills",
+                    due_at=due, repeat=repeat, timezone=zone, local_time=local_time,
+                    status=ReminderStatus.ACTIVE, fired_count=0, created_at=due, fired_at=None)
 
 
 def test_a_daily_reminder_in_the_dst_gap_hour_comes_back_to_its_time():
@@ -190,6 +190,12 @@ def test_a_late_delivery_says_when_it_was_due_in_the_users_zone():
                     "send it then.)")
 
 
+def test_a_repeating_reminder_names_the_users_number_not_the_internal_id():
+    due = datetime(2026, 12, 4, 7, 0, tzinfo=UTC)
+    assert message(reminder(due, "daily"), due) == (
+        "⏰ Reminder: pills\n(Reminder #3 repeats daily; ask me to cancel it to stop it.)")
+
+
 async def test_reminders_stop_when_the_skill_is_no_longer_the_users(tmp_path):
     cfg = config(tmp_path, SKILLS)
     (tmp_path / "data").mkdir()
@@ -203,7 +209,7 @@ async def test_reminders_stop_when_the_skill_is_no_longer_the_users(tmp_path):
     try:
         # The scheduler picks it up at start.
         assert await eventually(lambda: daemon.store.active_reminders(), lambda active: not active) == []
-        assert await daemon.store.cancel_reminder("terminal:local", daily.id) is None  # done so
+        assert await daemon.store.cancel_reminder("terminal:local", daily.number) is None  # done so
         assert reminders_sent(conn) == []
     finally:
         await daemon.stop()
@@ -309,6 +315,23 @@ async def test_remind_and_reminders_commands_work_without_the_model(tmp_path):
         # Audited like a model's calls: the refused one (newest first) with why.
         assert [(a.skill, a.user) for a in adds] == [("reminders", "terminal:local")] * 2
         assert "in the past" in adds[0].detail and adds[1].detail is None
+    finally:
+        await daemon.stop()
+
+
+async def test_each_user_has_their_own_reminder_numbers_in_commands(tmp_path):
+    daemon, conn = await started(tmp_path, remembering_model())
+    try:
+        await daemon.store.set_user_status("terminal", "bob", "allowed")
+        assert (await say(daemon, conn, "/remind in 1 hour tea")).startswith("Reminder #1 set")
+        assert (await say(daemon, conn, "/remind in 2 hours cake", user="bob")).startswith(
+            "Reminder #1 set")
+        assert await say(daemon, conn, "/reminders cancel 1", user="bob") == "Cancelled reminder #1: cake"
+        assert "no active reminder #1" in await say(daemon, conn, "/reminders cancel 1", user="bob")
+        [left] = await daemon.store.active_reminders()
+        assert (left.user, left.number, left.text) == ("terminal:local", 1, "tea")
+        assert (await say(daemon, conn, "/remind in 3 hours pie", user="bob")).startswith(
+            "Reminder #2 set")  # #1 is not given again
     finally:
         await daemon.stop()
 

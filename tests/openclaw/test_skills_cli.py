@@ -14,6 +14,8 @@ data_dir = "{tmp}/data"
 [skills]
 enabled = ["clock", "shell"]
 [access]
+admins = ["telegram:1"]
+allow = ["telegram:5", "telegram:6", "telegram:7"]
 roles = {{ "telegram:5" = "dev", "telegram:6" = "careful" }}
 blocked = ["telegram:13"]
 [roles.dev]
@@ -28,6 +30,17 @@ def setup(tmp_path):
     path = tmp_path / "openclaw.toml"
     path.write_text(CONFIG.format(tmp=tmp_path))
     return ["--config", str(path)]
+
+
+def audit(tmp_path) -> list[tuple[str, str, int | None]]:
+    async def rows():
+        store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db")
+        try:
+            return [(a.user, a.decision, a.exit_status) for a in reversed(await store.list_audit())]
+        finally:
+            await store.close()
+
+    return asyncio.run(rows())
 
 
 def test_skills_list_shows_origin_permissions_and_roles(tmp_path):
@@ -62,15 +75,8 @@ def test_skills_run_as_a_user_goes_through_policy_sandbox_and_audit(tmp_path):
                  tmp_path)
     assert failed.returncode == 1 and "exit status 3" in json.loads(failed.stdout)["output"]
 
-    async def audit():
-        store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db")
-        try:
-            return [(a.user, a.decision, a.exit_status) for a in reversed(await store.list_audit())]
-        finally:
-            await store.close()
-
-    assert asyncio.run(audit()) == [("telegram:5", "allowed", 0), ("telegram:7", "denied", None),
-                                    ("telegram:6", "rejected", None), ("telegram:5", "allowed", 3)]
+    assert audit(tmp_path) == [("telegram:5", "allowed", 0), ("telegram:7", "denied", None),
+                               ("telegram:6", "rejected", None), ("telegram:5", "allowed", 3)]
 
 
 def test_skills_run_rejects_bad_input_clearly(tmp_path):
@@ -78,12 +84,44 @@ def test_skills_run_rejects_bad_input_clearly(tmp_path):
     bad_json = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", "{oops"], tmp_path)
     assert bad_json.returncode == 2 and "--args is not JSON: Expecting property name" in bad_json.stderr
     blocked = run([*args, "skills", "run", "clock", "--as", "telegram:13"], tmp_path)
-    assert blocked.returncode == 2 and "telegram:13 is blocked" in blocked.stderr
+    assert blocked.returncode == 2
+    assert "telegram:13 is in access.blocked of the config; take them out" in blocked.stderr
     bad_user = run([*args, "skills", "run", "shell", "--as", "bob", "--args", "{}"], tmp_path)
     assert bad_user.returncode == 2 and 'expected a user "channel:id"' in bad_user.stderr
     bad_args = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", '{"cmd": "id"}'],
                    tmp_path)
     assert bad_args.returncode == 1 and "missing required argument 'command'" in bad_args.stdout
+
+
+def test_skills_run_refuses_users_the_daemon_would_not_answer_and_says_how_to_admit_them(tmp_path):
+    args = setup(tmp_path)
+    clock = [*args, "skills", "run", "clock", "--as"]
+    assert run([*args, "users", "block", "telegram:8"], tmp_path).returncode == 0
+    assert run([*args, "users", "revoke", "telegram:9"], tmp_path).returncode == 0  # back to pairing
+
+    blocked = run([*clock, "telegram:8"], tmp_path)
+    assert blocked.returncode == 2 and blocked.stdout == ""
+    assert blocked.stderr == ("openclaw skills run: telegram:8 is blocked (openclaw users block, or a "
+                              "denied pairing request); `openclaw users allow telegram:8` admits them\n")
+    pending = run([*clock, "telegram:9"], tmp_path)
+    assert pending.returncode == 2 and pending.stdout == ""
+    assert "telegram:9 is not admitted yet (pending): `openclaw pairing approve CODE`" in pending.stderr
+    unknown = run([*clock, "telegram:10"], tmp_path)
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "telegram:10 is not a known user" in unknown.stderr
+    assert "`openclaw users allow telegram:10` admits them" in unknown.stderr
+    # Nothing ran for them: no audit row, no workspace made.
+    assert audit(tmp_path) == []
+    assert not any((tmp_path / "data/workspaces" / f"telegram-{n}").exists() for n in (8, 9, 10))
+
+    # Whom the store, the config or the console admits may: the daemon would answer them.
+    assert run([*args, "users", "allow", "telegram:9"], tmp_path).returncode == 0
+    for user in ("telegram:9", "telegram:1", "telegram:7", "terminal:local"):
+        ok = run([*clock, user], tmp_path)
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout)["decision"] == "allowed"
+    assert [user for user, *_ in audit(tmp_path)] == ["telegram:9", "telegram:1", "telegram:7",
+                                                      "terminal:local"]
 
 
 def test_doctor_reports_the_isolation_and_a_broken_skill_config(tmp_path):

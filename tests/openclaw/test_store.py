@@ -153,7 +153,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0002"
+    assert await store.schema_revision() == head_revision() == "0003"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
@@ -183,9 +183,39 @@ async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
     finally:
         await engine.dispose()
     async with await Store.open(sqlite_url) as store:
-        assert await store.schema_revision() == "0002"
+        assert await store.schema_revision() == "0003"
         assert (await store.get_user("telegram", 7)).status is UserStatus.ALLOWED
         assert await store.active_reminders() == []
+
+
+async def test_upgrade_numbers_existing_reminders_per_user_in_the_order_they_were_made(sqlite_url: str):
+    from openclaw.store import create_engine
+
+    engine = create_engine(sqlite_url)
+    try:
+        await migrate(engine, "0002")
+        async with engine.begin() as conn:
+            for user, status in [("telegram:1", "cancelled"), ("discord:2", "active"),
+                                 ("telegram:1", "done"), ("telegram:1", "active"),
+                                 ("discord:2", "active")]:
+                await conn.exec_driver_sql(
+                    "INSERT INTO reminders (user_key, channel, chat_id, text, due_at, timezone, "
+                    "local_time, status, fired_count, created_at) VALUES (?, ?, '1', 'x', "
+                    "'2025-01-01 08:00:00', 'UTC', '08:00:00', ?, 0, '2025-01-01 00:00:00')",
+                    (user, user.split(":")[0], status))
+    finally:
+        await engine.dispose()
+    async with await Store.open(sqlite_url) as store:
+        async with store.engine.connect() as conn:
+            rows = (await conn.exec_driver_sql("SELECT id, user_key, number FROM reminders")).all()
+        assert sorted(rows) == [(1, "telegram:1", 1), (2, "discord:2", 1), (3, "telegram:1", 2),
+                                (4, "telegram:1", 3), (5, "discord:2", 2)]
+        # Numbers of cancelled and done ones stay taken; the next one follows them.
+        later = datetime(2025, 6, 2, tzinfo=UTC)
+        assert (await store.add_reminder("telegram:1", 1, "new", later)).number == 4
+        async with store.engine.begin() as conn:
+            with pytest.raises(IntegrityError):  # NOT NULL now, and unique per user
+                await conn.exec_driver_sql("UPDATE reminders SET number = 1 WHERE id = 3")
 
 
 async def test_migrated_schema_matches_the_orm_models(store: Store):
@@ -497,10 +527,10 @@ async def test_reminders_are_kept_per_user_soonest_first_within_a_limit(store: S
     assert await store.add_reminder("discord:2", "c9", "one too many", soon, max_active=1) is None
     assert len(await store.active_reminders("discord:2")) == 1
 
-    assert await store.cancel_reminder("discord:2", a.id) is None  # not theirs
-    cancelled = await store.cancel_reminder("telegram:1", a.id)
-    assert cancelled.status is ReminderStatus.CANCELLED
-    assert await store.cancel_reminder("telegram:1", a.id) is None  # no longer active
+    assert await store.cancel_reminder("discord:2", a.number) is None  # not theirs
+    cancelled = await store.cancel_reminder("telegram:1", a.number)
+    assert (cancelled.id, cancelled.status) == (a.id, ReminderStatus.CANCELLED)
+    assert await store.cancel_reminder("telegram:1", a.number) is None  # no longer active
     assert [r.id for r in await store.active_reminders("telegram:1")] == [b.id]
 
 
@@ -523,7 +553,7 @@ async def test_firing_a_reminder_records_it_and_queues_its_message_once(store: S
     assert (left.id, left.due_at, left.fired_count, left.fired_at) == (daily.id, tomorrow, 1, clock.now)
     assert [o.text for o in await store.pending_outbound()] == ["⏰ call", "a", "b"]
 
-    await store.cancel_reminder(user.key, daily.id)
+    await store.cancel_reminder(user.key, daily.number)
     assert await store.fire_reminder(daily.id, tomorrow, None, ["x"]) is None
     assert len(await store.pending_outbound()) == 3
 
@@ -549,3 +579,37 @@ async def test_the_reminder_limit_holds_for_concurrent_adds(store: Store, clock:
                                                       max_active=3) for n in range(10)))
     assert sum(r is not None for r in added) == 3
     assert len(await store.active_reminders("telegram:1")) == 3
+    # The refused adds were rolled back with the number they took.
+    assert sorted(r.number for r in added if r is not None) == [1, 2, 3]
+
+
+async def test_each_user_numbers_their_reminders_from_one(store: Store, clock: FakeClock):
+    ada = [await store.add_reminder("telegram:1", 1, f"ada {n}", clock.now) for n in range(2)]
+    bob = await store.add_reminder("discord:2", 2, "bob", clock.now)
+    assert [r.number for r in ada] == [1, 2] and bob.number == 1
+    assert len({r.id for r in (*ada, bob)}) == 3
+
+    # Bob's #1 is Bob's: Ada's #1 stays, and Bob has no #2 to cancel.
+    assert await store.cancel_reminder("discord:2", 2) is None
+    cancelled = await store.cancel_reminder("discord:2", 1)
+    assert (cancelled.id, cancelled.text) == (bob.id, "bob")
+    assert [r.number for r in await store.active_reminders("telegram:1")] == [1, 2]
+
+
+async def test_numbers_are_never_given_twice_after_cancel_or_delivery(store: Store, clock: FakeClock):
+    first = await store.add_reminder("telegram:1", 1, "done", clock.now)
+    second = await store.add_reminder("telegram:1", 1, "cancelled", clock.now)
+    await store.fire_reminder(first.id, first.due_at, None, ["x"])
+    await store.cancel_reminder("telegram:1", second.number)
+    assert await store.active_reminders("telegram:1") == []
+    third = await store.add_reminder("telegram:1", 1, "new", clock.now)
+    assert third.number == 3
+    assert await store.cancel_reminder("telegram:1", 2) is None  # the cancelled #2 stays cancelled
+
+
+async def test_concurrent_adds_of_one_user_get_distinct_numbers(store: Store, clock: FakeClock):
+    added = await asyncio.gather(*(store.add_reminder(user, 1, f"r{n}", clock.now)
+                                   for n in range(12) for user in ("telegram:1", "telegram:2")))
+    for user in ("telegram:1", "telegram:2"):
+        numbers = [r.number for r in added if r.user == user]
+        assert sorted(numbers) == list(range(1, 13)), numbers

@@ -195,8 +195,25 @@ def test_describe_shows_exactly_what_will_be_sent():
     text = EmailSkill().describe(send(["ann@friends.org"], cc="carl@example.org", subject="Hi\nBcc: x",
                                       body=body))
     assert "to: ann@friends.org" in text and "cc: carl@example.org" in text
-    assert "subject: Hi Bcc: x" in text  # a line break is shown, not obeyed
-    assert "x" * 150 + "y" * 50 in text and "y" * 51 not in text and "250 characters in all" in text
+    assert "subject: Hi\\u000aBcc: x" in text  # a line break is shown, not obeyed
+    assert "x" * 150 + "y" * 50 in text and "y" * 51 not in text
+    assert "body (first 200 of 250 characters) >>>" in text
+    assert text.endswith("<<< end of body (250 characters)")
+
+
+def test_describe_cannot_be_made_to_read_as_something_else():
+    """What the model writes cannot add lines outside the body, reorder text (bidi overrides),
+    or end the body early in a way that matches the real closing marker."""
+    forged = "hi\n<<< end of body (2 characters)\n(nothing will be sent)"
+    text = EmailSkill().describe(send(["\u202eAnn <ann@example.org>"], subject="x\u202ey", body=forged))
+    assert "\u202e" not in text and "\\u202e" in text
+    lines = text.split("\n")
+    assert lines[-1] == f"<<< end of body ({len(forged)} characters)"
+    assert lines.count(f"<<< end of body ({len(forged)} characters)") == 1
+    assert lines[:4] == ["send an email", "to: \\u202eAnn <ann@example.org>", "subject: x\\u202ey",
+                         f"body ({len(forged)} characters) >>>"]
+    body = EmailSkill().describe(send(["ann@example.org"], body="a\tb\x1b[2Jc"))
+    assert "\x1b" not in body and "\\u001b" in body and "\\u0009" in body
 
 
 # --- list and read -----------------------------------------------------------------------------

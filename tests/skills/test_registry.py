@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from openclaw.cli import main
 from openclaw.config import ConfigError, load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
@@ -68,25 +69,47 @@ class BadSchema(Weather):
 '''
 
 
+def install(site: Path, module: str, source: str, dist: str, version: str, entry_points: str,
+            monkeypatch) -> None:
+    """A real installed distribution on sys.path: a module and dist-info with entry points."""
+    site.mkdir(exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[openclaw.skills]\n{entry_points}\n")
+    monkeypatch.syspath_prepend(str(site))
+
+
 @pytest.fixture
 def plugin_package(tmp_path, monkeypatch):
-    """A real installed distribution on sys.path: a module and dist-info with an entry point."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "weather_plugin.py").write_text(PLUGIN)
-    info = site / "weather_plugin-1.2.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: weather-plugin\nVersion: 1.2\n")
-    (info / "entry_points.txt").write_text("[openclaw.skills]\nweather = weather_plugin:Weather\n")
-    monkeypatch.syspath_prepend(str(site))
-    yield site
+    install(tmp_path / "site", "weather_plugin", PLUGIN, "weather-plugin", "1.2",
+            "weather = weather_plugin:Weather", monkeypatch)
+    yield tmp_path / "site"
     sys.modules.pop("weather_plugin", None)
+
+
+@pytest.fixture
+def renamed_plugin(tmp_path, monkeypatch):
+    """A package whose entry point "weather" provides a skill named "forecast"."""
+    source = PLUGIN.replace('name = "weather"', 'name = "forecast"', 1)
+    install(tmp_path / "site", "forecast_plugin", source, "forecast-plugin", "2.0",
+            "weather = forecast_plugin:Weather", monkeypatch)
+    yield
+    sys.modules.pop("forecast_plugin", None)
 
 
 def write_config(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "openclaw.toml"
     path.write_text(f'data_dir = "{tmp_path}/data"\n' + textwrap.dedent(body))
     return path
+
+
+def problems_of(tmp_path: Path, body: str) -> list[str]:
+    """What loading the config's skills refuses (it must refuse)."""
+    with pytest.raises(ConfigError) as err:
+        configured_skills(load_config(write_config(tmp_path, body)))
+    return err.value.problems
 
 
 async def test_an_entry_point_skill_is_installed_by_name_and_runs_with_its_settings(tmp_path, plugin_package):
@@ -112,6 +135,52 @@ async def test_an_entry_point_skill_is_installed_by_name_and_runs_with_its_setti
         assert [a.decision for a in await store.list_audit()] == ["allowed", "allowed"]
     finally:
         await store.close()
+
+
+def test_an_entry_point_named_unlike_its_skill_registers_the_skills_name_and_says_which(
+        tmp_path, renamed_plugin, capsys):
+    path = write_config(tmp_path, """
+        [skills]
+        enabled = ["weather"]
+        [skills.forecast]
+        unit = "F"
+        [roles.user]
+        skills = ["forecast"]
+    """)
+    registry = configured_skills(load_config(path))
+    assert registry.names == ["forecast"]  # its tools are named by it
+    assert registry.origin("forecast") == "entry point 'weather' from forecast-plugin 2.0"
+    assert registry.settings("forecast") == {"unit": "F"}
+    assert main(["--config", str(path), "skills", "list"]) == 0
+    assert "  from: entry point 'weather' from forecast-plugin 2.0\n" in capsys.readouterr().out
+
+
+HINT = "entry point 'weather' provides the skill 'forecast'; use that name"
+
+
+def test_settings_under_the_entry_points_name_say_which_name_to_use(tmp_path, renamed_plugin):
+    assert problems_of(tmp_path, """
+        [skills]
+        enabled = ["weather", "clock"]
+        [skills.weather]
+        unit = "F"
+        [skills.shell]
+        timeout = 3
+    """) == [
+        f"skills.weather: settings for a skill that is not enabled (enabled: forecast, clock); {HINT}",
+        "skills.shell: settings for a skill that is not enabled (enabled: forecast, clock)",
+    ]
+
+
+def test_a_role_naming_the_entry_point_is_told_the_skills_name(tmp_path, renamed_plugin):
+    assert problems_of(tmp_path, """
+        [skills]
+        enabled = ["weather", "clock"]
+        [roles.family]
+        skills = ["clock", "weather", "shel"]
+    """) == [
+        "roles.family: unknown skill(s) ['shel', 'weather']; enabled skills: forecast, clock "
+        f"(enable more in [skills] enabled); {HINT}"]
 
 
 def test_a_module_class_reference_loads_the_same_class(tmp_path, plugin_package):
@@ -140,7 +209,7 @@ def test_a_bad_reference_is_a_config_error_naming_the_entry(tmp_path, plugin_pac
 
 
 def test_settings_errors_name_the_key(tmp_path, plugin_package):
-    config = load_config(write_config(tmp_path, """
+    assert problems_of(tmp_path, """
         [skills]
         enabled = ["weather", "clock"]
         [skills.weather]
@@ -149,10 +218,7 @@ def test_settings_errors_name_the_key(tmp_path, plugin_package):
         timezone = 3
         [skills.shell]
         timeout = 3
-    """))
-    with pytest.raises(ConfigError) as err:
-        configured_skills(config)
-    assert err.value.problems == [
+    """) == [
         "skills.weather.unit: expected \"C\" or \"F\", got 'K'",
         "skills.clock.timezone: unknown setting (clock takes none)",  # not silently ignored
         "skills.shell: settings for a skill that is not enabled (enabled: weather, clock)",

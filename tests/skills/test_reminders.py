@@ -190,14 +190,31 @@ async def test_add_list_and_cancel_through_the_executor(book, tmp_path):
     group = await run.call("reminders", {"action": "list"}, ada, chat_id="group-9")
     assert group.text.splitlines()[1:] == ["(2 more in other chats: ask there to see them.)"]
     assert "call mum" not in group.text
-    from_group = await run.call("reminders", {"action": "cancel", "id": 2}, ada, chat_id="group-9")
+    from_group = await run.call("reminders", {"action": "cancel", "number": 2}, ada, chat_id="group-9")
     assert from_group.text == "Cancelled reminder #2 (set in another chat)."
 
-    denied = await run.call("reminders", {"action": "cancel", "id": 1}, bob, chat_id="2")
+    denied = await run.call("reminders", {"action": "cancel", "number": 1}, bob, chat_id="2")
     assert not denied.ok and "no active reminder #1" in denied.text
-    done = await run.call("reminders", {"action": "cancel", "id": 1}, ada, chat_id="1")
+    done = await run.call("reminders", {"action": "cancel", "number": 1}, ada, chat_id="1")
     assert done.ok and done.text == "Cancelled reminder #1: call mum"
     assert await book.pending("telegram:1") == []
+
+
+async def test_every_user_counts_their_own_reminders_from_one(book, tmp_path):
+    run, policy = executor(book, tmp_path)
+    ada, bob = policy.principal("telegram:1"), policy.principal("telegram:2")
+
+    async def add(who, text: str) -> str:
+        return (await run.call("reminders", {"action": "add", "text": text, "when": "17:30"}, who,
+                               chat_id=who.user.split(":")[1])).text
+
+    assert (await add(ada, "call mum")).startswith("Reminder #1 set")
+    assert (await add(bob, "buy bread")).startswith("Reminder #1 set")
+    cancelled = await run.call("reminders", {"action": "cancel", "number": 1}, bob, chat_id="2")
+    assert cancelled.text == "Cancelled reminder #1: buy bread"
+    listed = await run.call("reminders", {"action": "list"}, ada, chat_id="1")
+    assert listed.text.splitlines()[1:] == ["#1 Mon 30 Nov 2026 17:30 Europe/Paris: call mum"]
+    assert (await add(bob, "buy milk")).startswith("Reminder #2 set")  # #1 is not given again
 
 
 async def test_a_weekday_reminder_set_for_a_weekend_starts_on_monday(book, tmp_path):
@@ -256,3 +273,10 @@ def test_a_bad_timezone_setting_names_the_key():
     assert RemindersSkill.check_settings({"timezone": "Nowhere/Else"}) == [
         "timezone: unknown time zone 'Nowhere/Else'; use an IANA name such as 'Europe/Paris'"]
     assert RemindersSkill.check_settings({"timezone": "Asia/Tokyo"}) == []
+
+
+def test_the_approval_prompt_shows_the_text_on_one_line_as_written():
+    shown = RemindersSkill().describe(
+        {"action": "add", "when": "in 5\u202e minutes", "text": "stretch\nReply /deny 000000 if unsure"})
+    assert "\n" not in shown and "\u202e" not in shown
+    assert shown == "remind you in 5\\u202e minutes: stretch\\u000aReply /deny 000000 if unsure"
