@@ -75,10 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     db = _Subparsers(sub.add_parser("db", help="database maintenance").add_subparsers(
         dest="db_cmd", required=True), common)
     db.add_parser("upgrade", help="apply migrations").set_defaults(func=cmd_db_upgrade)
-    from openclaw import skills_cli, users_cli
+    from openclaw import reminders_cli, skills_cli, users_cli
 
     users_cli.add_commands(sub, lambda action: _Subparsers(action, common))
     skills_cli.add_commands(sub, lambda action: _Subparsers(action, common))
+    reminders_cli.add_commands(sub, lambda action: _Subparsers(action, common))
     service = _Subparsers(sub.add_parser("service", help="systemd service").add_subparsers(
         dest="svc_cmd", required=True), common)
     p = service.add_parser("install", help="write a systemd unit and say how to enable it")

@@ -47,7 +47,8 @@ def add_commands(sub, common_sub) -> None:
         p.set_defaults(func=cmd_users_set, action=action)
 
 
-def _with_store(args: argparse.Namespace, work):
+def with_store(args: argparse.Namespace, work):
+    """Run `work(store)` against the config's database, from a command-line command."""
     from openclaw.store import Store
 
     config = load_config(args.config)
@@ -63,7 +64,7 @@ def _with_store(args: argparse.Namespace, work):
 
 
 def cmd_pairing_list(args: argparse.Namespace) -> int:
-    codes = _with_store(args, lambda store: store.list_pairing_codes())
+    codes = with_store(args, lambda store: store.list_pairing_codes())
     if not codes:
         print("no pending pairing codes")
     for c in codes:
@@ -75,7 +76,7 @@ def cmd_pairing_list(args: argparse.Namespace) -> int:
 def cmd_pairing_answer(args: argparse.Namespace) -> int:
     code = args.code.strip().upper()
     approve = args.status is UserStatus.ALLOWED
-    user = _with_store(args, lambda store: (store.approve_pairing if approve else
+    user = with_store(args, lambda store: (store.approve_pairing if approve else
                                             store.deny_pairing)(code))
     if user is None:
         print(f"no pending pairing code {args.code!r} (expired, used, or mistyped)", file=sys.stderr)
@@ -88,7 +89,7 @@ def cmd_pairing_answer(args: argparse.Namespace) -> int:
 
 def cmd_users_list(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    users = _with_store(args, lambda store: store.list_users())
+    users = with_store(args, lambda store: store.list_users())
     if not users:
         print("no users yet")
     for u in users:
@@ -115,7 +116,7 @@ def cmd_users_set(args: argparse.Namespace) -> int:
                  f"in access.{where} of the config, which decides for them; change it there "
                  "and restart the daemon"), file=sys.stderr)
         return 1
-    _with_store(args, lambda store: store.set_user_status(*parse_user_key(user), status))
+    with_store(args, lambda store: store.set_user_status(*parse_user_key(user), status))
     print(f"{user} {effect}")
     return 0
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -169,6 +170,46 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
         assert refused.returncode == 1 and where in refused.stderr, refused.stderr
     bad = cli("users", "block", "telegram:@ada")
     assert bad.returncode == 2 and "numeric id" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_the_admin_lists_and_cancels_anyones_reminders(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n')
+    url = f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db"
+
+    def cli(*argv):
+        return run(["--config", str(config), *argv], tmp_path, timeout=60)
+
+    async def add(*reminders):
+        async with await Store.open(url) as store:
+            for user, chat, text in reminders:
+                await store.add_reminder(user, chat, text, store.now() + timedelta(hours=1),
+                                         timezone="Europe/Paris")
+
+    async def active():
+        async with await Store.open(url) as store:
+            return sorted((r.user, r.number) for r in await store.active_reminders())
+
+    asyncio.run(add(("telegram:1", "-100555", "standup\nin the group"), ("telegram:1", "1", "tea"),
+                    ("telegram:2", "-100555", "lunch"), ("telegram:2", "2", "call mum")))
+    lines = cli("reminders").stdout.splitlines()
+    assert len(lines) == 4 and "\\u000a" in lines[0]  # one line each, whatever the text holds
+    assert lines[0].split()[:2] == ["telegram:1", "#1"] and "Europe/Paris" in lines[0]
+    group = cli("reminders", "list", "--chat", "telegram:-100555").stdout.splitlines()
+    assert [line.split()[:2] for line in group] == [["telegram:1", "#1"], ["telegram:2", "#1"]]
+    assert [line.split()[1] for line in cli("reminders", "list", "--user", "telegram:2")
+            .stdout.splitlines()] == ["#1", "#2"]
+
+    done = cli("reminders", "cancel", "telegram:2", "2")
+    assert done.returncode == 0 and "call mum" in done.stdout, done.stderr
+    again = cli("reminders", "cancel", "telegram:2", "2")
+    assert again.returncode == 1 and "no active reminder #2" in again.stderr
+    gone = cli("reminders", "cancel", "--chat", "telegram:-100555")  # the group's, whoever set them
+    assert gone.returncode == 0 and "cancelled 2 reminder(s)" in gone.stdout
+    assert asyncio.run(active()) == [("telegram:1", 2)]
+    for argv in (["cancel", "telegram:1"], ["cancel", "--chat", "-100555"], ["list", "--user", "ada"]):
+        bad = cli("reminders", *argv)
+        assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
 
 
 def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):

@@ -1,0 +1,82 @@
+"""`openclaw reminders ...`: every user's active reminders, for the admin to see and cancel.
+
+A user sees and cancels only their own from the chat; the admin needs more: a reminder set in a
+group keeps posting there after its owner has left it, and only they could cancel it. Like the
+users commands these write the store, so they work while the daemon runs: it reads a reminder's
+status again when it falls due."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from zoneinfo import ZoneInfo
+
+from openclaw.config import _check_user
+from openclaw.users_cli import with_store
+from skills.base import visible
+
+TEXT_SHOWN = 60  # characters of each reminder's text in a listing
+
+
+def add_commands(sub, common_sub) -> None:
+    reminders = sub.add_parser("reminders", help="everyone's active reminders; cancel them")
+    reminders.set_defaults(func=cmd_list, user=None, chat=None)
+    actions = common_sub(reminders.add_subparsers(dest="reminders_cmd"))
+    p = actions.add_parser("list", help="active reminders, soonest first")
+    p.add_argument("--user", help='only this user\'s, e.g. "telegram:1001"')
+    p.add_argument("--chat", help='only those delivered to this chat, e.g. "telegram:-1001234567890"')
+    p.set_defaults(func=cmd_list)
+    p = actions.add_parser("cancel", help="cancel USER's reminder NUMBER, or every one in --chat")
+    p.add_argument("user", nargs="?", help='"channel:id", e.g. "telegram:1001"')
+    p.add_argument("number", nargs="?", type=int, help="the number its user sees (#3: 3)")
+    p.add_argument("--chat", help='every active reminder delivered to this chat ("channel:chat id")')
+    p.set_defaults(func=cmd_cancel)
+
+
+def _chat(value: str) -> tuple[str, str]:
+    channel, sep, chat_id = value.partition(":")
+    if not (sep and channel and chat_id):
+        raise ValueError('a chat is "channel:chat id", e.g. "telegram:-1001234567890"')
+    return channel, chat_id
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    try:
+        user = _check_user(args.user.strip()) if args.user else None
+        chat = _chat(args.chat) if args.chat else None
+    except ValueError as exc:
+        print(f"openclaw reminders list: {exc}", file=sys.stderr)
+        return 2
+    reminders = [r for r in with_store(args, lambda store: store.active_reminders(user))
+                 if chat is None or (r.channel, r.chat_id) == chat]
+    if not reminders:
+        print("no active reminders")
+    for r in reminders:
+        local = r.due_at.astimezone(ZoneInfo(r.timezone))
+        text = visible(r.text)
+        text = text if len(text) <= TEXT_SHOWN else text[:TEXT_SHOWN - 3] + "..."
+        print(f"{r.user:<24} #{r.number:<4} {local:%Y-%m-%d %H:%M} {r.timezone:<16} "
+              f"{r.repeat or 'once':<9} chat {r.channel}:{r.chat_id}  {text}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    try:
+        if args.chat and args.user is None:
+            channel, chat_id = _chat(args.chat)
+            cancelled = with_store(args, lambda store: store.cancel_chat_reminders(channel, chat_id))
+            print(f"cancelled {len(cancelled)} reminder(s) delivered to {channel}:{chat_id}")
+            return 0
+        if args.chat or args.user is None or args.number is None:
+            raise ValueError("give USER NUMBER, or --chat CHANNEL:CHAT_ID alone")
+        user = _check_user(args.user.strip())
+    except ValueError as exc:
+        print(f"openclaw reminders cancel: {exc}", file=sys.stderr)
+        return 2
+    done = with_store(args, lambda store: store.cancel_reminder(user, args.number))
+    if done is None:
+        print(f"openclaw reminders cancel: {user} has no active reminder #{args.number} "
+              "(see openclaw reminders list)", file=sys.stderr)
+        return 1
+    print(f"cancelled {user}'s reminder #{done.number}: {visible(done.text)}")
+    return 0
