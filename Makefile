@@ -7,12 +7,15 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP) sysdeps
 
-# bubblewrap is the shell skill's sandbox and the sandbox tests need it: installed when missing and we
-# are root, otherwise a warning (never fatal here; those tests then fail loudly, saying why).
+# bubblewrap is the shell skill's sandbox, slirp4netns the network of roles granted one; the sandbox
+# tests need them. Installed when missing and we are root, otherwise a warning (never fatal here: the
+# bubblewrap tests then fail loudly and the network ones skip, each saying why).
 sysdeps:
-	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-		apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; } || \
-		echo "warning: bubblewrap (bwrap) is missing: apt-get install bubblewrap"
+	@missing=""; command -v bwrap >/dev/null || missing="bubblewrap"; \
+	command -v slirp4netns >/dev/null || missing="$$missing slirp4netns"; \
+	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; } || \
+		echo "warning: missing:$$missing (apt-get install$$missing)"
 
 # torch==2.13.0 goes first: it is the CPU build on this disk; a bare `torch` would pull CUDA (GBs).
 $(STAMP): pyproject.toml

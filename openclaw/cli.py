@@ -228,6 +228,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         checks.append(_check_model(config))
     checks.append(_check_skills(config))
     checks.append(_check_sandbox(config))
+    checks += _check_sandbox_network(config)
     checks += _check_granted_folders(config)
     for name in ("telegram", "discord"):
         section = getattr(config, name)
@@ -261,6 +262,28 @@ def _check_sandbox(config) -> tuple[bool, str, str]:
 
     ok, what = sandbox_for(config).isolation()
     return ok, f"sandbox isolation: {what}", FIX_HINT
+
+
+def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
+    """Roles granted network run commands behind slirp4netns (sandbox/network.py), and are refused
+    without it: try it once, when some role may both run commands and use the network."""
+    from openclaw.skillset import configured_skills, sandbox_for
+    from sandbox.runner import isolation_available
+
+    try:
+        registry = configured_skills(config)
+    except ConfigError:
+        return []  # the skills check says why
+    runners = [name for name in registry.names if "exec" in registry.get(name).permissions]
+    roles = [name for name, role in config.policy().roles.items()
+             if role.network and any(role.grants(skill) for skill in runners)]
+    sandbox = sandbox_for(config)
+    if not roles or not isolation_available(sandbox.bwrap_path)[0]:
+        return []  # no such role, or no sandbox at all: the isolation check says so
+    ok, what = asyncio.run(sandbox.network())
+    return [(ok, f"sandbox network for roles {', '.join(roles)}: {what}",
+             "apt-get install slirp4netns (what failed is said above), or set network = false "
+             "on these roles")]
 
 
 def _check_granted_folders(config) -> list[tuple[bool, str, str]]:

@@ -562,7 +562,8 @@ class RoleConfig(_Section):
     read_write: list[ConfigPath] = []
     """Extra folders the role's skills may write."""
     network: bool = False
-    """Network access for shell commands."""
+    """Network access for shell commands: the internet through user-mode NAT (slirp4netns), in a
+    network namespace of their own, never the host's loopback services."""
     cpu_seconds: int = Field(30, ge=1)
     memory_mb: int = Field(1024, ge=16)
     wall_seconds: float = Field(60, gt=0)

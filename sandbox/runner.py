@@ -11,6 +11,10 @@ RLIMIT_NPROC and keep every capability. Where bubblewrap cannot run, or cannot l
 refuse with `SandboxUnavailable`, unless the admin set `[sandbox] allow_unsandboxed = true`: the
 rlimits still apply then, and as root the uid drop, but an unprivileged daemon runs the command as
 its own user, able to read the daemon's config and data.
+
+The sandbox never shares the host's network namespace: a role granted network gets user-mode
+networking in its own (sandbox.network), so the host's loopback services and abstract sockets stay
+out of reach; without slirp4netns such a role's commands are refused.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import seccomp
+from sandbox import network, seccomp
 
 # nobody/nogroup: the default uid of commands when the daemon is root. The policy gives each user a
 # uid of their own (sandbox.policy.sandbox_uid), because RLIMIT_NPROC counts per uid, system-wide: a
@@ -49,14 +54,16 @@ EXIT_POLL_S = 0.01
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # From /etc only what ordinary programs need: the dynamic linker's cache, Debian's alternatives
 # symlinks, name-service config and the world-readable passwd/group (so `id`, `ls -l` name users),
-# DNS/hosts for commands granted network, TLS roots, time zone. Never shadow/gshadow, ssh keys,
-# sudoers or our own config.
+# hosts, TLS roots, time zone. Never shadow/gshadow, ssh keys, sudoers or our own config. Not the
+# host's resolv.conf either: its resolver (often 127.0.0.53) is out of the sandbox's reach; a
+# command granted network gets one naming slirp4netns's (sandbox.network).
 ETC_FILES = (
     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/resolv.conf",
+    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts",
     "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime",
 )
 
+NETWORK_FIX_HINT = "`openclaw doctor` runs the same check; or set `network = false` on the role"
 FIX_HINT = (
     "Install bubblewrap (`apt-get install bubblewrap`) and make sure unprivileged user namespaces are "
     "enabled (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0, and no AppArmor "
@@ -118,21 +125,20 @@ def _system_args() -> list[str]:
     return args
 
 
-def _namespace_args(network: bool) -> list[str]:
+def _namespace_args() -> list[str]:
+    # Always a network namespace of our own, also for a role granted network (sandbox.network
+    # connects it): the host's would expose its loopback services and abstract UNIX sockets.
     if _is_root():
         # bwrap runs as root without a user namespace (so it can bind any granted path, even under
         # a 0700 home), and setpriv (see _command_prefix) makes the command a real unprivileged uid.
-        args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if not network:
-            args.append("--unshare-net")
+        args = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--unshare-net"]
     else:
         args = ["--unshare-all", "--cap-drop", "ALL"]  # user, pid, ipc, uts, net, cgroup
         if _bwrap_can_disable_userns():
             # No user namespaces inside: a nested one would hand the command a fresh set of
             # capabilities there, and much more of the kernel to attack.
             args += ["--unshare-user", "--disable-userns"]
-        if network:
-            args.append("--share-net")
     # die-with-parent: if we are killed (or kill bwrap at the wall limit) the sandbox's pid 1 gets
     # SIGKILL, which takes every process in the pid namespace with it. new-session: no TIOCSTI into
     # our terminal.
@@ -214,9 +220,10 @@ def _mount_args() -> list[str]:
 
 
 def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
-               filter_fd: int | None) -> list[str]:
-    """The full bubblewrap command line for one shell command."""
-    argv = [bwrap, *_namespace_args(scope.network), *_seccomp_args(filter_fd), *_system_args()]
+               filter_fd: int | None, link: network.Link | None = None) -> list[str]:
+    """The full bubblewrap command line for one shell command; `link`: its network, when granted."""
+    argv = [bwrap, *_namespace_args(), *_seccomp_args(filter_fd), *_system_args()]
+    argv += link.bwrap_args if link else []
     argv += _mount_args()
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
     binds = _binds(scope)
@@ -229,7 +236,8 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
     argv += ["--remount-ro", "/", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    return [*argv, *_command_prefix(scope.uid), "/bin/sh", "-c", command]
+    shell = link.shell(command) if link else ["/bin/sh", "-c", command]
+    return [*argv, *_command_prefix(scope.uid), *shell]
 
 
 @functools.lru_cache(maxsize=8)
@@ -243,7 +251,7 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
         return False, f"{SETPRIV} (util-linux) is missing; it drops root to the sandbox uid"
     try:
         with seccomp.program_fd() as filter_fd:
-            argv = [bwrap, *_namespace_args(False), *_seccomp_args(filter_fd), *_system_args(),
+            argv = [bwrap, *_namespace_args(), *_seccomp_args(filter_fd), *_system_args(),
                     *_mount_args(), *_command_prefix(), "/bin/sh", "-c", "exit 0"]
             done = subprocess.run(argv, capture_output=True, text=True, timeout=10,
                                   env={"PATH": SANDBOX_PATH}, pass_fds=_pass_fds(filter_fd))
@@ -367,11 +375,15 @@ async def _exited_within(proc: asyncio.subprocess.Process, seconds: float) -> bo
 
 
 async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path: str | None = None,
-                      allow_unsandboxed: bool = False, env: dict[str, str] | None = None) -> Result:
+                      allow_unsandboxed: bool = False, env: dict[str, str] | None = None,
+                      slirp4netns_path: str | None = None) -> Result:
     """Run `/bin/sh -c command` in the sandbox and return its (possibly cut) output and status."""
     ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
     if not ok and not allow_unsandboxed:
         raise SandboxUnavailable(f"cannot run sandboxed commands: {why}. {FIX_HINT}")
+    linked = ok and scope.network
+    if linked and (lacking := network.missing(slirp4netns_path)):
+        raise SandboxUnavailable(f"cannot run commands with network: {lacking}. {network.INSTALL_HINT}")
     prepare_workspace(scope)
     home = WORKSPACE_MOUNT if ok else str(scope.workspace)
     clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
@@ -386,23 +398,31 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
         preexec_fn=functools.partial(_set_rlimits, limits, nproc))
     started = time.monotonic()
-    if ok:
-        bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
-        with seccomp.program_fd() as filter_fd:  # bwrap has its own copy once started
-            argv = bwrap_argv(bwrap, command, scope, clean_env, filter_fd)
-            proc = await _start(spawn(*argv, pass_fds=_pass_fds(filter_fd)))
-    else:
-        proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
-                                  cwd=scope.workspace))
-    # Our own readers, never communicate(): output survives a timeout, and a background child that
-    # keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
-    budget = _OutputBudget(limits.output_bytes)
-    readers = [asyncio.create_task(budget.drain(proc.stdout)), asyncio.create_task(budget.drain(proc.stderr))]
-    try:
-        timed_out = not await _exited_within(proc, limits.wall_seconds)
-    finally:
-        # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
-        _kill_group(proc.pid)
+    # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
+    # run ends: normally, at the wall limit, on an error or a cancellation.
+    with (network.Link(network.locate(slirp4netns_path)) if linked else contextlib.nullcontext()) as link:
+        if ok:
+            proc = await _start_bwrap(bwrap_path, command, scope, clean_env, spawn, link)
+        else:
+            proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
+                                      cwd=scope.workspace))
+        # Our own readers, never communicate(): output survives a timeout, and a background child
+        # that keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
+        budget = _OutputBudget(limits.output_bytes)
+        readers = [asyncio.create_task(budget.drain(proc.stdout)),
+                   asyncio.create_task(budget.drain(proc.stderr))]
+        try:
+            # connect() is False when bwrap failed in its setup: its stderr is then the answer.
+            if link is not None:
+                await link.connect(lambda: proc.returncode is None)
+            timed_out = not await _exited_within(proc, limits.wall_seconds)
+        except network.NetworkUnavailable as exc:
+            for task in readers:
+                task.cancel()
+            raise SandboxUnavailable(f"cannot run commands with network: {exc}. {NETWORK_FIX_HINT}") from None
+        finally:
+            # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
+            _kill_group(proc.pid)
     done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
     for task in pending:
         task.cancel()
@@ -410,6 +430,19 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     return Result(exit_status=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
                   timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
                   isolation="bubblewrap" if ok else "none")
+
+
+async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, env: dict[str, str],
+                       spawn: Callable[..., Awaitable[asyncio.subprocess.Process]],
+                       link: network.Link | None) -> asyncio.subprocess.Process:
+    bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
+    with seccomp.program_fd() as filter_fd:  # bwrap has its own copy once started
+        argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link)
+        fds = _pass_fds(filter_fd) + (link.pass_fds if link else ())
+        proc = await _start(spawn(*argv, pass_fds=fds, stdin=link.stdin if link else subprocess.DEVNULL))
+    if link is not None:
+        link.spawned()
+    return proc
 
 
 async def _start(spawning: Awaitable[asyncio.subprocess.Process]) -> asyncio.subprocess.Process:
@@ -435,11 +468,32 @@ class Sandbox:
 
     bwrap_path: str | None = None
     allow_unsandboxed: bool = False
+    slirp4netns_path: str | None = None  # None: slirp4netns on PATH
 
     async def run(self, command: str, scope: Scope, limits: Limits,
                   env: dict[str, str] | None = None) -> Result:
         return await run_command(command, scope, limits, bwrap_path=self.bwrap_path,
-                                 allow_unsandboxed=self.allow_unsandboxed, env=env)
+                                 allow_unsandboxed=self.allow_unsandboxed, env=env,
+                                 slirp4netns_path=self.slirp4netns_path)
+
+    async def network(self) -> tuple[bool, str]:
+        """(works, what): whether commands of roles granted network can run, for `doctor`: one
+        real sandboxed command that must find its interface and default route."""
+        isolated, why = await asyncio.to_thread(isolation_available, self.bwrap_path)
+        if not isolated:
+            return False, f"needs bubblewrap first: {why}"
+        with tempfile.TemporaryDirectory(prefix="openclaw-netcheck-") as folder:
+            try:
+                result = await self.run("cat /proc/net/route", Scope(Path(folder), network=True),
+                                        Limits(wall_seconds=10))
+            except SandboxUnavailable as exc:
+                return False, str(exc)
+        routes = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
+        if result.exit_status == 0 and [network.TAP, "00000000"] in routes:
+            return True, (f"own namespace, user-mode NAT via {network.locate(self.slirp4netns_path)}; "
+                          "the host's loopback and abstract sockets out of reach")
+        return False, (f"a test command found no default route via {network.TAP} (exit status "
+                       f"{result.exit_status}): {(result.stderr or result.stdout).strip()[-300:]}")
 
     def isolation(self) -> tuple[bool, str]:
         """(usable, what): whether commands can run, and under which isolation, for `doctor`."""

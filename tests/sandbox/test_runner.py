@@ -101,12 +101,11 @@ CONNECT = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', {
            "print('connected')\"")
 
 
-async def test_network_is_cut_off_unless_granted(workspace, listener):
+async def test_without_network_the_host_is_out_of_reach(workspace, listener):
+    # With network, the host's loopback is still out of reach: see test_network.py.
     denied = await run(CONNECT.format(port=listener), workspace)
     assert denied.exit_status != 0 and "connected" not in denied.stdout
     assert "ConnectionRefused" in denied.stderr or "unreachable" in denied.stderr
-    granted = await run(CONNECT.format(port=listener), workspace, network=True)
-    assert granted.exit_status == 0 and granted.stdout == "connected\n"
 
 
 async def test_fork_bomb_is_contained_and_returns(workspace):

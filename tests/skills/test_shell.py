@@ -112,14 +112,26 @@ def listener():
     server.close()
 
 
-async def test_network_follows_the_role(daemon_parts, listener):
+def _connect_command(port: int) -> str:
+    return (f"grep -c tap0 /proc/net/route; python3 -c \"import socket; "
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\"")
+
+
+async def test_a_role_without_network_has_none(daemon_parts, listener):
     shell, _, _ = daemon_parts
-    connect = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {listener}), "
-               "timeout=2); print('CONNECTED')\"")
-    denied = await shell("telegram:1", connect)
+    denied = await shell("telegram:1", _connect_command(listener))
     assert "CONNECTED" not in denied.text and not denied.ok
-    granted = await shell("telegram:2", connect)
-    assert "CONNECTED" in granted.text and granted.ok
+    assert "stdout:\n0\n" in denied.text, denied.text  # no interface but lo
+
+
+@pytest.mark.usefixtures("slirp4netns_works")
+async def test_a_role_granted_network_never_reaches_the_hosts_loopback(daemon_parts, listener):
+    shell, _, _ = daemon_parts
+    # Its own namespace with a default route out (user-mode NAT, sandbox/network.py), but the
+    # host's 127.0.0.1 stays the host's.
+    granted = await shell("telegram:2", _connect_command(listener))
+    assert "CONNECTED" not in granted.text and not granted.ok
+    assert "stdout:\n2\n" in granted.text, granted.text  # tap0's route, and the default one
 
 
 @pytest.mark.parametrize("command, expect", [

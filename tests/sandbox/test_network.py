@@ -1,0 +1,312 @@
+"""Network for a sandbox, against real bubblewrap and real slirp4netns: a role granted network reaches
+other machines through a namespace of its own, never the host's loopback services or abstract
+sockets; without slirp4netns such a role is refused; nothing of the plumbing outlives a run."""
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import network
+from sandbox.runner import Limits, Sandbox, SandboxUnavailable, Scope, run_command
+from tests.sandbox.test_runner import LIMITS, processes_running, run
+
+pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py
+needs_slirp = pytest.mark.usefixtures("slirp4netns_works")
+
+REPO = Path(__file__).resolve().parents[2]
+HELPERS = {"slirp4netns", "nsenter", "cat"}  # what a Link starts (cat: the namespace holder)
+
+# Prints the outcome of each connection attempt: "connected" or the exception's name.
+CONNECT = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    family = socket.AF_UNIX if host == "@" else socket.AF_INET
+    try:
+        with socket.socket(family) as s:
+            s.settimeout(2)
+            s.connect(b"\\0" + port.encode() if host == "@" else (host, int(port)))
+        print(target, "connected")
+    except OSError as exc:
+        print(target, type(exc).__name__)
+"""
+
+
+async def connect(workspace, *targets: str) -> dict[str, str]:
+    (workspace / "connect.py").write_text(CONNECT)
+    result = await run(f"python3 connect.py {' '.join(targets)}", workspace, network=True)
+    assert result.exit_status == 0, result.stderr
+    return dict(line.split() for line in result.stdout.splitlines())
+
+
+def our_helpers() -> list[tuple[int, str]]:
+    """Processes of the network plumbing that are children of this test process (other sessions'
+    sandboxes may be running on the same machine); zombies count: someone forgot to reap them."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                comm, _, rest = (entry / "stat").read_text().partition(" (")[2].rpartition(") ")
+                if comm in HELPERS and int(rest.split()[1]) == os.getpid():
+                    found.append((int(entry.name), comm))
+        except (OSError, ValueError, IndexError):
+            pass  # exited while we looked
+    return found
+
+
+async def wait_for_slirp(task: asyncio.Task) -> None:
+    """Until this process's slirp4netns runs (the command has started behind it)."""
+    deadline = time.monotonic() + 5
+    while not any(comm == "slirp4netns" for _, comm in our_helpers()):
+        assert not task.done() and time.monotonic() < deadline, "slirp4netns never ran"
+        await asyncio.sleep(0.005)
+
+
+def lan_address() -> str | None:
+    """The host's address towards other machines (no packet is sent: a UDP connect only picks the
+    route); None when it has only loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+@pytest.fixture
+def listener(request):
+    """A TCP listener of the host on the given address; the kernel completes a handshake without
+    accept(), so `accepted()` tells whether any connection arrived."""
+    server = socket.socket()
+    server.bind((request.param, 0))
+    server.listen(4)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def accepted(server: socket.socket) -> bool:
+    try:
+        server.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
+
+
+@needs_slirp
+async def test_a_network_role_has_its_own_interface_default_route_and_resolver(workspace):
+    # The very first thing the command does already sees the network: bwrap waited for it.
+    result = await run("cat /proc/net/route /proc/net/fib_trie /etc/resolv.conf; ls /proc/self/fd",
+                       workspace, network=True)
+    assert result.exit_status == 0, result.stderr
+    routes = [line.split()[:3] for line in result.stdout.splitlines() if line.startswith(network.TAP)]
+    assert [network.TAP, "00000000", "0202000A"] in routes  # default via 10.0.2.2
+    assert f"|-- {network.GUEST_ADDRESS}\n" in result.stdout
+    assert "nameserver 10.0.2.3\n" in result.stdout  # readable by the sandbox uid
+    assert result.stdout.split()[-4:] == ["0", "1", "2", "3"]  # none of the plumbing's descriptors
+
+
+@needs_slirp
+async def test_the_command_waits_for_a_slow_network(workspace, tmp_path):
+    # The real slirp4netns, started late: the command must still find the network up.
+    slow = tmp_path / "slow-slirp4netns"
+    slow.write_text(f"#!/bin/sh\nsleep 0.5\nexec {network.locate()} \"$@\"\n")
+    slow.chmod(0o755)
+    result = await run("grep -c tap0 /proc/net/route", workspace, network=True, slirp4netns_path=str(slow))
+    assert result.stdout == "2\n", result.stderr  # the default route and the local one
+
+
+async def test_without_network_there_is_only_loopback_and_no_resolver(workspace):
+    result = await run("tail -n +3 /proc/net/dev; cat /etc/resolv.conf", workspace)
+    assert [line.split(":")[0].strip() for line in result.stdout.splitlines()] == ["lo"]
+    assert "No such file" in result.stderr
+
+
+@needs_slirp
+@pytest.mark.parametrize("listener", [lan_address() or "127.0.0.1"], indirect=True)
+async def test_a_network_role_reaches_the_host_like_any_machine_on_its_network(workspace, listener):
+    if lan_address() is None:
+        pytest.skip("this host has no address but loopback")
+    host, port = listener.getsockname()
+    assert await connect(workspace, f"{host}:{port}") == {f"{host}:{port}": "connected"}
+    assert accepted(listener)
+
+
+@needs_slirp
+@pytest.mark.parametrize("listener", ["127.0.0.1"], indirect=True)
+async def test_a_network_role_cannot_reach_the_hosts_loopback_services(workspace, listener):
+    port = listener.getsockname()[1]
+    outcome = await connect(workspace, f"127.0.0.1:{port}", f"{network.GATEWAY}:{port}")
+    assert "connected" not in outcome.values(), outcome
+    assert not accepted(listener)
+
+
+@needs_slirp
+async def test_a_network_role_cannot_reach_the_hosts_abstract_unix_sockets(workspace):
+    # Like X11's @/tmp/.X11-unix/X0 or a D-Bus bus: no file to hide, only the network namespace.
+    name = f"openclaw-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(b"\0" + name.encode())
+        server.listen(1)
+        server.setblocking(False)
+        assert await connect(workspace, f"@:{name}") == {f"@:{name}": "ConnectionRefusedError"}
+        assert not accepted(server)
+
+
+async def test_without_slirp4netns_a_network_role_is_refused_and_others_still_run(workspace):
+    gone = "/nonexistent/slirp4netns"
+    with pytest.raises(SandboxUnavailable) as refused:
+        await run("echo hi", workspace, network=True, slirp4netns_path=gone)
+    assert "slirp4netns not found" in str(refused.value)
+    assert "apt-get install slirp4netns" in str(refused.value)
+    result = await run("echo hi", workspace, slirp4netns_path=gone)
+    assert result.exit_status == 0 and result.stdout == "hi\n"
+    works, what = await Sandbox(slirp4netns_path=gone).network()  # what `openclaw doctor` shows
+    assert not works and "apt-get install slirp4netns" in what
+
+
+@needs_slirp
+async def test_slirp4netns_is_stopped_after_runs_side_by_side(workspace):
+    tasks = [asyncio.create_task(run("sleep 0.5; grep -c tap0 /proc/net/route", workspace, network=True))
+             for _ in range(2)]
+    await wait_for_slirp(tasks[0])
+    results = await asyncio.gather(*tasks)
+    assert [r.stdout for r in results] == ["2\n", "2\n"], [r.stderr for r in results]
+    assert our_helpers() == []
+
+
+@needs_slirp
+async def test_slirp4netns_is_stopped_after_a_wall_clock_kill(workspace):
+    task = asyncio.create_task(run("sleep 4330", workspace, Limits(wall_seconds=1), network=True))
+    await wait_for_slirp(task)
+    result = await task
+    assert result.timed_out
+    assert our_helpers() == [] and processes_running("sleep", "4330") == []
+
+
+@needs_slirp
+async def test_slirp4netns_is_stopped_when_the_run_is_cancelled_at_any_moment(workspace):
+    task = asyncio.create_task(run("sleep 4331", workspace, network=True))
+    await wait_for_slirp(task)
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)
+    assert task.cancelled() and our_helpers() == []
+    # And at every moment of the start and the network's setup (a few tens of milliseconds).
+    for i, delay in enumerate(0.002 * n for n in range(30)):
+        marker = str(4450 + i)
+        task = asyncio.create_task(run(f"sleep {marker}", workspace, network=True))
+        await asyncio.sleep(delay)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert done, f"the cancelled run did not return (cancelled after {delay} s)"
+        assert our_helpers() == [], f"left running after a cancel at {delay} s"
+        deadline = time.monotonic() + 2  # SIGKILL of the group, then the kernel tears it down
+        while processes_running("sleep", marker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert processes_running("sleep", marker) == [], f"left running after a cancel at {delay} s"
+
+
+# The daemon's part in the next test: runs a network command, says which slirp4netns serves it.
+DAEMON = """
+import asyncio, os, sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from sandbox.runner import Limits, Scope, run_command
+from tests.sandbox.test_network import our_helpers
+
+async def main():
+    task = asyncio.create_task(run_command("sleep 4332", Scope(Path({workspace!r}), network=True),
+                                           Limits(wall_seconds=30)))
+    while not (slirp := [pid for pid, comm in our_helpers() if comm == "slirp4netns"]):
+        await asyncio.sleep(0.005)
+    print(slirp[0], flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+@needs_slirp
+def test_slirp4netns_does_not_outlive_a_daemon_that_is_killed(workspace):
+    daemon = subprocess.Popen([sys.executable, "-c", DAEMON.format(repo=str(REPO), workspace=str(workspace))],
+                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        slirp = int(daemon.stdout.readline())
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+    deadline = time.monotonic() + 3
+    while alive(slirp) and time.monotonic() < deadline:  # it sees its exit pipe close
+        time.sleep(0.02)
+    assert not alive(slirp)
+    # Nothing of the sandbox either, neither the command nor a bwrap left waiting to start it.
+    deadline = time.monotonic() + 3
+    while processes_mentioning("sleep 4332") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert processes_mentioning("sleep 4332") == []
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and alive(int(entry.name))
+                    and text.encode() in (entry / "cmdline").read_bytes().replace(b"\0", b" ")):
+                found.append(int(entry.name))
+        except OSError:
+            pass  # exited while we looked
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, that is: a zombie is dead (here pid 1 may never reap an orphan)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2][:1] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@needs_slirp
+async def test_a_sandbox_that_fails_its_own_setup_reports_bwraps_error_not_a_network_one(workspace):
+    scope = Scope(workspace, read_only=(Path("/nonexistent/share"),), network=True)
+    result = await run_command("echo never", scope, LIMITS)
+    assert result.exit_status != 0 and result.stdout == ""
+    assert "/nonexistent/share" in result.stderr  # bwrap's own message
+    assert our_helpers() == []
+
+
+DOCTOR_CONFIG = 'data_dir = "{tmp}/data"\n[skills]\nenabled = ["clock", "shell"]\n'
+
+
+@needs_slirp
+def test_doctor_tries_the_network_of_roles_that_run_commands(tmp_path):
+    from tests.openclaw.test_cli import run as openclaw
+
+    config = tmp_path / "openclaw.toml"
+    config.write_text(DOCTOR_CONFIG.format(tmp=tmp_path))
+    doctor = openclaw(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120)
+    assert "✓ sandbox network for roles admin: own namespace" in doctor.stdout, doctor.stdout
+    # The same install where slirp4netns cannot be found (bubblewrap still can).
+    path = tmp_path / "bin"
+    path.mkdir()
+    (path / "bwrap").symlink_to(shutil.which("bwrap"))
+    doctor = openclaw(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120,
+                      PATH=str(path))
+    assert doctor.returncode == 1
+    assert "✗ sandbox network for roles admin: cannot run commands with network: slirp4netns not found" \
+        in doctor.stdout, doctor.stdout
+    assert "apt-get install slirp4netns" in doctor.stdout
+    # Without a skill that runs commands, no role needs it.
+    config.write_text(DOCTOR_CONFIG.format(tmp=tmp_path).replace(', "shell"', ""))
+    doctor = openclaw(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120,
+                      PATH=str(path))
+    assert "sandbox network" not in doctor.stdout, doctor.stdout
