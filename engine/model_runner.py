@@ -19,6 +19,7 @@ import torch
 
 from engine.attention import AttentionBackend, AttentionMetadata, TritonAttentionBackend, get_backend
 from engine.config import EngineConfig, ModelConfig
+from engine.layers.linear import pack_linears
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
 from engine.loader import Checkpoint
 from engine.models import MODEL_CLASSES
@@ -56,6 +57,8 @@ class ModelRunner:
         self.model = model.to(self.dtype).to_empty(device=self.device).eval()
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)
+        if self.device.type == "cpu":
+            pack_linears(self.model)  # oneDNN, not MKL (engine/layers/linear.py): 1.7x here
         self.backend = get_backend(self.device)
         self.sampler = Sampler()
         self.num_blocks = self._pool_blocks()

@@ -1,1 +1,1 @@
-"""Building blocks shared by the model families: norms, rotary embeddings."""
+"""Building blocks shared by the model families: norms, rotary embeddings, CPU linear layers."""
