@@ -3,10 +3,10 @@
 The sandbox always gets a network namespace of its own (bwrap --unshare-net). For a role granted
 network, slirp4netns then puts a tap device in it (10.0.2.100, default route via 10.0.2.2, DNS at
 10.0.2.3, a generated /etc/resolv.conf) and carries its traffic through ordinary sockets of the host,
-like a NAT router: the command reaches the internet and other machines, and the host's LAN
-addresses as any machine on the LAN would, but not what the host binds on 127.0.0.1
-(`--disable-host-loopback`, so 10.0.2.2 does not lead there either) and not the host's abstract UNIX
-sockets (X11, D-Bus), which belong to the host's network namespace.
+like a NAT router: the command reaches the internet, other machines and the host's own non-loopback
+addresses (as connections from the host itself), and DNS through the host's resolver, but not what
+the host binds on 127.0.0.1 (`--disable-host-loopback`, so 10.0.2.2 does not lead there either) and
+not the host's abstract UNIX sockets (X11, D-Bus), which belong to the host's network namespace.
 
 How one run is wired (`Link`), each step because of something we found:
 1. bwrap writes its child's pid to `--info-fd`. The command's shell first reads a line from a gate
@@ -30,7 +30,7 @@ How one run is wired (`Link`), each step because of something we found:
 5. slirp4netns writes `--ready-fd` when the network is configured; then the holder goes, and a
    line on the gate lets the command start.
 slirp4netns stops when the `--exit-fd` pipe closes (also when the daemon dies) and is killed when the
-`Link` is closed, whatever ended the run.
+`Link`'s `async with` is left, whatever ended the run.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def missing(slirp4netns_path: str | None = None) -> str | None:
 class Link:
     """One sandbox's network, from before bwrap starts until the command has ended. Hand
     `bwrap_args`, `pass_fds`, `stdin` and the `shell` command line to bwrap, call `spawned` once it
-    runs, then `connect`; leaving the `with` block stops every process it started."""
+    runs, then `connect`; leaving the `async with` block stops every process it started."""
 
     def __init__(self, slirp4netns: str) -> None:
         self.slirp4netns = slirp4netns
@@ -108,11 +108,16 @@ class Link:
         self._slirp: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()  # slirp4netns's and nsenter's stderr, for errors
 
-    def __enter__(self) -> Link:
+    async def __aenter__(self) -> Link:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    async def __aexit__(self, *exc: object) -> None:
+        # Killed at once; reaped in a thread: slirp4netns takes 30-50 ms to exit (the kernel tears
+        # its tap device down), which would stall every other chat on the event loop. Shielded, so
+        # a cancellation does not leave them unreaped.
+        reaping = self._kill()
+        if reaping:
+            await asyncio.shield(asyncio.to_thread(_reap, reaping))
 
     @property
     def bwrap_args(self) -> list[str]:
@@ -242,20 +247,20 @@ class Link:
     def _release_holder(self) -> None:
         holder, self._holder = self._holder, None
         if holder is not None:
-            _stop(holder)
+            _reap(_kill([holder]))  # nsenter's cat: gone in about a millisecond
 
-    def close(self) -> None:
-        """Stop slirp4netns and the holder, and close every descriptor; safe to call again."""
-        self._release_holder()
+    def _kill(self) -> list[subprocess.Popen[bytes]]:
+        """SIGKILL slirp4netns and the holder and close every descriptor; the processes, which
+        the caller must reap. Safe to call again."""
+        procs = [p for p in (self._holder, self._slirp) if p is not None]
+        self._holder = self._slirp = None
         if self._exit_w is not None:
             self._close(self._exit_w)
             self._exit_w = None
-        slirp, self._slirp = self._slirp, None
-        if slirp is not None:
-            _stop(slirp)
         for fd in list(self._fds):
             self._close(fd)
         self._log.close()
+        return _kill(procs)
 
     def _popen(self, argv: list[str], fds: tuple[int, ...], **kwargs: Any) -> subprocess.Popen[bytes]:
         # subprocess, not asyncio's: a synchronous start cannot be cut in half by a cancellation,
@@ -300,14 +305,16 @@ async def _until(check: Callable[[], Any]) -> Any:
 def _loopback_up(pid: int) -> bool | None:
     """Whether `lo` is up in `pid`'s network namespace: only an interface that is up has joined the
     all-hosts multicast group that /proc/PID/net/igmp lists."""
+    if not os.path.exists("/proc/self/net/igmp"):
+        raise NetworkUnavailable("this kernel has no /proc/PID/net/igmp (no IP multicast), "
+                                 "which tells when the sandbox's loopback is up")
     try:
         with open(f"/proc/{pid}/net/igmp") as igmp:
             lines = igmp.read().splitlines()
     except FileNotFoundError:
-        if os.path.exists(f"/proc/{pid}"):
-            raise NetworkUnavailable("this kernel has no /proc/PID/net/igmp (no IP multicast), "
-                                     "which tells when the sandbox's loopback is up") from None
-        return None  # the sandbox is gone: the caller's check will say so
+        # The sandbox ended (a zombie until bwrap reaps it has no net/ either): the caller's
+        # check then says so, and bwrap's own error is the answer.
+        return None
     return any(line.split()[1:2] == ["lo"] for line in lines[1:] if line[:1].isdigit()) or None
 
 
@@ -316,9 +323,15 @@ def _same_namespace(fd_stat: os.stat_result, path: str) -> bool:
     return (fd_stat.st_dev, fd_stat.st_ino) == (other.st_dev, other.st_ino)
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    if proc.stdin is not None:
-        proc.stdin.close()
-    proc.wait()  # SIGKILL: a few milliseconds
+def _kill(procs: list[subprocess.Popen[bytes]]) -> list[subprocess.Popen[bytes]]:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        if proc.stdin is not None:
+            proc.stdin.close()
+    return procs
+
+
+def _reap(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.wait()

@@ -55,8 +55,9 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # From /etc only what ordinary programs need: the dynamic linker's cache, Debian's alternatives
 # symlinks, name-service config and the world-readable passwd/group (so `id`, `ls -l` name users),
 # hosts, TLS roots, time zone. Never shadow/gshadow, ssh keys, sudoers or our own config. Not the
-# host's resolv.conf either: its resolver (often 127.0.0.53) is out of the sandbox's reach; a
-# command granted network gets one naming slirp4netns's (sandbox.network).
+# host's resolv.conf either: it may name a loopback resolver (127.0.0.53), which is not at that
+# address in the sandbox; a command granted network gets one naming slirp4netns's (sandbox.network),
+# which forwards DNS to the host's resolver.
 ETC_FILES = (
     "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
     "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts",
@@ -392,7 +393,9 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count. A
     # snapshot: tasks of ours that start while the command runs (Python 3.11's waitpid thread for
     # this very process, say) come out of its budget, and ones that end add to it.
-    nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid()))
+    nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid())
+                                # slirp4netns, started after this count, runs as our uid too
+                                + (1 if linked else 0))
     spawn = functools.partial(
         asyncio.create_subprocess_exec, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
@@ -400,7 +403,8 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     started = time.monotonic()
     # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
     # run ends: normally, at the wall limit, on an error or a cancellation.
-    with (network.Link(network.locate(slirp4netns_path)) if linked else contextlib.nullcontext()) as link:
+    async with (network.Link(network.locate(slirp4netns_path)) if linked
+                else contextlib.nullcontext()) as link:
         if ok:
             proc = await _start_bwrap(bwrap_path, command, scope, clean_env, spawn, link)
         else:
