@@ -223,7 +223,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"✗ config\n{exc}")
         return 1
-    checks.append(asyncio.run(_check_database(config)))
+    checks += asyncio.run(_check_database(config))
     if not args.skip_model:
         checks.append(_check_model(config))
     checks.append(_check_skills(config))
@@ -313,17 +313,37 @@ def _others_may_write(path) -> bool:
     return has_acl or bool(path.stat().st_mode & 0o002)
 
 
-async def _check_database(config) -> tuple[bool, str, str]:
+async def _check_database(config) -> list[tuple[bool, str, str]]:
     from openclaw.store import Store
 
     try:
         config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         store = await Store.open(config.store.url)
         revision = await store.schema_revision()
+        users = [u.key for u in await store.list_users()]
         await store.close()
-        return True, f"database: schema {revision}", ""
     except Exception as exc:
-        return False, f"database: {exc}", "check store.url and that the data folder is writable"
+        return [(False, f"database: {exc}", "check store.url and that the data folder is writable")]
+    return [(True, f"database: schema {revision}", ""), _check_sandbox_uids(config, users)]
+
+
+def _check_sandbox_uids(config, stored: list[str]) -> tuple[bool, str, str]:
+    """Each user's commands and files run as a uid derived from their name (sandbox_uid). Two
+    users on one uid still see only their own workspace (each sandbox binds only its own), but
+    share a process limit and may change each other's files in a folder granted to both. Unlikely
+    (1 in 10^8 per pair), so checked here, over everyone the store and config know."""
+    from sandbox.policy import sandbox_uid
+
+    users = sorted(set(stored) | {u for name in ("admins", "allow") for u in getattr(config.access, name)})
+    by_uid: dict[int, list[str]] = {}
+    for user in users:
+        by_uid.setdefault(sandbox_uid(user), []).append(user)
+    shared = [f"{uid}: {', '.join(names)}" for uid, names in by_uid.items() if len(names) > 1]
+    if shared:
+        return (False, f"sandbox uids shared by users ({'; '.join(shared)})",
+                "they share a process limit and may change each other's files in a folder granted "
+                "to both: keep such folders out of their roles")
+    return True, f"sandbox uids: {len(users)} user(s), each on a uid of its own", ""
 
 
 def _check_model(config) -> tuple[bool, str, str]:

@@ -77,6 +77,25 @@ def test_init_writes_a_starter_config_that_doctor_accepts(tmp_path):
     assert "✓ config" in doctor.stdout and "✓ database" in doctor.stdout, doctor.stdout
 
 
+def test_doctor_names_users_whose_sandbox_uids_coincide(tmp_path):
+    config = tmp_path / "c.toml"
+    # Found by search: crc32 puts these two names on the same uid; one is only in the store.
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nallow = ["telegram:4655"]\n')
+    assert sandbox_uid("telegram:4655") == sandbox_uid("telegram:7573")
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
+    assert "✓ sandbox uids: 1 user(s), each on a uid of its own" in doctor.stdout, doctor.stdout
+
+    async def admit():
+        async with await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db") as store:
+            await store.ensure_user("telegram", "7573", "Bo")
+
+    asyncio.run(admit())
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
+    assert doctor.returncode == 1
+    assert (f"✗ sandbox uids shared by users ({sandbox_uid('telegram:4655')}: telegram:4655, "
+            "telegram:7573)") in doctor.stdout, doctor.stdout
+
+
 def test_pairing_list_and_approve_admit_a_user(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'data_dir = "{tmp_path}/data"\n')
