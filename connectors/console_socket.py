@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 MAX_LINE = 1 << 20
 SEND_TIMEOUT_S = 5.0  # a console that reads nothing for this long is dropped, not waited for
 DRAFT_BACKLOG = 1 << 16  # bytes unsent to a console past which its drafts are skipped
+INPUT_END_WAIT_S = 2.0  # for a script's end of input once its daemon went away
 
 
 class ConsoleSocketConnector:
@@ -180,10 +181,9 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
             typed = asyncio.ensure_future(lines())
             await asyncio.wait({typed, showing}, return_when=asyncio.FIRST_COMPLETED)
             if showing.done():  # the daemon went away: nothing typed can reach it
-                input_over = typed.done() and typed.result() == ""
+                if not interactive:  # a script must not pass for done with lines left unsent
+                    await _check_input_over(typed)
                 typed.cancel()
-                if not interactive and not input_over:
-                    raise ConnectionError("the daemon went away before the input was all sent")
                 return True
             line = typed.result()
             if not line:
@@ -202,6 +202,18 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
     finally:
         showing.cancel()
         writer.close()
+
+
+async def _check_input_over(typed: asyncio.Future[str]) -> None:
+    """After the daemon went away with every line sent answered: a ConnectionError unless the
+    input has ended. Its end ("") may not have been read yet (a stopping daemon often closes right
+    after its last "done"), so it is waited for, briefly: input that stays open is not."""
+    try:
+        line = await asyncio.wait_for(asyncio.shield(typed), INPUT_END_WAIT_S)
+    except TimeoutError:
+        raise ConnectionError("the daemon went away while more input could still come") from None
+    if line:
+        raise ConnectionError("the daemon went away before the input was all sent")
 
 
 class _Unanswered:

@@ -9,6 +9,7 @@ or sockets. Request headers and bodies are never logged: a scraper's credentials
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import json
 import logging
@@ -49,6 +50,34 @@ class _Response:
     allow: str | None = None
 
 
+class AdminPortInUse(OSError):
+    """Something else listens on the admin port; says which key to change."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(f"[admin] port {port} on {host} is in use (another openclaw? see "
+                         "`ss -ltnp`); set [admin] port or [admin] enabled = false")
+        self.errno = errno.EADDRINUSE
+        self.host, self.port = host, port
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether start(host, port) would find the port taken: bound as asyncio binds it (address
+    reuse on, so a port left in TIME_WAIT counts as free), then released at once."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+                raise
+    return False
+
+
 class _BadRequest(Exception):
     def __init__(self, status: int) -> None:
         super().__init__(status)
@@ -76,7 +105,8 @@ class AdminServer:
         return f"http://{host}:{self.port}"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        """Listen on host:port; port 0 picks a free port, read back from `.port`."""
+        """Listen on host:port; port 0 picks a free port, read back from `.port`. A port that
+        something else holds is an AdminPortInUse."""
         if self._server is not None:
             raise RuntimeError(f"the admin server already listens on {self.url}")
         if port == 0:
@@ -85,7 +115,12 @@ class AdminServer:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
             host = infos[0][4][0]
-        self._server = await asyncio.start_server(self._on_connection, host, port)
+        try:
+            self._server = await asyncio.start_server(self._on_connection, host, port)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise AdminPortInUse(host, port) from exc
+            raise
         bound = self._server.sockets[0].getsockname()
         self.host, self.port = bound[0], bound[1]
 

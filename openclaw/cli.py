@@ -185,7 +185,9 @@ async def _run_daemon(config, terminal) -> int:
     from openclaw.daemon import Daemon
 
     connectors = configured_connectors(config)
-    daemon = Daemon(config, connectors=connectors)
+    # A chat goes on with its admin port taken (one warning); the service, which is scraped, does
+    # not start without it.
+    daemon = Daemon(config, connectors=connectors, admin_optional=terminal is not None)
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None
     if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to
@@ -226,6 +228,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks += asyncio.run(_check_database(config))
     if not args.skip_model:
         checks.append(_check_model(config))
+    checks += _check_admin_port(config)
     checks.append(_check_skills(config))
     checks.append(_check_sandbox(config))
     checks += _check_sandbox_network(config)
@@ -244,6 +247,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for ok, what, fix in checks:
         print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
     return 0 if all(ok for ok, _, _ in checks) else 1
+
+
+def _check_admin_port(config) -> list[tuple[bool, str, str]]:
+    """`run` refuses to start with its admin port taken (and a chat goes on without it)."""
+    from openclaw.admin import port_in_use
+
+    host, port = config.admin.host, config.admin.port
+    if not config.admin.enabled or port == 0:
+        return []
+    fix = "stop what holds it, or set [admin] port = N (a free one) or [admin] enabled = false"
+    try:
+        taken = port_in_use(host, port)
+    except OSError as exc:
+        return [(False, f"admin port: cannot bind {port} on {host}: {exc}", "fix [admin] host")]
+    if taken:
+        return [(False, f"admin port: {port} on {host} is in use (a running daemon? see "
+                        "`ss -ltnp`)", fix)]
+    return [(True, f"admin port: {port} on {host} is free", "")]
 
 
 def _check_skills(config) -> tuple[bool, str, str]:

@@ -481,6 +481,9 @@ class SandboxConfig(_Section):
     """Run the shell skill without bubblewrap when it is unavailable. Dangerous: leave off."""
     bwrap_path: ConfigPath | None = None
     """Path of the bwrap binary; None searches PATH."""
+    slirp4netns_path: ConfigPath | None = None
+    """Path of the slirp4netns binary, which gives network to roles granted it; None searches
+    PATH."""
 
 
 class SkillsConfig(_Section):
@@ -989,6 +992,8 @@ enabled = false
 # allow_unsandboxed = false
 # The bwrap binary (unset: found on PATH).
 # e.g. bwrap_path = "/usr/bin/bwrap"
+# The slirp4netns binary, the network of roles granted one (unset: found on PATH).
+# e.g. slirp4netns_path = "/usr/bin/slirp4netns"
 
 [skills]
 # Skills offered to the model: built-ins, entry points, or "module:Class".

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from openclaw import systemd
-from openclaw.admin import AdminServer
+from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config
 from openclaw.gateway import Gateway
@@ -67,8 +67,11 @@ def _claim(data_dir: Path) -> TextIO:
 
 class Daemon:
     def __init__(self, config: Config, *, model: ChatModel | None = None,
-                 connectors: list[Any] | None = None) -> None:
+                 connectors: list[Any] | None = None, admin_optional: bool = False) -> None:
+        """`admin_optional`: a port in use is a warning, and the daemon goes on without it (a chat
+        in this terminal); else it stops the start (the service, which is scraped)."""
         self.config = config
+        self.admin_optional = admin_optional
         self.model = model
         self._owns_model = model is None
         self.connectors = list(connectors or [])
@@ -96,10 +99,7 @@ class Daemon:
         self.store = await Store.open(cfg.store.url)
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
             # /healthz answers "starting" while it loads
-            self.admin = AdminServer(self.metrics, self.health)
-            await self.admin.start(cfg.admin.host, cfg.admin.port)
-            log.info("admin port on http://%s:%d (/healthz, /metrics)", cfg.admin.host,
-                     self.admin.port)
+            self.admin = await self._start_admin()
         if self.model is None:
             from engine import AsyncLLM
 
@@ -123,6 +123,22 @@ class Daemon:
         self._watchdog = systemd.start_watchdog()
         log.info("openclaw is running with %s", ", ".join(c.name for c in self.connectors) or
                  "no connectors")
+
+    async def _start_admin(self) -> AdminServer | None:
+        cfg = self.config.admin
+        admin = AdminServer(self.metrics, self.health)
+        try:
+            await admin.start(cfg.host, cfg.port)
+        except AdminPortInUse as exc:
+            if not self.admin_optional:
+                raise
+            log.warning("[admin] port %d on %s is in use (another openclaw? see `ss -ltnp`): going "
+                        "on without /healthz and /metrics; to serve them, set [admin] port = N (a "
+                        "free one), or [admin] enabled = false to stop this warning", exc.port,
+                        exc.host)
+            return None
+        log.info("admin port on http://%s:%d (/healthz, /metrics)", cfg.host, admin.port)
+        return admin
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok" if self.gateway is not None else "starting",

@@ -120,6 +120,7 @@ class Gateway:
         # Chats that moved to a new id while running, (channel, old id) -> new id: a turn queued
         # under the old id goes on in the lane and the conversation that moved.
         self._moved_chats: dict[tuple[str, str], str] = {}
+        self._warned_no_channel: set[int] = set()  # reminders due on a channel not running here
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
@@ -320,7 +321,7 @@ class Gateway:
             return "Sorry, I cannot do that right now (see the daemon's log)."
         executor = self.agent.executor
         if "reminders" not in executor.available(principal):
-            return "Reminders are not available to you (the owner can enable the reminders skill)."
+            return self._no_reminders_text(msg.user, principal.role.name)
         if principal.needs_approval("reminders"):  # a command cannot wait for an /approve
             return "Your reminders need approval each time: ask me in a message instead."
         argument = (msg.text.strip().split(maxsplit=1)[1:] or [""])[0].strip()
@@ -334,6 +335,17 @@ class Gateway:
             args = {"action": "add", "when": request[0], "text": request[1]}
         outcome = await executor.call("reminders", args, principal, chat_id=msg.chat_id)
         return outcome.text.removeprefix("error: ")
+
+    def _no_reminders_text(self, user: str, role: str) -> str:
+        """Why /remind is refused: the skill is not enabled (what the owner can do about it), or
+        not the user's role's."""
+        if "reminders" not in self.agent.executor.registry.names:
+            if access.is_owner(self.config, user):
+                return ("The reminders skill is not enabled: add \"reminders\" to [skills] enabled "
+                        "in the config and restart.")
+            return "Reminders are not available to you (the owner can enable the reminders skill)."
+        return (f"Your role ({role}) does not include reminders; the owner can add it to "
+                f"[roles.{role}] skills.")
 
     async def _status_text(self, user: str, in_group: bool) -> str:
         stats = self.model.stats()
@@ -504,12 +516,25 @@ class Gateway:
         connector = self.connectors.get(reminder.channel)
         # Not now without the channel, or while it cannot deliver (a console nobody is attached
         # to, a service out of reach): it stays due, and is late, and says so, when sent.
-        if connector is None or not getattr(connector, "connected", True):
+        if connector is None:
+            self._warn_no_channel(reminder)
+            return False
+        if not getattr(connector, "connected", True):
             log.debug("reminder id %d waits for the %s channel", reminder.id, reminder.channel)
             return False
         job = _ReminderDue(reminder, asyncio.get_running_loop().create_future())
         self._lane_of((reminder.channel, reminder.chat_id, reminder.user)).queue.put_nowait(job)
         return await job.done
+
+    def _warn_no_channel(self, r: Reminder) -> None:
+        """A channel this daemon does not run (not enabled in the config) may never come: said
+        once per reminder, not at every look the scheduler takes."""
+        if r.id in self._warned_no_channel:
+            return
+        self._warned_no_channel.add(r.id)
+        log.warning("reminder id %d is due but cannot be sent: the %s channel is not enabled in the "
+                    "config; enable [%s] and restart, or cancel it with `openclaw reminders cancel "
+                    "%s %d`", r.id, r.channel, r.channel, r.user, r.number)
 
     async def _reminder_job(self, lane: Lane, job: _ReminderDue) -> None:
         lane.busy = lane.reminding = True
@@ -663,6 +688,7 @@ class Gateway:
         """Stop taking messages; let running turns finish within `timeout`, then abort them.
         Aborted and queued messages stay 'received' in the store and are answered after restart."""
         self._accepting = False
+        self._say_what_drains(timeout)
         try:
             if any(lane.busy for lane in self._lanes.values()):
                 await asyncio.wait_for(self._finish_running(), timeout)
@@ -673,6 +699,17 @@ class Gateway:
                 lane.worker.cancel()
         await asyncio.gather(*(lane.worker for lane in self._lanes.values() if lane.worker),
                              return_exceptions=True)
+
+    def _say_what_drains(self, timeout: float) -> None:
+        """A stop may wait `timeout` for running turns: the log says so, and for what."""
+        running = sum(lane.busy for lane in self._lanes.values())
+        queued = sum(lane.queue.qsize() for lane in self._lanes.values())
+        left = f"{queued} queued message(s) wait for the next start" if queued else ""
+        if running:
+            log.info("stopping: finishing %d running conversation(s), up to %g s%s", running,
+                     timeout, f"; {left}" if left else "")
+        elif left:
+            log.info("stopping: %s", left)
 
     async def _finish_running(self) -> None:
         while any(lane.busy for lane in self._lanes.values()):

@@ -20,17 +20,23 @@ TEXT_SHOWN = 60  # characters of each reminder's text in a listing
 
 def add_commands(sub, common_sub) -> None:
     reminders = sub.add_parser("reminders", help="everyone's active reminders; cancel them")
-    reminders.set_defaults(func=cmd_list, user=None, chat=None)
+    _add_filters(reminders, default=None)  # `openclaw reminders --user X` lists, like `list`
+    reminders.set_defaults(func=cmd_list)
     actions = common_sub(reminders.add_subparsers(dest="reminders_cmd"))
     p = actions.add_parser("list", help="active reminders, soonest first")
-    p.add_argument("--user", help='only this user\'s, e.g. "telegram:1001"')
-    p.add_argument("--chat", help='only those delivered to this chat, e.g. "telegram:-1001234567890"')
+    _add_filters(p, default=argparse.SUPPRESS)  # so `reminders --user X list` keeps X
     p.set_defaults(func=cmd_list)
     p = actions.add_parser("cancel", help="cancel USER's reminder NUMBER, or every one in --chat")
     p.add_argument("user", nargs="?", help='"channel:id", e.g. "telegram:1001"')
     p.add_argument("number", nargs="?", type=int, help="the number its user sees (#3: 3)")
     p.add_argument("--chat", help='every active reminder delivered to this chat ("channel:chat id")')
     p.set_defaults(func=cmd_cancel)
+
+
+def _add_filters(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument("--user", default=default, help='only this user\'s, e.g. "telegram:1001"')
+    parser.add_argument("--chat", default=default,
+                        help='only those delivered to this chat, e.g. "telegram:-1001234567890"')
 
 
 def _chat(value: str) -> tuple[str, str]:

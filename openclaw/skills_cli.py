@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import sys
 
 from openclaw import access
-from openclaw.config import Config, _check_user, load_config
+from openclaw.config import Config, _check_user, default_config_path, load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store.records import UserStatus, parse_user_key
+from skills import SkillRegistry
+from skills.registry import BUILTINS, ENTRY_POINT_GROUP
 
 
 def add_commands(sub, common_sub) -> None:
@@ -61,6 +64,10 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         print(f"openclaw skills run: {exc}", file=sys.stderr)
         return 2
     registry = configured_skills(config)
+    refusal = _cannot_run(config, registry, args.name, arguments, args.chat)
+    if refusal:
+        print(f"openclaw skills run: {refusal}", file=sys.stderr)
+        return 2
     # Before the workspace below it: the data folder is the owner's alone (0700), whoever makes it.
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -83,7 +90,8 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
             known = await store.get_user(*parse_user_key(user))
             # What the daemon would let them do: a test run for someone it does not answer
             # would show the admin results that user can never get.
-            why_not = _not_admitted(config, user, known and known.status)
+            codes = [c.code for c in await store.list_pairing_codes() if c.user == user]
+            why_not = _not_admitted(config, user, known and known.status, codes[-1] if codes else None)
             if why_not:
                 print(f"openclaw skills run: {why_not}", file=sys.stderr)
                 return None
@@ -105,9 +113,23 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     return 0 if outcome.ok else 1
 
 
-def _not_admitted(config: Config, user: str, stored: UserStatus | None) -> str | None:
+def _cannot_run(config: Config, registry: SkillRegistry, name: str, arguments: object,
+                chat: str) -> str | None:
+    """What keeps this call from running whoever makes it, said for the admin at the command line
+    (the model, which cannot change either, is told otherwise); None when nothing does."""
+    if name not in registry.names and (name in BUILTINS or name in {
+            ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}):
+        return (f"{name} is not enabled: add it to [skills] enabled in "
+                f"{config.source or default_config_path()}")
+    if name == "reminders" and not chat and isinstance(arguments, dict) and arguments.get("action") == "add":
+        return "a reminder needs --chat ID: the chat it is delivered to (e.g. the Telegram chat id)"
+    return None
+
+
+def _not_admitted(config: Config, user: str, stored: UserStatus | None,
+                  code: str | None = None) -> str | None:
     """Why the daemon would not answer `user` (the config's lists, then the store's status), and
-    how to admit them; None when it would."""
+    how to admit them; None when it would. `code`: their live pairing code, if they have one."""
     now = access.status(config, user, stored)
     if now is UserStatus.ALLOWED:
         return None
@@ -116,8 +138,11 @@ def _not_admitted(config: Config, user: str, stored: UserStatus | None) -> str |
             return f"{user} is in access.blocked of the config; take them out of it to admit them"
         return (f"{user} is blocked (openclaw users block, or a denied pairing request); "
                 f"`openclaw users allow {user}` admits them")
+    if now is UserStatus.PENDING and code:
+        return (f"{user} is not admitted yet (pending): `openclaw pairing approve {code}` (their "
+                f"pairing code) or `openclaw users allow {user}` admits them")
     if now is UserStatus.PENDING:
-        return (f"{user} is not admitted yet (pending): `openclaw pairing approve CODE` (see "
-                f"`openclaw pairing list`) or `openclaw users allow {user}` admits them")
+        return (f"{user} is not admitted yet (pending, no pairing code): they get a code when they "
+                f"write again, or `openclaw users allow {user}` admits them now")
     return (f"{user} is not a known user (never paired nor allowed): `openclaw users allow {user}` "
             "admits them")

@@ -29,8 +29,9 @@ def configured_skills(config: Config) -> SkillRegistry:
 
 
 def sandbox_for(config: Config) -> Sandbox:
-    bwrap = str(config.sandbox.bwrap_path) if config.sandbox.bwrap_path else None
-    return Sandbox(bwrap_path=bwrap, allow_unsandboxed=config.sandbox.allow_unsandboxed)
+    section = config.sandbox
+    bwrap, slirp = (str(path) if path else None for path in (section.bwrap_path, section.slirp4netns_path))
+    return Sandbox(bwrap_path=bwrap, allow_unsandboxed=section.allow_unsandboxed, slirp4netns_path=slirp)
 
 
 def executor_for(config: Config, registry: SkillRegistry, audit: Any,

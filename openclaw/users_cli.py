@@ -12,7 +12,7 @@ import asyncio
 import sys
 
 from openclaw import access
-from openclaw.config import _check_user, load_config
+from openclaw.config import LOCAL_USER, _check_user, load_config
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import sandbox_uid
 from skills.base import visible
@@ -88,14 +88,17 @@ def cmd_pairing_answer(args: argparse.Namespace) -> int:
 
 
 def cmd_users_list(args: argparse.Namespace) -> int:
+    """The store's users and those only the config names (the console too), one line each."""
     config = load_config(args.config)
-    users = with_store(args, lambda store: store.list_users())
-    if not users:
-        print("no users yet")
-    for u in users:
-        print(f"{u.key:<24} {_effective_status(config, u.key, u.status):<18} "
-              f"role={u.role or config.user_role(u.key):<8} uid={sandbox_uid(u.key)}  "
-              f"{visible(u.display_name or '')}")
+    stored = {u.key: u for u in with_store(args, lambda store: store.list_users())}
+    named = {LOCAL_USER, *config.access.admins, *config.access.allow, *config.access.blocked}
+    for key in sorted(stored.keys() | named):
+        u = stored.get(key)
+        # The console's name in the store is "console", which its status already says.
+        name = "" if u is None or key == LOCAL_USER else visible(u.display_name or "")
+        print(f"{key:<24} {_effective_status(config, key, u and u.status):<18} "
+              f"role={(u and u.role) or config.user_role(key):<8} uid={sandbox_uid(key)}  {name}"
+              .rstrip())
     return 0
 
 
@@ -121,8 +124,9 @@ def cmd_users_set(args: argparse.Namespace) -> int:
     return 0
 
 
-def _effective_status(config, user: str, stored: UserStatus) -> str:
-    """The status that holds, and what decides it when the config does."""
+def _effective_status(config, user: str, stored: UserStatus | None) -> str:
+    """The status that holds, and what decides it when the config does (always, for a user the
+    store does not know: only the config's users are listed without one)."""
     where = access.listed_in(config, user)
     if not where:
         return str(stored)

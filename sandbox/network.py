@@ -82,8 +82,10 @@ def locate(slirp4netns_path: str | None = None) -> str | None:
 def missing(slirp4netns_path: str | None = None) -> str | None:
     """Why a network-granted sandbox cannot run here, or None when its tools are present."""
     if locate(slirp4netns_path) is None:
-        return (f"slirp4netns not found ({slirp4netns_path or 'slirp4netns on PATH'}); the sandbox "
-                "gives network through it, in a namespace of its own, never the host's")
+        where = (f"not found at {slirp4netns_path}" if slirp4netns_path else
+                 "is not installed (not on PATH)")
+        return (f"slirp4netns {where}; the sandbox gives network through it, in a namespace of "
+                "its own, never the host's")
     if not os.access(NSENTER, os.X_OK):
         return f"{NSENTER} (util-linux) is missing; it attaches slirp4netns to the sandbox"
     return None

@@ -4,6 +4,7 @@ embedded model where the reply matters."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -161,7 +162,8 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
                 await store.ensure_user("telegram", user, f"user {user}\nABCD1234  telegram:1")
             return [await store.create_pairing_code(f"telegram:{u}") for u in ("1001", "1002")]
 
-    assert cli("users").stdout.strip() == "no users yet"  # and the database now exists,
+    assert [line.split()[0] for line in cli("users").stdout.splitlines()] == [
+        "discord:9", "telegram:1", "terminal:local"]  # the config's users; and the database exists,
     # private from the start, though no daemon made it (every conversation will be in there)
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "data/openclaw.db").stat().st_mode & 0o777 == 0o600
@@ -178,8 +180,9 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
     assert cli("users", "revoke", "telegram:1002").returncode == 0
     lines = cli("users", "list").stdout.splitlines()
     assert {line.split()[0]: line.split()[1] for line in lines} == {
-        "telegram:1001": "allowed", "telegram:1002": "pending"}
-    assert f"uid={sandbox_uid('telegram:1001')}" in lines[0] and "\\u000a" in lines[0]
+        "discord:9": "blocked", "telegram:1": "allowed", "telegram:1001": "allowed",
+        "telegram:1002": "pending", "terminal:local": "allowed"}
+    assert f"uid={sandbox_uid('telegram:1001')}" in lines[2] and "\\u000a" in lines[2]
 
     # The config decides for the users it names: the command says where to change it instead.
     for argv, where in ((["block", "telegram:1"], "access.admins"),
@@ -189,6 +192,31 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
         assert refused.returncode == 1 and where in refused.stderr, refused.stderr
     bad = cli("users", "block", "telegram:@ada")
     assert bad.returncode == 2 and "numeric id" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_users_lists_the_configs_users_and_the_console_once_each_in_order(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nadmins = ["telegram:1"]\n'
+                      'allow = ["telegram:5", "telegram:1"]\nblocked = ["discord:9"]\n'
+                      'roles = { "telegram:5" = "dev" }\n[roles.dev]\nskills = ["clock"]\n')
+
+    async def meet():
+        async with await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db") as store:
+            await store.ensure_user("terminal", "local", "console")  # as the console stores itself
+            await store.ensure_user("telegram", "5", "Eve")  # in the config and the store
+            await store.ensure_user("telegram", "2", "Bo")  # only in the store
+
+    asyncio.run(meet())
+    listing = run(["--config", str(config), "users"], tmp_path, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    rows = [line.split() for line in listing.stdout.splitlines()]
+    assert rows == [
+        ["discord:9", "blocked", "(config)", "role=user", f"uid={sandbox_uid('discord:9')}"],
+        ["telegram:1", "allowed", "(config)", "role=admin", f"uid={sandbox_uid('telegram:1')}"],
+        ["telegram:2", "pending", "role=user", f"uid={sandbox_uid('telegram:2')}", "Bo"],
+        ["telegram:5", "allowed", "(config)", "role=dev", f"uid={sandbox_uid('telegram:5')}", "Eve"],
+        ["terminal:local", "allowed", "(console)", "role=admin",
+         f"uid={sandbox_uid('terminal:local')}"]]
 
 
 def test_the_admin_lists_and_cancels_anyones_reminders(tmp_path):
@@ -216,8 +244,15 @@ def test_the_admin_lists_and_cancels_anyones_reminders(tmp_path):
     assert lines[0].split()[:2] == ["telegram:1", "#1"] and "Europe/Paris" in lines[0]
     group = cli("reminders", "list", "--chat", "telegram:-100555").stdout.splitlines()
     assert [line.split()[:2] for line in group] == [["telegram:1", "#1"], ["telegram:2", "#1"]]
-    assert [line.split()[1] for line in cli("reminders", "list", "--user", "telegram:2")
-            .stdout.splitlines()] == ["#1", "#2"]
+    # `[list]` is optional, filters included, on either side of it
+    for argv in (["list", "--user", "telegram:2"], ["--user", "telegram:2"],
+                 ["--user", "telegram:2", "list"]):
+        shown = cli("reminders", *argv)
+        assert shown.returncode == 0, shown.stderr
+        assert [(line.split()[0], line.split()[1]) for line in shown.stdout.splitlines()] == [
+            ("telegram:2", "#1"), ("telegram:2", "#2")]
+    assert cli("reminders", "--chat", "telegram:-100555").stdout.splitlines() == group
+    assert "--user USER" in cli("reminders", "--help").stdout
 
     done = cli("reminders", "cancel", "telegram:2", "2")
     assert done.returncode == 0 and "call mum" in done.stdout, done.stderr
@@ -267,18 +302,14 @@ def test_run_notifies_systemd_and_drains_on_sigterm(tmp_path):
 
 
 def test_an_admin_port_in_use_is_said_in_one_line_before_the_model_loads(tmp_path):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        config = tmp_path / "c.toml"
+    with a_port_in_use() as port:
         # A model that does not exist: had it been loaded first, that would be the error.
-        config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n'
-                          f'[engine]\nmodel = "{tmp_path}/missing.gguf"\n')
+        config = missing_model_config(tmp_path, port)
         proc = run(["--config", str(config), "run"], tmp_path, timeout=60)
     assert proc.returncode != 0
     line = proc.stderr.strip().splitlines()[-1]
-    assert line.startswith("openclaw run: ") and str(port) in line and "address already in use" in line
+    assert line == (f"openclaw run: [admin] port {port} on 127.0.0.1 is in use (another openclaw? "
+                    "see `ss -ltnp`); set [admin] port or [admin] enabled = false")
     assert "missing.gguf" not in proc.stderr and "loading the model" not in proc.stderr, proc.stderr
 
 
@@ -308,3 +339,44 @@ def test_ctrl_c_ends_a_chat_waiting_for_input(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@contextlib.contextmanager
+def a_port_in_use():
+    """A loopback port something else listens on, while the block runs."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+def missing_model_config(tmp_path, port: int):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n'
+                      f'[engine]\nmodel = "{tmp_path}/missing.gguf"\n')
+    return config
+
+
+def test_a_chat_warns_once_of_an_admin_port_in_use_and_goes_on_to_load_the_model(tmp_path):
+    with a_port_in_use() as port:
+        # A model that does not exist: its error shows that the chat went on past the port.
+        config = missing_model_config(tmp_path, port)
+        proc = run(["--config", str(config), "chat"], tmp_path, stdin="hi\n", timeout=120)
+    warnings = [line for line in proc.stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and f"[admin] port {port} on 127.0.0.1 is in use" in warnings[0], \
+        proc.stderr
+    assert "[admin] port = N" in warnings[0] and "[admin] enabled = false" in warnings[0]
+    assert "missing.gguf" in proc.stderr and "address already in use" not in proc.stderr
+
+
+def test_doctor_says_when_the_admin_port_is_in_use(tmp_path):
+    with a_port_in_use() as port:
+        config = tmp_path / "c.toml"
+        config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n')
+        doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
+        assert doctor.returncode == 1
+        assert (f"✗ admin port: {port} on 127.0.0.1 is in use (a running daemon? see `ss -ltnp`)\n"
+                "    fix: stop what holds it, or set [admin] port = N (a free one) or [admin] "
+                "enabled = false") in doctor.stdout, doctor.stdout
+    freed = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
+    assert f"✓ admin port: {port} on 127.0.0.1 is free" in freed.stdout, freed.stdout

@@ -258,3 +258,42 @@ async def test_a_console_that_reads_nothing_does_not_hold_up_the_others(tmp_path
         stuck.close()
     finally:
         await daemon.stop()
+
+
+def stopping_after_the_last_answer(daemon, out: list[str], first: str, then: str):
+    """Lines for attach(): `first`, then (as SIGTERM right after its answer would) the daemon stops
+    and the input's next read (`then`; "" is its end) comes only once attach has seen it go."""
+    import asyncio
+
+    calls = []
+
+    async def next_line() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            return first
+        await daemon.stop()
+        while not any(o.startswith("[daemon] disconnected") for o in out):
+            await asyncio.sleep(0)
+        for _ in range(20):  # a read from a pipe is slower than the socket's end
+            await asyncio.sleep(0)
+        return then
+
+    return next_line
+
+
+async def test_a_script_whose_input_was_all_answered_passes_when_the_daemon_stops_after(tmp_path):
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "answered"))
+    out: list[str] = []
+    lines = stopping_after_the_last_answer(daemon, out, "the only line\n", "")
+    assert await attach(sock, lines, out.append, interactive=False)
+    assert out[0] == "answered\n"
+
+
+async def test_a_script_with_lines_left_when_the_daemon_stops_says_they_were_not_sent(tmp_path):
+    import pytest
+
+    daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "answered"))
+    out: list[str] = []
+    lines = stopping_after_the_last_answer(daemon, out, "first\n", "second\n")
+    with pytest.raises(ConnectionError, match="before the input was all sent"):
+        await attach(sock, lines, out.append, interactive=False)

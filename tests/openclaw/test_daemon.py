@@ -589,3 +589,66 @@ async def test_whether_data_dir_is_claimed_is_read_without_taking_it(tmp_path):
     assert not data_dir_claimed(daemon.config.data_dir)  # stopped: the pid is gone from the file
     (daemon.config.data_dir / "daemon.lock").write_text("999999999\n")  # a holder that died
     assert not data_dir_claimed(daemon.config.data_dir)
+
+
+def admin_on(tmp_path, port: int):
+    cfg = config(tmp_path)
+    return cfg.model_copy(update={"admin": cfg.admin.model_copy(update={"enabled": True, "port": port})})
+
+
+async def test_a_chat_goes_on_without_its_admin_port_when_something_holds_it(tmp_path, caplog):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        conn = RecordingConnector()
+        daemon = Daemon(admin_on(tmp_path, port), model=ScriptedModel(lambda m: "fine"),
+                        connectors=[conn], admin_optional=True)
+        await daemon.start()
+        try:
+            assert daemon.admin is None
+            assert await say(daemon, conn, "hello") == "fine"
+            [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            assert warning.startswith(f"[admin] port {port} on 127.0.0.1 is in use")
+            assert "[admin] port = N" in warning and "[admin] enabled = false" in warning
+        finally:
+            await daemon.stop()
+
+
+async def test_the_service_does_not_start_with_its_admin_port_taken_and_names_the_key(tmp_path):
+    import socket
+
+    from openclaw.admin import AdminPortInUse
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        daemon = Daemon(admin_on(tmp_path, port), model=ScriptedModel(lambda m: "fine"))
+        try:
+            with pytest.raises(AdminPortInUse) as refused:
+                await daemon.start()
+        finally:
+            await daemon.stop(drain_timeout=0)
+    assert str(refused.value) == (f"[admin] port {port} on 127.0.0.1 is in use (another openclaw? "
+                                  "see `ss -ltnp`); set [admin] port or [admin] enabled = false")
+
+
+async def test_a_stop_says_what_it_finishes_and_for_how_long(tmp_path, caplog):
+    caplog.set_level("INFO", logger="openclaw.gateway")
+    model = ScriptedModel(lambda m: "answer to " + last_user(m))
+    daemon, conn = await started(tmp_path, model)
+    model.gate = asyncio.Event()
+    await conn.handler(msg("first"))
+    await until(lambda: model.prompts)
+    await conn.handler(msg("second"))
+    stopping = asyncio.create_task(daemon.stop(drain_timeout=30))
+    await until(lambda: "stopping:" in caplog.text)
+    model.gate.set()
+    await stopping
+    [said] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stopping:")]
+    assert said == ("stopping: finishing 1 running conversation(s), up to 30 s; 1 queued "
+                    "message(s) wait for the next start")
+    assert conn.texts() == ["answer to first"]

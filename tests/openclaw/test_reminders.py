@@ -336,13 +336,45 @@ async def test_each_user_has_their_own_reminder_numbers_in_commands(tmp_path):
         await daemon.stop()
 
 
-async def test_remind_says_so_when_the_skill_is_not_the_users(tmp_path):
+async def test_remind_tells_the_owner_how_to_enable_the_skill_and_others_to_ask(tmp_path):
     daemon, conn = await started_with(tmp_path, remembering_model())  # skills as by default
     try:
-        await conn.handler(msg("/remind in 5 minutes tea"))
-        await until(lambda: conn.sent)
-        assert conn.texts() == ["Reminders are not available to you (the owner can enable the "
-                                "reminders skill)."]
+        await daemon.store.set_user_status("terminal", "bob", "allowed")
+        assert await say(daemon, conn, "/remind in 5 minutes tea") == (
+            'The reminders skill is not enabled: add "reminders" to [skills] enabled in the config '
+            "and restart.")
+        assert await say(daemon, conn, "/reminders", user="bob") == (
+            "Reminders are not available to you (the owner can enable the reminders skill).")
+    finally:
+        await daemon.stop()
+
+
+async def test_remind_names_the_role_that_lacks_the_skill(tmp_path):
+    daemon, conn = await started(tmp_path, remembering_model(), '[roles.user]\nskills = ["clock"]\n')
+    try:
+        await daemon.store.set_user_status("terminal", "bob", "allowed")
+        assert await say(daemon, conn, "/remind in 5 minutes tea", user="bob") == (
+            "Your role (user) does not include reminders; the owner can add it to [roles.user] skills.")
+        assert (await say(daemon, conn, "/remind in 5 minutes tea")).startswith("Reminder #1 set")
+    finally:
+        await daemon.stop()
+
+
+async def test_a_reminder_due_on_a_channel_not_enabled_is_said_once_in_the_log(tmp_path, caplog):
+    daemon, _ = await started(tmp_path, remembering_model())
+    try:
+        await daemon.store.set_user_status("telegram", 777, "allowed")
+        due = await daemon.store.add_reminder("telegram:777", "777", "tea", daemon.store.now(),
+                                              timezone="UTC")
+        caplog.set_level("DEBUG", logger="openclaw.gateway")
+        for _ in range(3):  # as the scheduler looks again and again
+            assert not await daemon.gateway.remind(due)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert warnings == [
+            f"reminder id {due.id} is due but cannot be sent: the telegram channel is not enabled in "
+            f"the config; enable [telegram] and restart, or cancel it with `openclaw reminders "
+            f"cancel telegram:777 {due.number}`"]
+        assert [r.id for r in await daemon.store.active_reminders()] == [due.id]  # still waits
     finally:
         await daemon.stop()
 

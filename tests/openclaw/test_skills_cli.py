@@ -43,6 +43,14 @@ def audit(tmp_path) -> list[tuple[str, str, int | None]]:
     return asyncio.run(rows())
 
 
+async def pairing_code(tmp_path, user: str) -> str:
+    """The code `user` gets when they first write to the bot."""
+    async with await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db") as store:
+        channel, external_id = user.split(":")
+        await store.ensure_user(channel, external_id, "Ann")
+        return await store.create_pairing_code(user)
+
+
 def test_skills_list_shows_origin_permissions_and_roles(tmp_path):
     proc = run([*setup(tmp_path), "skills", "list"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -103,16 +111,23 @@ def test_skills_run_refuses_users_the_daemon_would_not_answer_and_says_how_to_ad
     assert blocked.returncode == 2 and blocked.stdout == ""
     assert blocked.stderr == ("openclaw skills run: telegram:8 is blocked (openclaw users block, or a "
                               "denied pairing request); `openclaw users allow telegram:8` admits them\n")
-    pending = run([*clock, "telegram:9"], tmp_path)
+    pending = run([*clock, "telegram:9"], tmp_path)  # revoked: pending, but no code until they write
     assert pending.returncode == 2 and pending.stdout == ""
-    assert "telegram:9 is not admitted yet (pending): `openclaw pairing approve CODE`" in pending.stderr
+    assert pending.stderr == ("openclaw skills run: telegram:9 is not admitted yet (pending, no pairing "
+                              "code): they get a code when they write again, or `openclaw users allow "
+                              "telegram:9` admits them now\n")
+    code = asyncio.run(pairing_code(tmp_path, "telegram:11"))
+    asking = run([*clock, "telegram:11"], tmp_path)
+    assert asking.returncode == 2 and asking.stdout == ""
+    assert (f"telegram:11 is not admitted yet (pending): `openclaw pairing approve {code}` (their "
+            "pairing code) or `openclaw users allow telegram:11` admits them") in asking.stderr
     unknown = run([*clock, "telegram:10"], tmp_path)
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert "telegram:10 is not a known user" in unknown.stderr
     assert "`openclaw users allow telegram:10` admits them" in unknown.stderr
     # Nothing ran for them: no audit row, no workspace made.
     assert audit(tmp_path) == []
-    assert not any((tmp_path / "data/workspaces" / f"telegram-{n}").exists() for n in (8, 9, 10))
+    assert not any((tmp_path / "data/workspaces" / f"telegram-{n}").exists() for n in (8, 9, 10, 11))
 
     # Whom the store, the config or the console admits may: the daemon would answer them.
     assert run([*args, "users", "allow", "telegram:9"], tmp_path).returncode == 0
@@ -136,3 +151,45 @@ def test_doctor_reports_the_isolation_and_a_broken_skill_config(tmp_path):
     assert "✗ skills: skills.enabled[0] ('clocks'): no such skill" in broken.stdout
     assert "✗ sandbox isolation: unavailable: bubblewrap not found" in broken.stdout
     assert "apt-get install bubblewrap" in broken.stdout
+
+
+def test_skills_run_says_in_one_line_when_a_skill_is_not_enabled_or_a_reminder_has_no_chat(tmp_path):
+    args = setup(tmp_path)
+    for name in ("files", "reminders"):  # built-ins this config does not enable
+        off = run([*args, "skills", "run", name, "--as", "telegram:1", "--args", '{"action": "list"}'],
+                  tmp_path)
+        assert off.returncode == 2 and off.stdout == ""
+        assert off.stderr == (f"openclaw skills run: {name} is not enabled: add it to [skills] enabled "
+                              f"in {tmp_path / 'openclaw.toml'}\n")
+    unknown = run([*args, "skills", "run", "shel", "--as", "telegram:1"], tmp_path)  # no such skill:
+    assert "there is no tool named 'shel'" in json.loads(unknown.stdout)["output"]  # as the model hears
+
+    (tmp_path / "openclaw.toml").write_text(CONFIG.format(tmp=tmp_path).replace(
+        '"clock", "shell"]', '"clock", "shell", "reminders"]', 1))
+    remind = [*args, "skills", "run", "reminders", "--as", "telegram:1", "--args",
+              '{"action": "add", "text": "tea", "when": "in 5 minutes"}']
+    nowhere = run(remind, tmp_path)
+    assert nowhere.returncode == 2 and nowhere.stdout == ""
+    assert nowhere.stderr == ("openclaw skills run: a reminder needs --chat ID: the chat it is "
+                              "delivered to (e.g. the Telegram chat id)\n")
+    assert audit(tmp_path) == [("telegram:1", "unknown", None)]  # only "shel" reached the executor
+    there = run([*remind, "--chat", "1"], tmp_path)
+    assert there.returncode == 0 and "Reminder #1 set" in json.loads(there.stdout)["output"], there.stderr
+    listed = run([*args, "skills", "run", "reminders", "--as", "telegram:1", "--args",
+                  '{"action": "list"}'], tmp_path)  # needs no chat: it counts those set elsewhere
+    assert listed.returncode == 0 and "1 more in other chats" in json.loads(listed.stdout)["output"]
+
+
+def test_a_bad_slirp4netns_path_refuses_a_network_roles_command_and_names_the_path(tmp_path):
+    args = setup(tmp_path)
+    gone = tmp_path / "no-slirp4netns"
+    (tmp_path / "openclaw.toml").write_text(CONFIG.format(tmp=tmp_path)
+                                            + f'[sandbox]\nslirp4netns_path = "{gone}"\n')
+    admin = run([*args, "skills", "run", "shell", "--as", "telegram:1", "--args", '{"command": "id"}'],
+                tmp_path)  # admin: network granted
+    assert admin.returncode == 1, admin.stderr
+    assert json.loads(admin.stdout)["output"].startswith(
+        f"error: cannot run commands with network: slirp4netns not found at {gone}; ")
+    dev = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", '{"command": "id -u"}'],
+              tmp_path)  # no network: it never needs slirp4netns
+    assert dev.returncode == 0 and json.loads(dev.stdout)["ok"], dev.stdout

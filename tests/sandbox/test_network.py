@@ -166,7 +166,7 @@ async def test_without_slirp4netns_a_network_role_is_refused_and_others_still_ru
     gone = "/nonexistent/slirp4netns"
     with pytest.raises(SandboxUnavailable) as refused:
         await run("echo hi", workspace, network=True, slirp4netns_path=gone)
-    assert "slirp4netns not found" in str(refused.value)
+    assert f"slirp4netns not found at {gone};" in str(refused.value)
     assert "apt-get install slirp4netns" in str(refused.value)
     result = await run("echo hi", workspace, slirp4netns_path=gone)
     assert result.exit_status == 0 and result.stdout == "hi\n"
@@ -305,8 +305,8 @@ def test_doctor_tries_the_network_of_roles_that_run_commands(tmp_path):
     doctor = openclaw(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120,
                       PATH=str(path))
     assert doctor.returncode == 1
-    assert "✗ sandbox network for roles admin: cannot run commands with network: slirp4netns not found" \
-        in doctor.stdout, doctor.stdout
+    assert ("✗ sandbox network for roles admin: cannot run commands with network: slirp4netns is "
+            "not installed (not on PATH)") in doctor.stdout, doctor.stdout
     assert "apt-get install slirp4netns" in doctor.stdout
     # Without a skill that runs commands, no role needs it.
     config.write_text(DOCTOR_CONFIG.format(tmp=tmp_path).replace(', "shell"', ""))
