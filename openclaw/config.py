@@ -22,7 +22,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -31,6 +31,7 @@ from pydantic import (
     Field,
     PlainValidator,
     PrivateAttr,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_serializer,
@@ -682,31 +683,10 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
-    def _roles_exist(self) -> Config:
-        bad_names = [n for n in self.roles if not _ROLE_NAME.fullmatch(n)]
-        if bad_names:
-            raise ValueError(f"roles: role names are letters, digits, _ and -; got {bad_names}")
-        known = {"admin", "user", *self.roles}
-        for user, role in self.access.roles.items():
-            if role not in known:
-                raise ValueError(f'access.roles: {user} has the role "{role}", which is not defined; '
-                                 f"add a [roles.{role}] table or use one of: {', '.join(sorted(known))}")
-        return self
-
-    @model_validator(mode="after")
-    def _grants_leave_data_dir_alone(self) -> Config:
-        """A folder granted to a role must not hold data_dir (the database with every conversation,
-        every user's workspace) nor lie inside it: the role's skills would reach all of that."""
-        data = Path(os.path.realpath(self.data_dir.expanduser()))
-        for name, role in self.roles.items():
-            for key in ("read_only", "read_write"):
-                for index, path in enumerate(getattr(role, key)):
-                    real = Path(os.path.realpath(path.expanduser()))
-                    if data.is_relative_to(real) or real.is_relative_to(data):
-                        where = "holds" if data.is_relative_to(real) else "is inside"
-                        raise ValueError(
-                            f"roles.{name}.{key}[{index}]: {path} {where} data_dir ({self.data_dir}: "
-                            "the database and every user's workspace); grant a folder beside it")
+    def _cross_references(self) -> Config:
+        problems = _cross_reference_problems(self.data_dir, dict(self.roles), self.access.roles)
+        if problems:  # one line each; load_config splits them
+            raise ValueError("\n".join(problems))
         return self
 
     def policy(self) -> Any:
@@ -741,6 +721,71 @@ class Config(_Section):
         return "admin" if user in self.access.admins or user == LOCAL_USER else "user"
 
 
+# --- checks across sections ---------------------------------------------------------------------
+
+
+def _cross_reference_problems(data_dir: Path | None, roles: dict[str, RoleConfig | None],
+                              access_roles: dict[str, str]) -> list[str]:
+    """What no one section can check: role names, the roles `access.roles` names being defined, and
+    granted folders clear of data_dir. `roles` holds every [roles.NAME], None where its table did not
+    parse (the role is still defined); a None data_dir skips the folder check."""
+    problems = []
+    bad_names = [n for n in roles if not _ROLE_NAME.fullmatch(n)]
+    if bad_names:
+        problems.append(f"roles: role names are letters, digits, _ and -; got {bad_names}")
+    known = {"admin", "user", *roles}
+    for user, role in access_roles.items():
+        if role not in known:
+            problems.append(f'access.roles: {user} has the role "{role}", which is not defined; '
+                            f"add a [roles.{role}] table or use one of: {', '.join(sorted(known))}")
+    if data_dir is not None:
+        problems += [p for name, role in roles.items() if role is not None
+                     for p in _grants_over_data_dir(data_dir, name, role)]
+    return problems
+
+
+def _grants_over_data_dir(data_dir: Path, name: str, role: RoleConfig) -> list[str]:
+    """A folder granted to a role must not hold data_dir (the database with every conversation,
+    every user's workspace) nor lie inside it: the role's skills would reach all of that."""
+    data = Path(os.path.realpath(data_dir.expanduser()))
+    problems = []
+    for key in ("read_only", "read_write"):
+        for index, path in enumerate(getattr(role, key)):
+            real = Path(os.path.realpath(path.expanduser()))
+            if data.is_relative_to(real) or real.is_relative_to(data):
+                where = "holds" if data.is_relative_to(real) else "is inside"
+                problems.append(f"roles.{name}.{key}[{index}]: {path} {where} data_dir ({data_dir}: "
+                                "the database and every user's workspace); grant a folder beside it")
+    return problems
+
+
+def _cross_references_of_what_parsed(data: dict[str, Any], base_dir: Path) -> list[str]:
+    """The checks across sections on a file that failed validation: run on the parts that parse
+    alone, so their problems come in the same report rather than the next one."""
+    context = {"base_dir": base_dir}
+    data_dir = _parsed(lambda: TypeAdapter(ConfigPath).validate_python(
+        data.get("data_dir", default_data_dir()), context=context))
+    raw_roles = data.get("roles", {})
+    roles = {name: _parsed(lambda t=table: RoleConfig.model_validate(t, context=context))
+             for name, table in raw_roles.items()} if isinstance(raw_roles, dict) else {}
+    access = data.get("access", {})
+    raw_access_roles = access.get("roles", {}) if isinstance(access, dict) else {}
+    access_roles: dict[str, str] = {}
+    if isinstance(raw_access_roles, dict):
+        for user, role in raw_access_roles.items():  # each entry alone: one bad one hides no other
+            parsed = _parsed(lambda u=user, r=role: AccessConfig.model_validate({"roles": {u: r}}))
+            access_roles.update(parsed.roles if parsed is not None else {})
+    return _cross_reference_problems(data_dir, roles, access_roles)
+
+
+def _parsed(validate: Any) -> Any:
+    """`validate()`, or None when it fails (its problems are already reported)."""
+    try:
+        return validate()
+    except ValidationError:
+        return None
+
+
 # --- loading -----------------------------------------------------------------------------------
 
 
@@ -765,7 +810,11 @@ def load_config(path: str | Path | None = None) -> Config:
     try:
         config = Config.model_validate(data, context={"base_dir": file.parent})
     except ValidationError as exc:
-        raise ConfigError(file, [_problem(err) for err in exc.errors()]) from None
+        errors = exc.errors()
+        found = [line for err in errors for line in _problem(err).split("\n")]
+        if any(err["loc"] for err in errors):  # a section failed, so the checks across them did not run
+            found += _cross_references_of_what_parsed(data, file.parent)
+        raise ConfigError(file, found) from None
     config._source = file
     _warn_if_exposed(config, file)
     return config
@@ -783,11 +832,20 @@ def _toml_problem(exc: tomllib.TOMLDecodeError) -> str:
 def _warn_if_exposed(config: Config, file: Path) -> None:
     """Warn (naming the keys, never their values) when the file holds a secret written in it and
     other users may read it."""
+    held = exposed_secrets(config, file)
+    if held:
+        log.warning("%s holds secrets (%s) and other users can read it; run: chmod 600 %s",
+                    file, ", ".join(held), file)
+
+
+def exposed_secrets(config: Config, file: Path) -> list[str]:
+    """The keys of secrets written in `file` (not "env:NAME" or "file:PATH" references) when other
+    users may read it; [] when they may not, or it holds none."""
     try:
         if not file.stat().st_mode & 0o077:
-            return
+            return []
     except OSError:
-        return
+        return []
     held = [f"{name}.token" for name in ("telegram", "discord")
             if (token := getattr(config, name).token) is not None and token.source == "literal"]
     held += [f"skills.{name}.{key}" for name, table in config.skills.settings.items()
@@ -796,9 +854,7 @@ def _warn_if_exposed(config: Config, file: Path) -> None:
              and not value.startswith(("env:", "file:"))]
     if config.store.url and urlsplit(config.store.url).password:
         held.append("store.url (a password)")
-    if held:
-        log.warning("%s holds secrets (%s) and other users can read it; run: chmod 600 %s",
-                    file, ", ".join(held), file)
+    return held
 
 
 # --- error messages ----------------------------------------------------------------------------
@@ -874,9 +930,12 @@ def _show(value: Any) -> str:
 
 def _unknown_key_hint(loc: list[Any]) -> str:
     model: Any = Config
-    for part in loc[:-1]:
+    parts = iter(loc[:-1])
+    for part in parts:
         field = model.model_fields.get(part) if isinstance(part, str) else None
         model = field.annotation if field is not None else None
+        if get_origin(model) is dict:  # `[roles.NAME]`: skip NAME, look inside the table's model
+            model = get_args(model)[1] if next(parts, None) is not None else None
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return "unknown key"
     keys = [k for k in model.model_fields if k not in getattr(model, "hidden_keys", ())]

@@ -13,19 +13,36 @@ from skills.base import ReminderBook
 
 
 def configured_skills(config: Config) -> SkillRegistry:
-    """The skills of `[skills]`; ConfigError naming the key when one cannot be loaded."""
+    """The skills of `[skills]`; ConfigError naming the key when one cannot be loaded, with every
+    problem of [skills] and of the roles' skill lists in one report."""
     try:
         registry = load_skills(config.skills.enabled, config.skills.dirs, config.skill_settings())
+        problems: list[str] = []
+        unresolved: list[str] = []
     except SkillLoadError as exc:
-        raise ConfigError(config.source, exc.problems) from None
-    for name, role in config.roles.items():  # a typo in a role's list would grant nothing, silently
-        unknown = sorted({s for s in role.skills + role.approval if s != "*" and s not in registry.names})
+        problems, unresolved = list(exc.problems), exc.unresolved
+        if exc.registry is None:  # nothing to check the roles against
+            raise ConfigError(config.source, problems) from None
+        registry = exc.registry
+    problems += _unknown_role_skills(config, registry, unresolved)
+    if problems:
+        raise ConfigError(config.source, problems)
+    return registry
+
+
+def _unknown_role_skills(config: Config, registry: SkillRegistry, unresolved: list[str]) -> list[str]:
+    """A typo in a role's list would grant nothing, silently. A name enabled but failing to load
+    is reported once, in [skills], not again for each role naming it."""
+    problems = []
+    for name, role in config.roles.items():
+        unknown = sorted({s for s in role.skills + role.approval
+                          if s != "*" and s not in registry.names and s not in unresolved})
         if unknown:
-            raise ConfigError(config.source, ["; ".join(filter(None, [
+            problems.append("; ".join(filter(None, [
                 f"roles.{name}: unknown skill(s) {unknown}; enabled skills: "
                 f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)",
-                *map(registry.hint, unknown)]))])
-    return registry
+                *map(registry.hint, unknown)])))
+    return problems
 
 
 def sandbox_for(config: Config) -> Sandbox:

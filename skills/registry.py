@@ -30,11 +30,17 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 class SkillLoadError(Exception):
-    """Problems loading the configured skills; each names the config key it is about."""
+    """Problems loading the configured skills; each names the config key it is about. From
+    `load_skills`, also what did load (`registry`) and the enabled names that did not
+    (`unresolved`: the reference, and the skill's name when that was learnt), so the roles can be
+    checked in the same report."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], registry: SkillRegistry | None = None,
+                 unresolved: list[str] | None = None) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+        self.registry = registry
+        self.unresolved = list(unresolved or [])
 
 
 @dataclass
@@ -92,7 +98,9 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     `dirs` are folders of SKILL.md skills; `settings` are the `[skills.NAME]` tables."""
     registry = SkillRegistry()
     problems: list[str] = []
+    unresolved: list[str] = []
     for index, ref in enumerate(enabled):
+        cls = None
         try:
             cls, origin, entry_point = _resolve(ref)
             found = _third_party("checking its settings failed", cls.check_settings,
@@ -105,6 +113,7 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
                          settings.get(cls.name, {}), entry_point=entry_point)
         except SkillLoadError as exc:
             problems += [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
+            unresolved += [ref] if cls is None or cls.name == ref else [ref, cls.name]
     from skills.skill_md import load_skill_dirs
 
     for skill, origin, problem in load_skill_dirs(dirs):
@@ -118,12 +127,14 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
             registry.add(skill, origin, settings.get(skill.name, {}))
         except SkillLoadError as exc:
             problems += [f"skills.dirs: {p}" for p in exc.problems]
-    unused = [n for n in settings if n not in registry.names]
-    problems += ["; ".join(filter(None, [
-        f"skills.{n}: settings for a skill that is not enabled (enabled: "
-        f"{', '.join(registry.names) or 'none'})", registry.hint(n)])) for n in unused]
+    # A skill enabled but broken is reported above; its settings are not "for a skill not enabled".
+    unused = [n for n in settings if n not in registry.names and n not in unresolved]
+    problems += [f"skills.{n}: settings for a skill that is not enabled (enabled: "
+                 f"{', '.join(registry.names) or 'none'}); "
+                 + (registry.hint(n) or f"add it to [skills] enabled, or remove the [skills.{n}] table")
+                 for n in unused]
     if problems:
-        raise SkillLoadError(problems)
+        raise SkillLoadError(problems, registry, unresolved)
     return registry
 
 

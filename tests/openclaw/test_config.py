@@ -382,6 +382,55 @@ def test_several_errors_are_reported_together(tmp_path: Path):
     assert found[1] == "agent.max_steps = 0: expected a number >= 1"
 
 
+def test_an_unknown_key_in_a_role_table_suggests_the_real_key(tmp_path: Path):
+    problem = only_problem(write(tmp_path, "[roles.family]\nnetwrok = true\n"))
+    assert problem == 'roles.family.netwrok = true: unknown key in [roles.family]; did you mean "network"?'
+
+
+def test_every_check_across_sections_is_reported_not_only_the_first(tmp_path: Path):
+    found = problems(write(tmp_path, f"""
+        data_dir = "{tmp_path}/data"
+        [access]
+        roles = {{ "telegram:5" = "famly", "telegram:6" = "frends" }}
+        [roles.fam]
+        read_write = ["{tmp_path}/data/workspaces"]
+    """))
+    assert [p.split(":")[0] for p in found] == ["access.roles", "access.roles", "roles.fam.read_write[0]"]
+    assert 'telegram:5 has the role "famly"' in found[0] and 'telegram:6 has the role "frends"' in found[1]
+
+
+def test_the_file_example_of_every_kind_of_mistake_is_reported_in_one_go(tmp_path: Path):
+    found = problems(write(tmp_path, f"""
+        data_dir = "{tmp_path}/data"
+        [agent]
+        max_step = 3
+        [acess]
+        admins = ["telegram:1"]
+        [access]
+        dm_policy = "opne"
+        roles = {{ "telegram:5" = "famly", "telegram:6" = "family", "bob" = "ghost" }}
+        [roles.family]
+        skills = ["clock"]
+        netwrok = true
+        [roles.kids]
+        read_only = ["{tmp_path}"]
+    """))
+    assert found == [
+        'agent.max_step = 3: unknown key in [agent]; did you mean "max_steps"?',
+        "access.dm_policy = \"opne\": expected 'pairing', 'allowlist' or 'open'",
+        'access.roles.bob = "bob": expected a user "channel:id", e.g. "telegram:1001", "discord:42" or '
+        '"terminal:local"',
+        'roles.family.netwrok = true: unknown key in [roles.family]; did you mean "network"?',
+        'acess = a table: unknown key at the top level; did you mean "access"?',
+        # Checked although the sections above failed; "family" is defined though its table has a
+        # typo, and "bob" is reported once, as a user.
+        'access.roles: telegram:5 has the role "famly", which is not defined; add a [roles.famly] '
+        "table or use one of: admin, family, kids, user",
+        f"roles.kids.read_only[0]: {tmp_path} holds data_dir ({tmp_path}/data: the database and every "
+        "user's workspace); grant a folder beside it",
+    ]
+
+
 # --- secrets never show ------------------------------------------------------------------------
 
 

@@ -168,7 +168,8 @@ def test_settings_under_the_entry_points_name_say_which_name_to_use(tmp_path, re
         timeout = 3
     """) == [
         f"skills.weather: settings for a skill that is not enabled (enabled: forecast, clock); {HINT}",
-        "skills.shell: settings for a skill that is not enabled (enabled: forecast, clock)",
+        "skills.shell: settings for a skill that is not enabled (enabled: forecast, clock); "
+        "add it to [skills] enabled, or remove the [skills.shell] table",
     ]
 
 
@@ -221,7 +222,8 @@ def test_settings_errors_name_the_key(tmp_path, plugin_package):
     """) == [
         "skills.weather.unit: expected \"C\" or \"F\", got 'K'",
         "skills.clock.timezone: unknown setting (clock takes none)",  # not silently ignored
-        "skills.shell: settings for a skill that is not enabled (enabled: weather, clock)",
+        "skills.shell: settings for a skill that is not enabled (enabled: weather, clock); "
+        "add it to [skills] enabled, or remove the [skills.shell] table",
     ]
 
 
@@ -230,6 +232,38 @@ def test_a_role_naming_an_unknown_skill_is_refused(tmp_path):
     expected = r"roles.family: unknown skill\(s\) \['shel'\]; enabled skills: clock"
     with pytest.raises(ConfigError, match=expected):
         configured_skills(config)
+
+
+def test_skill_and_role_problems_come_in_one_report(tmp_path):
+    assert problems_of(tmp_path, """
+        [skills]
+        enabled = ["clock", "shel"]
+        [skills.email]
+        smtp_host = "smtp.example.org"
+        [roles.family]
+        skills = ["clock", "nosuch", "email", "shel"]
+    """) == [
+        "skills.enabled[1] ('shel'): no such skill; built-ins and installed entry points: clock, email, "
+        'files, reminders, shell; or give a third-party class as "module:Class"',
+        "skills.email: settings for a skill that is not enabled (enabled: clock); "
+        "add it to [skills] enabled, or remove the [skills.email] table",
+        # "shel" is said once, above: the role is checked against what [skills] meant to enable
+        "roles.family: unknown skill(s) ['email', 'nosuch']; enabled skills: clock "
+        "(enable more in [skills] enabled)",
+    ]
+
+
+def test_settings_of_an_enabled_skill_that_fails_to_load_are_not_called_unused(tmp_path, plugin_package):
+    [problem] = problems_of(tmp_path, """
+        [skills]
+        enabled = ["clock", "weather_plugin:BadSettingsCheck"]
+        [skills.badcheck]
+        units = "C"
+        [roles.family]
+        skills = ["clock", "badcheck"]
+    """)
+    assert problem.startswith("skills.enabled[1] ('weather_plugin:BadSettingsCheck'): checking its "
+                              "settings failed: KeyError: 'unit'")
 
 
 def test_a_skill_secret_reference_is_resolved_and_a_missing_one_named(tmp_path, plugin_package, monkeypatch):
