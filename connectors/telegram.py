@@ -99,7 +99,7 @@ class TelegramConnector:
                  max_file_bytes: int = MAX_FILE_BYTES, send_attempts: int = 3,
                  max_retry_after: float = 60.0, draft_interval: float = 1.0,
                  file_read_timeout: float = 60.0) -> None:
-        _keep_token_out_of_logs()  # before Bot(), which logs its URLs
+        keep_token_out_of_logs()  # before Bot(), which logs its URLs
         urls = {k: v for k, v in (("base_url", base_url), ("base_file_url", base_file_url)) if v}
         self._bot = Bot(token, **urls)
         # Documents stream from the file server through a session of our own (PTB's request layer
@@ -577,7 +577,7 @@ async def _copy_local(path: Path, out: Writer) -> None:
             out.write(chunk)
 
 
-def _keep_token_out_of_logs() -> None:
+def keep_token_out_of_logs() -> None:
     """httpx logs every request URL at INFO, and Bot API URLs contain the token; PTB's debug logs
     do too. The daemon logs at INFO, so both are held at WARNING (the one global tweak here)."""
     for name in ("httpx", "telegram"):

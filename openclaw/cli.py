@@ -11,6 +11,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from connectors.base import ConnectorStartError
 from openclaw import __version__
@@ -225,6 +226,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"✗ config\n{exc}")
         return 1
+    checks += _check_secrets_exposed(config)
     checks += asyncio.run(_check_database(config))
     if not args.skip_model:
         checks.append(_check_model(config))
@@ -233,20 +235,110 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(_check_sandbox(config))
     checks += _check_sandbox_network(config)
     checks += _check_granted_folders(config)
-    for name in ("telegram", "discord"):
-        section = getattr(config, name)
-        if section.enabled:
-            checks.append((section.token is not None, f"{name}: token configured",
-                           f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")"))
-    try:  # what `run` refuses when it builds them (an unsupported setting); with every token
-        # there, since a missing one is said above
-        if all(s.token is not None for s in (config.telegram, config.discord) if s.enabled):
-            configured_connectors(config)
-    except ConfigError as exc:
-        checks.append((False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config"))
+    checks += _check_connectors(config)
     for ok, what, fix in checks:
         print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
     return 0 if all(ok for ok, _, _ in checks) else 1
+
+
+TOKEN_CHECK_S = 10.0  # how long doctor waits for Telegram's or Discord's answer to a token
+_NETWORK_FIX = "check this machine's network, DNS and firewall"
+
+
+def _check_secrets_exposed(config) -> list[tuple[bool, str, str]]:
+    """A config file other users may read must not hold a secret written in it ("env:NAME" and
+    "file:PATH" references are fine). Names the keys, never their values."""
+    from openclaw.config import exposed_secrets
+
+    file = config.source
+    held = exposed_secrets(config, file) if file is not None else []
+    if not held:
+        return []
+    return [(False, f"config: other users can read it, and it holds secrets ({', '.join(held)})",
+             f"chmod 600 {file}")]
+
+
+def _check_connectors(config) -> list[tuple[bool, str, str]]:
+    """Each enabled connector's token, tried as `run` connects with it; first, what `run` refuses
+    before connecting (a missing token, an unsupported setting)."""
+    enabled = [name for name in ("telegram", "discord") if getattr(config, name).enabled]
+    missing = [(False, f"{name}: no token set", f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")")
+               for name in enabled if getattr(config, name).token is None]
+    if missing:
+        return missing
+    try:
+        configured_connectors(config)
+    except ConfigError as exc:
+        return [(False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config")]
+    checks = {"telegram": _check_telegram_token, "discord": _check_discord_token}
+
+    async def check_all() -> list[tuple[bool, str, str]]:
+        return list(await asyncio.gather(*(checks[name](getattr(config, name)) for name in enabled)))
+
+    return asyncio.run(check_all()) if enabled else []
+
+
+async def _check_telegram_token(section) -> tuple[bool, str, str]:
+    """getMe, through python-telegram-bot as the connector calls it (HTTPS_PROXY is honoured)."""
+    from telegram import Bot
+    from telegram.error import BadRequest, InvalidToken, NetworkError, TelegramError
+
+    from connectors.telegram import TELEGRAM_API, keep_token_out_of_logs
+
+    token = section.token.get()
+    host = _host(section.base_url or TELEGRAM_API)
+    keep_token_out_of_logs()  # with -v, httpx would log each URL, and a Bot API URL holds the token
+    bot = Bot(token, **({"base_url": section.base_url} if section.base_url else {}))
+    try:
+        async with asyncio.timeout(TOKEN_CHECK_S):
+            await bot.initialize()  # getMe
+    except InvalidToken as exc:  # its own message repeats the token; the server's is its cause
+        why = getattr(exc.__cause__, "message", "rejected")
+        return False, f"telegram: the token was refused ({why})", "check telegram.token (from @BotFather)"
+    except BadRequest as exc:  # a NetworkError to PTB, but an answer
+        return False, f"telegram: {host} answered: {_redact(exc, token)}", "try again later"
+    except (NetworkError, TimeoutError) as exc:  # TimedOut, a refused connection, a 5xx
+        return (False, f"telegram: {host} not reachable: {_redact(exc, token)}",
+                f"{_NETWORK_FIX}; behind a proxy, set HTTPS_PROXY for openclaw")
+    except TelegramError as exc:  # e.g. 429
+        return False, f"telegram: {host} answered: {_redact(exc, token)}", "try again later"
+    finally:
+        await bot.shutdown()
+    return True, f"telegram: token works (bot @{bot.username})", ""
+
+
+async def _check_discord_token(section) -> tuple[bool, str, str]:
+    """GET /users/@me, what discord.py's login sends (it uses no proxy, and neither does this)."""
+    import aiohttp
+    import discord
+
+    token = section.token.get().strip()  # as discord.py's login does
+    base = (section.api_base or discord.http.Route.BASE).rstrip("/")
+    host = _host(base)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TOKEN_CHECK_S)) as http, \
+                http.get(f"{base}/users/@me", headers={"Authorization": f"Bot {token}"}) as answer:
+            me = await answer.json(content_type=None) if answer.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return False, f"discord: {host} not reachable: {_redact(exc, token)}", _NETWORK_FIX
+    if answer.status == 401:
+        return (False, f"discord: the token was refused ({answer.reason})",
+                "check discord.token (Bot > Token in the Discord developer portal)")
+    if me is None:
+        return False, f"discord: {host} answered {answer.status} {answer.reason}", "try again later"
+    return True, f"discord: token works (bot @{me.get('username')})", ""
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.hostname + (f":{parts.port}" if parts.port else "")
+
+
+def _redact(exc: BaseException, token: str) -> str:
+    """What went wrong in a line, never with the token in it."""
+    text = str(exc) or (f"no answer in {TOKEN_CHECK_S:.0f} s" if isinstance(exc, TimeoutError)
+                        else type(exc).__name__)
+    return text.replace(token, "***")
 
 
 def _check_admin_port(config) -> list[tuple[bool, str, str]]:

@@ -3,6 +3,7 @@ embedded model where the reply matters."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -12,9 +13,11 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from openclaw.cli import cmd_doctor
 from openclaw.store import Store
 from sandbox.policy import sandbox_uid
 
@@ -380,3 +383,90 @@ def test_doctor_says_when_the_admin_port_is_in_use(tmp_path):
                 "enabled = false") in doctor.stdout, doctor.stdout
     freed = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
     assert f"✓ admin port: {port} on 127.0.0.1 is free" in freed.stdout, freed.stdout
+
+
+# ---- doctor tries the tokens, against the fake services the connector tests use ----------------
+
+async def a_fake(service: str):
+    from tests.fakes.discord_api import FakeDiscord
+    from tests.fakes.telegram_api import FakeTelegram
+
+    fake = FakeTelegram() if service == "telegram" else FakeDiscord()
+    await fake.start()
+    return fake
+
+
+def service_config(tmp_path, service: str, fake, token: str) -> Path:
+    endpoints = (f'base_url = "{fake.base_url}"\nbase_file_url = "{fake.base_file_url}"'
+                 if service == "telegram" else
+                 f'api_base = "{fake.api_base}"\ngateway_url = "{fake.gateway_url}"')
+    config = tmp_path / "c.toml"
+    config.touch(mode=0o600)  # it holds a token
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                      f'[{service}]\nenabled = true\ntoken = "{token}"\n{endpoints}\n')
+    return config
+
+
+async def doctor_in_process(config: Path, capsys) -> tuple[int, str]:
+    """`openclaw doctor --skip-model`, in a thread of its own (it runs its own event loop) while
+    the fake serves on this one."""
+    status = await asyncio.to_thread(cmd_doctor, argparse.Namespace(config=config, skip_model=True))
+    out, err = capsys.readouterr()
+    return status, out + err
+
+
+@pytest.mark.parametrize("service", ["telegram", "discord"])
+async def test_doctor_tries_the_token_and_names_the_bot(tmp_path, capsys, service):
+    fake = await a_fake(service)
+    try:
+        _, out = await doctor_in_process(service_config(tmp_path, service, fake, fake.token), capsys)
+    finally:
+        await fake.stop()
+    bot = fake.username if service == "telegram" else fake.bot["username"]
+    assert f"✓ {service}: token works (bot @{bot})" in out, out
+    assert fake.token not in out
+
+
+@pytest.mark.parametrize("service", ["telegram", "discord"])
+async def test_doctor_says_a_refused_token_is_refused_without_showing_it(tmp_path, capsys, caplog,
+                                                                      service):
+    wrong = "424242:WRONG-token-value-xyz-0123456789"
+    fake = await a_fake(service)
+    try:
+        status, out = await doctor_in_process(service_config(tmp_path, service, fake, wrong), capsys)
+    finally:
+        await fake.stop()
+    where = ("check telegram.token (from @BotFather)" if service == "telegram" else
+             "check discord.token (Bot > Token in the Discord developer portal)")
+    assert status == 1
+    assert f"✗ {service}: the token was refused (Unauthorized)\n    fix: {where}" in out, out
+    assert "WRONG-token" not in out + caplog.text
+
+
+@pytest.mark.parametrize("service", ["telegram", "discord"])
+async def test_doctor_says_the_service_is_not_reachable(tmp_path, capsys, service):
+    fake = await a_fake(service)
+    await fake.stop()  # nothing listens on its port now
+    status, out = await doctor_in_process(service_config(tmp_path, service, fake, fake.token), capsys)
+    assert status == 1
+    assert f"✗ {service}: 127.0.0.1:{fake.port} not reachable: " in out, out
+    assert "    fix: check this machine's network, DNS and firewall" in out
+    assert fake.token not in out
+
+
+def test_doctor_fails_a_config_others_can_read_that_holds_a_secret(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_TEST_DISCORD", "from-the-environment")
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                      '[telegram]\ntoken = "123456:LITERAL-secret-value"\n'
+                      '[discord]\ntoken = "env:OPENCLAW_TEST_DISCORD"\n')  # a reference: not a secret
+    config.chmod(0o644)
+    status = cmd_doctor(argparse.Namespace(config=config, skip_model=True))
+    out = capsys.readouterr().out
+    assert status == 1
+    assert (f"✗ config: other users can read it, and it holds secrets (telegram.token)\n"
+            f"    fix: chmod 600 {config}") in out, out
+    assert "LITERAL-secret" not in out
+    config.chmod(0o600)
+    cmd_doctor(argparse.Namespace(config=config, skip_model=True))
+    assert "other users can read it" not in capsys.readouterr().out
