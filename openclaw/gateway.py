@@ -334,7 +334,8 @@ class Gateway:
                 return REMIND_USAGE
             args = {"action": "add", "when": request[0], "text": request[1]}
         outcome = await executor.call("reminders", args, principal, chat_id=msg.chat_id)
-        return outcome.text.removeprefix("error: ")
+        # The skill speaks to the model ("list shows them"); a person typed a command.
+        return outcome.text.removeprefix("error: ").replace("list shows them", "/reminders shows them")
 
     def _no_reminders_text(self, user: str, role: str) -> str:
         """Why /remind is refused: the skill is not enabled (what the owner can do about it), or
