@@ -492,8 +492,10 @@ class Gateway:
         # user does not wait for that write), even when shutdown cuts the send short.
         try:
             # Access withdrawn during the turn: the agent stopped before its next tool or model
-            # call, and they get nothing, not even a word that it stopped.
-            if result.refused:
+            # call, or the answer was written meanwhile; either way they get nothing, not even a
+            # word that it stopped. (One indexed SELECT for a user the store admitted; none for
+            # the config's.)
+            if result.refused or not await caller.still_allowed():
                 log.info("message %d left unanswered: access of %s was withdrawn during its turn",
                          event.id, msg.user)
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
