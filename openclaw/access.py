@@ -19,6 +19,12 @@ def listed_in(config: Config, user: str) -> str:
     return next((name for name in ("blocked", "admins", "allow") if user in getattr(access, name)), "")
 
 
+def named_users(config: Config) -> set[str]:
+    """Everyone the config decides for: the console and the users `[access]` lists."""
+    access = config.access
+    return {LOCAL_USER, *access.admins, *access.allow, *access.blocked}
+
+
 def is_owner(config: Config, user: str) -> bool:
     """An admin of `[access]`, or this machine's console: who answers pairing requests and sees
     what everyone uses."""

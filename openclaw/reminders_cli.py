@@ -12,6 +12,7 @@ import sys
 from zoneinfo import ZoneInfo
 
 from openclaw.config import _check_user
+from openclaw.store.records import parse_user_key
 from openclaw.users_cli import with_store
 from skills.base import visible
 
@@ -40,10 +41,10 @@ def _add_filters(parser: argparse.ArgumentParser, default) -> None:
 
 
 def _chat(value: str) -> tuple[str, str]:
-    channel, sep, chat_id = value.partition(":")
-    if not (sep and channel and chat_id):
-        raise ValueError('a chat is "channel:chat id", e.g. "telegram:-1001234567890"')
-    return channel, chat_id
+    try:
+        return parse_user_key(value)  # a chat is written as a user is: "channel:id"
+    except ValueError:
+        raise ValueError('a chat is "channel:chat id", e.g. "telegram:-1001234567890"') from None
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import sys
 
@@ -15,7 +14,7 @@ from openclaw.config import Config, _check_user, default_config_path, load_confi
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store.records import UserStatus, parse_user_key
 from skills import SkillRegistry
-from skills.registry import BUILTINS, ENTRY_POINT_GROUP
+from skills.registry import installed_names
 
 
 def add_commands(sub, common_sub) -> None:
@@ -117,8 +116,7 @@ def _cannot_run(config: Config, registry: SkillRegistry, name: str, arguments: o
                 chat: str) -> str | None:
     """What keeps this call from running whoever makes it, said for the admin at the command line
     (the model, which cannot change either, is told otherwise); None when nothing does."""
-    if name not in registry.names and (name in BUILTINS or name in {
-            ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}):
+    if name not in registry.names and name in installed_names():
         return (f"{name} is not enabled: add it to [skills] enabled in "
                 f"{config.source or default_config_path()}")
     if name == "reminders" and not chat and isinstance(arguments, dict) and arguments.get("action") == "add":

@@ -91,8 +91,7 @@ def cmd_users_list(args: argparse.Namespace) -> int:
     """The store's users and those only the config names (the console too), one line each."""
     config = load_config(args.config)
     stored = {u.key: u for u in with_store(args, lambda store: store.list_users())}
-    named = {LOCAL_USER, *config.access.admins, *config.access.allow, *config.access.blocked}
-    for key in sorted(stored.keys() | named):
+    for key in sorted(stored.keys() | access.named_users(config)):
         u = stored.get(key)
         # The console's name in the store is "console", which its status already says.
         name = "" if u is None or key == LOCAL_USER else visible(u.display_name or "")

@@ -138,6 +138,11 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     return registry
 
 
+def installed_names() -> set[str]:
+    """What `[skills] enabled` may name without "module:Class": built-ins and entry points."""
+    return set(BUILTINS) | {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def _resolve(ref: str) -> tuple[type[Skill], str, str | None]:
     """The Skill class `ref` names, where it came from, and the entry point's name when `ref` is
     one and the skill is named otherwise."""
@@ -147,9 +152,8 @@ def _resolve(ref: str) -> tuple[type[Skill], str, str | None]:
         return _import(ref), ref, None
     found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == ref]
     if not found:
-        available = sorted(set(BUILTINS) | {ep.name for ep in
-                                             importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
-        raise SkillLoadError([f"no such skill; built-ins and installed entry points: {', '.join(available)}"
+        raise SkillLoadError([f"no such skill; built-ins and installed entry points: "
+                              f"{', '.join(sorted(installed_names()))}"
                               "; or give a third-party class as \"module:Class\""])
     ep = found[0]
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw.cli import cmd_doctor
+from openclaw.doctor import cmd_doctor
 from openclaw.store import Store
 from sandbox.policy import sandbox_uid
 

@@ -1,0 +1,265 @@
+"""`openclaw doctor`: what is wrong with this install and how to fix it. Each check tries what
+`openclaw run` would do (load the config and the model, open the database, bind the admin port,
+run a sandboxed command, connect with each token) and says ✓ or ✗ with the fix."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from urllib.parse import urlsplit
+
+from openclaw.channels import configured_connectors
+from openclaw.config import ConfigError, load_config
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks: list[tuple[bool, str, str]] = []  # (ok, what, how to fix)
+    try:
+        config = load_config(args.config)
+        checks.append((True, f"config: {config.source or 'none (defaults)'}", ""))
+    except ConfigError as exc:
+        print(f"✗ config\n{exc}")
+        return 1
+    checks += _check_secrets_exposed(config)
+    checks += asyncio.run(_check_database(config))
+    if not args.skip_model:
+        checks.append(_check_model(config))
+    checks += _check_admin_port(config)
+    checks.append(_check_skills(config))
+    checks.append(_check_sandbox(config))
+    checks += _check_sandbox_network(config)
+    checks += _check_granted_folders(config)
+    checks += _check_connectors(config)
+    for ok, what, fix in checks:
+        print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
+    return 0 if all(ok for ok, _, _ in checks) else 1
+
+
+TOKEN_CHECK_S = 10.0  # how long doctor waits for Telegram's or Discord's answer to a token
+_NETWORK_FIX = "check this machine's network, DNS and firewall"
+
+
+def _check_secrets_exposed(config) -> list[tuple[bool, str, str]]:
+    """A config file other users may read must not hold a secret written in it ("env:NAME" and
+    "file:PATH" references are fine). Names the keys, never their values."""
+    from openclaw.config import exposed_secrets
+
+    file = config.source
+    held = exposed_secrets(config, file) if file is not None else []
+    if not held:
+        return []
+    return [(False, f"config: other users can read it, and it holds secrets ({', '.join(held)})",
+             f"chmod 600 {file}")]
+
+
+def _check_connectors(config) -> list[tuple[bool, str, str]]:
+    """Each enabled connector's token, tried as `run` connects with it; first, what `run` refuses
+    before connecting (a missing token, an unsupported setting)."""
+    enabled = [name for name in ("telegram", "discord") if getattr(config, name).enabled]
+    missing = [(False, f"{name}: no token set", f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")")
+               for name in enabled if getattr(config, name).token is None]
+    if missing:
+        return missing
+    try:
+        configured_connectors(config)
+    except ConfigError as exc:
+        return [(False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config")]
+    checks = {"telegram": _check_telegram_token, "discord": _check_discord_token}
+
+    async def check_all() -> list[tuple[bool, str, str]]:
+        return list(await asyncio.gather(*(checks[name](getattr(config, name)) for name in enabled)))
+
+    return asyncio.run(check_all()) if enabled else []
+
+
+async def _check_telegram_token(section) -> tuple[bool, str, str]:
+    """getMe, through python-telegram-bot as the connector calls it (HTTPS_PROXY is honoured)."""
+    from telegram import Bot
+    from telegram.error import BadRequest, InvalidToken, NetworkError, TelegramError
+
+    from connectors.telegram import TELEGRAM_API, keep_token_out_of_logs
+
+    token = section.token.get()
+    host = _host(section.base_url or TELEGRAM_API)
+    keep_token_out_of_logs()  # with -v, httpx would log each URL, and a Bot API URL holds the token
+    bot = Bot(token, **({"base_url": section.base_url} if section.base_url else {}))
+    try:
+        async with asyncio.timeout(TOKEN_CHECK_S):
+            await bot.initialize()  # getMe
+    except InvalidToken as exc:  # its own message repeats the token; the server's is its cause
+        why = getattr(exc.__cause__, "message", "rejected")
+        return False, f"telegram: the token was refused ({why})", "check telegram.token (from @BotFather)"
+    except BadRequest as exc:  # a NetworkError to PTB, but an answer
+        return False, f"telegram: {host} answered: {_redact(exc, token)}", "try again later"
+    except (NetworkError, TimeoutError) as exc:  # TimedOut, a refused connection, a 5xx
+        return (False, f"telegram: {host} not reachable: {_redact(exc, token)}",
+                f"{_NETWORK_FIX}; behind a proxy, set HTTPS_PROXY for openclaw")
+    except TelegramError as exc:  # e.g. 429
+        return False, f"telegram: {host} answered: {_redact(exc, token)}", "try again later"
+    finally:
+        await bot.shutdown()
+    return True, f"telegram: token works (bot @{bot.username})", ""
+
+
+async def _check_discord_token(section) -> tuple[bool, str, str]:
+    """GET /users/@me, what discord.py's login sends (it uses no proxy, and neither does this)."""
+    import aiohttp
+    import discord
+
+    token = section.token.get().strip()  # as discord.py's login does
+    base = (section.api_base or discord.http.Route.BASE).rstrip("/")
+    host = _host(base)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TOKEN_CHECK_S)) as http, \
+                http.get(f"{base}/users/@me", headers={"Authorization": f"Bot {token}"}) as answer:
+            me = await answer.json(content_type=None) if answer.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return False, f"discord: {host} not reachable: {_redact(exc, token)}", _NETWORK_FIX
+    if answer.status == 401:
+        return (False, f"discord: the token was refused ({answer.reason})",
+                "check discord.token (Bot > Token in the Discord developer portal)")
+    if me is None:
+        return False, f"discord: {host} answered {answer.status} {answer.reason}", "try again later"
+    return True, f"discord: token works (bot @{me.get('username')})", ""
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.hostname + (f":{parts.port}" if parts.port else "")
+
+
+def _redact(exc: BaseException, token: str) -> str:
+    """What went wrong in a line, never with the token in it."""
+    text = str(exc) or (f"no answer in {TOKEN_CHECK_S:.0f} s" if isinstance(exc, TimeoutError)
+                        else type(exc).__name__)
+    return text.replace(token, "***")
+
+
+def _check_admin_port(config) -> list[tuple[bool, str, str]]:
+    """`run` refuses to start with its admin port taken (and a chat goes on without it)."""
+    from openclaw.admin import port_in_use
+
+    host, port = config.admin.host, config.admin.port
+    if not config.admin.enabled or port == 0:
+        return []
+    fix = "stop what holds it, or set [admin] port = N (a free one) or [admin] enabled = false"
+    try:
+        taken = port_in_use(host, port)
+    except OSError as exc:
+        return [(False, f"admin port: cannot bind {port} on {host}: {exc}", "fix [admin] host")]
+    if taken:
+        return [(False, f"admin port: {port} on {host} is in use (a running daemon? see "
+                        "`ss -ltnp`)", fix)]
+    return [(True, f"admin port: {port} on {host} is free", "")]
+
+
+def _check_skills(config) -> tuple[bool, str, str]:
+    from openclaw.skillset import configured_skills
+
+    try:
+        registry = configured_skills(config)
+    except ConfigError as exc:
+        return False, f"skills: {'; '.join(exc.problems)}", "fix [skills] / [roles] in the config"
+    return True, f"skills: {', '.join(registry.names) or 'none'}", ""
+
+
+def _check_sandbox(config) -> tuple[bool, str, str]:
+    from openclaw.skillset import sandbox_for
+    from sandbox.runner import FIX_HINT
+
+    ok, what = sandbox_for(config).isolation()
+    return ok, f"sandbox isolation: {what}", FIX_HINT
+
+
+def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
+    """Roles granted network run commands behind slirp4netns (sandbox/network.py), and are refused
+    without it: try it once, when some role may both run commands and use the network."""
+    from openclaw.skillset import configured_skills, sandbox_for
+    from sandbox.runner import isolation_available
+
+    try:
+        registry = configured_skills(config)
+    except ConfigError:
+        return []  # the skills check says why
+    runners = [name for name in registry.names if "exec" in registry.get(name).permissions]
+    roles = [name for name, role in config.policy().roles.items()
+             if role.network and any(role.grants(skill) for skill in runners)]
+    sandbox = sandbox_for(config)
+    if not roles or not isolation_available(sandbox.bwrap_path)[0]:
+        return []  # no such role, or no sandbox at all: the isolation check says so
+    ok, what = asyncio.run(sandbox.network())
+    return [(ok, f"sandbox network for roles {', '.join(roles)}: {what}",
+             "apt-get install slirp4netns (what failed is said above), or set network = false "
+             "on these roles")]
+
+
+def _check_granted_folders(config) -> list[tuple[bool, str, str]]:
+    """Each folder a role grants must exist (the sandbox cannot bind a missing one), and as root
+    its users act with their own sandbox uid there, so a shared writable folder must let them."""
+    checks = []
+    for name, role in config.roles.items():
+        for key in ("read_only", "read_write"):
+            for index, path in enumerate(getattr(role, key)):
+                where = f"roles.{name}.{key}[{index}] {path}"
+                if not path.is_dir():
+                    checks.append((False, f"{where}: no such folder",
+                                   "create it, or remove it from the role"))
+                elif key == "read_write" and os.geteuid() == 0 and not _others_may_write(path):
+                    checks.append((False, f"{where}: users cannot write there (as root, each "
+                                   "user's commands and files run as a uid of their own)",
+                                   f"e.g. chmod 1777 {path}, or an ACL for the uids `openclaw users` "
+                                   "shows"))
+    return checks
+
+
+def _others_may_write(path) -> bool:
+    try:
+        has_acl = "system.posix_acl_access" in os.listxattr(path)
+    except OSError:
+        has_acl = False
+    return has_acl or bool(path.stat().st_mode & 0o002)
+
+
+async def _check_database(config) -> list[tuple[bool, str, str]]:
+    from openclaw.store import Store
+
+    try:
+        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = await Store.open(config.store.url)
+        revision = await store.schema_revision()
+        users = [u.key for u in await store.list_users()]
+        await store.close()
+    except Exception as exc:
+        return [(False, f"database: {exc}", "check store.url and that the data folder is writable")]
+    return [(True, f"database: schema {revision}", ""), _check_sandbox_uids(config, users)]
+
+
+def _check_sandbox_uids(config, stored: list[str]) -> tuple[bool, str, str]:
+    """Each user's commands and files run as a uid derived from their name (sandbox_uid). Two
+    users on one uid still see only their own workspace (each sandbox binds only its own), but
+    share a process limit and may change each other's files in a folder granted to both. Unlikely
+    (1 in 10^8 per pair), so checked here, over everyone the store and config know."""
+    from sandbox.policy import sandbox_uid
+
+    users = sorted(set(stored) | {u for name in ("admins", "allow") for u in getattr(config.access, name)})
+    by_uid: dict[int, list[str]] = {}
+    for user in users:
+        by_uid.setdefault(sandbox_uid(user), []).append(user)
+    shared = [f"{uid}: {', '.join(names)}" for uid, names in by_uid.items() if len(names) > 1]
+    if shared:
+        return (False, f"sandbox uids shared by users ({'; '.join(shared)})",
+                "they share a process limit and may change each other's files in a folder granted "
+                "to both: keep such folders out of their roles")
+    return True, f"sandbox uids: {len(users)} user(s), each on a uid of its own", ""
+
+
+def _check_model(config) -> tuple[bool, str, str]:
+    try:
+        from engine import LLM
+
+        llm = LLM(config.engine.model, **{**config.engine.as_engine_kwargs(), "kv_cache_gib": 0.05})
+        out = llm.generate("Hello", None)[0]
+        return True, f"model: loaded on {llm.engine.device}, generated {len(out.token_ids)} tokens", ""
+    except Exception as exc:
+        return False, f"model: {exc}", "check engine.model (a HF folder or a .gguf file)"
