@@ -64,3 +64,13 @@ class Approvals:
 
         return (f"Approved: {request.skill} #{number} runs now." if approve else
                 f"Denied: {request.skill} #{number} will not run."), settle
+
+    def withdraw(self, user: str) -> int:
+        """Deny every request of `user` now (their access was withdrawn); how many there were."""
+        numbers = [n for n, r in self._pending.items() if r.user == user]
+        for number in numbers:
+            future = self._pending.pop(number).future
+            if not future.done():
+                future.set_result(False)
+        return len(numbers)
+

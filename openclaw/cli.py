@@ -1,5 +1,5 @@
-"""The `openclaw` command: init, run (the service), chat (the daemon with this terminal attached),
-doctor, db upgrade, pairing, users, service install."""
+"""The `openclaw` command: init, run (the service), reload, chat (the daemon with this terminal
+attached), doctor, db, pairing, users, skills, reminders, service install."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from connectors.base import ConnectorStartError
-from openclaw import __version__, doctor
+from openclaw import __version__, doctor, reload
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, default_config_path, load_config, write_starter_config
 
@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
     p = sub.add_parser("run", help="run the daemon headless (what the service runs)")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("reload", help="have the running daemon re-read its config, and say what "
+                                      "took effect (as SIGHUP, `systemctl reload openclaw`)")
+    p.set_defaults(func=reload.cmd_reload)
     p = sub.add_parser("chat", help="chat from this terminal: with the running daemon (its console "
                                     "socket), else with one started here")
     p.set_defaults(func=cmd_chat)
@@ -186,7 +189,9 @@ async def _run_daemon(config, terminal) -> int:
     connectors = configured_connectors(config)
     # A chat goes on with its admin port taken (one warning); the service, which is scraped, does
     # not start without it.
-    daemon = Daemon(config, connectors=connectors, admin_optional=terminal is not None)
+    # A chat's SIGHUP is its terminal closing: it stops. The service's re-reads the config.
+    daemon = Daemon(config, connectors=connectors, admin_optional=terminal is not None,
+                    hangup_reloads=terminal is None)
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None
     if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to

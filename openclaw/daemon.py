@@ -15,9 +15,10 @@ from typing import Any, TextIO
 from openclaw import systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
-from openclaw.config import Config
+from openclaw.config import Config, ConfigError, load_config
 from openclaw.gateway import Gateway
 from openclaw.metrics import Metrics
+from openclaw.reload import Outcome, merge, write_outcome
 from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
@@ -47,7 +48,25 @@ def data_dir_claimed(data_dir: Path) -> bool:
     return True
 
 
-def _claim(data_dir: Path) -> TextIO:
+def lock_holder(data_dir: Path) -> int | None:
+    """The pid of the process holding data_dir's lock now, from the kernel's table of locks: unlike
+    the pid in the file, it never names a process that merely reuses the pid of a daemon gone
+    since (a signal meant for the daemon must not reach it)."""
+    try:
+        lock = os.stat(data_dir / "daemon.lock")
+        with open("/proc/locks") as table:
+            lines = table.readlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(lock.st_dev):02x}:{os.minor(lock.st_dev):02x}:{lock.st_ino}"
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146588 0 EOF"; waiters have "->"
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
+            return int(fields[4])
+    return None
+
+
+def claim_data_dir(data_dir: Path) -> TextIO:
     """Hold data_dir for this process: two daemons on one store would each answer the other's
     messages and send each other's pending replies. The kernel drops the lock if we die."""
     lock = open(data_dir / "daemon.lock", "a+")  # noqa: SIM115 -- held until stop()
@@ -67,10 +86,15 @@ def _claim(data_dir: Path) -> TextIO:
 
 class Daemon:
     def __init__(self, config: Config, *, model: ChatModel | None = None,
-                 connectors: list[Any] | None = None, admin_optional: bool = False) -> None:
+                 connectors: list[Any] | None = None, admin_optional: bool = False,
+                 hangup_reloads: bool = True) -> None:
         """`admin_optional`: a port in use is a warning, and the daemon goes on without it (a chat
-        in this terminal); else it stops the start (the service, which is scraped)."""
+        in this terminal); else it stops the start (the service, which is scraped).
+        `hangup_reloads`: SIGHUP re-reads the config (the service); else it stops the daemon (a
+        chat in this terminal, whose terminal closed)."""
         self.config = config
+        self.hangup_reloads = hangup_reloads
+        self._reloading = asyncio.Lock()
         self.admin_optional = admin_optional
         self.model = model
         self._owns_model = model is None
@@ -81,6 +105,7 @@ class Daemon:
         self.admin: AdminServer | None = None
         self.reminders: Reminders | None = None
         self._watchdog: asyncio.Task | None = None
+        self._reload_task: asyncio.Task | None = None  # held: the loop keeps only weak references
         self._lock: TextIO | None = None
         self._stop = asyncio.Event()
         self.started_at = time.time()
@@ -91,10 +116,11 @@ class Daemon:
         _keep_private(cfg.data_dir)
         # Before anything reads or sends from the store, and before the signal handlers: a
         # refused second daemon in the same process must leave the first one's alone.
-        self._lock = _claim(cfg.data_dir)
+        self._lock = claim_data_dir(cfg.data_dir)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self._hangup)
         skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
         self.store = await Store.open(cfg.store.url)
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
@@ -164,6 +190,53 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _hangup(self) -> None:
+        if not self.hangup_reloads:
+            self.request_stop()
+        elif self.gateway is None:  # still starting: the config it reads is the file's already
+            log.info("SIGHUP during start-up: nothing to reload yet")
+        else:
+            self._reload_task = asyncio.create_task(self.reload())
+
+    async def reload(self) -> Outcome:
+        """Re-read the config file and serve with it: access, roles, skills, the agent's and the
+        sandbox's settings at once; a change that needs a restart is said and waits for one. A
+        file that does not load changes nothing. The outcome is logged and left in data_dir for
+        `openclaw reload`."""
+        async with self._reloading:  # two SIGHUPs in a row: one reload after the other
+            systemd.reloading()
+            try:
+                outcome = self._reload()
+            finally:
+                systemd.ready()
+            (log.info if outcome.ok else log.error)("%s", outcome.summary())
+            try:
+                write_outcome(self.config.data_dir, outcome)
+            except OSError as exc:
+                log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
+            return outcome
+
+    def _reload(self) -> Outcome:
+        source = str(self.config.source) if self.config.source else None
+        try:
+            # The file the daemon started from; one started on the defaults reads the default
+            # path, where `openclaw init` writes.
+            loaded = load_config(self.config.source)
+            config, applied, waiting = merge(self.config, loaded)
+            skills = configured_skills(config)
+            executor = executor_for(config, skills, self.store.add_audit, self.reminders)
+            agent = Agent(self.model, self.store, executor, config.agent, metrics=self.metrics)
+        except ConfigError as exc:
+            return Outcome(False, problems=exc.problems, source=source)
+        except ValueError as exc:  # the agent's budget does not fit the model
+            return Outcome(False, problems=[str(exc)], source=source)
+        except Exception as exc:  # a skill's own code failing to load: never the daemon's end
+            log.exception("reloading the config failed")
+            return Outcome(False, problems=[f"{type(exc).__name__}: {exc}"], source=source)
+        self.config = config
+        self.gateway.reconfigure(config, agent)
+        return Outcome(True, applied, waiting, source=source)
+
     async def wait_stop_requested(self) -> None:
         await self._stop.wait()
 
@@ -179,7 +252,7 @@ class Daemon:
             return
         systemd.stopping()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         if self.reminders:  # what is not yet delivered stays due for the next start
             await self.reminders.stop()

@@ -110,9 +110,9 @@ class Gateway:
         self.approvals = Approvals()
         self._lanes: dict[tuple[str, str, str], Lane] = {}
         self._accepting = True
-        # Users the config lets in, once their row exists: the config cannot change under a
-        # running daemon. Everyone else is looked up each time, because `openclaw users block`
-        # or `revoke` may change the store under it.
+        # Users the config lets in, once their row exists (forgotten at a reload). Everyone else
+        # is looked up each time, because `openclaw users block` or `revoke` may change the store
+        # under it.
         self._listed: set[str] = set()
         # Messages admitted into an idle lane: their turn starts at once, so the admission's look
         # at the store still holds (a query costs ~0.6 ms); one that waited is looked at again.
@@ -121,6 +121,13 @@ class Gateway:
         # under the old id goes on in the lane and the conversation that moved.
         self._moved_chats: dict[tuple[str, str], str] = {}
         self._warned_no_channel: set[int] = set()  # reminders due on a channel not running here
+
+    def reconfigure(self, config: Config, agent: Agent) -> None:
+        """Serve from now on with a reloaded config and the agent built from it (its skills, roles,
+        access lists). Turns already running finish with what they started with; queued ones,
+        reminders due and access checks (those of running turns too) follow the new one."""
+        self.config, self.agent, self.policy = config, agent, config.policy()
+        self._listed.clear()  # the config's lists may have changed
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
@@ -134,8 +141,7 @@ class Gateway:
         if not self._accepting:
             raise RuntimeError("the daemon is shutting down")  # the connector must not ack it
         self.metrics.inc("openclaw_inbound_messages_total", channel=msg.channel)
-        role = await self._admit(msg)
-        if role is None:
+        if not await self._admit(msg):
             return
         event, is_new = await self.store.record_inbound(
             msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
@@ -154,7 +160,7 @@ class Gateway:
         lane = self._lane(msg)
         if not lane.busy and lane.queue.empty():
             self._fresh.add(event.id)
-        lane.queue.put_nowait((msg, event, role, False))
+        lane.queue.put_nowait((msg, event, False))
 
     async def recover(self) -> int:
         """Re-queue messages stored but never answered (the daemon stopped in between)."""
@@ -179,46 +185,55 @@ class Gateway:
                 else:
                     await self._command(command, msg, event)
                 continue
-            self._lane(msg).queue.put_nowait((msg, event, self.config.user_role(msg.user), True))
+            self._lane(msg).queue.put_nowait((msg, event, True))
         if pending:
             log.info("recovered %d unanswered messages", len(pending))
         return len(pending)
 
-    async def _admit(self, msg: InboundMessage) -> str | None:
-        """The caller's role if it may talk to the agent; otherwise answer (pairing) or drop."""
+    async def _admit(self, msg: InboundMessage) -> bool:
+        """Whether the caller may talk to the agent; if not, answer (pairing) or drop."""
         user = msg.user
         if user in self._listed:
-            return self.config.user_role(user)
+            return True
         decided = access.config_status(self.config, user)
         if decided is UserStatus.BLOCKED:
-            return None
+            self._withdraw_approvals(user)
+            return False
         if decided is UserStatus.ALLOWED:
             # The row their conversations hang on; the store's status is left alone, so taking
             # them out of the config later takes their access away too.
             await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name)
             self._listed.add(user)
-            return self.config.user_role(user)
+            return True
         known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
         if known.status is UserStatus.ALLOWED:
-            return self.config.user_role(user)
+            return True
+        self._withdraw_approvals(user)
         if known.status is UserStatus.BLOCKED:
-            return None
+            return False
         if self.config.access.dm_policy == "open" and not msg.is_group:
             await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
-            return self.config.user_role(user)
+            return True
         if self.config.access.dm_policy == "pairing" and not msg.is_group:
             code = await self.store.create_pairing_code(user)
             if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
                     is not UserStatus.PENDING:
-                return None  # blocked (or let in) by `openclaw users` a moment ago
+                return False  # blocked (or let in) by `openclaw users` a moment ago
             text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
                     f"assistant to approve it: /pairing approve {code} in their chat with me, or "
                     f"openclaw pairing approve {code}" if code else
                     "Hi! I don't know you yet, and too many pairing requests are waiting. "
                     "Please try again later.")
             await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
-        return None
+        return False
+
+    def _withdraw_approvals(self, user: str) -> None:
+        """A user shut out (blocked, sent back to pairing) while a call of theirs waits for their
+        /approve: their answer is no longer heard, so the call is denied now rather than at its
+        timeout, and the turn stops at its next access check, sending nothing."""
+        if withdrawn := self.approvals.withdraw(user):
+            log.info("%d approval request(s) of %s denied: their access was withdrawn", withdrawn, user)
 
     async def _still_allowed(self, user: str) -> bool:
         """What `_admit` would say now, for a user who was admitted before (their turn waited
@@ -343,7 +358,7 @@ class Gateway:
         if "reminders" not in self.agent.executor.registry.names:
             if access.is_owner(self.config, user):
                 return ("The reminders skill is not enabled: add \"reminders\" to [skills] enabled "
-                        "in the config and restart.")
+                        "in the config, then run `openclaw reload`.")
             return "Reminders are not available to you (the owner can enable the reminders skill)."
         return (f"Your role ({role}) does not include reminders; the owner can add it to "
                 f"[roles.{role}] skills.")
@@ -408,10 +423,10 @@ class Gateway:
             if isinstance(job, _ReminderDue):
                 await self._reminder_job(lane, job)
                 continue
-            msg, event, role, resumed = job
+            msg, event, resumed = job
             lane.busy, lane.stop_requested = True, False
             try:
-                await self._turn(lane, msg, event, role, resumed)
+                await self._turn(lane, msg, event, resumed)
             except Exception:
                 log.exception("turn for %s failed", msg.user)
                 try:
@@ -433,7 +448,7 @@ class Gateway:
                 conversation_id = lane.conversation_id = conv.id
         return conversation_id
 
-    async def _turn(self, lane: Lane, msg: InboundMessage, event: InboundEvent, role: str,
+    async def _turn(self, lane: Lane, msg: InboundMessage, event: InboundEvent,
                     resumed: bool) -> None:
         connector = self.connectors.get(msg.channel)
         if connector is None:
@@ -449,6 +464,7 @@ class Gateway:
             lane.stop_requested = False
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
             return
+        role = self.config.user_role(msg.user)  # now, not at admission: a reload may change it
         try:
             principal = self.policy.principal(msg.user, role)
         except OSError as exc:  # the role's workspace cannot be created: tell the user, and the log

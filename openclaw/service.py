@@ -79,6 +79,8 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
         "Type=notify",
         "NotifyAccess=main",
         f"ExecStart={exec_start}",
+        "# `systemctl reload openclaw`: the daemon re-reads the config (see `openclaw reload`).",
+        "ExecReload=/bin/kill -HUP $MAINPID",
         *([f"User={_check_line(user)}"] if user else []),
         "Restart=on-failure",
         "RestartSec=5",

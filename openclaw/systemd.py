@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,12 @@ def notify(state: str) -> bool:
 def ready() -> bool:
     """Start-up is complete; a Type=notify unit counts as started only after this."""
     return notify("READY=1")
+
+
+def reloading() -> bool:
+    """A reload of the config has begun; the READY=1 that follows says it ended."""
+    # MONOTONIC_USEC: systemd >= 253 matches the reload it asked for by this timestamp.
+    return notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
 
 
 def stopping() -> bool:

@@ -342,8 +342,8 @@ async def test_remind_tells_the_owner_how_to_enable_the_skill_and_others_to_ask(
     try:
         await daemon.store.set_user_status("terminal", "bob", "allowed")
         assert await say(daemon, conn, "/remind in 5 minutes tea") == (
-            'The reminders skill is not enabled: add "reminders" to [skills] enabled in the config '
-            "and restart.")
+            'The reminders skill is not enabled: add "reminders" to [skills] enabled in the config, '
+            "then run `openclaw reload`.")
         assert await say(daemon, conn, "/reminders", user="bob") == (
             "Reminders are not available to you (the owner can enable the reminders skill).")
     finally:

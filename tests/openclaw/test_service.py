@@ -65,6 +65,7 @@ def test_user_unit_has_notify_restart_watchdog_and_run_command(tmp_path: Path) -
     expected = {
         "Type": "notify", "NotifyAccess": "main",
         "ExecStart": "/usr/local/bin/openclaw run --config /home/ann/.config/openclaw/openclaw.toml",
+        "ExecReload": "/bin/kill -HUP $MAINPID",
         "Restart": "on-failure", "RestartSec": "5", "WatchdogSec": "60", "TimeoutStopSec": "60",
         "KillSignal": "SIGTERM", "UMask": "0077",
         "ProtectSystem": "strict", "ReadWritePaths": "/home/ann/.local/share/openclaw",

@@ -1,0 +1,113 @@
+"""Reloading the config under a running daemon (SIGHUP: `systemctl reload openclaw`, `openclaw
+reload`): which sections change at once, and the outcome the daemon leaves for `openclaw reload`.
+
+Access, roles, skills, the agent's settings and the sandbox's are read per message or per call, so
+they change at once. The data folder, the engine, the store, the admin port and the connectors are
+built once at start: a change to them is reported and waits for a restart; until then the daemon
+goes on with the values it started with. A config that does not load changes nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from openclaw.config import Config, ConfigError, _cross_reference_problems, load_config
+
+RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
+AT_RESTART = ("data_dir", "engine", "store", "admin", "telegram", "discord")
+
+OUTCOME_FILE = "reload.json"
+ANSWER_WAIT_S = 15.0  # a reload takes milliseconds; a daemon busy loading skills may take longer
+
+
+def merge(running: Config, loaded: Config) -> tuple[Config, list[str], list[str]]:
+    """(the config to serve with now, the sections that changed and apply at once, the sections
+    that changed and wait for a restart). ConfigError when the new sections do not fit the
+    running ones (a folder granted over the data folder still in use)."""
+    applied = [name for name in RELOADABLE if getattr(running, name) != getattr(loaded, name)]
+    waiting = [name for name in AT_RESTART if getattr(running, name) != getattr(loaded, name)]
+    if "data_dir" in waiting:  # the grants were checked against the new one, not the one in use
+        problems = _cross_reference_problems(running.data_dir, dict(loaded.roles), loaded.access.roles)
+        if problems:
+            raise ConfigError(loaded.source, problems)
+    return loaded.model_copy(update={name: getattr(running, name) for name in AT_RESTART}), \
+        applied, waiting
+
+
+@dataclass
+class Outcome:
+    """What a reload did, as `openclaw reload` prints it."""
+
+    ok: bool
+    applied: list[str] = field(default_factory=list)  # sections in effect now
+    waiting: list[str] = field(default_factory=list)  # sections changed, in effect at restart
+    problems: list[str] = field(default_factory=list)  # why nothing changed (ok is False)
+    source: str | None = None
+    pid: int = field(default_factory=os.getpid)
+    at: float = field(default_factory=time.time)
+
+    def summary(self) -> str:
+        where = self.source or "the defaults (no config file)"
+        if not self.ok:
+            return "\n".join([f"config not reloaded from {where}; the daemon goes on with the one "
+                              "it has:", *(f"  {p}" for p in self.problems)])
+        lines = [f"config reloaded from {where}: " + (
+            f"{_sections(self.applied)} in effect now" if self.applied else "no change in effect now")]
+        if self.waiting:
+            lines.append(f"changed but in effect only after a restart: {_sections(self.waiting)} "
+                         "(systemctl restart openclaw)")
+        return "\n".join(lines)
+
+
+def _sections(names: list[str]) -> str:
+    return ", ".join(name if name == "data_dir" else f"[{name}]" for name in names)
+
+
+def write_outcome(data_dir: Path, outcome: Outcome) -> None:
+    """Replace the outcome file in one step: `openclaw reload` never reads half of one."""
+    with tempfile.NamedTemporaryFile("w", dir=data_dir, prefix=".reload-", delete=False) as tmp:
+        json.dump(asdict(outcome), tmp)
+    os.replace(tmp.name, data_dir / OUTCOME_FILE)
+
+
+def read_outcome(data_dir: Path) -> Outcome | None:
+    try:
+        return Outcome(**json.loads((data_dir / OUTCOME_FILE).read_text()))
+    except (OSError, ValueError, TypeError):  # none yet, or not one of ours
+        return None
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """`openclaw reload`: SIGHUP to the daemon serving the config's data_dir, then its outcome."""
+    from openclaw.daemon import lock_holder
+
+    data_dir = load_config(args.config).data_dir  # and a file that does not load is said here
+    pid = lock_holder(data_dir)
+    if pid is None:
+        print(f"openclaw reload: no daemon is running with data_dir {data_dir} (start one: "
+              "systemctl start openclaw, or openclaw run)", file=sys.stderr)
+        return 1
+    before = read_outcome(data_dir)
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except PermissionError:
+        print(f"openclaw reload: the daemon (pid {pid}) runs as another user: run this as that "
+              "user, or `sudo systemctl reload openclaw`", file=sys.stderr)
+        return 1
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline:
+        outcome = read_outcome(data_dir)
+        if outcome is not None and outcome.pid == pid and (before is None or outcome.at > before.at):
+            print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
+            return 0 if outcome.ok else 1
+        time.sleep(0.05)
+    print(f"openclaw reload: the daemon (pid {pid}) was asked to reload but said nothing within "
+          f"{ANSWER_WAIT_S:.0f} s (still starting?); its log says what happened", file=sys.stderr)
+    return 1

@@ -1,0 +1,241 @@
+"""Reloading the config under a running daemon: roles, skills and access change at the next message;
+a config that does not load changes nothing; what needs a restart is said and not applied; SIGHUP
+and `openclaw reload` (the real signal, the real command) reach the daemon and report back. Real
+daemon and SQLite; a scripted model that records which tools it is offered."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from openclaw import cli, reload
+from openclaw.config import Config, load_config
+from openclaw.daemon import Daemon, lock_holder
+from tests.openclaw.scripted_model import ScriptedModel
+from tests.openclaw.test_daemon import RecordingConnector, msg, until
+
+BASE = """
+data_dir = "{data}"
+[admin]
+enabled = false
+[engine]
+max_num_seqs = 8
+[access]
+admins = ["terminal:local"]
+allow = ["terminal:ann"]
+[skills]
+enabled = ["clock", "shell"]
+[roles.user]
+skills = {user_skills}
+"""
+
+
+class OfferedTools(ScriptedModel):
+    """Answers "ok"; remembers, per message text, the tools the model was offered with it."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda messages: "ok")
+        self.offered: dict[str, list[str]] = {}
+
+    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0):
+        self.offered[prompt[-1]["content"]] = sorted(t["function"]["name"] for t in tools or [])
+        async for out in super().generate(prompt, params, request_id, tools=tools):
+            yield out
+
+
+def write(path: Path, user_skills: str = '["clock"]', extra: str = "") -> None:
+    path.write_text(BASE.format(data=path.parent / "data", user_skills=user_skills) + extra)
+
+
+@asynccontextmanager
+async def running(tmp_path: Path, **kw) -> AsyncIterator[tuple[Daemon, RecordingConnector,
+                                                                OfferedTools, Path]]:
+    path = tmp_path / "openclaw.toml"
+    write(path)
+    conn, model = RecordingConnector(), OfferedTools()
+    daemon = Daemon(load_config(path), model=model, connectors=[conn], **kw)
+    await daemon.start()
+    try:
+        yield daemon, conn, model, path
+    finally:
+        await daemon.stop()
+
+
+async def ask(daemon: Daemon, conn: RecordingConnector, text: str, user: str = "ann") -> None:
+    await conn.handler(msg(text, user=user))
+    await daemon.gateway.wait_idle()
+
+
+async def test_a_role_granted_a_skill_is_offered_it_at_the_next_message(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        await ask(daemon, conn, "before")
+        write(path, user_skills='["clock", "shell"]')
+        outcome = await daemon.reload()
+        assert (outcome.ok, outcome.applied, outcome.waiting) == (True, ["roles"], [])
+        await ask(daemon, conn, "after")
+        assert model.offered == {"before": ["clock"], "after": ["clock", "shell"]}
+        assert outcome.summary() == f"config reloaded from {path}: [roles] in effect now"
+
+
+async def test_access_lists_follow_the_reload_for_users_already_admitted(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        await ask(daemon, conn, "hello")  # ann is let in by the config, and remembered as such
+        assert conn.texts("ann") == ["ok"]
+        path.write_text(path.read_text().replace('allow = ["terminal:ann"]',
+                                                 'allow = []\nblocked = ["terminal:ann"]'))
+        assert (await daemon.reload()).applied == ["access"]
+        await ask(daemon, conn, "still there?")
+        assert conn.texts("ann") == ["ok"]  # no answer, not even a pairing code: blocked
+        assert "still there?" not in model.offered
+        path.write_text(path.read_text().replace('blocked = ["terminal:ann"]', ""))
+        await daemon.reload()
+        await ask(daemon, conn, "and now?")  # neither listed nor paired: a pairing code
+        assert "pairing code" in conn.texts("ann")[-1] and "and now?" not in model.offered
+
+
+async def test_a_config_that_does_not_load_changes_nothing_and_names_the_key(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        write(path, user_skills='["clock", "shel"]')  # a typo in a role's list
+        outcome = await daemon.reload()
+        assert not outcome.ok and outcome.applied == []
+        assert any("roles.user: unknown skill(s) ['shel']" in p for p in outcome.problems)
+        assert outcome.summary().startswith(f"config not reloaded from {path}; the daemon goes on")
+        path.write_text("[agent\n")  # not even TOML
+        outcome = await daemon.reload()
+        assert not outcome.ok and "invalid TOML" in outcome.problems[0]
+        await ask(daemon, conn, "served as before")
+        assert model.offered["served as before"] == ["clock"] and conn.texts("ann") == ["ok"]
+
+
+async def test_a_change_that_needs_a_restart_is_reported_and_waits_for_it(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        old_data_dir = daemon.config.data_dir
+        path.write_text(path.read_text().replace("max_num_seqs = 8", "max_num_seqs = 16")
+                        .replace("/data", "/elsewhere") + '\n[agent]\nreply_max_tokens = 300\n')
+        outcome = await daemon.reload()
+        # The default database lives in data_dir: it would move too.
+        assert (outcome.ok, outcome.applied, outcome.waiting) == (True, ["agent"],
+                                                                  ["data_dir", "engine", "store"])
+        assert "in effect only after a restart: data_dir, [engine], [store]" in outcome.summary()
+        assert daemon.config.engine.max_num_seqs == 8 and daemon.config.data_dir == old_data_dir
+        assert daemon.config.agent.reply_max_tokens == 300
+        assert daemon.gateway.agent.settings.reply_max_tokens == 300
+
+
+async def test_a_grant_over_the_data_dir_in_use_is_refused_even_when_data_dir_moves(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        used = daemon.config.data_dir
+        path.write_text(path.read_text().replace("/data", "/elsewhere")
+                        + f'read_only = ["{used}"]\n')  # fine for the new data_dir, not the one in use
+        outcome = await daemon.reload()
+        assert not outcome.ok and "roles.user.read_only[0]" in outcome.problems[0]
+
+
+def test_every_section_is_either_reloadable_or_restart_only():
+    # A new section must be placed on one side: otherwise a reload would silently ignore it.
+    assert sorted(reload.RELOADABLE + reload.AT_RESTART) == sorted(Config.model_fields)
+
+
+async def test_sighup_and_openclaw_reload_reach_the_daemon_and_report_back(tmp_path, monkeypatch):
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.setblocking(False)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    with notify:
+        await sighup_and_reload(tmp_path, notify)
+
+
+async def sighup_and_reload(tmp_path: Path, notify: socket.socket) -> None:
+    async with running(tmp_path) as (daemon, conn, model, path):
+        assert lock_holder(daemon.config.data_dir) == os.getpid()
+        write(path, user_skills='["clock", "shell"]')
+        reload_command = ["--config", str(path), "reload"]
+        status = await asyncio.to_thread(cli.main, reload_command)  # it signals this process
+        assert status == 0
+        await ask(daemon, conn, "after the signal")
+        assert model.offered["after the signal"] == ["clock", "shell"]
+        datagrams = []
+        while True:
+            try:
+                datagrams.append(notify.recv(4096).decode())
+            except BlockingIOError:
+                break
+        reloading = [i for i, d in enumerate(datagrams) if d.startswith("RELOADING=1\nMONOTONIC_USEC=")]
+        assert reloading and datagrams[reloading[-1] + 1] == "READY=1"
+        path.write_text("[agent\n")
+        assert await asyncio.to_thread(cli.main, reload_command) == 2  # its own load fails first
+
+
+async def test_openclaw_reload_reports_a_refused_config_with_a_failing_status(tmp_path, capsys):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        write(path, user_skills='["clock", "shel"]')  # loads, but the daemon refuses it
+        args = argparse.Namespace(config=path)
+        assert await asyncio.to_thread(reload.cmd_reload, args) == 1
+        assert "unknown skill(s) ['shel']" in capsys.readouterr().err
+
+
+def test_openclaw_reload_without_a_daemon_says_so(tmp_path, capsys):
+    path = tmp_path / "openclaw.toml"
+    write(path)
+    data = tmp_path / "data"
+    data.mkdir()
+    # A lock file naming a live process that does not hold the lock (a pid reused since): no
+    # signal may go to it.
+    (data / "daemon.lock").write_text(f"{os.getppid()}\n")
+    assert lock_holder(data) is None
+    assert reload.cmd_reload(argparse.Namespace(config=path)) == 1
+    assert "no daemon is running with data_dir" in capsys.readouterr().err
+
+
+def test_lock_holder_names_the_process_holding_the_lock(tmp_path):
+    (tmp_path / "daemon.lock").write_text("1\n")  # the file's pid is not what counts
+    with open(tmp_path / "daemon.lock") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert lock_holder(tmp_path) == os.getpid()
+    assert lock_holder(tmp_path) is None
+
+
+async def test_a_chats_sighup_stops_it_instead(tmp_path):
+    async with running(tmp_path, hangup_reloads=False) as (daemon, conn, model, path):
+        os.kill(os.getpid(), signal.SIGHUP)  # its terminal closed
+        await asyncio.wait_for(daemon.wait_stop_requested(), 10)
+
+
+@pytest.mark.parametrize("blocked_by", ["store", "reload"])
+async def test_a_user_blocked_while_an_approval_waits_stops_at_once(tmp_path, blocked_by):
+    path = tmp_path / "openclaw.toml"
+    write(path, user_skills='["shell"]', extra="approval = [\"shell\"]\napproval_timeout_s = 60\n")
+    path.write_text(path.read_text().replace('allow = ["terminal:ann"]', "allow = []"))
+    conn = RecordingConnector()
+    calls = ScriptedModel(lambda m: '<tool_call>{"name": "shell", "arguments": {"command": '
+                                    '"echo ran > ran.txt"}}</tool_call>' if m[-1]["role"] == "user"
+                          else "after: " + m[-1]["content"])
+    daemon = Daemon(load_config(path), model=calls, connectors=[conn])
+    await daemon.start()
+    try:
+        await daemon.store.set_user_status("terminal", "ann", "allowed")  # paired
+        await conn.handler(msg("run it", user="ann"))
+        await until(lambda: any("/approve" in t for t in conn.texts("ann")))
+        number = conn.texts("ann")[-1].split("/approve ")[1].split()[0]
+        if blocked_by == "store":  # `openclaw users block`
+            await daemon.store.set_user_status("terminal", "ann", "blocked")
+        else:
+            path.write_text(path.read_text().replace("allow = []", 'blocked = ["terminal:ann"]'))
+            await daemon.reload()
+        sent = len(conn.texts("ann"))
+        await conn.handler(msg(f"/approve {number}", user="ann"))  # no longer heard...
+        await asyncio.wait_for(daemon.gateway.wait_idle(), 10)  # ...and the turn ends now, not in 60 s
+        assert len(conn.texts("ann")) == sent  # nothing more is sent to them
+        assert not (daemon.config.data_dir / "workspaces/terminal-ann/ran.txt").exists()
+        assert [a.decision for a in await daemon.store.list_audit()] == ["rejected"]
+    finally:
+        await daemon.stop()
