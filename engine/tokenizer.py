@@ -9,8 +9,10 @@ special tokens.
 
 from __future__ import annotations
 
+import heapq
 import json
 import threading
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,22 +235,69 @@ def _spm_merges(
     """BPE merges, best first, for a SentencePiece vocabulary that stores scores, not merges.
 
     SentencePiece BPE repeatedly merges the adjacent pair whose merged piece scores highest, so
-    every way to split a piece into two pieces is a merge ranked by the piece's score; equal
-    scores (files without real scores) fall back to vocabulary order, SentencePiece's own
-    training order. Only normal pieces take part: a control token such as "</s>", a byte token
-    or an unused one must never come out of plain text, whatever pieces spell it.
+    every way to split a piece into two pieces is a merge ranked by the piece's score. Only normal
+    pieces take part: a control token such as "</s>", a byte token or an unused one must never come
+    out of plain text, whatever pieces spell it.
+
+    Equal scores: llama.cpp merges the leftmost of the best pairs; HF's BPE takes the lowest rank
+    and looks at position only between two places of one merge. No rank list does what llama.cpp
+    does in general: with ("a", "b") and ("b", "a") tied, llama.cpp gives "ab a" for "aba" and
+    "ba b" for "bab", and whichever ranks first is wrong for one of them. What a rank list can do is
+    settle every two tied merges that compete for one piece as llama.cpp does ("abc" with ("a", "b")
+    and ("b", "c"): the left one), see `_leftmost_first`.
+
+    Scores that are absent or all equal carry no order (converters write -1000 for every token of
+    a model that has only a tokenizer.json): llama.cpp then merges from the left wherever it can,
+    which no rank list comes near (with a 32k vocabulary: under half of text lines alike, whatever
+    the order), so vocabulary order is used, SentencePiece's own training order: the BPE the
+    model was trained with.
     """
-    if scores is None:
-        scores = [-float(i) for i in range(len(tokens))]
     normal = {t: i for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty == _GGUF_NORMAL}
-    ranked: list[tuple[float, int, int, str, str]] = []
+    if scores is None or len({scores[i] for i in normal.values()}) <= 1:
+        scores = [-float(i) for i in range(len(tokens))]
+    by_score: dict[float, list[tuple[int, int, str, str]]] = defaultdict(list)
     for piece, i in normal.items():
         for cut in range(1, len(piece)):
             left, right = piece[:cut], piece[cut:]
             if left in normal and right in normal:
-                ranked.append((-scores[i], i, cut, left, right))
-    ranked.sort(key=lambda r: r[:3])
-    return [(left, right) for *_, left, right in ranked]
+                by_score[scores[i]].append((i, cut, left, right))
+    return [merge for score in sorted(by_score, reverse=True)
+            for merge in _leftmost_first(sorted(by_score[score]))]
+
+
+def _leftmost_first(tied: list[tuple[int, int, str, str]]) -> list[tuple[str, str]]:
+    """Merges of one score, (id, cut, left, right) in vocabulary order, ranked so that each comes
+    before every one whose left part is its own right part: where two of them overlap in a text
+    ("a"+"b" and "b"+"c" over "abc") the left one then wins, as in llama.cpp. Otherwise vocabulary
+    order holds; in a cycle of such merges the earliest one still waiting goes first."""
+    if len(tied) == 1:
+        return [tied[0][2:]]
+    starting: dict[str, list[int]] = defaultdict(list)  # left part -> the merges it starts
+    for k, (_, _, left, _) in enumerate(tied):
+        starting[left].append(k)
+    ending = Counter(right for *_, right in tied)
+    # How many other merges must come first: those ending in this one's left part.
+    waiting = [ending[left] - (left == right) for _, _, left, right in tied]
+    ready = [k for k, count in enumerate(waiting) if count == 0]
+    placed = [False] * len(tied)
+    order: list[tuple[str, str]] = []
+    earliest = 0
+    while len(order) < len(tied):
+        if not ready:  # only cycles are left
+            while placed[earliest]:
+                earliest += 1
+            ready = [earliest]
+        k = heapq.heappop(ready)
+        if placed[k]:
+            continue  # taken out of a cycle before its count reached zero
+        placed[k] = True
+        order.append(tied[k][2:])
+        for after in starting[tied[k][3]]:
+            if not placed[after]:
+                waiting[after] -= 1
+                if waiting[after] == 0:
+                    heapq.heappush(ready, after)
+    return order
 
 
 def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:

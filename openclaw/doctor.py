@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from openclaw.channels import configured_connectors
@@ -222,17 +223,55 @@ def _others_may_write(path) -> bool:
 
 
 async def _check_database(config) -> list[tuple[bool, str, str]]:
-    from openclaw.store import Store
+    """Opens the database as `run` does, but changes nothing: a check must not. A database (or
+    data folder) not there yet is what `run` creates; a schema behind this version's is what it
+    upgrades."""
+    from openclaw.store import Store, head_revision
+    from openclaw.store.engine import _sqlite_file, normalize_url
 
+    fix = "check store.url and that the data folder is writable"
     try:
-        config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        store = await Store.open(config.store.url)
-        revision = await store.schema_revision()
-        users = [u.key for u in await store.list_users()]
-        await store.close()
+        path = _sqlite_file(normalize_url(config.store.url))
+    except ValueError as exc:
+        return [(False, f"database: {exc}", fix)]
+    if path is not None and not path.exists():
+        nearest = _nearest_existing(path.parent)
+        if not os.access(nearest, os.W_OK | os.X_OK):
+            return [(False, f"database: {path} cannot be created: {nearest} is not writable", fix)]
+        return [(True, f"database: {path} does not exist yet; will be created at first start", ""),
+                _check_sandbox_uids(config, [])]
+    head = head_revision()
+    try:
+        store = await Store.open(config.store.url, migrate_schema=False)
+        try:
+            revision = await store.schema_revision()
+            # An older schema may lack what list_users reads: its users are counted once upgraded.
+            users = [u.key for u in await store.list_users()] if revision == head else []
+        finally:
+            await store.close()
     except Exception as exc:
-        return [(False, f"database: {exc}", "check store.url and that the data folder is writable")]
-    return [(True, f"database: schema {revision}", ""), _check_sandbox_uids(config, users)]
+        return [(False, f"database: {exc}", fix)]
+    if revision == head:
+        return [(True, f"database: schema {revision}", ""), _check_sandbox_uids(config, users)]
+    if revision is not None and revision not in _known_revisions():
+        return [(False, f"database: schema {revision}, which this openclaw does not know (a newer "
+                        "version made it)", "upgrade openclaw, or restore a backup made by this version")]
+    return [(True, f"database: schema {revision or 'none yet'}; upgraded to {head} at the next start",
+             ""), _check_sandbox_uids(config, users)]
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    from openclaw.store.migrate import alembic_config
+
+    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
 def _check_sandbox_uids(config, stored: list[str]) -> tuple[bool, str, str]:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from zoneinfo import ZoneInfo
 
-from openclaw.config import _check_user
+from openclaw import access
 from openclaw.store.records import parse_user_key
 from openclaw.users_cli import with_store
 from skills.base import visible
@@ -49,7 +49,7 @@ def _chat(value: str) -> tuple[str, str]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     try:
-        user = _check_user(args.user.strip()) if args.user else None
+        user = access.check_user(args.user) if args.user else None
         chat = _chat(args.chat) if args.chat else None
     except ValueError as exc:
         print(f"openclaw reminders list: {exc}", file=sys.stderr)
@@ -76,7 +76,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             return 0
         if args.chat or args.user is None or args.number is None:
             raise ValueError("give USER NUMBER, or --chat CHANNEL:CHAT_ID alone")
-        user = _check_user(args.user.strip())
+        user = access.check_user(args.user)
     except ValueError as exc:
         print(f"openclaw reminders cancel: {exc}", file=sys.stderr)
         return 2

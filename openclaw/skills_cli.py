@@ -10,7 +10,7 @@ import json
 import sys
 
 from openclaw import access
-from openclaw.config import Config, _check_user, default_config_path, load_config
+from openclaw.config import Config, default_config_path, load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store.records import UserStatus, parse_user_key
 from skills import SkillRegistry
@@ -54,7 +54,7 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
 def cmd_skills_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
-        user = _check_user(args.user)
+        user = access.check_user(args.user)
         arguments = json.loads(args.arguments)
     except json.JSONDecodeError as exc:
         print(f"openclaw skills run: --args is not JSON: {exc}", file=sys.stderr)

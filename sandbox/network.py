@@ -147,18 +147,22 @@ class Link:
         for fd in (*self.pass_fds, self.stdin):
             self._close(fd)
 
-    async def connect(self, sandbox_running: Callable[[], bool]) -> bool:
+    async def connect(self, sandbox_running: Callable[[], bool], time_left: float) -> bool:
         """Attach slirp4netns to the sandbox and let the command start. False when the sandbox
         ended during its setup (bwrap's own error then tells why); NetworkUnavailable when its
-        network could not be brought up."""
+        network could not be brought up, or not within SETUP_TIMEOUT_S or `time_left`, what is
+        left of the run's wall-clock limit: the setup counts in it, the command gets the rest."""
+        limit = max(0.0, min(SETUP_TIMEOUT_S, time_left))
         try:
-            async with asyncio.timeout(SETUP_TIMEOUT_S):
+            async with asyncio.timeout(limit):
                 await self._attach(sandbox_running)
         except _SandboxEnded:
             return False
         except TimeoutError:
-            raise NetworkUnavailable(
-                f"the sandbox's network was not up within {SETUP_TIMEOUT_S:g} s{self._errors()}") from None
+            why = ("" if limit == SETUP_TIMEOUT_S else
+                   ", all that was left of the command's wall-clock limit (the role's wall_seconds)")
+            raise NetworkUnavailable(f"the sandbox's network setup did not finish within "
+                                     f"{limit:.3g} s{why}{self._errors()}") from None
         try:
             os.write(self._gate_w, b"go\n")
         except BrokenPipeError:

@@ -401,6 +401,8 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
         preexec_fn=functools.partial(_set_rlimits, limits, nproc))
     started = time.monotonic()
+    # One deadline for all of the run: a network's setup takes its time out of wall_seconds.
+    deadline = started + limits.wall_seconds
     # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
     # run ends: normally, at the wall limit, on an error or a cancellation.
     async with (network.Link(network.locate(slirp4netns_path)) if linked
@@ -418,8 +420,8 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         try:
             # connect() is False when bwrap failed in its setup: its stderr is then the answer.
             if link is not None:
-                await link.connect(lambda: proc.returncode is None)
-            timed_out = not await _exited_within(proc, limits.wall_seconds)
+                await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
+            timed_out = not await _exited_within(proc, deadline - time.monotonic())
         except network.NetworkUnavailable as exc:
             for task in readers:
                 task.cancel()

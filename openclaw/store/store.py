@@ -574,8 +574,9 @@ class Store:
 
     async def move_chat(self, channel: str, chat_id: str | int, new_chat_id: str | int) -> MovedChat:
         """The chat lives on as `new_chat_id` (a Telegram group upgraded to a supergroup): in one
-        transaction its active conversations, its undelivered replies (in their order) and its
-        active reminders move there, so its history and what it is owed go on under the new id.
+        transaction its active conversations, its undelivered replies (in their order), its
+        messages not answered yet and its active reminders move there, so its history and what it
+        is owed go on under the new id.
         Nothing is left under the old id, so a second call for the same move (the other service
         message, a later refusal) moves nothing. A user who already has an active conversation
         under the new id (the move came late) keeps the one that moved, with the chat's history;
@@ -603,6 +604,14 @@ class Store:
                 .order_by(OutboundMessageRow.id)))
             for row in conversations + outbound:
                 row.chat_id, row.updated_at = new, now
+            # After a restart Gateway.recover answers them in the chat they name: the new one,
+            # which takes replies (and holds their conversation). Answered ones keep their id.
+            await session.execute(
+                update(InboundEventRow)
+                .where(InboundEventRow.channel == channel, InboundEventRow.chat_id == old,
+                       InboundEventRow.status == InboundStatus.RECEIVED)
+                .values(chat_id=new)
+                .execution_options(synchronize_session=False))
             reminders = await self._change_chat_reminders(session, channel, old, {"chat_id": new})
             return MovedChat([_record(Conversation, row) for row in conversations],
                              [_record(OutboundMessage, row) for row in outbound], reminders)

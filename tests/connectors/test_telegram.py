@@ -462,6 +462,22 @@ async def test_the_service_messages_alone_move_the_group_and_its_waiting_reply(e
     assert fake.texts(BASIC_GROUP) == ["you said 1 things: my name is Ada"]
 
 
+async def test_a_message_the_stop_left_unanswered_is_answered_in_the_supergroup_after_restart(
+        env, fake):
+    _, model, _, conversation = await talk_in_the_group(env, fake)
+    model.gate = asyncio.Event()  # never set: the answer is still being written at the stop
+    fake.send(to_bot("what is my name?", fake), chat=BASIC_GROUP)
+    await until(lambda: len(model.prompts) == 2)
+    fake.migrate(BASIC_GROUP, SUPERGROUP)
+    await until(lambda: not fake.updates)  # both service messages handled: the chat has moved
+    await env.stop()  # the turn is aborted; the message stays stored, unanswered
+    model.gate = None
+    daemon = await env.start(model, REMINDERS)
+    assert await env.replies(SUPERGROUP, 1) == ["you said 2 things: my name is Ada | what is my name?"]
+    assert [c.status for c in fake.calls_to("sendMessage")] == [200, 200]  # the old id never tried
+    assert await conversation_in(daemon, SUPERGROUP) == conversation
+
+
 async def test_a_move_noticed_late_keeps_the_groups_history_over_a_talk_begun_in_the_supergroup(
         env, fake):
     daemon, _, _, conversation = await talk_in_the_group(env, fake)

@@ -248,6 +248,58 @@ def test_a_control_token_never_comes_out_of_merges():
     assert naive.encode("</s>").ids == [EOS]
 
 
+def small_vocab(pieces: list[tuple[str, float]]) -> dict[str, list]:
+    """The specials and the byte tokens, then these normal pieces, at ids in this order."""
+    return {"tokens": ["<unk>", "<s>", "</s>", *BYTES, *(p for p, _ in pieces)],
+            "types": [UNKNOWN, CONTROL, CONTROL, *[BYTE] * 256, *[NORMAL] * len(pieces)],
+            "scores": [0.0] * 259 + [float(s) for _, s in pieces]}
+
+
+def pieces_of(tok: Tokenizer, text: str) -> list[str]:
+    return tok.convert_ids_to_tokens(tok.encode(text, allow_special=False))
+
+
+def test_tied_scores_merge_the_leftmost_pair_first_as_llama_cpp_does():
+    # "ab", "bc" and "cd" score the same, at ids in reverse order. llama.cpp merges the leftmost of
+    # equal pairs first: "abc" is "ab" + "c" ("abc" is no piece), where id order would give
+    # "a" + "bc"; in "bcabc" the first "bc" is left of "ab", which is left of the second.
+    chars = [(SP, -10), ("a", -11), ("b", -12), ("c", -13), ("d", -14)]
+    small = small_vocab([*chars, ("cd", -1), ("bc", -1), ("ab", -1)])
+    tok = Tokenizer.from_gguf_fields(spm_fields(small))
+    expected = {"abc": [SP, "ab", "c"], "bcabc": [SP, "bc", "ab", "c"], "abcd": [SP, "ab", "cd"],
+                "dbcd": [SP, "d", "bc", "d"]}
+    for text, pieces in expected.items():
+        assert pieces_of(tok, text) == pieces, text
+        assert tok.encode(text, allow_special=False) == llama_cpp_spm(text, small), text
+    # Ranked by id the same merges give other tokens: the test tells the two orders apart.
+    by_id = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(small["tokens"])},
+                                   merges=[("c", "d"), ("b", "c"), ("a", "b")], byte_fallback=True))
+    by_id.normalizer = tok.backend.normalizer
+    assert by_id.encode("abc").tokens == [SP, "a", "bc"]
+    assert by_id.encode("bcabc").tokens == [SP, "bc", "a", "bc"]
+
+
+def test_tied_merges_in_a_cycle_keep_vocabulary_order():
+    # ("a","b") and ("b","a") tied: llama.cpp gives "ab"+"a" for "aba" and "ba"+"b" for "bab", and
+    # no rank order gives both. The one with the lower id ranks first, in both texts.
+    small = small_vocab([(SP, -10), ("a", -11), ("b", -12), ("ab", -1), ("ba", -1)])
+    tok = Tokenizer.from_gguf_fields(spm_fields(small))
+    assert pieces_of(tok, "aba") == [SP, "ab", "a"]
+    assert tok.encode("aba", allow_special=False) == llama_cpp_spm("aba", small)
+    assert pieces_of(tok, "bab") == [SP, "b", "ab"]  # llama.cpp: "▁", "ba", "b"
+
+
+def test_scores_that_are_all_equal_fall_back_to_vocabulary_order():
+    # What converters write for a model with only a tokenizer.json (-1000 for every token): the
+    # order is then the vocabulary's, the BPE the model was trained with, not the overlap rule.
+    small = small_vocab([(SP, -1000), ("a", -1000), ("b", -1000), ("c", -1000), ("bc", -1000),
+                         ("ab", -1000)])
+    tok = Tokenizer.from_gguf_fields(spm_fields(small))
+    assert pieces_of(tok, "abc") == [SP, "a", "bc"]
+    unscored = {k: v for k, v in spm_fields(small).items() if k != "tokenizer.ggml.scores"}
+    assert pieces_of(Tokenizer.from_gguf_fields(unscored), "abc") == [SP, "a", "bc"]
+
+
 @pytest.mark.parametrize("kind", ["bert", "t5", "rwkv", None])
 def test_other_tokenizer_kinds_are_refused_by_name(kind):
     fields = {"tokenizer.ggml.model": kind, "tokenizer.ggml.tokens": ["a"]}

@@ -19,7 +19,8 @@ from skills.base import Skill, SkillContext
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, config, msg
 
-USER = "4242"  # on the terminal channel, admitted through the store (as pairing does)
+USER = "4242"  # a Telegram user admitted through the store (as pairing does)
+CHANNEL = "telegram"  # the terminal has no user but the console, whom the config admits
 
 SKILLS = """
 [skills]
@@ -72,15 +73,16 @@ def two_tools(action: str, one_step: bool):
 async def started(tmp_path, model: ScriptedModel) -> tuple[Daemon, RecordingConnector]:
     path = tmp_path / "openclaw.toml"
     conn = RecordingConnector()
+    conn.name = CHANNEL
     daemon = Daemon(config(tmp_path, SKILLS.format(config=path)), model=model, connectors=[conn])
     await daemon.start()
-    await daemon.store.set_user_status("terminal", USER, "allowed")
+    await daemon.store.set_user_status(CHANNEL, USER, "allowed")
     return daemon, conn
 
 
 async def outcome(daemon: Daemon, message_id: str) -> tuple[InboundStatus, str | None]:
     """The stored status of an inbound message (recording it again returns the stored row)."""
-    event, is_new = await daemon.store.record_inbound("terminal", message_id, f"terminal:{USER}",
+    event, is_new = await daemon.store.record_inbound(CHANNEL, message_id, f"{CHANNEL}:{USER}",
                                                       USER, "")
     assert not is_new
     return event.status, event.error
@@ -96,13 +98,13 @@ async def test_a_turn_stops_when_access_is_withdrawn_during_a_tool(tmp_path, cap
     model = ScriptedModel(two_tools(action, one_step))
     daemon, conn = await started(tmp_path, model)
     try:
-        await conn.handler(msg("check the time", user=USER, mid="m-withdrawn"))
+        await conn.handler(msg("check the time", user=USER, mid="m-withdrawn", channel=CHANNEL))
         await daemon.gateway.wait_idle()
         assert await ran(daemon) == [("users_command", "allowed")]  # clock never ran
         assert len(model.prompts) == 1  # and the model was not asked again
         assert conn.texts(USER) == [] and await daemon.store.list_outbound() == []
         assert await outcome(daemon, "m-withdrawn") == (InboundStatus.FAILED, "user not allowed")
-        assert f"access of terminal:{USER} was withdrawn during its turn" in caplog.text
+        assert f"access of {CHANNEL}:{USER} was withdrawn during its turn" in caplog.text
         assert "check the time" not in caplog.text  # the message's text is never logged
     finally:
         await daemon.stop()
@@ -113,7 +115,7 @@ async def test_an_allowed_users_two_tool_turn_completes(tmp_path, one_step):
     model = ScriptedModel(two_tools("allow", one_step))  # same path, access kept
     daemon, conn = await started(tmp_path, model)
     try:
-        await conn.handler(msg("check the time", user=USER, mid="m-allowed"))
+        await conn.handler(msg("check the time", user=USER, mid="m-allowed", channel=CHANNEL))
         await daemon.gateway.wait_idle()
         assert await ran(daemon) == [("users_command", "allowed"), ("clock", "allowed")]
         [reply] = conn.texts(USER)

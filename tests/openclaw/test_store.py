@@ -288,6 +288,20 @@ async def test_pending_inbound_lists_what_a_killed_daemon_had_not_processed(sqli
         assert [e.text for e in await store.pending_inbound()] == ["third"]
 
 
+async def test_a_moved_chats_unanswered_messages_are_recovered_under_its_new_id(store: Store):
+    group, supergroup = "-4001", "-1001234567890"
+    answered, _ = await store.record_inbound("telegram", "-4001:1", "telegram:7", group, "answered")
+    await store.mark_inbound(answered.id, InboundStatus.PROCESSED)
+    waiting, _ = await store.record_inbound("telegram", "-4001:2", "telegram:7", group, "waiting")
+    elsewhere, _ = await store.record_inbound("discord", "9", "discord:7", group, "same id, other app")
+    await store.move_chat("telegram", group, supergroup)
+    assert [(e.id, e.chat_id) for e in await store.pending_inbound()] == [
+        (waiting.id, supergroup), (elsewhere.id, group)]
+    # What was answered stays where it was answered (a redelivery hands back the stored row).
+    again, is_new = await store.record_inbound("telegram", "-4001:1", "telegram:7", group, "answered")
+    assert not is_new and again.chat_id == group
+
+
 # -- inbound dedupe ----------------------------------------------------------------------------------
 
 async def test_redelivered_inbound_message_is_recorded_once(store: Store):

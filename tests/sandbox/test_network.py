@@ -70,6 +70,14 @@ async def wait_for_slirp(task: asyncio.Task) -> None:
         await asyncio.sleep(0.005)
 
 
+def slirp4netns_after(tmp_path, delay: str, then: str) -> str:
+    """A slirp4netns that sleeps `delay` seconds, then execs `then` (the real one: '... "$@"')."""
+    slow = tmp_path / "slow-slirp4netns"
+    slow.write_text(f"#!/bin/sh\nsleep {delay}\nexec {then}\n")
+    slow.chmod(0o755)
+    return str(slow)
+
+
 def lan_address() -> str | None:
     """The host's address towards other machines (no packet is sent: a UDP connect only picks the
     route); None when it has only loopback."""
@@ -118,11 +126,33 @@ async def test_a_network_role_has_its_own_interface_default_route_and_resolver(w
 @needs_slirp
 async def test_the_command_waits_for_a_slow_network(workspace, tmp_path):
     # The real slirp4netns, started late: the command must still find the network up.
-    slow = tmp_path / "slow-slirp4netns"
-    slow.write_text(f"#!/bin/sh\nsleep 0.5\nexec {network.locate()} \"$@\"\n")
-    slow.chmod(0o755)
-    result = await run("grep -c tap0 /proc/net/route", workspace, network=True, slirp4netns_path=str(slow))
+    slow = slirp4netns_after(tmp_path, "0.5", f'{network.locate()} "$@"')
+    result = await run("grep -c tap0 /proc/net/route", workspace, network=True, slirp4netns_path=slow)
     assert result.stdout == "2\n", result.stderr  # the default route and the local one
+
+
+@needs_slirp
+async def test_the_network_setup_counts_in_the_wall_clock_limit(workspace, tmp_path):
+    # 1.5 s of setup, then the command gets the rest of the 2.5 s, not 2.5 s more.
+    slow = slirp4netns_after(tmp_path, "1.5", f'{network.locate()} "$@"')
+    result = await run("echo started; sleep 4334", workspace, Limits(wall_seconds=2.5),
+                       network=True, slirp4netns_path=slow)
+    assert result.timed_out and result.stdout == "started\n", result.stderr
+    assert result.duration_s < 3.3
+    assert our_helpers() == [] and processes_running("sleep", "4334") == []
+
+
+@needs_slirp
+async def test_a_network_setup_longer_than_the_wall_clock_limit_is_refused_at_the_limit(
+        workspace, tmp_path):
+    hung = slirp4netns_after(tmp_path, "0", "sleep 4335")  # never says the network is up
+    started = time.monotonic()
+    with pytest.raises(SandboxUnavailable) as refused:
+        await run("echo never", workspace, Limits(wall_seconds=1), network=True, slirp4netns_path=hung)
+    assert time.monotonic() - started < 2.5  # not the setup's own 10 s
+    assert "the sandbox's network setup did not finish within" in str(refused.value)
+    assert "left of the command's wall-clock limit (the role's wall_seconds)" in str(refused.value)
+    assert our_helpers() == [] and processes_running("sleep", "4335") == []
 
 
 async def test_without_network_there_is_only_loopback_and_no_resolver(workspace):
