@@ -74,11 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check config, database, model, sandbox, tokens")
     p.add_argument("--skip-model", action="store_true", help="do not load the model")
     p.set_defaults(func=doctor.cmd_doctor)
-    db = _Subparsers(sub.add_parser("db", help="database maintenance").add_subparsers(
-        dest="db_cmd", required=True), common)
-    db.add_parser("upgrade", help="apply migrations").set_defaults(func=cmd_db_upgrade)
-    from openclaw import reminders_cli, skills_cli, users_cli
+    from openclaw import db_cli, reminders_cli, skills_cli, users_cli
 
+    db_cli.add_commands(sub, lambda action: _Subparsers(action, common))
     users_cli.add_commands(sub, lambda action: _Subparsers(action, common))
     skills_cli.add_commands(sub, lambda action: _Subparsers(action, common))
     reminders_cli.add_commands(sub, lambda action: _Subparsers(action, common))
@@ -219,16 +217,6 @@ async def _run_daemon(config, terminal) -> int:
         await daemon.gateway.wait_idle()
     await daemon.stop(drain_timeout=5)
     return 130 if by_signal else 0
-
-
-def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from openclaw.store import upgrade
-
-    config = load_config(args.config)
-    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    upgrade(config.store.url)
-    print("database is at the latest schema")
-    return 0
 
 
 def cmd_service_install(args: argparse.Namespace) -> int:

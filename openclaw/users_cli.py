@@ -3,16 +3,20 @@
 The store holds each user's status (allowed, pending, blocked); `[access]` in the config wins over
 it (admins and `allow` always pass, `blocked` never does). These commands change the store, so
 they work while the daemon runs: it reads a user's status at each message, and a reminder's
-user's at each delivery."""
+user's at each delivery. `forget` is the exception: it refuses while a daemon uses the data_dir
+(see cmd_users_forget)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from openclaw import access
-from openclaw.config import LOCAL_USER, _check_user, load_config
+from openclaw.config import LOCAL_USER, Config, load_config
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import sandbox_uid
 from skills.base import visible
@@ -45,6 +49,12 @@ def add_commands(sub, common_sub) -> None:
         p = actions.add_parser(action, help=f"USER {effect}")
         p.add_argument("user", help='"channel:id", e.g. "telegram:1001"')
         p.set_defaults(func=cmd_users_set, action=action)
+    p = actions.add_parser("forget", help="USER: delete everything the store holds about them; "
+                                          "the daemon must be stopped")
+    p.add_argument("user", help='"channel:id", e.g. "telegram:1001"')
+    p.add_argument("--workspace", action="store_true", help="delete their workspace folder too")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.set_defaults(func=cmd_users_forget)
 
 
 def with_store(args: argparse.Namespace, work):
@@ -101,11 +111,18 @@ def cmd_users_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_users_set(args: argparse.Namespace) -> int:
+def _named_user(args: argparse.Namespace, command: str) -> str | None:
+    """The USER argument checked (None, once the reason is printed, when it names nobody)."""
     try:
-        user = _check_user(args.user.strip())
+        return access.check_user(args.user)
     except ValueError as exc:
-        print(f"openclaw users {args.action}: {args.user!r}: {exc}", file=sys.stderr)
+        print(f"{command}: {args.user!r}: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_users_set(args: argparse.Namespace) -> int:
+    user = _named_user(args, f"openclaw users {args.action}")
+    if user is None:
         return 2
     config = load_config(args.config)
     status, effect = _ACTIONS[args.action]
@@ -114,9 +131,10 @@ def cmd_users_set(args: argparse.Namespace) -> int:
         # The store cannot override the config: say where the admin must change it instead.
         where = access.listed_in(config, user)
         print(f"openclaw users {args.action}: {user} is "
-              + ("this machine's own console, always allowed" if where == "console" else
+              + ("this machine's own console, always allowed: whoever holds it owns the daemon, "
+                 "and is not shut out of their own terminal" if where == "console" else
                  f"in access.{where} of the config, which decides for them; change it there "
-                 "and restart the daemon"), file=sys.stderr)
+                 "and run `openclaw reload`"), file=sys.stderr)
         return 1
     with_store(args, lambda store: store.set_user_status(*parse_user_key(user), status))
     print(f"{user} {effect}")
@@ -130,3 +148,97 @@ def _effective_status(config, user: str, stored: UserStatus | None) -> str:
     if not where:
         return str(stored)
     return f"{access.config_status(config, user)} ({'console' if where == 'console' else 'config'})"
+
+
+def cmd_users_forget(args: argparse.Namespace) -> int:
+    """Delete a user's conversations, messages, reminders... and their users row: they are unknown
+    again. Only with the daemon stopped: a running daemon keeps each chat's conversation id and
+    history in memory, and SQLite gives a deleted id to the next new conversation, which would
+    then be another user's with this one's history (blocking the user first does not help)."""
+    user = _named_user(args, "openclaw users forget")
+    if user is None:
+        return 2
+    config = load_config(args.config)
+    where = access.listed_in(config, user)
+    if where in ("console", "admins", "allow"):  # they would be let straight back in
+        print(f"openclaw users forget: {user} is "
+              + ("this machine's own console, always allowed" if where == "console" else
+                 f"in access.{where} of the config, which lets them in without pairing; remove "
+                 "them there first"), file=sys.stderr)
+        return 1
+    # Always the user's own folder: a role's `workspace` must contain "{user}" (config.py).
+    workspace = config.policy().workspace_path(user)
+    if not workspace.is_dir():
+        workspace_fate = ""
+    elif args.workspace:
+        workspace_fate = f"workspace {workspace}: deleted"
+    else:
+        workspace_fate = f"workspace {workspace}: kept (add --workspace to delete it)"
+    with data_dir_held(config) as running:
+        if running:
+            print(f"openclaw users forget: {running}; stop it, forget, then start it again (a "
+                  "running daemon keeps the user's conversations in memory)", file=sys.stderr)
+            return 1
+        counts = with_store(args, lambda store: store.forget_user(user, dry_run=True))
+        if not any(counts.values()) and not workspace_fate:
+            print(f"openclaw users forget: the store holds nothing about {user} (see `openclaw "
+                  "users list`)", file=sys.stderr)
+            return 1
+        print(f"forget {user}:")
+        for kind, n in counts.items():
+            print(f"  {kind:<19} {n:>6}" + ("  (the rows stay: who ran which skill, when, how it "
+                                             "ended)" if kind.startswith("audit") else ""))
+        if workspace_fate:
+            print(f"  {workspace_fate}")
+        if not confirmed("openclaw users forget", f"Forget {user}? This cannot be undone.", args.yes):
+            return 1
+        counts = with_store(args, lambda store: store.forget_user(user))
+        print(f"forgot {user}: " + (", ".join(f"{kind} {n}" for kind, n in counts.items() if n)
+                                    or "no rows"))
+        if args.workspace and workspace.is_dir():
+            try:
+                shutil.rmtree(workspace)
+            except OSError as exc:
+                print(f"openclaw users forget: could not delete the workspace {workspace}: {exc}; "
+                      "delete it by hand", file=sys.stderr)
+                return 1
+            print(f"deleted the workspace {workspace}")
+    return 0
+
+
+def confirmed(command: str, question: str, yes: bool) -> bool:
+    """--yes, or "y" typed at a terminal. Without a terminal to ask, says how to go on."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"{command}: nothing done: stdin is not a terminal to ask at; add --yes to go ahead",
+              file=sys.stderr)
+        return False
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("nothing done", file=sys.stderr)
+    return False
+
+
+@contextmanager
+def data_dir_held(config: Config) -> Iterator[str | None]:
+    """Hold the data_dir as a daemon does, so that none runs or starts while a command changes the
+    store under it. Yields None, or what holds it (then nothing is held). With a PostgreSQL store,
+    a daemon on another machine (another data_dir) is not seen: stop it first."""
+    from openclaw.daemon import DaemonRunning, claim_data_dir  # here: it loads the engine (2 s)
+
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        lock = claim_data_dir(config.data_dir)
+    except DaemonRunning as running:
+        yield running.holder
+        return
+    try:
+        yield None
+    finally:
+        lock.truncate(0)  # as Daemon.stop: no pid in the file, nobody holds it (data_dir_claimed)
+        lock.close()

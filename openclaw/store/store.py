@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -711,3 +711,59 @@ class Store:
         async with self._tx() as session:
             return int(await session.scalar(query) or 0)
 
+    # -- forgetting a user ---------------------------------------------------------------------
+
+    # What a forgotten user's audit rows say instead of their arguments and detail.
+    FORGOTTEN_AUDIT_DETAIL = "arguments and detail removed by `openclaw users forget`"
+
+    async def forget_user(self, user: str, *, dry_run: bool = False) -> dict[str, int]:
+        """Delete everything stored about `user`, in one transaction, and say how many rows of
+        each kind went (with `dry_run`, how many would; nothing changes): their conversations
+        with their messages and summaries, their inbound messages, the replies of those
+        conversations, to those messages and to their own chat (pairing codes were sent there),
+        their reminders, pairing codes and usage, and their users row, so they are unknown again.
+        Their audit rows stay, the admin's record of what ran, with the arguments and detail
+        (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
+
+        Only for a store no daemon is using: a running one keeps conversation ids in memory, and
+        SQLite gives a deleted id to the next new row (see `openclaw users forget`)."""
+        channel, external_id = parse_user_key(user)
+        is_user = and_(UserRow.channel == channel, UserRow.external_id == external_id)
+        user_id = select(UserRow.id).where(is_user)
+        conversations = select(ConversationRow.id).where(ConversationRow.user_id.in_(user_id))
+        inbound = select(InboundEventRow.id).where(InboundEventRow.user == user)
+        blanked = {"arguments": None, "detail": self.FORGOTTEN_AUDIT_DETAIL}
+        # kind: (table, which rows, None to delete them or the values to set). In this order:
+        # what refers to a conversation or an inbound message goes before it.
+        changes: dict[str, tuple[Any, Any, dict[str, Any] | None]] = {
+            "messages": (MessageRow, MessageRow.conversation_id.in_(conversations), None),
+            "summaries": (SummaryRow, SummaryRow.conversation_id.in_(conversations), None),
+            "outbound messages": (OutboundMessageRow, or_(
+                OutboundMessageRow.conversation_id.in_(conversations),
+                OutboundMessageRow.inbound_event_id.in_(inbound),
+                # Their private chat has their id on Telegram (and the console), not on Discord:
+                # a code sent to a Discord user before pairing (nothing else) is not found.
+                and_(OutboundMessageRow.channel == channel,
+                     OutboundMessageRow.chat_id == external_id)), None),
+            "inbound messages": (InboundEventRow, InboundEventRow.user == user, None),
+            "reminders": (ReminderRow, ReminderRow.user == user, None),
+            "usage rows": (UsageRow, UsageRow.user == user, None),
+            "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
+            "conversations": (ConversationRow, ConversationRow.user_id.in_(user_id), None),
+            "users": (UserRow, is_user, None),
+            "audit rows blanked": (AuditRow, and_(AuditRow.user == user, or_(
+                AuditRow.arguments.is_not(None),
+                AuditRow.detail.is_distinct_from(self.FORGOTTEN_AUDIT_DETAIL))), blanked),
+        }
+        counts: dict[str, int] = {}
+        async with self._tx() as session:
+            for kind, (table, where, values) in changes.items():
+                if dry_run:
+                    counts[kind] = await session.scalar(
+                        select(func.count()).select_from(table).where(where))
+                    continue
+                change = delete(table) if values is None else update(table).values(**values)
+                result = await session.execute(
+                    change.where(where).execution_options(synchronize_session=False))
+                counts[kind] = result.rowcount
+        return counts

@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from openclaw.doctor import cmd_doctor
-from openclaw.store import Store
+from openclaw.store import Store, head_revision, migrate
 from sandbox.policy import sandbox_uid
 
 
@@ -195,6 +196,28 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
         assert refused.returncode == 1 and where in refused.stderr, refused.stderr
     bad = cli("users", "block", "telegram:@ada")
     assert bad.returncode == 2 and "numeric id" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_commands_refuse_a_terminal_user_other_than_the_console(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n')
+
+    def cli(*argv):
+        return run(["--config", str(config), *argv], tmp_path, timeout=60)
+
+    for argv in (["users", "allow", "terminal:other"], ["users", "block", "terminal:2"],
+                 ["users", "revoke", "terminal:x"], ["reminders", "--user", "terminal:other"],
+                 ["reminders", "cancel", "terminal:other", "1"],
+                 ["skills", "run", "clock", "--as", "terminal:other"]):
+        refused = cli(*argv)
+        assert refused.returncode == 2, (argv, refused.stdout)
+        assert 'the terminal has one user, "terminal:local"' in refused.stderr, argv
+        assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    # The console's owner cannot be shut out of their own terminal.
+    for action in ("block", "revoke"):
+        refused = cli("users", action, "terminal:local")
+        assert refused.returncode == 1 and "not shut out of their own terminal" in refused.stderr
+    assert not (tmp_path / "data").exists()  # each refused before the store was opened
 
 
 def test_users_lists_the_configs_users_and_the_console_once_each_in_order(tmp_path):
@@ -452,6 +475,37 @@ async def test_doctor_says_the_service_is_not_reachable(tmp_path, capsys, servic
     assert f"✗ {service}: 127.0.0.1:{fake.port} not reachable: " in out, out
     assert "    fix: check this machine's network, DNS and firewall" in out
     assert fake.token not in out
+
+
+def test_doctor_creates_no_database_and_upgrades_none(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n')
+    database = tmp_path / "data/openclaw.db"
+    url = f"sqlite+aiosqlite:///{database}"
+
+    def doctor() -> str:
+        assert cmd_doctor(argparse.Namespace(config=config, skip_model=True)) == 0
+        return capsys.readouterr().out
+
+    assert f"✓ database: {database} does not exist yet; will be created at first start\n" in doctor()
+    assert not (tmp_path / "data").exists()
+
+    async def schema(upgrade_to: str | None = None) -> str | None:
+        """The database's schema revision, after an upgrade to `upgrade_to` if given."""
+        async with await Store.open(url, migrate_schema=False) as store:
+            if upgrade_to is not None:
+                await migrate(store.engine, upgrade_to)
+            return await store.schema_revision()
+
+    asyncio.run(schema("0002"))
+    assert f"✓ database: schema 0002; upgraded to {head_revision()} at the next start\n" in doctor()
+    assert asyncio.run(schema()) == "0002"  # left for `run` to upgrade
+    asyncio.run(schema(head_revision()))
+    assert f"✓ database: schema {head_revision()}\n" in doctor()
+    with contextlib.closing(sqlite3.connect(database)) as db, db:  # as a newer openclaw leaves it
+        db.execute("UPDATE alembic_version SET version_num = 'f00d'")
+    assert cmd_doctor(argparse.Namespace(config=config, skip_model=True)) == 1
+    assert "✗ database: schema f00d, which this openclaw does not know" in capsys.readouterr().out
 
 
 def test_doctor_fails_a_config_others_can_read_that_holds_a_secret(tmp_path, capsys, monkeypatch):

@@ -1,0 +1,214 @@
+"""`Store.forget_user` and `openclaw users forget`: one user's rows go, everyone else's stay."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from openclaw.cli import main
+from openclaw.daemon import claim_data_dir
+from openclaw.store import Store, UserStatus
+from tests.openclaw import test_store
+
+postgres = test_store.postgres  # the session's throwaway cluster, where this machine can run one
+
+ADA, BOB = "telegram:1001", "telegram:1002"
+GROUP = "-500"  # a group chat both talk in
+# Each kind forget_user counts, and the table it counts in.
+KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": "outbound_messages",
+         "inbound messages": "inbound_events", "reminders": "reminders", "usage rows": "usage",
+         "pairing codes": "pairing_codes", "conversations": "conversations", "users": "users",
+         "audit rows blanked": "audit_log"}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request, tmp_path):
+    url = (f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}" if request.param == "sqlite"
+           else request.getfixturevalue("postgres"))
+    opened = await Store.open(url)
+    if request.param == "postgresql":
+        await test_store._empty_all_tables(opened)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def snapshot(store: Store) -> dict[str, list[dict]]:
+    async with store.engine.connect() as conn:
+        return {table: [dict(row._mapping) for row in await conn.execute(
+            text(f"SELECT * FROM {table} ORDER BY id"))] for table in KINDS.values()}
+
+
+async def chat(store: Store, user: str, chat_id: str, message_id: str, words: str):
+    """One answered message, as the gateway stores it."""
+    event, _ = await store.record_inbound("telegram", message_id, user, chat_id, words)
+    conv = await store.active_conversation(user, chat_id)
+    first = await store.add_message(conv.id, "user", words)
+    await store.add_message(conv.id, "assistant", f"about {words}")
+    await store.add_reply("telegram", chat_id, [f"about {words}", "(2/2)"], conversation_id=conv.id,
+                          answers=event.id)
+    await store.add_usage(user, 10, 5, conversation_id=conv.id)
+    return conv, first
+
+
+async def bob_talks(store: Store, n: int) -> None:
+    await store.set_user_status("telegram", "1002", UserStatus.ALLOWED)
+    conv, first = await chat(store, BOB, "1002", f"b{n}", f"bob's news {n}")
+    await store.add_summary(conv.id, first.id, "bob's summary", 3)
+    await chat(store, BOB, GROUP, f"bg{n}", f"bob to the group {n}")
+    await store.add_reply("telegram", GROUP, [f"a notice to the group {n}"])  # nobody's reply
+    await store.add_reminder(BOB, GROUP, f"bob's meeting {n}", datetime.now(UTC) + timedelta(days=1))
+    await store.add_audit(BOB, "shell", {"command": f"ls {n}"}, "allowed", exit_status=0)
+
+
+async def ada_talks(store: Store) -> None:
+    await store.ensure_user("telegram", "1001", "Ada")  # unknown: she gets a pairing code
+    code = await store.create_pairing_code(ADA)
+    await store.add_reply("telegram", "1001", [f"Your pairing code is {code}"])
+    await store.approve_pairing(code)
+    conv, _ = await chat(store, ADA, "1001", "a1", "my diary")
+    await store.archive_conversation(conv.id)  # /new
+    conv, first = await chat(store, ADA, "1001", "a2", "my doctor")
+    await store.add_summary(conv.id, first.id, "ada's summary", 3)
+    await chat(store, ADA, GROUP, "ag", "ada to the group")
+    due = datetime.now(UTC) + timedelta(days=1)
+    await store.add_reminder(ADA, "1001", "pills", due)
+    await store.add_reminder(ADA, GROUP, "ada's meeting", due)
+    await store.add_audit(ADA, "shell", {"command": "cat diary.txt"}, "allowed", exit_status=0)
+    await store.add_audit(ADA, "email", {"to": "dr@example.org", "body": "my results"}, "rejected",
+                          detail="error: the user denied this email call")
+
+
+async def populate(store: Store) -> tuple[dict[str, list[dict]], dict[str, set[int]]]:
+    """Bob talks, then Ada, then Bob again: every row, and the ids of Ada's rows by table."""
+    await bob_talks(store, 1)
+    before_ada = await snapshot(store)
+    await ada_talks(store)
+    with_ada = await snapshot(store)
+    await bob_talks(store, 2)  # her rows are not simply the newest ones
+    ids = {t: {r["id"] for r in rows} - {r["id"] for r in before_ada[t]} for t, rows in with_ada.items()}
+    return await snapshot(store), ids
+
+
+async def test_forget_deletes_one_users_rows_and_nothing_of_anyone_elses(store):
+    before, adas = await populate(store)
+    bob_conv = await store.active_conversation(BOB, "1002")
+    expected = {kind: len(adas[table]) for kind, table in KINDS.items()}
+    assert all(expected.values()), expected  # every kind is exercised
+
+    assert await store.forget_user(ADA, dry_run=True) == expected
+    assert await snapshot(store) == before  # a dry run changes nothing
+    assert await store.forget_user(ADA) == expected
+    after = await snapshot(store)
+    for table in set(KINDS.values()) - {"audit_log"}:
+        assert after[table] == [r for r in before[table] if r["id"] not in adas[table]], table
+    # Her audit rows stay, blanked; Bob's are as they were.
+    blanked = {"arguments": None, "detail": Store.FORGOTTEN_AUDIT_DETAIL}
+    assert after["audit_log"] == [{**r, **blanked} if r["id"] in adas["audit_log"] else r
+                                  for r in before["audit_log"]]
+    assert {r["user_key"] for r in after["audit_log"] if r["id"] in adas["audit_log"]} == {ADA}
+
+    assert not any((await store.forget_user(ADA)).values())  # nothing left to forget
+    # She is unknown: her next message makes a pending user with a fresh pairing code.
+    assert await store.get_user("telegram", "1001") is None
+    assert (await store.ensure_user("telegram", "1001")).status is UserStatus.PENDING
+    assert await store.create_pairing_code(ADA) is not None
+    # Bob goes on in the same conversation, with his history.
+    assert (await store.active_conversation(BOB, "1002")).id == bob_conv.id
+    assert await store.list_messages(bob_conv.id)
+
+
+async def test_sqlite_gives_a_forgotten_conversations_id_to_the_next_one(tmp_path):
+    """Why `users forget` wants the daemon stopped: a running one keeps a conversation's id (its
+    lane) and history (the prompt cache) in memory, and the next new conversation, anyone's, gets
+    the id back. Blocking the user first would not help: the cache is by id."""
+    async with await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}") as store:
+        await bob_talks(store, 1)
+        await ada_talks(store)
+        ada = await store.get_user("telegram", "1001")
+        adas = {c["id"] for c in (await snapshot(store))["conversations"] if c["user_id"] == ada.id}
+        await store.forget_user(ADA)
+        carol = await store.ensure_user("telegram", 1003, status=UserStatus.ALLOWED)
+        assert (await store.active_conversation(carol.key, 1003)).id in adas
+
+
+def test_users_forget_asks_refuses_what_it_must_and_deletes_the_workspace_when_told(
+        tmp_path, capsys, monkeypatch):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nadmins = ["telegram:1"]\n'
+                      'allow = ["telegram:2"]\n')
+    url = f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db"
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        code = main(["--config", str(config), "users", "forget", *argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    async def fill() -> None:
+        async with await Store.open(url) as store:
+            await bob_talks(store, 1)
+            await ada_talks(store)
+
+    async def users() -> list[str]:
+        async with await Store.open(url) as store:
+            return [u.key for u in await store.list_users()]
+
+    asyncio.run(fill())
+    workspaces = {u: tmp_path / "data/workspaces" / u.replace(":", "-") for u in (ADA, BOB)}
+    for folder in workspaces.values():
+        folder.mkdir(parents=True)
+        (folder / "notes.txt").write_text("mine")
+
+    # The config lets them straight back in: it says where to change that instead.
+    for user, where in (("telegram:1", "access.admins"), ("telegram:2", "access.allow"),
+                        ("terminal:local", "console")):
+        code, _, err = cli(user, "--yes")
+        assert code == 1 and where in err and len(err.splitlines()) == 1, err
+    # Without --yes and no terminal to ask at: what it would delete, and nothing done.
+    code, out, err = cli(ADA)
+    assert code == 1 and "--yes" in err
+    assert "  messages                 6\n" in out and "  conversations            3\n" in out, out
+    assert f"workspace {workspaces[ADA]}: kept (add --workspace to delete it)" in out
+    # A daemon holds the data_dir: it must be stopped first.
+    lock = claim_data_dir(tmp_path / "data")
+    try:
+        code, _, err = cli(ADA, "--yes")
+    finally:
+        lock.close()
+    assert code == 1 and "stop it" in err and len(err.splitlines()) == 1, err
+    # At a terminal, "n" is no.
+    monkeypatch.setattr("sys.stdin", _Terminal("n\n"))
+    assert cli(ADA)[0] == 1
+    assert asyncio.run(users()) == [BOB, ADA]
+
+    monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
+    code, out, err = cli(ADA, "--workspace")
+    assert code == 0, err
+    assert "forgot telegram:1001: messages 6, summaries 1," in out
+    assert f"deleted the workspace {workspaces[ADA]}" in out
+    assert asyncio.run(users()) == [BOB]
+    assert not workspaces[ADA].exists() and (workspaces[BOB] / "notes.txt").read_text() == "mine"
+    code, _, err = cli(ADA, "--yes")
+    assert code == 1 and "holds nothing about telegram:1001" in err
+
+
+class _Terminal(io.StringIO):
+    """Answers typed at a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_forget_checks_the_user_key(tmp_path, capsys):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n')
+    assert main(["--config", str(config), "users", "forget", "telegram:@ada", "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "numeric id" in err and len(err.splitlines()) == 1
+    assert not Path(tmp_path / "data/openclaw.db").exists()
