@@ -586,6 +586,9 @@ class RoleConfig(_Section):
     """Skills whose every call the user must approve in the chat (/approve N or /deny N)."""
     approval_timeout_s: float = Field(300, gt=0)
     """Seconds to wait for an approval; no answer counts as deny."""
+    daily_tokens: int = Field(0, ge=0)
+    """Tokens (prompt + answer, as /status counts them) a user of this role may use per UTC day;
+    0: no limit. Checked when a message arrives: the turn that crosses it still finishes."""
 
     @field_validator("workspace")
     @classmethod
@@ -642,7 +645,7 @@ class RoleConfig(_Section):
                   "network": self.network, "email_recipients": frozenset(self.email_recipients),
                   "email_domains": frozenset(self.email_domains), "email_read": self.email_read,
                   "approval": frozenset(self.approval),
-                  "approval_timeout_s": self.approval_timeout_s}
+                  "approval_timeout_s": self.approval_timeout_s, "daily_tokens": self.daily_tokens}
         for key, value in simple.items():
             if base is None or key in given:
                 fields[key] = value
@@ -1082,6 +1085,7 @@ enabled = false
 # e.g. approval = ["shell"]
 # e.g. email_recipients = ["me@example.org"]
 # e.g. email_read = false   # list and read the one mailbox of [skills.email] (admin: true)
+# e.g. daily_tokens = 200000  # per user and UTC day, prompt + answer (0: no limit)
 '''
 
 

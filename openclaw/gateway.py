@@ -365,13 +365,15 @@ class Gateway:
 
     async def _status_text(self, user: str, in_group: bool) -> str:
         stats = self.model.stats()
+        daily = self.policy.role(self.config.user_role(user)).daily_tokens
+        limit = f" of {daily} a day" if daily else ""
         busy = sum(1 for lane in self._lanes.values() if lane.busy)
         queued = sum(lane.queue.qsize() for lane in self._lanes.values())
         return (f"Model: {stats.get('model', 'local')} on {stats.get('device', '?')}\n"
                 f"Conversations answering: {busy}, queued messages: {queued}\n"
                 f"Engine: {stats.get('num_running', 0)} running, {stats.get('num_waiting', 0)} "
                 f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
-                f"Tokens used today: you {await self.store.tokens_today(user)}"
+                f"Tokens used today: you {await self.store.tokens_today(user)}{limit}"
                 # What others use is the owner's business, not every user's, nor a group's.
                 + (f", everyone {await self.store.tokens_today()}"
                    if access.is_owner(self.config, user) and not in_group else ""))
@@ -474,6 +476,8 @@ class Gateway:
                              "for you is not usable. The owner has been told (see the daemon's log).",
                              conversation_id=None, event=event)
             return
+        if await self._out_of_tokens(principal, msg, event):
+            return
         caller = Caller(principal, msg.chat_id, approver=self._approver(msg),
                         still_allowed=functools.partial(self._still_allowed, msg.user))
         # Drafts are one per chat: in a group two users' answers could stream into the same one.
@@ -521,6 +525,20 @@ class Gateway:
         finally:
             await asyncio.shield(self.store.add_usage(
                 msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
+
+    async def _out_of_tokens(self, principal: Principal, msg: InboundMessage,
+                             event: InboundEvent) -> bool:
+        """Whether the user's role caps their tokens a day and today's are spent; if so they are
+        told, and the model is not asked."""
+        limit = principal.role.daily_tokens
+        if not limit or (used := await self.store.tokens_today(msg.user)) < limit:
+            return False
+        log.info("message %d not answered: %s has used %d of their %d tokens today", event.id,
+                 msg.user, used, limit)
+        await self._send(msg.channel, msg.chat_id, f"You have used today's {limit} tokens, so I "
+                         "cannot answer until 00:00 UTC. (Commands such as /reminders still work.)",
+                         conversation_id=None, event=event)
+        return True
 
     # ---- reminders -----------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ class Role:
     email_read: bool = False
     approval: frozenset[str] = frozenset()  # skills whose every call the user must approve
     approval_timeout_s: float = 300.0
+    daily_tokens: int = 0  # model tokens per user and UTC day; 0: no limit
 
     def grants(self, skill: str) -> bool:
         return ANY in self.skills or skill in self.skills
