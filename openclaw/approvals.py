@@ -67,7 +67,11 @@ class Approvals:
 
     def withdraw(self, user: str) -> int:
         """Deny every request of `user` now (their access was withdrawn); how many there were."""
-        numbers = [n for n, r in self._pending.items() if r.user == user]
+        return self.withdraw_if(lambda who, skill: who == user)
+
+    def withdraw_if(self, denied: Callable[[str, str], bool]) -> int:
+        """Deny now every request for which `denied(user, skill)`; how many there were."""
+        numbers = [n for n, r in self._pending.items() if denied(r.user, r.skill)]
         for number in numbers:
             future = self._pending.pop(number).future
             if not future.done():

@@ -792,8 +792,8 @@ def _parsed(validate: Any) -> Any:
 # --- loading -----------------------------------------------------------------------------------
 
 
-def load_config(path: str | Path | None = None) -> Config:
-    """Read and validate the config. None means the default path, where a missing file is fine."""
+def _read_toml(path: str | Path | None) -> tuple[Path, dict[str, Any] | None]:
+    """(the file, its TOML tables), None for a default path with no file; ConfigError else."""
     explicit = path is not None
     file = (Path(path).expanduser() if explicit else default_config_path()).absolute()
     try:
@@ -801,15 +801,36 @@ def load_config(path: str | Path | None = None) -> Config:
     except FileNotFoundError:
         if explicit:
             raise ConfigError(file, ["file not found; create one with `openclaw init`"]) from None
-        return Config()
+        return file, None
     except OSError as exc:
         raise ConfigError(file, [f"cannot read the file: {exc.strerror or exc}"]) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return file, tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(file, [f"not UTF-8 text (byte {exc.start})"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(file, [_toml_problem(exc)]) from None
+
+
+def data_dir_of(path: str | Path | None = None) -> Path:
+    """The data_dir the config names, the rest of the file unchecked: what a command that only
+    looks for the running daemon needs, run from a shell that may not hold the secrets the file
+    names (`env:`, `file:` readable by the service only)."""
+    file, data = _read_toml(path)
+    if data is None or "data_dir" not in data:
+        return default_data_dir()
+    try:
+        return TypeAdapter(ConfigPath).validate_python(data["data_dir"],
+                                                       context={"base_dir": file.parent})
+    except ValidationError as exc:
+        raise ConfigError(file, [f"data_dir: {exc.errors()[0]['msg']}"]) from None
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Read and validate the config. None means the default path, where a missing file is fine."""
+    file, data = _read_toml(path)
+    if data is None:
+        return Config()
     try:
         config = Config.model_validate(data, context={"base_dir": file.parent})
     except ValidationError as exc:

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,25 +49,41 @@ def data_dir_claimed(data_dir: Path) -> bool:
     return True
 
 
-def lock_holder(data_dir: Path) -> int | None:
-    """The pid of the process holding data_dir's lock now, from the kernel's table of locks: unlike
-    the pid in the file, it never names a process that merely reuses the pid of a daemon gone
-    since (a signal meant for the daemon must not reach it)."""
+# The word after the pid in the lock file of a daemon that re-reads its config on SIGHUP.
+RELOADS = "reloads"
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    reloads: bool  # SIGHUP re-reads its config (`openclaw run`); else it would stop or die
+
+
+def lock_holder(data_dir: Path) -> Holder | None:
+    """The process holding data_dir's lock now: the pid its lock file names, confirmed in the
+    kernel's table of locks (/proc/locks), so it never names a process that merely reuses the pid
+    of a daemon gone since: a signal meant for the daemon must not reach it. PermissionError
+    when data_dir is not ours to read (a daemon of another user)."""
+    path = data_dir / "daemon.lock"
     try:
-        lock = os.stat(data_dir / "daemon.lock")
+        words = path.read_text().split()
+        pid, inode = int(words[0]), os.stat(path).st_ino
         with open("/proc/locks") as table:
             lines = table.readlines()
-    except OSError:
+    except PermissionError:
+        raise
+    except (OSError, ValueError, IndexError):  # no file, or no pid in it: nobody holds it
         return None
-    wanted = f"{os.major(lock.st_dev):02x}:{os.minor(lock.st_dev):02x}:{lock.st_ino}"
-    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146588 0 EOF"; waiters have "->"
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == wanted:
-            return int(fields[4])
+    # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146588 0 EOF"; waiters have "->" in field 1. Only
+    # the inode is compared: on btrfs the device number differs from the one stat gives.
+    for fields in map(str.split, lines):
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4] == str(pid) \
+                and fields[5].rpartition(":")[2] == str(inode):
+            return Holder(pid, RELOADS in words[1:])
     return None
 
 
-def claim_data_dir(data_dir: Path) -> TextIO:
+def claim_data_dir(data_dir: Path, reloads: bool = False) -> TextIO:
     """Hold data_dir for this process: two daemons on one store would each answer the other's
     messages and send each other's pending replies. The kernel drops the lock if we die."""
     lock = open(data_dir / "daemon.lock", "a+")  # noqa: SIM115 -- held until stop()
@@ -74,12 +91,12 @@ def claim_data_dir(data_dir: Path) -> TextIO:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.seek(0)
-        holder = lock.read().strip() or "?"
+        holder = (lock.read().split() or ["?"])[0]
         lock.close()
         raise DaemonRunning(f"another openclaw daemon (pid {holder}) is running with data_dir "
                             f"{data_dir}") from None
     lock.truncate(0)
-    lock.write(f"{os.getpid()}\n")
+    lock.write(f"{os.getpid()}{' ' + RELOADS if reloads else ''}\n")
     lock.flush()
     return lock
 
@@ -106,6 +123,8 @@ class Daemon:
         self.reminders: Reminders | None = None
         self._watchdog: asyncio.Task | None = None
         self._reload_task: asyncio.Task | None = None  # held: the loop keeps only weak references
+        self._reload_pending = False  # SIGHUP came during start-up
+        self._phase = "starting"  # then "running", "stopping"
         self._lock: TextIO | None = None
         self._stop = asyncio.Event()
         self.started_at = time.time()
@@ -116,7 +135,7 @@ class Daemon:
         _keep_private(cfg.data_dir)
         # Before anything reads or sends from the store, and before the signal handlers: a
         # refused second daemon in the same process must leave the first one's alone.
-        self._lock = claim_data_dir(cfg.data_dir)
+        self._lock = claim_data_dir(cfg.data_dir, reloads=self.hangup_reloads)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
@@ -145,6 +164,9 @@ class Daemon:
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        if self._reload_pending:  # asked for while the model loaded: the file may have changed
+            await self.reload(notify=False)
+        self._phase = "running"
         systemd.ready()
         self._watchdog = systemd.start_watchdog()
         log.info("openclaw is running with %s", ", ".join(c.name for c in self.connectors) or
@@ -193,22 +215,27 @@ class Daemon:
     def _hangup(self) -> None:
         if not self.hangup_reloads:
             self.request_stop()
-        elif self.gateway is None:  # still starting: the config it reads is the file's already
-            log.info("SIGHUP during start-up: nothing to reload yet")
+        elif self._phase == "starting":  # READY=1 must not come before the start's end
+            log.info("SIGHUP during start-up: the config is re-read once started")
+            self._reload_pending = True
+        elif self._phase == "stopping":
+            log.info("SIGHUP while stopping: ignored")
         else:
             self._reload_task = asyncio.create_task(self.reload())
 
-    async def reload(self) -> Outcome:
+    async def reload(self, notify: bool = True) -> Outcome:
         """Re-read the config file and serve with it: access, roles, skills, the agent's and the
         sandbox's settings at once; a change that needs a restart is said and waits for one. A
         file that does not load changes nothing. The outcome is logged and left in data_dir for
         `openclaw reload`."""
         async with self._reloading:  # two SIGHUPs in a row: one reload after the other
-            systemd.reloading()
+            if notify:
+                systemd.reloading()
             try:
                 outcome = self._reload()
             finally:
-                systemd.ready()
+                if notify:
+                    systemd.ready()
             (log.info if outcome.ok else log.error)("%s", outcome.summary())
             try:
                 write_outcome(self.config.data_dir, outcome)
@@ -251,9 +278,12 @@ class Daemon:
         if self._lock is None:  # never started (or refused: another daemon holds data_dir)
             return
         systemd.stopping()
+        self._phase = "stopping"
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if self._reload_task:
+            await self._reload_task
         if self.reminders:  # what is not yet delivered stays due for the next start
             await self.reminders.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains
@@ -273,6 +303,8 @@ class Daemon:
             self.model.shutdown()
         if self.store:
             await self.store.close()
+        # Only now: without a handler SIGHUP ends the process, mid-drain.
+        loop.remove_signal_handler(signal.SIGHUP)
         if self._lock is not None:
             self._lock.truncate(0)  # no pid: nobody holds it (data_dir_claimed)
             self._lock.close()  # releases the claim on data_dir

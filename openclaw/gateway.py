@@ -128,6 +128,14 @@ class Gateway:
         reminders due and access checks (those of running turns too) follow the new one."""
         self.config, self.agent, self.policy = config, agent, config.policy()
         self._listed.clear()  # the config's lists may have changed
+        # A call waiting for its user's /approve may wait minutes: one the new roles or skills
+        # no longer grant is denied now, not run when the answer comes.
+        registry, policy = agent.executor.registry, self.policy
+        withdrawn = self.approvals.withdraw_if(lambda user, skill: skill not in registry.names or
+                                               not policy.role(config.user_role(user)).grants(skill))
+        if withdrawn:
+            log.info("%d approval request(s) denied: the reloaded config no longer grants them",
+                     withdrawn)
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
@@ -192,10 +200,10 @@ class Gateway:
 
     async def _admit(self, msg: InboundMessage) -> bool:
         """Whether the caller may talk to the agent; if not, answer (pairing) or drop."""
-        user = msg.user
+        user, config = msg.user, self.config
         if user in self._listed:
             return True
-        decided = access.config_status(self.config, user)
+        decided = access.config_status(config, user)
         if decided is UserStatus.BLOCKED:
             self._withdraw_approvals(user)
             return False
@@ -203,7 +211,7 @@ class Gateway:
             # The row their conversations hang on; the store's status is left alone, so taking
             # them out of the config later takes their access away too.
             await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name)
-            self._listed.add(user)
+            self._remember_listed(user, config)
             return True
         known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
@@ -238,14 +246,21 @@ class Gateway:
     async def _still_allowed(self, user: str) -> bool:
         """What `_admit` would say now, for a user who was admitted before (their turn waited
         for a restart, their reminder is due)."""
-        decided = access.config_status(self.config, user)
+        config = self.config
+        decided = access.config_status(config, user)
         if decided is None:
             known = await self.store.get_user(*parse_user_key(user))
             decided = known.status if known is not None else None
         elif decided is UserStatus.ALLOWED and user not in self._listed:
             await self.store.ensure_user(*parse_user_key(user))  # as _admit: the row it needs
-            self._listed.add(user)
+            self._remember_listed(user, config)
         return decided is UserStatus.ALLOWED
+
+    def _remember_listed(self, user: str, config: Config) -> None:
+        """Skip the store for `user` from now on, as `config` lets them in; unless a reload came
+        while the store was asked, whose lists may not (and which emptied the set meanwhile)."""
+        if config is self.config:
+            self._listed.add(user)
 
     # ---- commands ------------------------------------------------------------------------
 

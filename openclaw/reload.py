@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from openclaw.config import Config, ConfigError, _cross_reference_problems, load_config
+from openclaw.config import Config, ConfigError, _cross_reference_problems, data_dir_of
 
 RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "telegram", "discord")
@@ -85,29 +85,43 @@ def read_outcome(data_dir: Path) -> Outcome | None:
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
-    """`openclaw reload`: SIGHUP to the daemon serving the config's data_dir, then its outcome."""
+    """`openclaw reload`: SIGHUP to the daemon serving the config's data_dir, then its outcome.
+    Only the data_dir is read here: the daemon checks the file, with the secrets it can read."""
     from openclaw.daemon import lock_holder
 
-    data_dir = load_config(args.config).data_dir  # and a file that does not load is said here
-    pid = lock_holder(data_dir)
-    if pid is None:
+    data_dir = data_dir_of(args.config)
+    try:
+        holder = lock_holder(data_dir)
+    except PermissionError:
+        print(f"openclaw reload: {data_dir} is not yours to read (the daemon runs as another "
+              "user?): run this as that user, or `sudo systemctl reload openclaw`", file=sys.stderr)
+        return 1
+    if holder is None:
         print(f"openclaw reload: no daemon is running with data_dir {data_dir} (start one: "
-              "systemctl start openclaw, or openclaw run)", file=sys.stderr)
+              "systemctl start openclaw, or openclaw run; if the file's data_dir changed, the "
+              "daemon uses the old one until it restarts)", file=sys.stderr)
+        return 1
+    if not holder.reloads:  # SIGHUP would stop it, or kill it
+        print(f"openclaw reload: pid {holder.pid} holds data_dir {data_dir} but does not reload "
+              "its config: an `openclaw chat` (restart it to read the file) or a command at work "
+              "(`users forget`, `db restore`; try again when it is done)", file=sys.stderr)
         return 1
     before = read_outcome(data_dir)
     try:
-        os.kill(pid, signal.SIGHUP)
+        os.kill(holder.pid, signal.SIGHUP)
     except PermissionError:
-        print(f"openclaw reload: the daemon (pid {pid}) runs as another user: run this as that "
-              "user, or `sudo systemctl reload openclaw`", file=sys.stderr)
+        print(f"openclaw reload: the daemon (pid {holder.pid}) runs as another user: run this as "
+              "that user, or `sudo systemctl reload openclaw`", file=sys.stderr)
         return 1
     deadline = time.monotonic() + ANSWER_WAIT_S
     while time.monotonic() < deadline:
         outcome = read_outcome(data_dir)
-        if outcome is not None and outcome.pid == pid and (before is None or outcome.at > before.at):
+        if outcome is not None and outcome.pid == holder.pid and (before is None or
+                                                                  outcome.at > before.at):
             print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
             return 0 if outcome.ok else 1
         time.sleep(0.05)
-    print(f"openclaw reload: the daemon (pid {pid}) was asked to reload but said nothing within "
-          f"{ANSWER_WAIT_S:.0f} s (still starting?); its log says what happened", file=sys.stderr)
+    print(f"openclaw reload: the daemon (pid {holder.pid}) was asked to reload but said nothing "
+          f"within {ANSWER_WAIT_S:.0f} s (still starting? it reloads once started); its log says "
+          "what happened", file=sys.stderr)
     return 1

@@ -65,7 +65,12 @@ INSTALL_HINT = ("Install it (`apt-get install slirp4netns`), or set `network = f
 
 
 class NetworkUnavailable(Exception):
-    """slirp4netns is missing, or could not give the sandbox its network."""
+    """slirp4netns is missing, or could not give the sandbox its network. `hint`: what to do."""
+
+    def __init__(self, message: str, hint: str = "`openclaw doctor` runs the same check; or set "
+                 "`network = false` on the role") -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 class _SandboxEnded(Exception):
@@ -159,10 +164,13 @@ class Link:
         except _SandboxEnded:
             return False
         except TimeoutError:
-            why = ("" if limit == SETUP_TIMEOUT_S else
-                   ", all that was left of the command's wall-clock limit (the role's wall_seconds)")
-            raise NetworkUnavailable(f"the sandbox's network setup did not finish within "
-                                     f"{limit:.3g} s{why}{self._errors()}") from None
+            if limit == SETUP_TIMEOUT_S:
+                raise NetworkUnavailable(f"the sandbox's network setup did not finish within "
+                                         f"{limit:.3g} s{self._errors()}") from None
+            raise NetworkUnavailable(
+                f"the sandbox's network setup did not finish within {limit:.3g} s, all that was "
+                f"left of the command's wall-clock limit{self._errors()}",
+                hint="a longer `wall_seconds` on the role leaves the setup more time") from None
         try:
             os.write(self._gate_w, b"go\n")
         except BrokenPipeError:

@@ -64,7 +64,6 @@ ETC_FILES = (
     "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime",
 )
 
-NETWORK_FIX_HINT = "`openclaw doctor` runs the same check; or set `network = false` on the role"
 FIX_HINT = (
     "Install bubblewrap (`apt-get install bubblewrap`) and make sure unprivileged user namespaces are "
     "enabled (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0, and no AppArmor "
@@ -425,7 +424,7 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         except network.NetworkUnavailable as exc:
             for task in readers:
                 task.cancel()
-            raise SandboxUnavailable(f"cannot run commands with network: {exc}. {NETWORK_FIX_HINT}") from None
+            raise SandboxUnavailable(f"cannot run commands with network: {exc}. {exc.hint}") from None
         finally:
             # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
             _kill_group(proc.pid)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -756,7 +756,10 @@ class Store:
                 AuditRow.detail.is_distinct_from(self.FORGOTTEN_AUDIT_DETAIL))), blanked),
         }
         counts: dict[str, int] = {}
+        sqlite = self.dialect == "sqlite"
         async with self._tx() as session:
+            if sqlite and not dry_run:  # freed pages are zeroed, not left holding their words
+                await session.execute(text("PRAGMA secure_delete = ON"))
             for kind, (table, where, values) in changes.items():
                 if dry_run:
                     counts[kind] = await session.scalar(
@@ -766,4 +769,7 @@ class Store:
                 result = await session.execute(
                     change.where(where).execution_options(synchronize_session=False))
                 counts[kind] = result.rowcount
+        if sqlite and not dry_run:  # nor the old pages in the write-ahead log
+            async with self._tx() as session:
+                await session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         return counts

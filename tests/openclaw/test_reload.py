@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import fcntl
+import logging
 import os
 import signal
 import socket
@@ -18,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from openclaw import cli, reload
-from openclaw.config import Config, load_config
-from openclaw.daemon import Daemon, lock_holder
+from openclaw.config import Config, ConfigError, data_dir_of, load_config
+from openclaw.daemon import Daemon, Holder, lock_holder
+from openclaw.users_cli import data_dir_held
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, msg, until
 
@@ -156,7 +158,7 @@ async def test_sighup_and_openclaw_reload_reach_the_daemon_and_report_back(tmp_p
 
 async def sighup_and_reload(tmp_path: Path, notify: socket.socket) -> None:
     async with running(tmp_path) as (daemon, conn, model, path):
-        assert lock_holder(daemon.config.data_dir) == os.getpid()
+        assert lock_holder(daemon.config.data_dir) == Holder(os.getpid(), reloads=True)
         write(path, user_skills='["clock", "shell"]')
         reload_command = ["--config", str(path), "reload"]
         status = await asyncio.to_thread(cli.main, reload_command)  # it signals this process
@@ -196,12 +198,163 @@ def test_openclaw_reload_without_a_daemon_says_so(tmp_path, capsys):
     assert "no daemon is running with data_dir" in capsys.readouterr().err
 
 
-def test_lock_holder_names_the_process_holding_the_lock(tmp_path):
-    (tmp_path / "daemon.lock").write_text("1\n")  # the file's pid is not what counts
-    with open(tmp_path / "daemon.lock") as held:
+def test_lock_holder_is_the_files_pid_only_while_that_process_holds_the_lock(tmp_path):
+    lock = tmp_path / "daemon.lock"
+    lock.write_text("1\n")
+    with open(lock) as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert lock_holder(tmp_path) == os.getpid()
-    assert lock_holder(tmp_path) is None
+        assert lock_holder(tmp_path) is None  # the file names a process that does not hold it
+        lock.write_text(f"{os.getpid()} reloads\n")
+        assert lock_holder(tmp_path) == Holder(os.getpid(), reloads=True)
+    assert lock_holder(tmp_path) is None  # released
+
+
+def test_openclaw_reload_needs_only_the_data_dir_not_the_services_secrets(tmp_path):
+    path = tmp_path / "openclaw.toml"
+    path.write_text('data_dir = "state"\n[telegram]\nenabled = true\n'
+                    'token = "env:OPENCLAW_TEST_UNSET_TOKEN"\n')
+    assert data_dir_of(path) == tmp_path / "state"  # relative to the file, as load_config does
+    with pytest.raises(ConfigError, match="OPENCLAW_TEST_UNSET_TOKEN is not set"):
+        load_config(path)
+
+
+async def test_openclaw_reload_never_signals_a_process_that_would_stop_or_die(tmp_path, capsys):
+    # A chat's daemon stops on SIGHUP; `users forget` or `db restore` holding the data_dir would
+    # die of it. Were either signalled, this test's process would stop or die.
+    async with running(tmp_path, hangup_reloads=False) as (daemon, conn, model, path):
+        command = ["--config", str(path), "reload"]
+        assert await asyncio.to_thread(cli.main, command) == 1
+        assert "does not reload its config: an `openclaw chat`" in capsys.readouterr().err
+        assert not daemon._stop.is_set()
+    with data_dir_held(load_config(path)) as running_one:
+        assert running_one is None  # this process holds it, as `users forget` does
+        assert await asyncio.to_thread(cli.main, command) == 1
+
+
+async def test_a_reload_while_the_store_is_asked_leaves_no_blocked_user_listed(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        asked, go_on = asyncio.Event(), asyncio.Event()
+        ensure_user = daemon.store.ensure_user
+
+        async def slow_ensure_user(*args, **kw):
+            asked.set()
+            await go_on.wait()
+            return await ensure_user(*args, **kw)
+
+        daemon.store.ensure_user = slow_ensure_user
+        first = asyncio.create_task(conn.handler(msg("hello", user="ann")))  # admitted by the config
+        await asyncio.wait_for(asked.wait(), 10)
+        path.write_text(path.read_text().replace('allow = ["terminal:ann"]',
+                                                 'blocked = ["terminal:ann"]'))
+        await daemon.reload()  # while her admission waits on the store
+        go_on.set()
+        await first
+        await daemon.gateway.wait_idle()
+        await ask(daemon, conn, "/status")  # blocked now: no answer, not even to a command
+        assert "/status" not in " ".join(conn.texts("ann"))
+        assert "terminal:ann" not in daemon.gateway._listed
+
+
+def shell_then_echo(messages: list[dict]) -> str:
+    if messages[-1]["role"] == "user":
+        return '<tool_call>{"name": "shell", "arguments": {"command": "echo ran > ran.txt"}}</tool_call>'
+    return "after: " + messages[-1]["content"]
+
+
+@asynccontextmanager
+async def shell_call_waiting_for_approval(path: Path, paired: bool = False) -> AsyncIterator[
+        tuple[Daemon, RecordingConnector, str]]:
+    """A daemon where ann's shell call waits for her /approve, and the number she would answer."""
+    conn = RecordingConnector()
+    daemon = Daemon(load_config(path), model=ScriptedModel(shell_then_echo), connectors=[conn])
+    await daemon.start()
+    try:
+        if paired:
+            await daemon.store.set_user_status("terminal", "ann", "allowed")
+        await conn.handler(msg("run it", user="ann"))
+        await until(lambda: any("/approve" in t for t in conn.texts("ann")))
+        yield daemon, conn, conn.texts("ann")[-1].split("/approve ")[1].split()[0]
+    finally:
+        await daemon.stop()
+
+
+async def test_a_reload_denies_a_waiting_approval_the_new_role_no_longer_grants(tmp_path):
+    path = tmp_path / "openclaw.toml"
+    write(path, user_skills='["shell"]', extra='approval = ["shell"]\n')
+    async with shell_call_waiting_for_approval(path) as (daemon, conn, number):
+        write(path, user_skills='["clock"]')  # shell taken away
+        await daemon.reload()
+        await asyncio.wait_for(daemon.gateway.wait_idle(), 10)  # the turn ends at once
+        assert "denied" in conn.texts("ann")[-1]
+        await conn.handler(msg(f"/approve {number}", user="ann"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("ann")[-1].startswith(f"There is no request {number}")
+        assert not (daemon.config.data_dir / "workspaces/terminal-ann/ran.txt").exists()
+
+
+class GatedConnector(RecordingConnector):
+    """Its start and stop wait for `gate`: a daemon caught in the middle of either."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate, self.waiting = asyncio.Event(), asyncio.Event()
+
+    async def start(self, handler) -> None:
+        await super().start(handler)
+        self.waiting.set()
+        await self.gate.wait()
+
+    async def stop(self) -> None:
+        self.waiting.set()
+        await self.gate.wait()
+
+
+async def test_a_sighup_during_start_reloads_once_started_and_ready_comes_after(
+        tmp_path, monkeypatch):
+    path = tmp_path / "openclaw.toml"
+    write(path)
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    conn, model = GatedConnector(), OfferedTools()
+    daemon = Daemon(load_config(path), model=model, connectors=[conn])
+    with notify:
+        notify.setblocking(False)
+        starting = asyncio.create_task(daemon.start())
+        try:
+            await asyncio.wait_for(conn.waiting.wait(), 10)  # connectors starting: not ready yet
+            write(path, user_skills='["clock", "shell"]')
+            os.kill(os.getpid(), signal.SIGHUP)
+            await asyncio.sleep(0.05)
+            with pytest.raises(BlockingIOError):
+                notify.recv(4096)  # neither RELOADING=1 nor READY=1 before the start is done
+            conn.gate.set()
+            await starting
+            assert notify.recv(4096) == b"READY=1"
+            await ask(daemon, conn, "after the start")
+            assert model.offered["after the start"] == ["clock", "shell"]
+        finally:
+            conn.gate.set()
+            await daemon.stop()
+
+
+async def test_a_sighup_while_stopping_is_ignored_not_fatal(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="openclaw.daemon")
+    path = tmp_path / "openclaw.toml"
+    write(path)
+    conn = GatedConnector()
+    conn.gate.set()
+    daemon = Daemon(load_config(path), model=OfferedTools(), connectors=[conn])
+    await daemon.start()
+    conn.gate.clear()
+    conn.waiting.clear()
+    stopping = asyncio.create_task(daemon.stop())
+    await asyncio.wait_for(conn.waiting.wait(), 10)  # mid-stop: its connectors are stopping
+    os.kill(os.getpid(), signal.SIGHUP)  # without a handler now, this process would end here
+    await asyncio.sleep(0.05)
+    conn.gate.set()
+    await stopping
+    assert "SIGHUP while stopping: ignored" in caplog.text
 
 
 async def test_a_chats_sighup_stops_it_instead(tmp_path):
@@ -215,17 +368,7 @@ async def test_a_user_blocked_while_an_approval_waits_stops_at_once(tmp_path, bl
     path = tmp_path / "openclaw.toml"
     write(path, user_skills='["shell"]', extra="approval = [\"shell\"]\napproval_timeout_s = 60\n")
     path.write_text(path.read_text().replace('allow = ["terminal:ann"]', "allow = []"))
-    conn = RecordingConnector()
-    calls = ScriptedModel(lambda m: '<tool_call>{"name": "shell", "arguments": {"command": '
-                                    '"echo ran > ran.txt"}}</tool_call>' if m[-1]["role"] == "user"
-                          else "after: " + m[-1]["content"])
-    daemon = Daemon(load_config(path), model=calls, connectors=[conn])
-    await daemon.start()
-    try:
-        await daemon.store.set_user_status("terminal", "ann", "allowed")  # paired
-        await conn.handler(msg("run it", user="ann"))
-        await until(lambda: any("/approve" in t for t in conn.texts("ann")))
-        number = conn.texts("ann")[-1].split("/approve ")[1].split()[0]
+    async with shell_call_waiting_for_approval(path, paired=True) as (daemon, conn, number):
         if blocked_by == "store":  # `openclaw users block`
             await daemon.store.set_user_status("terminal", "ann", "blocked")
         else:
@@ -237,5 +380,3 @@ async def test_a_user_blocked_while_an_approval_waits_stops_at_once(tmp_path, bl
         assert len(conn.texts("ann")) == sent  # nothing more is sent to them
         assert not (daemon.config.data_dir / "workspaces/terminal-ann/ran.txt").exists()
         assert [a.decision for a in await daemon.store.list_audit()] == ["rejected"]
-    finally:
-        await daemon.stop()

@@ -212,3 +212,19 @@ def test_forget_checks_the_user_key(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "numeric id" in err and len(err.splitlines()) == 1
     assert not Path(tmp_path / "data/openclaw.db").exists()
+
+
+async def test_a_forgotten_users_words_are_gone_from_the_database_files(tmp_path):
+    """Deleted rows leave their bytes in free pages (SQLite builds without secure_delete) and in
+    the write-ahead log until it is reset: forget zeroes the one and empties the other."""
+    database = tmp_path / "openclaw.db"
+    async with await Store.open(f"sqlite+aiosqlite:///{database}") as store:
+        async with store._tx() as session:  # as a build whose default is off
+            await session.execute(text("PRAGMA secure_delete = OFF"))
+        await bob_talks(store, 1)
+        await ada_talks(store)
+        files = [database, database.with_name("openclaw.db-wal")]
+        assert any(b"my diary" in f.read_bytes() for f in files if f.exists())
+        await store.forget_user(ADA)
+        assert not any(b"my diary" in f.read_bytes() for f in files if f.exists())
+        assert any(b"bob's news 1" in f.read_bytes() for f in files if f.exists())
