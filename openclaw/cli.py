@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from connectors.base import ConnectorStartError
 from openclaw import __version__, doctor, reload
 from openclaw.channels import configured_connectors
-from openclaw.config import ConfigError, default_config_path, load_config, write_starter_config
+from openclaw.config import ConfigError, data_dir_of, default_config_path, load_config, write_starter_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,13 +110,18 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # Until the daemon's own handler is in (after the start's first steps), a SIGHUP, asking for a
+    # file that is read right here, must not end it: its default action would.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = load_config(args.config)
     return asyncio.run(_run_daemon(config, terminal=None))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """Attach to the running daemon's console if there is one; otherwise run one in-process."""
-    config = load_config(args.config)
+    # Attaching needs only where the socket is: the daemon checked its file when it (re)read it,
+    # and an admin fixing a mistake in it keeps the console meanwhile.
+    data_dir = data_dir_of(args.config)
     from connectors.console_socket import attach
     from connectors.terminal import TerminalConnector, line_reader
 
@@ -136,7 +142,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         def prompt() -> None:
             print("> ", end="", file=sys.stderr, flush=True)
 
-        return await attach(console_socket(config), read_line, write, interactive, prompt)
+        return await attach(console_socket(data_dir), read_line, write, interactive, prompt)
 
     try:
         if asyncio.run(attached()):
@@ -144,12 +150,23 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         print(f"openclaw chat: {exc}", file=sys.stderr)
         return 1
-    from openclaw.daemon import DaemonRunning, data_dir_claimed
+    from openclaw.daemon import DaemonRunning, data_dir_claimed, lock_holder
 
+    config = load_config(args.config)  # a daemon runs here: all of the file
     while True:
         try:
             return asyncio.run(_run_daemon(config, terminal=TerminalConnector))
-        except DaemonRunning as running:
+        except DaemonRunning:
+            try:
+                holder = lock_holder(config.data_dir)
+            except PermissionError:  # another user's daemon: the wait below says what it can
+                holder = None
+            if holder is not None and not holder.reloads:  # its console is its own terminal
+                print(f"openclaw chat: pid {holder.pid} holds {config.data_dir} with no console to "
+                      "attach to: another `openclaw chat` (only one runs without a daemon; start "
+                      "`openclaw run` or the service to chat from several terminals), or a command "
+                      "at work (`users forget`, `db restore`)", file=sys.stderr)
+                return 1
             # Its console opens last, after the model loads: a daemon still starting has none yet.
             print("openclaw chat: a daemon is running here; waiting for its console...",
                   file=sys.stderr)
@@ -159,8 +176,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     return 0
                 time.sleep(0.5)
             if data_dir_claimed(config.data_dir):
-                print(f"openclaw chat: {running.holder} has no console to attach to (is it "
-                      "another `openclaw chat`?)", file=sys.stderr)
+                print(f"openclaw chat: the daemon holding {config.data_dir} opened no console "
+                      f"within {CONSOLE_WAIT_S:.0f} s; its log says why", file=sys.stderr)
                 return 1
             # It stopped (or failed to start) meanwhile: this chat runs the daemon itself.
 
@@ -168,8 +185,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 CONSOLE_WAIT_S = 120.0  # for a daemon that is loading its model when `openclaw chat` starts
 
 
-def console_socket(config) -> Path:
-    return config.data_dir / "openclaw.sock"
+def console_socket(data_dir: Path) -> Path:
+    return data_dir / "openclaw.sock"
 
 
 def console_connector(path: Path, daemon):
@@ -193,7 +210,7 @@ async def _run_daemon(config, terminal) -> int:
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None
     if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to
-        daemon.connectors.append(console_connector(console_socket(config), daemon))
+        daemon.connectors.append(console_connector(console_socket(config.data_dir), daemon))
     else:
         term = terminal(idle=idle)
         daemon.connectors.append(term)

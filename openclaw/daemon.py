@@ -236,7 +236,9 @@ class Daemon:
             finally:
                 if notify:
                     systemd.ready()
-            (log.info if outcome.ok else log.error)("%s", outcome.summary())
+            level = logging.ERROR if not outcome.ok else (
+                logging.WARNING if outcome.waiting else logging.INFO)
+            log.log(level, "%s", outcome.summary(sep="; "))  # one line: one journal entry
             try:
                 write_outcome(self.config.data_dir, outcome)
             except OSError as exc:

@@ -149,10 +149,30 @@ def _check_admin_port(config) -> list[tuple[bool, str, str]]:
         taken = port_in_use(host, port)
     except OSError as exc:
         return [(False, f"admin port: cannot bind {port} on {host}: {exc}", "fix [admin] host")]
+    if taken and _our_daemon_serves(config):
+        return [(True, f"admin port: {port} on {host} is served by the daemon running here", "")]
     if taken:
-        return [(False, f"admin port: {port} on {host} is in use (a running daemon? see "
+        return [(False, f"admin port: {port} on {host} is in use (another daemon? see "
                         "`ss -ltnp`)", fix)]
     return [(True, f"admin port: {port} on {host} is free", "")]
+
+
+def _our_daemon_serves(config) -> bool:
+    """Whether a daemon holds this data_dir and the admin port answers as one of ours does."""
+    import json
+    import urllib.request
+
+    from openclaw.daemon import lock_holder
+
+    try:
+        if lock_holder(config.data_dir) is None:
+            return False
+        host = f"[{config.admin.host}]" if ":" in config.admin.host else config.admin.host
+        url = f"http://{host}:{config.admin.port}/healthz"
+        with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310 -- loopback http
+            return "uptime_s" in json.loads(answer.read())
+    except (OSError, ValueError):
+        return False
 
 
 def _check_skills(config) -> tuple[bool, str, str]:

@@ -550,9 +550,12 @@ class Gateway:
             return False
         log.info("message %d not answered: %s has used %d of their %d tokens today", event.id,
                  msg.user, used, limit)
-        await self._send(msg.channel, msg.chat_id, f"You have used today's {limit} tokens, so I "
-                         "cannot answer until 00:00 UTC. (Commands such as /reminders still work.)",
-                         conversation_id=None, event=event)
+        text = (f"You have used today's {limit} tokens, so I cannot answer until 00:00 UTC. "
+                "(Commands such as /reminders still work.)")
+        if access.is_owner(self.config, msg.user):  # the one who can change it
+            text += (f" The cap is daily_tokens in [roles.{principal.role.name}]; raise it and run "
+                     "`openclaw reload`.")
+        await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
         return True
 
     # ---- reminders -----------------------------------------------------------------------

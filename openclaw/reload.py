@@ -53,17 +53,24 @@ class Outcome:
     pid: int = field(default_factory=os.getpid)
     at: float = field(default_factory=time.time)
 
-    def summary(self) -> str:
+    def summary(self, sep: str = "\n") -> str:
+        """What happened, a line each (`sep` joins them: "; " for one log line)."""
         where = self.source or "the defaults (no config file)"
         if not self.ok:
-            return "\n".join([f"config not reloaded from {where}; the daemon goes on with the one "
-                              "it has:", *(f"  {p}" for p in self.problems)])
+            lines = [f"config not reloaded from {where}; the daemon goes on with the one it has:",
+                     *(f"  {p}" for p in self.problems)]
+            if any("environment variable" in p for p in self.problems):
+                lines.append("  (`env:` secrets come from the daemon's own environment, the one it "
+                             "started with: a variable exported in this shell does not reach it; set "
+                             "it where the service gets it, e.g. Environment= in the unit, and "
+                             "restart, or use file:PATH)")
+            return sep.join(lines)
         lines = [f"config reloaded from {where}: " + (
             f"{_sections(self.applied)} in effect now" if self.applied else "no change in effect now")]
         if self.waiting:
-            lines.append(f"changed but in effect only after a restart: {_sections(self.waiting)} "
-                         "(systemctl restart openclaw)")
-        return "\n".join(lines)
+            lines.append(f"changed but in effect only after a restart of the daemon: "
+                         f"{_sections(self.waiting)}")
+        return sep.join(lines)
 
 
 def _sections(names: list[str]) -> str:
@@ -89,7 +96,12 @@ def cmd_reload(args: argparse.Namespace) -> int:
     Only the data_dir is read here: the daemon checks the file, with the secrets it can read."""
     from openclaw.daemon import lock_holder
 
-    data_dir = data_dir_of(args.config)
+    try:
+        data_dir = data_dir_of(args.config)
+    except ConfigError as exc:  # not even its data_dir: no daemon to ask, none told
+        print(Outcome(False, problems=exc.problems, source=str(exc.path)).summary()
+              + "\n(no daemon was signalled)", file=sys.stderr)
+        return 1
     try:
         holder = lock_holder(data_dir)
     except PermissionError:
@@ -97,9 +109,10 @@ def cmd_reload(args: argparse.Namespace) -> int:
               "user?): run this as that user, or `sudo systemctl reload openclaw`", file=sys.stderr)
         return 1
     if holder is None:
-        print(f"openclaw reload: no daemon is running with data_dir {data_dir} (start one: "
-              "systemctl start openclaw, or openclaw run; if the file's data_dir changed, the "
-              "daemon uses the old one until it restarts)", file=sys.stderr)
+        print(f"openclaw reload: no daemon is running with data_dir {data_dir}, which "
+              f"{args.config or 'the default config'} names (start one: openclaw run, or the "
+              "service; a daemon started from another file, or before data_dir was changed, "
+              "uses its own: `kill -HUP PID` reloads it)", file=sys.stderr)
         return 1
     if not holder.reloads:  # SIGHUP would stop it, or kill it
         print(f"openclaw reload: pid {holder.pid} holds data_dir {data_dir} but does not reload "
@@ -118,6 +131,10 @@ def cmd_reload(args: argparse.Namespace) -> int:
         outcome = read_outcome(data_dir)
         if outcome is not None and outcome.pid == holder.pid and (before is None or
                                                                   outcome.at > before.at):
+            given = Path(args.config).expanduser().absolute() if args.config else None
+            if given is not None and outcome.source and given != Path(outcome.source):
+                print(f"note: the daemon re-read the file it started from, {outcome.source}, "
+                      f"not {given}", file=sys.stderr)
             print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
             return 0 if outcome.ok else 1
         time.sleep(0.05)

@@ -56,6 +56,11 @@ def backup(database: Path, dest: Path, *, force: bool = False) -> int:
                                 f"{dest / 'openclaw-backup.db'}")
     if dest.exists() and not force:
         raise FileExistsError(f"{dest} exists; choose another name, or add --force to replace it")
+    # Not over the live database, nor its -wal or -shm: a daemon using it would go on writing
+    # to the file unlinked from under it, and SQLite pairs a -wal with whatever file it finds.
+    if dest.resolve() in {database.resolve().with_name(database.resolve().name + suffix)
+                          for suffix in ("", "-wal", "-shm", "-journal")}:
+        raise ValueError(f"{dest} is the database itself (or one of its files); give another path")
     # Written beside dest, then renamed: an interrupted backup never leaves a torn file at dest,
     # where it would one day be restored.
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
@@ -85,14 +90,19 @@ def revision_of(path: Path) -> str:
         raise NotRestorable(f"cannot read {path}: {exc.strerror}") from None
     if header != SQLITE_HEADER:
         raise NotRestorable(f"{path} is not an SQLite database")
-    with _connect(path, "ro") as db:
-        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if missing := sorted(_OUR_TABLES - tables):
-            raise NotRestorable(f"{path} is not an OpenClaw database (no table {', '.join(missing)})")
-        check = [row[0] for row in db.execute("PRAGMA quick_check")]
-        if check != ["ok"]:
-            raise NotRestorable(f"{path} is damaged ({check[0]}); restore another backup")
-        revision = db.execute("SELECT version_num FROM alembic_version").fetchone()
+    try:
+        with _connect(path, "ro") as db:
+            tables = {name for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if missing := sorted(_OUR_TABLES - tables):
+                raise NotRestorable(f"{path} is not an OpenClaw database (no table "
+                                    f"{', '.join(missing)})")
+            check = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if check != ["ok"]:
+                raise NotRestorable(f"{path} is damaged ({check[0]}); restore another backup")
+            revision = db.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.DatabaseError as exc:  # too damaged to read its table list (a cut-off copy)
+        raise NotRestorable(f"{path} is damaged ({exc}); restore another backup") from None
     if revision is None:
         raise NotRestorable(f"{path} has no schema version; it is not a database OpenClaw made")
     try:

@@ -401,11 +401,31 @@ def test_doctor_says_when_the_admin_port_is_in_use(tmp_path):
         config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n')
         doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
         assert doctor.returncode == 1
-        assert (f"✗ admin port: {port} on 127.0.0.1 is in use (a running daemon? see `ss -ltnp`)\n"
+        assert (f"✗ admin port: {port} on 127.0.0.1 is in use (another daemon? see `ss -ltnp`)\n"
                 "    fix: stop what holds it, or set [admin] port = N (a free one) or [admin] "
                 "enabled = false") in doctor.stdout, doctor.stdout
     freed = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60)
     assert f"✓ admin port: {port} on 127.0.0.1 is free" in freed.stdout, freed.stdout
+
+
+async def test_doctor_beside_the_running_daemon_finds_its_admin_port_served_not_taken(tmp_path):
+    from openclaw.config import load_config
+    from openclaw.daemon import Daemon
+    from tests.openclaw.scripted_model import ScriptedModel
+
+    with a_port_in_use() as port:  # a free port number: released as the block ends
+        pass
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n')
+    daemon = Daemon(load_config(config), model=ScriptedModel(lambda m: "ok"))
+    await daemon.start()
+    try:
+        doctor = await asyncio.to_thread(run, ["--config", str(config), "doctor", "--skip-model"],
+                                         tmp_path, timeout=60)
+        assert f"✓ admin port: {port} on 127.0.0.1 is served by the daemon running here" \
+            in doctor.stdout, doctor.stdout
+    finally:
+        await daemon.stop()
 
 
 # ---- doctor tries the tokens, against the fake services the connector tests use ----------------

@@ -229,7 +229,7 @@ async def test_chat_started_while_the_daemon_loads_waits_for_its_console(tmp_pat
         assert b"waiting for its console" in waiting
         from openclaw.cli import console_connector, console_socket
 
-        console = console_connector(console_socket(cfg), daemon)
+        console = console_connector(console_socket(cfg.data_dir), daemon)
         daemon.gateway.add_connector(console)
         await console.start(daemon.gateway.handle)  # the console opens: the chat attaches
         out, _ = await asyncio.wait_for(chat.communicate(), 60)
@@ -297,3 +297,52 @@ async def test_a_script_with_lines_left_when_the_daemon_stops_says_they_were_not
     lines = stopping_after_the_last_answer(daemon, out, "first\n", "second\n")
     with pytest.raises(ConnectionError, match="before the input was all sent"):
         await attach(sock, lines, out.append, interactive=False)
+
+
+async def run_chat(tmp_path, line: bytes) -> tuple[int, bytes, bytes]:
+    """`openclaw chat` as a person runs it, in a process of its own, fed `line`."""
+    import asyncio
+    import os
+    import sys
+
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("NOTIFY_SOCKET", None)
+    chat = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "openclaw.cli", "--config", str(tmp_path / "openclaw.toml"), "chat",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env)
+    try:
+        out, err = await asyncio.wait_for(chat.communicate(line), 60)
+    finally:
+        if chat.returncode is None:
+            chat.kill()
+    return chat.returncode, out, err
+
+
+async def test_chat_attaches_while_the_config_file_has_a_mistake(tmp_path):
+    # The admin fixing their file keeps the console: attaching needs only the data_dir.
+    from openclaw.cli import console_connector, console_socket
+
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: "still here"))
+    daemon.connectors.append(console_connector(console_socket(daemon.config.data_dir), daemon))
+    await daemon.start()
+    try:
+        path = tmp_path / "openclaw.toml"
+        path.write_text(path.read_text() + "\n[roles.user]\nbogus = 1\n")
+        status, out, err = await run_chat(tmp_path, b"hi\n")
+        assert (status, out) == (0, b"still here\n"), err
+    finally:
+        await daemon.stop()
+
+
+async def test_a_second_chat_beside_an_in_terminal_one_is_told_at_once(tmp_path):
+    from openclaw.daemon import claim_data_dir
+
+    cfg = config(tmp_path)
+    cfg.data_dir.mkdir(parents=True)
+    lock = claim_data_dir(cfg.data_dir)  # as an `openclaw chat` holds it: no console, no reloads
+    try:
+        status, out, err = await run_chat(tmp_path, b"hi\n")
+        assert status == 1 and b"another `openclaw chat`" in err and b"waiting" not in err
+    finally:
+        lock.close()

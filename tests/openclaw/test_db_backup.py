@@ -100,8 +100,10 @@ def test_backup_never_overwrites_unless_forced_and_the_copy_is_the_owners_alone(
     assert str(dest) in out and "KiB" in out and f"openclaw db restore {dest}" in out
     assert dest.stat().st_mode & 0o777 == 0o600 and revision_of(dest) == head_revision()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
-    for where, why in ((tmp_path / "nowhere/b.db", "no folder"), (tmp_path, "is a folder")):
-        assert cli(config, "db", "backup", str(where)) == 1
+    live = database(tmp_path)
+    for where, why in ((tmp_path / "nowhere/b.db", "no folder"), (tmp_path, "is a folder"),
+                       (live, "the database itself"), (Path(f"{live}-wal"), "the database itself")):
+        assert cli(config, "db", "backup", str(where), "--force") == 1
         err = capsys.readouterr().err
         assert why in err and len(err.splitlines()) == 1, err
 
@@ -156,15 +158,17 @@ def test_restore_refuses_what_is_not_an_openclaw_database_it_knows(tmp_path, cap
     asyncio.run(add_user(tmp_path, "1001"))
     text, other, future = tmp_path / "notes.txt", tmp_path / "other.db", tmp_path / "future.db"
     text.write_text("not a database")
+    cut = tmp_path / "cut.db"  # a copy cut off on its way: the header, not its pages
     with sqlite3.connect(other) as db:
         db.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
     assert cli(config, "db", "backup", str(future)) == 0
     with sqlite3.connect(future) as db:
         db.execute("UPDATE alembic_version SET version_num = '9999_from_a_newer_openclaw'")
+    cut.write_bytes(database(tmp_path).read_bytes()[:5000])
     capsys.readouterr()
     for path, why in ((text, "not an SQLite database"), (other, "not an OpenClaw database"),
                       (future, "upgrade openclaw first"), (tmp_path / "missing.db", "cannot read"),
-                      (database(tmp_path), "the database itself")):
+                      (database(tmp_path), "the database itself"), (cut, "is damaged")):
         assert cli(config, "db", "restore", str(path), "--yes") == 1
         err = capsys.readouterr().err
         assert why in err and len(err.splitlines()) == 1, err

@@ -127,7 +127,7 @@ async def test_a_change_that_needs_a_restart_is_reported_and_waits_for_it(tmp_pa
         # The default database lives in data_dir: it would move too.
         assert (outcome.ok, outcome.applied, outcome.waiting) == (True, ["agent"],
                                                                   ["data_dir", "engine", "store"])
-        assert "in effect only after a restart: data_dir, [engine], [store]" in outcome.summary()
+        assert "only after a restart of the daemon: data_dir, [engine], [store]" in outcome.summary()
         assert daemon.config.engine.max_num_seqs == 8 and daemon.config.data_dir == old_data_dir
         assert daemon.config.agent.reply_max_tokens == 300
         assert daemon.gateway.agent.settings.reply_max_tokens == 300
@@ -147,16 +147,17 @@ def test_every_section_is_either_reloadable_or_restart_only():
     assert sorted(reload.RELOADABLE + reload.AT_RESTART) == sorted(Config.model_fields)
 
 
-async def test_sighup_and_openclaw_reload_reach_the_daemon_and_report_back(tmp_path, monkeypatch):
+async def test_sighup_and_openclaw_reload_reach_the_daemon_and_report_back(tmp_path, monkeypatch,
+                                                                           capsys):
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(tmp_path / "notify.sock"))
     notify.setblocking(False)
     monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
     with notify:
-        await sighup_and_reload(tmp_path, notify)
+        await sighup_and_reload(tmp_path, notify, capsys)
 
 
-async def sighup_and_reload(tmp_path: Path, notify: socket.socket) -> None:
+async def sighup_and_reload(tmp_path: Path, notify: socket.socket, capsys) -> None:
     async with running(tmp_path) as (daemon, conn, model, path):
         assert lock_holder(daemon.config.data_dir) == Holder(os.getpid(), reloads=True)
         write(path, user_skills='["clock", "shell"]')
@@ -174,7 +175,8 @@ async def sighup_and_reload(tmp_path: Path, notify: socket.socket) -> None:
         reloading = [i for i, d in enumerate(datagrams) if d.startswith("RELOADING=1\nMONOTONIC_USEC=")]
         assert reloading and datagrams[reloading[-1] + 1] == "READY=1"
         path.write_text("[agent\n")
-        assert await asyncio.to_thread(cli.main, reload_command) == 2  # its own load fails first
+        assert await asyncio.to_thread(cli.main, reload_command) == 1  # not even its data_dir
+        assert "(no daemon was signalled)" in capsys.readouterr().err
 
 
 async def test_openclaw_reload_reports_a_refused_config_with_a_failing_status(tmp_path, capsys):
@@ -380,3 +382,24 @@ async def test_a_user_blocked_while_an_approval_waits_stops_at_once(tmp_path, bl
         assert len(conn.texts("ann")) == sent  # nothing more is sent to them
         assert not (daemon.config.data_dir / "workspaces/terminal-ann/ran.txt").exists()
         assert [a.decision for a in await daemon.store.list_audit()] == ["rejected"]
+
+
+async def test_a_secret_missing_from_the_daemons_environment_says_where_it_must_be_set(
+        tmp_path, monkeypatch):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        monkeypatch.delenv("OPENCLAW_TEST_TOKEN", raising=False)
+        path.write_text(path.read_text() + '[telegram]\ntoken = "env:OPENCLAW_TEST_TOKEN"\n')
+        outcome = await daemon.reload()
+        assert not outcome.ok
+        assert "OPENCLAW_TEST_TOKEN is not set" in outcome.summary()
+        assert "the daemon's own environment, the one it started with" in outcome.summary()
+
+
+async def test_openclaw_reload_of_another_file_says_the_daemon_read_its_own(tmp_path, capsys):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        other = tmp_path / "other.toml"
+        other.write_text(f'data_dir = "{daemon.config.data_dir}"\n')
+        assert await asyncio.to_thread(cli.main, ["--config", str(other), "reload"]) == 0
+        captured = capsys.readouterr()
+        assert f"the daemon re-read the file it started from, {path}, not {other}" in captured.err
+        assert f"config reloaded from {path}" in captured.out
