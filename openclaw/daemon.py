@@ -254,7 +254,7 @@ class Daemon:
             config, applied, waiting = merge(self.config, loaded)
             skills = configured_skills(config)
             executor = executor_for(config, skills, self.store.add_audit, self.reminders)
-            agent = Agent(self.model, self.store, executor, config.agent, metrics=self.metrics)
+            self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
             return Outcome(False, problems=exc.problems, source=source)
         except ValueError as exc:  # the agent's budget does not fit the model
@@ -263,7 +263,7 @@ class Daemon:
             log.exception("reloading the config failed")
             return Outcome(False, problems=[f"{type(exc).__name__}: {exc}"], source=source)
         self.config = config
-        self.gateway.reconfigure(config, agent)
+        self.gateway.reconfigure(config)
         return Outcome(True, applied, waiting, source=source)
 
     async def wait_stop_requested(self) -> None:

@@ -122,15 +122,15 @@ class Gateway:
         self._moved_chats: dict[tuple[str, str], str] = {}
         self._warned_no_channel: set[int] = set()  # reminders due on a channel not running here
 
-    def reconfigure(self, config: Config, agent: Agent) -> None:
-        """Serve from now on with a reloaded config and the agent built from it (its skills, roles,
-        access lists). Turns already running finish with what they started with; queued ones,
-        reminders due and access checks (those of running turns too) follow the new one."""
-        self.config, self.agent, self.policy = config, agent, config.policy()
+    def reconfigure(self, config: Config) -> None:
+        """Serve from now on with a reloaded config (its access lists and roles; the agent was
+        given its skills and settings). Running turns follow it from their next step: access
+        checks, each tool call's principal; queued messages and due reminders too."""
+        self.config, self.policy = config, config.policy()
         self._listed.clear()  # the config's lists may have changed
         # A call waiting for its user's /approve may wait minutes: one the new roles or skills
         # no longer grant is denied now, not run when the answer comes.
-        registry, policy = agent.executor.registry, self.policy
+        registry, policy = self.agent.executor.registry, self.policy
         withdrawn = self.approvals.withdraw_if(lambda user, skill: skill not in registry.names or
                                                not policy.role(config.user_role(user)).grants(skill))
         if withdrawn:
@@ -255,6 +255,9 @@ class Gateway:
             await self.store.ensure_user(*parse_user_key(user))  # as _admit: the row it needs
             self._remember_listed(user, config)
         return decided is UserStatus.ALLOWED
+
+    def _principal_now(self, user: str) -> Principal:
+        return self.policy.principal(user, self.config.user_role(user))
 
     def _remember_listed(self, user: str, config: Config) -> None:
         """Skip the store for `user` from now on, as `config` lets them in; unless a reload came
@@ -494,7 +497,8 @@ class Gateway:
         if await self._out_of_tokens(principal, msg, event):
             return
         caller = Caller(principal, msg.chat_id, approver=self._approver(msg),
-                        still_allowed=functools.partial(self._still_allowed, msg.user))
+                        still_allowed=functools.partial(self._still_allowed, msg.user),
+                        principal_now=functools.partial(self._principal_now, msg.user))
         # Drafts are one per chat: in a group two users' answers could stream into the same one.
         stream = (bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False))
                   and not msg.is_group) or msg.channel == "terminal"

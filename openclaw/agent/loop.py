@@ -59,6 +59,9 @@ class Caller:
     # Asked before each tool call and each model call that follows tool results: access may be
     # withdrawn while a turn runs (`openclaw users block`, /pairing deny), and then it ends there.
     still_allowed: Callable[[], Awaitable[bool]] = _always_allowed
+    # The principal as the config says now, asked at each tool call: a reload during the turn
+    # (a skill, a folder, the network taken away) applies to its next call. None: `principal`.
+    principal_now: Callable[[], Principal] | None = None
 
     @property
     def user(self) -> str:
@@ -70,14 +73,25 @@ class Agent:
                  settings: AgentConfig, metrics: Metrics | None = None) -> None:
         self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
+        self.context = ContextBuilder(model, store, settings.system_prompt, self._budget(settings))
+
+    def _budget(self, settings: AgentConfig) -> Budget:
+        model = self.model
         context = min(settings.context_tokens or model.max_model_len, model.max_model_len)
         if context - settings.reply_max_tokens < 64:
             raise ValueError(
                 f"agent.context_tokens ({context}, at most the model's {model.max_model_len}) minus "
                 f"agent.reply_max_tokens ({settings.reply_max_tokens}) leaves no room for a prompt")
-        budget = Budget(prompt_tokens=context - settings.reply_max_tokens,
-                        keep_messages=settings.compaction_keep_messages)
-        self.context = ContextBuilder(model, store, settings.system_prompt, budget)
+        return Budget(prompt_tokens=context - settings.reply_max_tokens,
+                      keep_messages=settings.compaction_keep_messages)
+
+    def reconfigure(self, executor: Executor, settings: AgentConfig) -> None:
+        """A reloaded config, from the next step of every turn, running ones too: calls go
+        through `executor` (its skills, its sandbox) and prompts are built with `settings`. The
+        history cache stays. ValueError, and nothing changed, when the budget does not fit."""
+        budget = self._budget(settings)
+        self.executor, self.settings = executor, settings
+        self.context.system_prompt, self.context.budget = settings.system_prompt, budget
 
     async def run_turn(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
                        run_id: str, resumed: bool = False) -> TurnResult:
@@ -167,7 +181,8 @@ class Agent:
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
     async def _call_tool(self, call: ToolCall, caller: Caller) -> str:
-        outcome = await self.executor.call(call.name, call.arguments, caller.principal,
+        principal = caller.principal_now() if caller.principal_now else caller.principal
+        outcome = await self.executor.call(call.name, call.arguments, principal,
                                            chat_id=caller.chat_id, approver=caller.approver)
         return outcome.text
 

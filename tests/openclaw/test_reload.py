@@ -403,3 +403,30 @@ async def test_openclaw_reload_of_another_file_says_the_daemon_read_its_own(tmp_
         captured = capsys.readouterr()
         assert f"the daemon re-read the file it started from, {path}, not {other}" in captured.err
         assert f"config reloaded from {path}" in captured.out
+
+
+async def test_a_running_turns_next_tool_call_follows_a_reload_that_takes_the_skill_away(tmp_path):
+    path = tmp_path / "openclaw.toml"
+    write(path)  # ann's role: clock
+    clock = '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
+    reloads = []
+
+    def reply(messages: list[dict]) -> str:
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
+        if len(results) == 1:  # between the turn's two calls, the admin takes clock away
+            write(path, user_skills="[]")
+            reloads.append(asyncio.get_running_loop().create_task(daemon.reload()))
+        return clock if len(results) < 2 else "done: " + " | ".join(results)
+
+    conn = RecordingConnector()
+    daemon = Daemon(load_config(path), model=ScriptedModel(reply, delay=0.01), connectors=[conn])
+    await daemon.start()
+    try:
+        await ask(daemon, conn, "what time is it, twice?")
+        assert (await reloads[0]).applied == ["roles"]
+        assert [(a.skill, a.decision) for a in reversed(await daemon.store.list_audit())] == [
+            ("clock", "allowed"), ("clock", "denied")]
+        assert "may not use 'clock'" in conn.texts("ann")[-1]
+    finally:
+        await daemon.stop()
