@@ -236,6 +236,7 @@ class Daemon:
             finally:
                 if notify:
                     systemd.ready()
+            self.metrics.inc("openclaw_config_reloads_total", result="ok" if outcome.ok else "failed")
             level = logging.ERROR if not outcome.ok else (
                 logging.WARNING if outcome.waiting else logging.INFO)
             log.log(level, "%s", outcome.summary(sep="; "))  # one line: one journal entry

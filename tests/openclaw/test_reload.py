@@ -116,6 +116,11 @@ async def test_a_config_that_does_not_load_changes_nothing_and_names_the_key(tmp
         assert not outcome.ok and "invalid TOML" in outcome.problems[0]
         await ask(daemon, conn, "served as before")
         assert model.offered["served as before"] == ["clock"] and conn.texts("ann") == ["ok"]
+        write(path)  # as it was
+        assert (await daemon.reload()).ok
+        # What an alert on /metrics watches: a reload that failed.
+        assert daemon.metrics.value("openclaw_config_reloads_total", result="failed") == 2
+        assert 'openclaw_config_reloads_total{result="ok"} 1' in daemon.metrics.render()
 
 
 async def test_a_change_that_needs_a_restart_is_reported_and_waits_for_it(tmp_path):
