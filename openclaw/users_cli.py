@@ -166,6 +166,10 @@ def cmd_users_forget(args: argparse.Namespace) -> int:
                  f"in access.{where} of the config, which lets them in without pairing; remove "
                  "them there first"), file=sys.stderr)
         return 1
+    if _no_database_yet(config):  # a fresh install: nothing to forget, and nothing to create
+        print(f"openclaw users forget: the store holds nothing about {user} (no database yet)",
+              file=sys.stderr)
+        return 1
     # Always the user's own folder: a role's `workspace` must contain "{user}" (config.py).
     workspace = config.policy().workspace_path(user)
     if not workspace.is_dir():
@@ -204,6 +208,15 @@ def cmd_users_forget(args: argparse.Namespace) -> int:
                 return 1
             print(f"deleted the workspace {workspace}")
     return 0
+
+
+def _no_database_yet(config: Config) -> bool:
+    from openclaw.store.backup import sqlite_path
+
+    try:
+        return not sqlite_path(config.store.url).exists()
+    except ValueError:  # PostgreSQL (or in memory): it is there to ask
+        return False
 
 
 def confirmed(command: str, question: str, yes: bool) -> bool:

@@ -159,6 +159,8 @@ def test_users_forget_asks_refuses_what_it_must_and_deletes_the_workspace_when_t
         async with await Store.open(url) as store:
             return [u.key for u in await store.list_users()]
 
+    code, _, err = cli(ADA, "--yes")  # a fresh install: nothing to forget, nothing made
+    assert code == 1 and "no database yet" in err and not (tmp_path / "data").exists()
     asyncio.run(fill())
     workspaces = {u: tmp_path / "data/workspaces" / u.replace(":", "-") for u in (ADA, BOB)}
     for folder in workspaces.values():
