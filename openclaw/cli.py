@@ -249,6 +249,11 @@ def cmd_service_install(args: argparse.Namespace) -> int:
         print(f"service install: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {path}\n{instructions}")
+    for what, where in (("the config file", config_path), ("data_dir", config.data_dir)):
+        if any(where.absolute().is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
+            print(f"warning: {what} {where} is under /tmp, which the service does not see "
+                  "(PrivateTmp=yes gives it an empty one): keep it elsewhere before starting it",
+                  file=sys.stderr)
     return 0
 
 

@@ -215,3 +215,22 @@ def _verify_with_systemd_analyze(path: Path, *, user_unit: bool, home: Path) -> 
                 if any(word in line for word in ("Unknown", "ignoring", "Failed", "not executable",
                                                  "Invalid", "bad", "unsafe", "not safe"))]
     assert result.returncode == 0 and not problems, result.stderr
+
+
+def test_install_warns_of_a_config_or_data_dir_the_service_cannot_see(tmp_path, monkeypatch, capsys):
+    import shutil
+    import tempfile
+
+    from openclaw.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the user unit goes under it
+    trial = Path(tempfile.mkdtemp(dir="/tmp"))  # where a quick trial's files often are
+    try:
+        config = trial / "c.toml"
+        config.write_text(f'data_dir = "{trial / "data"}"\n')
+        assert main(["--config", str(config), "service", "install"]) == 0
+        err = capsys.readouterr().err
+    finally:
+        shutil.rmtree(trial)
+    assert f"warning: the config file {config} is under /tmp" in err
+    assert "data_dir" in err and "PrivateTmp=yes" in err
