@@ -190,6 +190,7 @@ class Daemon:
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok" if self.gateway is not None else "starting",
+                "pid": os.getpid(),  # `doctor` tells this data_dir's daemon from another's
                 "uptime_s": round(time.time() - self.started_at, 1),
                 # `connected` where a connector can tell (a service it keeps reconnecting to)
                 "connectors": {c.name: getattr(c, "connected", True) for c in self.connectors},
@@ -239,7 +240,7 @@ class Daemon:
             self.metrics.inc("openclaw_config_reloads_total", result="ok" if outcome.ok else "failed")
             level = logging.ERROR if not outcome.ok else (
                 logging.WARNING if outcome.waiting else logging.INFO)
-            log.log(level, "%s", outcome.summary(sep="; "))  # one line: one journal entry
+            log.log(level, "%s", outcome.summary(one_line=True))  # one journal entry
             try:
                 write_outcome(self.config.data_dir, outcome)
             except OSError as exc:

@@ -158,19 +158,21 @@ def _check_admin_port(config) -> list[tuple[bool, str, str]]:
 
 
 def _our_daemon_serves(config) -> bool:
-    """Whether a daemon holds this data_dir and the admin port answers as one of ours does."""
+    """Whether the daemon holding this data_dir is the one answering on the admin port."""
     import json
     import urllib.request
 
     from openclaw.daemon import lock_holder
 
     try:
-        if lock_holder(config.data_dir) is None:
+        holder = lock_holder(config.data_dir)
+        if holder is None:
             return False
         host = f"[{config.admin.host}]" if ":" in config.admin.host else config.admin.host
         url = f"http://{host}:{config.admin.port}/healthz"
         with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310 -- loopback http
-            return "uptime_s" in json.loads(answer.read())
+            health = json.loads(answer.read())
+        return isinstance(health, dict) and health.get("pid") == holder.pid
     except (OSError, ValueError):
         return False
 

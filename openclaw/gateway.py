@@ -557,8 +557,9 @@ class Gateway:
         text = (f"You have used today's {limit} tokens, so I cannot answer until 00:00 UTC. "
                 "(Commands such as /reminders still work.)")
         if access.is_owner(self.config, msg.user):  # the one who can change it
-            text += (f" The cap is daily_tokens in [roles.{principal.role.name}]; raise it and run "
-                     "`openclaw reload`.")
+            text += (f" The cap is daily_tokens in [roles.{principal.role.name}]; raise it in the "
+                     "config, then run `openclaw reload` (or restart a chat that runs the daemon "
+                     "in its terminal).")
         await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
         return True
 

@@ -53,28 +53,36 @@ class Outcome:
     pid: int = field(default_factory=os.getpid)
     at: float = field(default_factory=time.time)
 
-    def summary(self, sep: str = "\n") -> str:
-        """What happened, a line each (`sep` joins them: "; " for one log line)."""
+    def summary(self, one_line: bool = False) -> str:
+        """What happened, a line each; `one_line` (a log entry): "; " between them."""
         where = self.source or "the defaults (no config file)"
         if not self.ok:
-            lines = [f"config not reloaded from {where}; the daemon goes on with the one it has:",
-                     *(f"  {p}" for p in self.problems)]
+            head = f"config not reloaded from {where}; the daemon goes on with the one it has:"
+            items = list(self.problems)
             if any("environment variable" in p for p in self.problems):
-                lines.append("  (`env:` secrets come from the daemon's own environment, the one it "
+                items.append("(`env:` secrets come from the daemon's own environment, the one it "
                              "started with: a variable exported in this shell does not reach it; set "
                              "it where the service gets it, e.g. Environment= in the unit, and "
                              "restart, or use file:PATH)")
-            return sep.join(lines)
+            return head + (" " + "; ".join(items) if one_line else
+                           "".join(f"\n  {item}" for item in items))
         lines = [f"config reloaded from {where}: " + (
             f"{_sections(self.applied)} in effect now" if self.applied else "no change in effect now")]
         if self.waiting:
             lines.append(f"changed but in effect only after a restart of the daemon: "
                          f"{_sections(self.waiting)}")
-        return sep.join(lines)
+        return ("; " if one_line else "\n").join(lines)
 
 
 def _sections(names: list[str]) -> str:
     return ", ".join(name if name == "data_dir" else f"[{name}]" for name in names)
+
+
+def _same_file(a: Path, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)  # through symlinks and ".." alike
+    except OSError:
+        return a == Path(b)
 
 
 def write_outcome(data_dir: Path, outcome: Outcome) -> None:
@@ -99,8 +107,8 @@ def cmd_reload(args: argparse.Namespace) -> int:
     try:
         data_dir = data_dir_of(args.config)
     except ConfigError as exc:  # not even its data_dir: no daemon to ask, none told
-        print(Outcome(False, problems=exc.problems, source=str(exc.path)).summary()
-              + "\n(no daemon was signalled)", file=sys.stderr)
+        print(f"openclaw reload: nothing reloaded, no daemon was asked: {exc.path} cannot be read"
+              + "".join(f"\n  {p}" for p in exc.problems), file=sys.stderr)
         return 1
     try:
         holder = lock_holder(data_dir)
@@ -116,8 +124,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
         return 1
     if not holder.reloads:  # SIGHUP would stop it, or kill it
         print(f"openclaw reload: pid {holder.pid} holds data_dir {data_dir} but does not reload "
-              "its config: an `openclaw chat` (restart it to read the file) or a command at work "
-              "(`users forget`, `db restore`; try again when it is done)", file=sys.stderr)
+              "its config: an `openclaw chat` (restart it to read the file), a command at work "
+              "(`users forget`, `db restore`; try again when it is done), or a daemon of an older "
+              "version (restart it)", file=sys.stderr)
         return 1
     before = read_outcome(data_dir)
     try:
@@ -132,7 +141,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
         if outcome is not None and outcome.pid == holder.pid and (before is None or
                                                                   outcome.at > before.at):
             given = Path(args.config).expanduser().absolute() if args.config else None
-            if given is not None and outcome.source and given != Path(outcome.source):
+            if given is not None and outcome.source and not _same_file(given, outcome.source):
                 print(f"note: the daemon re-read the file it started from, {outcome.source}, "
                       f"not {given}", file=sys.stderr)
             print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)

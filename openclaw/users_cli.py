@@ -167,8 +167,10 @@ def cmd_users_forget(args: argparse.Namespace) -> int:
                  "them there first"), file=sys.stderr)
         return 1
     if _no_database_yet(config):  # a fresh install: nothing to forget, and nothing to create
-        print(f"openclaw users forget: the store holds nothing about {user} (no database yet)",
-              file=sys.stderr)
+        workspace = config.policy().workspace_path(user)
+        print(f"openclaw users forget: the store holds nothing about {user} (no database yet)"
+              + (f"; their workspace {workspace} is left as it is: delete it by hand"
+                 if workspace.is_dir() else ""), file=sys.stderr)
         return 1
     # Always the user's own folder: a role's `workspace` must contain "{user}" (config.py).
     workspace = config.policy().workspace_path(user)

@@ -113,12 +113,15 @@ class Agent:
             await self.context.add(conversation_id, "user", text, token_count=tokens)
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
-        params = SamplingParams(temperature=self.settings.temperature, top_p=self.settings.top_p,
-                                max_tokens=self.settings.reply_max_tokens,
-                                tool_choice="auto" if tools else "none")
+        max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
         try:
-            for step in range(self.settings.max_steps):
+            for step in range(max_steps):
                 result.steps = step + 1
+                # Each step, with the prompt budget: a reload between steps changes both together.
+                params = SamplingParams(temperature=self.settings.temperature,
+                                        top_p=self.settings.top_p,
+                                        max_tokens=self.settings.reply_max_tokens,
+                                        tool_choice="auto" if tools else "none")
                 prompt = await self.context.build(conversation_id, tools)
                 content, calls, errors, out = await self._generate(
                     prompt, params, tools, f"{run_id}-{step}", sink)
@@ -142,7 +145,7 @@ class Agent:
                 # needs no look: the gateway admitted the caller just before the turn.
                 if not await caller.still_allowed():
                     return _refused(result)
-            result.text = (f"I stopped after {self.settings.max_steps} tool steps without a final "
+            result.text = (f"I stopped after {max_steps} tool steps without a final "
                            "answer. Tell me how to continue, or ask again more narrowly.")
             return result
         except PromptTooLong as exc:
@@ -181,7 +184,13 @@ class Agent:
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
     async def _call_tool(self, call: ToolCall, caller: Caller) -> str:
-        principal = caller.principal_now() if caller.principal_now else caller.principal
+        try:
+            principal = caller.principal_now() if caller.principal_now else caller.principal
+        except OSError as exc:  # a reload moved the role's workspace where it cannot be made
+            log.error("cannot prepare the workspace of %s (see roles.*.workspace): %s",
+                      caller.user, exc)
+            return (f"error: {call.name} did not run: the user's workspace is not usable right now "
+                    "(the owner has been told)")
         outcome = await self.executor.call(call.name, call.arguments, principal,
                                            chat_id=caller.chat_id, approver=caller.approver)
         return outcome.text

@@ -54,13 +54,13 @@ def backup(database: Path, dest: Path, *, force: bool = False) -> int:
     if dest.is_dir():
         raise IsADirectoryError(f"{dest} is a folder; give the backup's file name, e.g. "
                                 f"{dest / 'openclaw-backup.db'}")
-    if dest.exists() and not force:
-        raise FileExistsError(f"{dest} exists; choose another name, or add --force to replace it")
     # Not over the live database, nor its -wal or -shm: a daemon using it would go on writing
     # to the file unlinked from under it, and SQLite pairs a -wal with whatever file it finds.
     if dest.resolve() in {database.resolve().with_name(database.resolve().name + suffix)
                           for suffix in ("", "-wal", "-shm", "-journal")}:
         raise ValueError(f"{dest} is the database itself (or one of its files); give another path")
+    if dest.exists() and not force:
+        raise FileExistsError(f"{dest} exists; choose another name, or add --force to replace it")
     # Written beside dest, then renamed: an interrupted backup never leaves a torn file at dest,
     # where it would one day be restored.
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
@@ -101,6 +101,8 @@ def revision_of(path: Path) -> str:
             if check != ["ok"]:
                 raise NotRestorable(f"{path} is damaged ({check[0]}); restore another backup")
             revision = db.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.OperationalError as exc:  # locked, or its folder not ours to write
+        raise NotRestorable(f"cannot read {path}: {exc}") from None
     except sqlite3.DatabaseError as exc:  # too damaged to read its table list (a cut-off copy)
         raise NotRestorable(f"{path} is damaged ({exc}); restore another backup") from None
     if revision is None:

@@ -103,7 +103,7 @@ def test_backup_never_overwrites_unless_forced_and_the_copy_is_the_owners_alone(
     live = database(tmp_path)
     for where, why in ((tmp_path / "nowhere/b.db", "no folder"), (tmp_path, "is a folder"),
                        (live, "the database itself"), (Path(f"{live}-wal"), "the database itself")):
-        assert cli(config, "db", "backup", str(where), "--force") == 1
+        assert cli(config, "db", "backup", str(where)) == 1  # the live one: not "add --force"
         err = capsys.readouterr().err
         assert why in err and len(err.splitlines()) == 1, err
 

@@ -111,6 +111,8 @@ async def test_a_config_that_does_not_load_changes_nothing_and_names_the_key(tmp
         assert not outcome.ok and outcome.applied == []
         assert any("roles.user: unknown skill(s) ['shel']" in p for p in outcome.problems)
         assert outcome.summary().startswith(f"config not reloaded from {path}; the daemon goes on")
+        logged = outcome.summary(one_line=True)  # one journal entry
+        assert "\n" not in logged and ":;" not in logged and "has: roles.user: unknown" in logged
         path.write_text("[agent\n")  # not even TOML
         outcome = await daemon.reload()
         assert not outcome.ok and "invalid TOML" in outcome.problems[0]
@@ -181,7 +183,7 @@ async def sighup_and_reload(tmp_path: Path, notify: socket.socket, capsys) -> No
         assert reloading and datagrams[reloading[-1] + 1] == "READY=1"
         path.write_text("[agent\n")
         assert await asyncio.to_thread(cli.main, reload_command) == 1  # not even its data_dir
-        assert "(no daemon was signalled)" in capsys.readouterr().err
+        assert "nothing reloaded, no daemon was asked" in capsys.readouterr().err
 
 
 async def test_openclaw_reload_reports_a_refused_config_with_a_failing_status(tmp_path, capsys):
@@ -408,19 +410,25 @@ async def test_openclaw_reload_of_another_file_says_the_daemon_read_its_own(tmp_
         captured = capsys.readouterr()
         assert f"the daemon re-read the file it started from, {path}, not {other}" in captured.err
         assert f"config reloaded from {path}" in captured.out
+        linked = tmp_path / "linked.toml"  # the same file by another name: nothing to point out
+        linked.symlink_to(path)
+        assert await asyncio.to_thread(cli.main, ["--config", str(linked), "reload"]) == 0
+        assert "re-read the file it started from" not in capsys.readouterr().err
 
 
-async def test_a_running_turns_next_tool_call_follows_a_reload_that_takes_the_skill_away(tmp_path):
-    path = tmp_path / "openclaw.toml"
-    write(path)  # ann's role: clock
+@asynccontextmanager
+async def a_reload_between_two_tool_calls(path: Path, change) -> AsyncIterator[
+        tuple[Daemon, RecordingConnector, asyncio.Task]]:
+    """ann asks; the model calls clock twice in that one turn, and between the two calls the file
+    is changed (`change()`) and the daemon reloads it. Yields once the turn is over."""
     clock = '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
     reloads = []
 
     def reply(messages: list[dict]) -> str:
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
-        if len(results) == 1:  # between the turn's two calls, the admin takes clock away
-            write(path, user_skills="[]")
+        if len(results) == 1:
+            change()
             reloads.append(asyncio.get_running_loop().create_task(daemon.reload()))
         return clock if len(results) < 2 else "done: " + " | ".join(results)
 
@@ -429,9 +437,33 @@ async def test_a_running_turns_next_tool_call_follows_a_reload_that_takes_the_sk
     await daemon.start()
     try:
         await ask(daemon, conn, "what time is it, twice?")
-        assert (await reloads[0]).applied == ["roles"]
+        yield daemon, conn, reloads[0]
+    finally:
+        await daemon.stop()
+
+
+async def test_a_running_turns_next_tool_call_follows_a_reload_that_takes_the_skill_away(tmp_path):
+    path = tmp_path / "openclaw.toml"
+    write(path)  # ann's role: clock
+    async with a_reload_between_two_tool_calls(
+            path, lambda: write(path, user_skills="[]")) as (daemon, conn, reloaded):
+        assert (await reloaded).applied == ["roles"]
         assert [(a.skill, a.decision) for a in reversed(await daemon.store.list_audit())] == [
             ("clock", "allowed"), ("clock", "denied")]
         assert "may not use 'clock'" in conn.texts("ann")[-1]
-    finally:
-        await daemon.stop()
+
+
+async def test_a_reload_that_breaks_the_workspace_mid_turn_is_a_tool_error_not_an_apology(
+        tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="openclaw.agent.loop")
+    path = tmp_path / "openclaw.toml"
+    write(path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("where the workspaces would go")
+    async with a_reload_between_two_tool_calls(
+            path, lambda: write(path, extra=f'workspace = "{blocker}/{{user}}"\n')) as (
+            daemon, conn, reloaded):
+        assert (await reloaded).ok
+        answer = conn.texts("ann")[-1]
+        assert answer.startswith("done: ") and "workspace is not usable" in answer
+        assert "cannot prepare the workspace of terminal:ann" in caplog.text
