@@ -36,17 +36,12 @@ class DaemonRunning(RuntimeError):
 
 
 def data_dir_claimed(data_dir: Path) -> bool:
-    """Whether the process that last claimed data_dir is alive. Read from the pid in the lock
-    file, not by trying the lock: a try would hold it for an instant, and a daemon starting in
-    that instant would be refused."""
+    """Whether a process holds data_dir now (see lock_holder). Not by trying the lock: a try
+    would hold it for an instant, and a daemon starting in that instant would be refused."""
     try:
-        pid = int((data_dir / "daemon.lock").read_text().split()[0])
-        os.kill(pid, 0)
-    except PermissionError:  # alive, another user's
+        return lock_holder(data_dir) is not None
+    except PermissionError:  # a folder not ours to read: another user's daemon keeps it
         return True
-    except (OSError, ValueError, IndexError):  # no file, no pid (stopped), or no such process
-        return False
-    return True
 
 
 # The word after the pid in the lock file of a daemon that re-reads its config on SIGHUP.
@@ -111,7 +106,6 @@ class Daemon:
         chat in this terminal, whose terminal closed)."""
         self.config = config
         self.hangup_reloads = hangup_reloads
-        self._reloading = asyncio.Lock()
         self.admin_optional = admin_optional
         self.model = model
         self._owns_model = model is None
@@ -229,23 +223,23 @@ class Daemon:
         sandbox's settings at once; a change that needs a restart is said and waits for one. A
         file that does not load changes nothing. The outcome is logged and left in data_dir for
         `openclaw reload`."""
-        async with self._reloading:  # two SIGHUPs in a row: one reload after the other
+        # No await from here to the end: two SIGHUPs in a row cannot interleave their reloads.
+        if notify:
+            systemd.reloading()
+        try:
+            outcome = self._reload()
+        finally:
             if notify:
-                systemd.reloading()
-            try:
-                outcome = self._reload()
-            finally:
-                if notify:
-                    systemd.ready()
-            self.metrics.inc("openclaw_config_reloads_total", result="ok" if outcome.ok else "failed")
-            level = logging.ERROR if not outcome.ok else (
-                logging.WARNING if outcome.waiting else logging.INFO)
-            log.log(level, "%s", outcome.summary(one_line=True))  # one journal entry
-            try:
-                write_outcome(self.config.data_dir, outcome)
-            except OSError as exc:
-                log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
-            return outcome
+                systemd.ready()
+        self.metrics.inc("openclaw_config_reloads_total", result="ok" if outcome.ok else "failed")
+        level = logging.ERROR if not outcome.ok else (
+            logging.WARNING if outcome.waiting else logging.INFO)
+        log.log(level, "%s", outcome.summary(one_line=True))  # one journal entry
+        try:
+            write_outcome(self.config.data_dir, outcome)
+        except OSError as exc:
+            log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
+        return outcome
 
     def _reload(self) -> Outcome:
         source = str(self.config.source) if self.config.source else None

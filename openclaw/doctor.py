@@ -248,7 +248,7 @@ async def _check_database(config) -> list[tuple[bool, str, str]]:
     """Opens the database as `run` does, but changes nothing: a check must not. A database (or
     data folder) not there yet is what `run` creates; a schema behind this version's is what it
     upgrades."""
-    from openclaw.store import Store, head_revision
+    from openclaw.store import Store, head_revision, known_revisions
     from openclaw.store.engine import _sqlite_file, normalize_url
 
     fix = "check store.url and that the data folder is writable"
@@ -275,7 +275,7 @@ async def _check_database(config) -> list[tuple[bool, str, str]]:
         return [(False, f"database: {exc}", fix)]
     if revision == head:
         return [(True, f"database: schema {revision}", ""), _check_sandbox_uids(config, users)]
-    if revision is not None and revision not in _known_revisions():
+    if revision is not None and revision not in known_revisions():
         return [(False, f"database: schema {revision}, which this openclaw does not know (a newer "
                         "version made it)", "upgrade openclaw, or restore a backup made by this version")]
     return [(True, f"database: schema {revision or 'none yet'}; upgraded to {head} at the next start",
@@ -286,14 +286,6 @@ def _nearest_existing(path: Path) -> Path:
     while not path.exists():
         path = path.parent
     return path
-
-
-def _known_revisions() -> set[str]:
-    from alembic.script import ScriptDirectory
-
-    from openclaw.store.migrate import alembic_config
-
-    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
 def _check_sandbox_uids(config, stored: list[str]) -> tuple[bool, str, str]:

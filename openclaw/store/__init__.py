@@ -8,7 +8,14 @@
 """
 
 from openclaw.store.engine import create_engine, normalize_url
-from openclaw.store.migrate import current_revision, head_revision, migrate, migrations_dir, upgrade
+from openclaw.store.migrate import (
+    current_revision,
+    head_revision,
+    known_revisions,
+    migrate,
+    migrations_dir,
+    upgrade,
+)
 from openclaw.store.records import (
     AuditEntry,
     Conversation,
@@ -55,6 +62,7 @@ __all__ = [
     "create_engine",
     "current_revision",
     "head_revision",
+    "known_revisions",
     "migrate",
     "migrations_dir",
     "new_pairing_code",

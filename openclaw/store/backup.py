@@ -14,12 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.request import pathname2url
 
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy.engine import URL
 
 from openclaw.store.engine import BUSY_TIMEOUT_MS, _sqlite_file, normalize_url
-from openclaw.store.migrate import alembic_config
+from openclaw.store.migrate import known_revisions
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # Tables every OpenClaw schema has had; a file without them is some other program's database.
@@ -107,11 +105,7 @@ def revision_of(path: Path) -> str:
         raise NotRestorable(f"{path} is damaged ({exc}); restore another backup") from None
     if revision is None:
         raise NotRestorable(f"{path} has no schema version; it is not a database OpenClaw made")
-    try:
-        known = ScriptDirectory.from_config(alembic_config()).get_revision(revision[0])
-    except CommandError:
-        known = None
-    if known is None:
+    if revision[0] not in known_revisions():
         raise NotRestorable(f"{path} is at schema {revision[0]}, which this openclaw does not know "
                             "(a newer version made it); upgrade openclaw first")
     return revision[0]

@@ -51,6 +51,11 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
+def known_revisions() -> set[str]:
+    """Every schema this version can upgrade from (one it does not know, a newer one made)."""
+    return {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
 def _upgrade_on(connection: Connection, revision: str) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = connection
