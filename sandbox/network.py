@@ -30,7 +30,9 @@ How one run is wired (`Link`), each step because of something we found:
 5. slirp4netns writes `--ready-fd` when the network is configured; then the holder goes, and a
    line on the gate lets the command start.
 slirp4netns stops when the `--exit-fd` pipe closes (also when the daemon dies) and is killed when the
-`Link`'s `async with` is left, whatever ended the run.
+`Link`'s `async with` is left, whatever ended the run. Neither it nor the holder inherits the
+daemon's environment (bot tokens, database passwords): slirp4netns parses every packet the command
+sends, so a bug there must find no secrets to take.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ NS_GET_USERNS = 0xB701  # linux/nsfs.h: _IO(0xb7, 0x1)
 SETUP_TIMEOUT_S = 10.0
 POLL_S = 0.001
 ERROR_TAIL = 600  # characters of slirp4netns's stderr quoted in an error
+# The whole environment of slirp4netns and the holder; they need nothing else from it.
+HELPER_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 INSTALL_HINT = ("Install it (`apt-get install slirp4netns`), or set `network = false` on the role; "
                 "roles without network are not affected.")
@@ -187,7 +191,7 @@ class Link:
 
         info = await _until(lambda: poll(self._read_info))
         pid = info["child-pid"]
-        netns, userns = self._namespaces(pid, info)
+        netns, userns = await _until(lambda: poll(lambda: self._namespaces(pid, info)))
         await _until(lambda: poll(lambda: _loopback_up(pid)))
         holder = self._hold(netns, userns)
         await _until(lambda: poll(lambda: self._entered(holder, netns, userns)))
@@ -209,12 +213,16 @@ class Link:
         except ValueError:
             return None
 
-    def _namespaces(self, pid: int, info: dict[str, Any]) -> tuple[int, int]:
-        """The sandbox's network namespace and the user namespace that owns it, as descriptors."""
+    def _namespaces(self, pid: int, info: dict[str, Any]) -> tuple[int, int] | None:
+        """The sandbox's network namespace and the user namespace that owns it, as descriptors;
+        None to be asked again: a process on its way out (bwrap's failed setup) refuses access to
+        its /proc entries for an instant before they go, and the next look says it ended."""
         try:
             netns = self._keep(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC))
         except FileNotFoundError:
             raise _SandboxEnded from None
+        except PermissionError:
+            return None
         inode, reported = os.fstat(netns).st_ino, info.get("net-namespace")  # bwrap 0.4 and later
         if inode == os.stat("/proc/self/ns/net").st_ino or reported not in (None, inode):
             raise NetworkUnavailable(f"process {pid} is not in the network namespace bwrap made "
@@ -279,10 +287,10 @@ class Link:
     def _popen(self, argv: list[str], fds: tuple[int, ...], **kwargs: Any) -> subprocess.Popen[bytes]:
         # subprocess, not asyncio's: a synchronous start cannot be cut in half by a cancellation,
         # and we are the only ones to wait for these children. A session of their own keeps a
-        # terminal's Ctrl-C for the daemon to handle.
+        # terminal's Ctrl-C for the daemon to handle. HELPER_ENV, never the daemon's environment.
         try:
             return subprocess.Popen(argv, pass_fds=fds, stdout=subprocess.DEVNULL, stderr=self._log,
-                                    start_new_session=True, **kwargs)
+                                    env=HELPER_ENV, start_new_session=True, **kwargs)
         except OSError as exc:
             raise NetworkUnavailable(f"could not start {argv[0]}: {exc}") from None
 
@@ -325,7 +333,7 @@ def _loopback_up(pid: int) -> bool | None:
     try:
         with open(f"/proc/{pid}/net/igmp") as igmp:
             lines = igmp.read().splitlines()
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):  # PermissionError: on its way out, as above
         # The sandbox ended (a zombie until bwrap reaps it has no net/ either): the caller's
         # check then says so, and bwrap's own error is the answer.
         return None

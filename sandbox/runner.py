@@ -12,6 +12,11 @@ refuse with `SandboxUnavailable`, unless the admin set `[sandbox] allow_unsandbo
 rlimits still apply then, and as root the uid drop, but an unprivileged daemon runs the command as
 its own user, able to read the daemon's config and data.
 
+Its /tmp and /dev/shm are tmpfs, whose pages no rlimit charges: bwrap --size (0.7 and later) bounds
+them, together, by the role's memory limit (`tmpfs_sizes`), and /dev, another tmpfs, is read-only.
+An older bwrap cannot size them; commands still run, and `isolation_available` (so `openclaw
+doctor`) and the log say so.
+
 The sandbox never shares the host's network namespace: a role granted network gets user-mode
 networking in its own (sandbox.network), so the host's loopback services and abstract sockets stay
 out of reach; without slirp4netns such a role's commands are refused.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import resource
 import shutil
@@ -34,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox import network, seccomp
+
+log = logging.getLogger(__name__)
 
 # nobody/nogroup: the default uid of commands when the daemon is root. The policy gives each user a
 # uid of their own (sandbox.policy.sandbox_uid), because RLIMIT_NPROC counts per uid, system-wide: a
@@ -48,6 +56,8 @@ READ_CHUNK = 64 * 1024
 # escaped the process group, and we stop waiting for it after this long.
 DRAIN_GRACE_S = 2.0
 EXIT_POLL_S = 0.01
+# /dev/shm's share of the role's memory limit; /tmp gets the rest (see tmpfs_sizes).
+SHM_SHARE = 4
 
 # Mounted read-only at the same path, where present. On merged-/usr systems /bin, /lib*, /sbin are
 # symlinks and are recreated as symlinks rather than bound.
@@ -63,6 +73,10 @@ ETC_FILES = (
     "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts",
     "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/localtime",
 )
+
+UNSIZED_TMPFS = ("WITHOUT a size limit on /tmp and /dev/shm: this bubblewrap has no --size (0.7 and "
+                 "later), so a command can fill them with up to half of the host's RAM each; upgrade "
+                 "bubblewrap")
 
 FIX_HINT = (
     "Install bubblewrap (`apt-get install bubblewrap`) and make sure unprivileged user namespaces are "
@@ -145,17 +159,39 @@ def _namespace_args() -> list[str]:
     return args + ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
 
 
-@functools.lru_cache(maxsize=1)
 def _bwrap_can_disable_userns() -> bool:
     """bubblewrap 0.8 and later have --disable-userns."""
     bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return False
+    return bwrap is not None and "--disable-userns" in _bwrap_usage(bwrap)
+
+
+@functools.lru_cache(maxsize=8)
+def _bwrap_usage(bwrap: str) -> str:
+    """`bwrap --help`, which lists the options this bubblewrap knows ("" when it cannot run)."""
     try:
-        usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=5)
+        usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=5,
+                               env={"PATH": SANDBOX_PATH})
     except (OSError, subprocess.SubprocessError):
-        return False
-    return "--disable-userns" in usage.stdout + usage.stderr
+        return ""
+    return usage.stdout + usage.stderr
+
+
+@functools.lru_cache(maxsize=8)
+def bwrap_sizes_tmpfs(bwrap: str) -> bool:
+    """Whether this bubblewrap can bound a tmpfs (--size, 0.7 and later). Without it the sandbox's
+    /tmp and /dev/shm may each take half of the host's RAM, which no rlimit charges: said once in
+    the log here, and in isolation_available's answer (`openclaw doctor`)."""
+    if "--size" in _bwrap_usage(bwrap):
+        return True
+    log.warning("sandboxed commands run %s (%s)", UNSIZED_TMPFS, bwrap)
+    return False
+
+
+def tmpfs_sizes(limits: Limits) -> tuple[int, int]:
+    """(/tmp, /dev/shm) sizes in bytes: together the role's memory limit, /dev/shm a quarter of it.
+    Their files are in RAM, as the command's memory is, but RLIMIT_AS does not count them."""
+    shm = limits.memory_bytes // SHM_SHARE
+    return limits.memory_bytes - shm, shm
 
 
 def _command_prefix(uid: int = SANDBOX_UID) -> list[str]:
@@ -212,19 +248,25 @@ def _pass_fds(filter_fd: int | None) -> tuple[int, ...]:
     return () if filter_fd is None else (filter_fd,)
 
 
-def _mount_args() -> list[str]:
+def _mount_args(bwrap: str, limits: Limits) -> list[str]:
     # /dev/shm: bwrap's --dev leaves it root's and 0755, so as root the sandbox uid could not use
-    # POSIX shared memory (Python's multiprocessing locks and queues need it).
-    return ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
-            "--perms", "1777", "--tmpfs", "/tmp"]
+    # POSIX shared memory (Python's multiprocessing locks and queues need it). Both tmpfs get a size
+    # (see tmpfs_sizes) where bwrap can set one: without, each may grow to half of the host's RAM.
+    tmp, shm = tmpfs_sizes(limits)
+    sized = bwrap_sizes_tmpfs(bwrap)
+    return ["--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", *(["--size", str(shm)] if sized else []), "--tmpfs", "/dev/shm",
+            "--perms", "1777", *(["--size", str(tmp)] if sized else []), "--tmpfs", "/tmp"]
 
 
 def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
-               filter_fd: int | None, link: network.Link | None = None) -> list[str]:
-    """The full bubblewrap command line for one shell command; `link`: its network, when granted."""
+               filter_fd: int | None, link: network.Link | None = None,
+               limits: Limits = Limits()) -> list[str]:
+    """The full bubblewrap command line for one shell command; `link`: its network, when granted;
+    `limits`: the role's, which size /tmp and /dev/shm."""
     argv = [bwrap, *_namespace_args(), *_seccomp_args(filter_fd), *_system_args()]
     argv += link.bwrap_args if link else []
-    argv += _mount_args()
+    argv += _mount_args(bwrap, limits)
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
     binds = _binds(scope)
     for folder in _parent_dirs([dest for dest, _, _ in binds]):
@@ -232,8 +274,10 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
     for dest, source, read_only in binds:
         argv += ["--ro-bind" if read_only else "--bind", source, dest]
     argv += ["--chdir", WORKSPACE_MOUNT]
-    # bwrap's root is a scratch tmpfs the command could otherwise fill with files of its own.
-    argv += ["--remount-ro", "/", "--clearenv"]
+    # bwrap's root is a scratch tmpfs the command could otherwise fill with files of its own, and
+    # so is /dev, which an unprivileged daemon's command owns. Neither has a size; both go
+    # read-only (not recursively: /dev/shm, /dev/pts and the device nodes stay usable).
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     shell = link.shell(command) if link else ["/bin/sh", "-c", command]
@@ -252,7 +296,8 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
     try:
         with seccomp.program_fd() as filter_fd:
             argv = [bwrap, *_namespace_args(), *_seccomp_args(filter_fd), *_system_args(),
-                    *_mount_args(), *_command_prefix(), "/bin/sh", "-c", "exit 0"]
+                    *_mount_args(bwrap, Limits()), "--remount-ro", "/dev", *_command_prefix(),
+                    "/bin/sh", "-c", "exit 0"]
             done = subprocess.run(argv, capture_output=True, text=True, timeout=10,
                                   env={"PATH": SANDBOX_PATH}, pass_fds=_pass_fds(filter_fd))
     except (OSError, subprocess.SubprocessError) as exc:
@@ -261,9 +306,13 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
         why = done.stderr.strip() or f"exit status {done.returncode}"
         return False, f"{bwrap} failed to create namespaces or load the seccomp filter: {why}"
     if filter_fd is None:
-        return True, (f"bubblewrap ({bwrap}) WITHOUT a seccomp filter: none for this CPU "
-                      f"({os.uname().machine}), so commands could make user namespaces")
-    return True, f"bubblewrap ({bwrap}) with a seccomp filter ({seccomp.SUMMARY})"
+        what = (f"bubblewrap ({bwrap}) WITHOUT a seccomp filter: none for this CPU "
+                f"({os.uname().machine}), so commands could make user namespaces")
+    else:
+        what = f"bubblewrap ({bwrap}) with a seccomp filter ({seccomp.SUMMARY})"
+    if not bwrap_sizes_tmpfs(bwrap):
+        what += f"; {UNSIZED_TMPFS}"
+    return True, what
 
 
 def _tasks_of_uid(uid: int) -> int:
@@ -407,7 +456,7 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     async with (network.Link(network.locate(slirp4netns_path)) if linked
                 else contextlib.nullcontext()) as link:
         if ok:
-            proc = await _start_bwrap(bwrap_path, command, scope, clean_env, spawn, link)
+            proc = await _start_bwrap(bwrap_path, command, scope, limits, clean_env, spawn, link)
         else:
             proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
                                       cwd=scope.workspace))
@@ -437,12 +486,12 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
                   isolation="bubblewrap" if ok else "none")
 
 
-async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, env: dict[str, str],
-                       spawn: Callable[..., Awaitable[asyncio.subprocess.Process]],
+async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limits: Limits,
+                       env: dict[str, str], spawn: Callable[..., Awaitable[asyncio.subprocess.Process]],
                        link: network.Link | None) -> asyncio.subprocess.Process:
     bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
     with seccomp.program_fd() as filter_fd:  # bwrap has its own copy once started
-        argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link)
+        argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link, limits)
         fds = _pass_fds(filter_fd) + (link.pass_fds if link else ())
         proc = await _start(spawn(*argv, pass_fds=fds, stdin=link.stdin if link else subprocess.DEVNULL))
     if link is not None:

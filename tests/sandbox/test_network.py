@@ -193,6 +193,28 @@ async def test_a_network_role_cannot_reach_the_hosts_abstract_unix_sockets(works
         assert not accepted(server)
 
 
+@needs_slirp
+async def test_the_network_helpers_do_not_get_the_daemons_secrets(workspace, monkeypatch):
+    # slirp4netns parses every packet the command sends: a bug there must find no token to take.
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:SECRET-IN-DAEMON-ENV")
+    environs = {}
+    release = network.Link._release_holder
+
+    def read_environs_then_release(link):
+        # The moment both run: slirp4netns is ready, the holder (nsenter, now `cat`) not yet gone.
+        for name, proc in (("holder", link._holder), ("slirp4netns", link._slirp)):
+            environs[name] = Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")[:-1]
+        release(link)
+
+    monkeypatch.setattr(network.Link, "_release_holder", read_environs_then_release)
+    result = await run("echo hi", workspace, network=True)
+    assert result.stdout == "hi\n", result.stderr
+    assert set(environs) == {"holder", "slirp4netns"}
+    for name, environ in environs.items():
+        assert not any(b"SECRET" in entry for entry in environ), (name, environ)
+        assert {entry.partition(b"=")[0].decode() for entry in environ} == set(network.HELPER_ENV), name
+
+
 async def test_without_slirp4netns_a_network_role_is_refused_and_others_still_run(workspace):
     gone = "/nonexistent/slirp4netns"
     with pytest.raises(SandboxUnavailable) as refused:

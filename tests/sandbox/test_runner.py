@@ -2,11 +2,13 @@
 
 import asyncio
 import functools
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -405,3 +407,105 @@ async def test_on_a_cpu_without_a_seccomp_filter_bubblewrap_still_isolates(works
         assert result.exit_status != 0  # /etc/shadow is not there
     finally:
         runner.isolation_available.cache_clear()
+
+
+# /tmp and /dev/shm are tmpfs: their files are RAM that RLIMIT_AS does not count. A small memory
+# limit and a file-size limit above it, so the tmpfs, not RLIMIT_FSIZE, is what stops a write.
+TMPFS_LIMITS = Limits(cpu_seconds=4, memory_bytes=128 << 20, wall_seconds=10, output_bytes=4096,
+                      file_size_bytes=256 << 20, processes=32, open_files=64)
+TMP_SIZE, SHM_SIZE = 96 << 20, 32 << 20  # together the memory limit, /dev/shm a quarter of it
+MIB = 1 << 20
+FILL_TMPFS = f"""
+df -B1 --output=size /tmp /dev/shm | tail -n 2
+head -c {TMP_SIZE - MIB} /dev/zero > /tmp/fits && echo tmp-fits
+head -c {2 * MIB} /dev/zero > /tmp/over || echo tmp-full
+head -c {SHM_SIZE - MIB} /dev/zero > /dev/shm/fits && echo shm-fits
+head -c {2 * MIB} /dev/zero > /dev/shm/over || echo shm-full
+"""
+
+
+async def test_tmp_and_dev_shm_together_hold_no_more_than_the_memory_limit(workspace):
+    result = await run(FILL_TMPFS, workspace, TMPFS_LIMITS)
+    assert result.stdout.split() == [str(TMP_SIZE), str(SHM_SIZE), "tmp-fits", "tmp-full",
+                                     "shm-fits", "shm-full"], result.stderr
+    assert result.stderr.count("No space left on device") == 2, result.stderr  # ENOSPC
+
+
+async def test_dev_is_read_only_but_its_devices_and_shm_work(workspace):
+    result = await run("touch /dev/x; echo ok > /dev/null && echo null-ok; "
+                       "python3 -c 'import os, pty; os.close(pty.openpty()[0]); print(\"pty-ok\")'; "
+                       "echo s > /dev/shm/s && echo shm-ok", workspace)
+    assert "Read-only file system" in result.stderr
+    assert result.stdout.split() == ["null-ok", "pty-ok", "shm-ok"], result.stderr
+
+
+# An unprivileged daemon (the usual system service, User=openclaw): bwrap makes a user namespace, and
+# the command then owns the tmpfs bwrap mounts for /dev. Run as `nobody` when the tests are root.
+UNPRIVILEGED_DAEMON = """
+import asyncio, json, sys
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from sandbox.runner import Limits, Scope, run_command
+from tests.sandbox.test_runner import TMPFS_LIMITS
+
+result = asyncio.run(run_command(sys.argv[1], Scope(Path({workspace!r})), TMPFS_LIMITS))
+print(json.dumps([result.exit_status, result.stdout, result.stderr, result.isolation]))
+"""
+
+
+def run_as_unprivileged_daemon(command: str, workspace: Path) -> tuple[int, str, str, str]:
+    repo = Path(__file__).resolve().parents[2]
+    prefix = []
+    if os.geteuid() == 0:
+        os.chown(workspace, 65534, 65534)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    script = UNPRIVILEGED_DAEMON.format(repo=str(repo), workspace=str(workspace))
+    done = subprocess.run([*prefix, sys.executable, "-c", script, command], capture_output=True,
+                          text=True, timeout=30, cwd="/")
+    assert done.returncode == 0, done.stderr
+    return tuple(json.loads(done.stdout))
+
+
+def test_an_unprivileged_daemons_commands_get_the_same_bounded_tmpfs_and_a_read_only_dev(workspace):
+    status, stdout, stderr, isolation = run_as_unprivileged_daemon(
+        f"id -u; stat -c %u /dev; touch /dev/x || echo dev-refused; {FILL_TMPFS}", workspace)
+    assert isolation == "bubblewrap"
+    uid = 65534 if os.geteuid() == 0 else os.geteuid()
+    # The command owns /dev (bwrap made it, in the command's user namespace), but cannot write there.
+    assert stdout.split() == [str(uid), str(uid), "dev-refused", str(TMP_SIZE), str(SHM_SIZE),
+                              "tmp-fits", "tmp-full", "shm-fits", "shm-full"], stderr
+    assert "Read-only file system" in stderr
+
+
+OLD_BWRAP = """#!/bin/sh
+# bubblewrap before 0.7: no --size. Everything else is the real one's.
+if [ "$1" = --help ]; then
+    env > "$0.help-env"
+    {bwrap} --help 2>&1 | grep -v -e --size
+    exit 0
+fi
+for arg; do
+    if [ "$arg" = --size ]; then echo "bwrap: Unknown option --size" >&2; exit 1; fi
+done
+exec {bwrap} "$@"
+"""
+
+
+async def test_an_old_bubblewrap_without_size_still_runs_and_says_tmp_is_unlimited(
+        workspace, tmp_path, monkeypatch, caplog):
+    from sandbox import runner
+
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    old = tmp_path / "bwrap-0.6"
+    old.write_text(OLD_BWRAP.format(bwrap=shutil.which("bwrap")))
+    old.chmod(0o755)
+    ok, why = runner.isolation_available(str(old))  # what `openclaw doctor` shows
+    assert ok and "WITHOUT a size limit on /tmp and /dev/shm" in why and "upgrade bubblewrap" in why
+    assert "WITHOUT a size limit" in caplog.text and str(old) in caplog.text  # the daemon's log
+    result = await run("df -B1 --output=size /tmp | tail -n 1", workspace, bwrap_path=str(old))
+    assert result.exit_status == 0 and int(result.stdout) > TMP_SIZE, result.stderr
+    # Asking bwrap what it can do does not hand it the daemon's environment either.
+    assert "hunter2" not in (tmp_path / "bwrap-0.6.help-env").read_text()
+    # The real bubblewrap here has --size: no such warning for it.
+    ok, why = runner.isolation_available()
+    assert ok and "WITHOUT a size limit" not in why
