@@ -7,6 +7,9 @@ Existing OpenClaw skills work unchanged."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import yaml
 
 from skills.base import Skill, SkillContext, SkillError
+from skills.builtin.file_paths import FILE_FLAGS, open_beneath, pread_all
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_LISTED_FILES = 50
@@ -37,6 +41,10 @@ class MarkdownSkill(Skill):
         # Instance attributes shadow the class-level declarations of Skill.
         self.name, self.description = name, description  # type: ignore[misc]
         self.folder, self.body = folder, body
+        # The folder as loaded: the admin's path may go through symlinks, but a folder swapped in
+        # there later (by whoever can write its parent) is not this skill's and is not read.
+        st = os.stat(folder)
+        self._identity = (st.st_dev, st.st_ino)
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         offset = args.get("offset", 0)
@@ -56,10 +64,22 @@ class MarkdownSkill(Skill):
         return page
 
     def _files(self) -> list[str]:
-        home = self.folder.resolve()
-        return sorted(str(p.relative_to(self.folder)) for p in self.folder.rglob("*")
-                      if p.is_file() and not p.is_symlink() and p.name != "SKILL.md"
-                      and p.resolve().is_relative_to(home))[:MAX_LISTED_FILES]
+        """The skill's regular files below its folder (not SKILL.md), walked by descriptor: symlinks
+        are neither listed nor followed into."""
+        folder = self._open_folder()
+        try:
+            found = []
+            for dirpath, _, filenames, fd in os.fwalk(".", dir_fd=folder):
+                for name in filenames:
+                    try:
+                        regular = stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+                    except OSError:
+                        continue
+                    if regular and name != "SKILL.md":
+                        found.append(os.path.join(dirpath, name)[2:])  # no "./"
+        finally:
+            os.close(folder)
+        return sorted(found)[:MAX_LISTED_FILES]
 
     def _file_text(self, name: str) -> str:
         """One of the files listed with the instructions: only those, so nothing outside the
@@ -67,20 +87,65 @@ class MarkdownSkill(Skill):
         files = self._files()
         if name not in files:
             raise SkillError(f"{name!r} is not one of this skill's files: {', '.join(files) or 'none'}")
-        data = (self.folder / name).read_bytes()[:MAX_FILE_BYTES + 1]
-        if len(data) > MAX_FILE_BYTES:
-            raise SkillError(f"{name} is larger than {MAX_FILE_BYTES:,} bytes")
+        data = self._read(name)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             raise SkillError(f"{name} is not text (not UTF-8)") from None
 
+    def _read(self, name: str) -> bytes:
+        """The listed file `name`, read through descriptors, so what is read is what was checked: a
+        symlink or FIFO put in its place since the listing is refused, not followed or waited on."""
+        folder = self._open_folder()
+        try:
+            fd = open_beneath(folder, tuple(name.split("/")), os.O_RDONLY)
+        except OSError as exc:
+            why = ("it, or a folder on its way, is now a symbolic link, which is not followed"
+                   if exc.errno in (errno.ELOOP, errno.ENOTDIR) else exc.strerror)
+            raise SkillError(f"{name} of the skill {self.name!r} could not be read: {why}") from None
+        finally:
+            os.close(folder)
+        try:
+            return _read_regular(fd, MAX_FILE_BYTES, name)
+        finally:
+            os.close(fd)
+
+    def _open_folder(self) -> int:
+        try:
+            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SkillError(f"the folder of the skill {self.name!r} ({self.folder}) cannot be opened: "
+                             f"{exc.strerror}") from None
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self._identity:
+            os.close(fd)
+            raise SkillError(f"the folder of the skill {self.name!r} ({self.folder}) was replaced since "
+                             "it was loaded; nothing was read (an admin can load it again with "
+                             "`openclaw reload`)")
+        return fd
+
+
+def _read_regular(fd: int, limit: int, name: str) -> bytes:
+    """At most `limit` bytes of the regular file open at `fd`, or a SkillError."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise SkillError(f"{name} is not a regular file (a pipe, device or folder); not read")
+    data = pread_all(fd, limit + 1, 0)
+    if max(st.st_size, len(data)) > limit:
+        raise SkillError(f"{name} is larger than {limit:,} bytes")
+    return data
+
 
 def parse_skill_md(path: Path) -> tuple[dict[str, Any], str]:
     """(front matter, body) of a SKILL.md file; raises ValueError saying what is wrong."""
-    raw = path.read_bytes()
-    if len(raw) > MAX_BODY_BYTES:
-        raise ValueError(f"{path} is larger than {MAX_BODY_BYTES} bytes")
+    # Non-blocking and only a regular file: a FIFO put there must not hang loading or a reload.
+    fd = os.open(path, os.O_RDONLY | (FILE_FLAGS & ~os.O_NOFOLLOW))
+    try:
+        raw = _read_regular(fd, MAX_BODY_BYTES, str(path))
+    except SkillError as exc:
+        raise ValueError(str(exc)) from None
+    finally:
+        os.close(fd)
     try:
         text = raw.decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
@@ -118,9 +183,9 @@ def load_skill_dirs(dirs: list[Path]) -> Iterator[tuple[Skill | None, str, str |
             path = folder / "SKILL.md"
             try:
                 meta, body = parse_skill_md(path)
+                skill = MarkdownSkill(meta["name"].strip(), " ".join(meta["description"].split()),
+                                      folder, body)
             except (ValueError, UnicodeDecodeError, OSError) as exc:
                 yield None, "", str(exc)
                 continue
-            name = meta["name"].strip()
-            yield MarkdownSkill(name, " ".join(meta["description"].split()), folder, body), \
-                f"SKILL.md: {folder}", None
+            yield skill, f"SKILL.md: {folder}", None

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email.errors
+import email.generator
 import email.policy
 import imaplib
+import io
 import ipaddress
 import logging
 import re
@@ -54,6 +57,15 @@ _ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})*")
 _NAMED = re.compile(r"\s*(?P<name>[^<>]*?)\s*<(?P<addr>[^<>]*)>\s*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _LINE_BREAK = re.compile(r"[\r\n]")
+# An RFC 2047 encoded word, or anything Python's lenient header parser might take for one: it decodes
+# them when the header is set, and before 3.11.10 / 3.12.5 (CVE-2024-6923) writes a decoded CR/LF out
+# raw, as a header of the model's choosing.
+_ENCODED_WORD = re.compile(r"=\?.*\?=", re.DOTALL)
+# How aiosmtplib writes an EmailMessage with ASCII addresses (ours are), so the check below reads the
+# header block as the server will; where Python has it (3.11.10+, 3.12.5+), the generator refuses to
+# write a header that would read back as more than one.
+_SMTP_POLICY = (email.policy.SMTP.clone(verify_generated_headers=True)
+                if hasattr(email.policy.SMTP, "verify_generated_headers") else email.policy.SMTP)
 
 _T = TypeVar("_T")
 
@@ -121,7 +133,8 @@ class EmailSkill(Skill):
             problems += _check_server_settings(settings, protocol)
         if "from_address" in settings:
             value = settings["from_address"]
-            if not isinstance(value, str) or _CONTROL.search(value) or _parse_address(value, "") is None:
+            if (not isinstance(value, str) or _CONTROL.search(value) or _ENCODED_WORD.search(value)
+                    or _parse_address(value, "") is None):
                 problems.append(f"from_address: not an email address: {value!r}; "
                                 "use e.g. \"bot@example.org\" or \"OpenClaw <bot@example.org>\"")
         if "timeout_s" in settings:
@@ -250,14 +263,23 @@ def _tls_context() -> ssl.SSLContext:
 
 def _parse_address(text: str, what: str) -> Address | None:
     """`addr@host` or `Name <addr@host>` as an Address; None when malformed. Raises SkillError on a
-    line break or control character, which could smuggle in extra headers."""
-    _refuse_control(text, what)
+    line break, control character or encoded word, which could smuggle in extra headers."""
+    _refuse_header_text(text, what)
     named = _NAMED.fullmatch(text)
     name, addr = (named["name"].strip('" '), named["addr"].strip()) if named else ("", text.strip())
     if len(addr) > 254 or not _ADDRESS.fullmatch(addr) or '"' in name or "\\" in name:
         return None
     local, _, domain = addr.rpartition("@")
     return Address(display_name=name, username=local, domain=domain.lower())
+
+
+def _refuse_header_text(text: str, what: str) -> None:
+    """Refuse what could become more than this one header once Python's email package has it."""
+    _refuse_control(text, what)
+    if _ENCODED_WORD.search(text):
+        raise SkillError(f"{what} contains an RFC 2047 encoded word (=?...?=), which could inject mail "
+                         "headers; refused, nothing was sent. Write the text itself (any language is "
+                         "fine); it is encoded for you.")
 
 
 def _refuse_control(text: str, what: str) -> None:
@@ -304,7 +326,7 @@ def _refused_message(refused: list[str], ctx: SkillContext) -> str:
 async def _send(args: dict[str, Any], ctx: SkillContext) -> str:
     to, cc = _recipients(args["to"], "to"), _recipients(args.get("cc", []), "cc")
     subject, body = args["subject"], args["body"]
-    _refuse_control(subject, "the subject")
+    _refuse_header_text(subject, "the subject")
     if not to:
         raise SkillError("'to' names no recipient; nothing was sent")
     if len(subject) > MAX_SUBJECT_CHARS or len(body) > MAX_BODY_CHARS:
@@ -338,6 +360,7 @@ async def _send(args: dict[str, Any], ctx: SkillContext) -> str:
 
 
 def _message(sender: Address, to: list[Address], cc: list[Address], subject: str, body: str) -> EmailMessage:
+    """The message to send; a SkillError if its header block would not be exactly these headers."""
     message = EmailMessage()
     message["From"] = sender
     message["To"] = to
@@ -347,7 +370,33 @@ def _message(sender: Address, to: list[Address], cc: list[Address], subject: str
     message["Date"] = format_datetime(localtime())
     message["Message-ID"] = make_msgid(domain=sender.domain)
     message.set_content(body)
+    _check_headers(message)
     return message
+
+
+def _check_headers(message: EmailMessage) -> None:
+    """Defence in depth, whatever Python's version: the header block as it will be sent holds exactly
+    the headers `message` was given, one each, in order, with no line break of its own (a CR/LF
+    the email package decoded from somewhere and wrote out raw would add a header or end the block)."""
+    out = io.BytesIO()
+    try:
+        email.generator.BytesGenerator(out, policy=_SMTP_POLICY).flatten(message)
+    except getattr(email.errors, "HeaderWriteError", ()) as exc:  # Python 3.11.10+ / 3.12.5+
+        raise SkillError(f"a header would have been written as more than one ({exc}); refused, "
+                         "nothing was sent") from None
+    block = out.getvalue().split(b"\r\n\r\n", 1)[0]
+    names = []
+    for line in block.split(b"\r\n"):
+        if b"\r" in line or b"\n" in line or not line.strip():
+            names.append("(a bare line break or blank line)")
+        elif line[:1] not in (b" ", b"\t"):  # not a folded continuation: a header of its own
+            names.append(line.split(b":", 1)[0][:60].decode("ascii", "replace").lower())
+    expected = [name.lower() for name in message.keys()]
+    if names != expected:
+        extra = sorted(set(names) - set(expected))
+        found = f"extra headers {', '.join(map(repr, extra))}" if extra else "its header block cut short"
+        raise SkillError(f"the message as written would have had {found}: the subject or an address "
+                         "hides a line break; refused, nothing was sent")
 
 
 async def _deliver(server: _Server, message: EmailMessage, sender: str,

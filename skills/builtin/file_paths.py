@@ -214,6 +214,24 @@ def _deny_if_link(target: Target, where: tuple[str, ...], fd: int, name: str, ex
                           "there when the path was checked (or it loops); it is not followed") from None
 
 
+def open_beneath(dir_fd: int, parts: tuple[str, ...], flags: int) -> int:
+    """A descriptor for the file dir_fd/parts[0]/.../parts[-1], for code with no Target (a SKILL.md
+    skill's files): each folder opened with O_NOFOLLOW from the one above it, as _open_dir does, and
+    the file with `flags | FILE_FLAGS`. A symlink anywhere below dir_fd is an OSError (ELOOP or
+    ENOTDIR), never followed; a FIFO opens without waiting for a writer (check it with fstat)."""
+    if not parts or any(part in ("", ".", "..") or "/" in part for part in parts):
+        raise OSError(errno.EINVAL, "not a plain relative path", "/".join(parts))
+    fd = os.open(".", DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        for part in parts[:-1]:
+            child = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return os.open(parts[-1], flags | FILE_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def open_file(target: Target, flags: int, *, create: bool = False) -> tuple[int, bool]:
     """(descriptor, whether we created the file) for the target file, through _open_dir."""
     if not target.parts:

@@ -25,6 +25,11 @@ BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB means binary, as git and g
 MAX_SEARCH_VISITS = 5000  # files and folders looked at by one search
 MAX_LINE_CHARS = 200  # of a matching line, in search results
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
+# All the search child is given of the daemon's environment, whose other variables hold bot tokens
+# and store passwords. It runs no programs and, started with -I, reads no PYTHON* variable; the
+# locale keeps its file names decoded as the daemon's are, and LD_LIBRARY_PATH is for a Python that
+# finds its libpython only through it.
+CHILD_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
 
 
 def search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool, max_results: int,
@@ -104,6 +109,10 @@ _CHILD_CODE = ("import sys; sys.path.insert(0, {root!r}); "
                "from skills.builtin.file_search import _search_child_main; _search_child_main()")
 
 
+def _child_env() -> dict[str, str]:
+    return {key: os.environ[key] for key in CHILD_ENV_KEYS if key in os.environ}
+
+
 async def search_in_child(fd: int, glob: str | None, pattern: str, max_results: int, max_file_bytes: int,
                           wall: float, uid: int) -> dict[str, Any]:
     """search_tree with `pattern` as a regular expression. A regular expression can backtrack for
@@ -115,7 +124,7 @@ async def search_in_child(fd: int, glob: str | None, pattern: str, max_results: 
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-I", "-c", _CHILD_CODE.format(root=PROJECT_ROOT),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, pass_fds=(fd,))
+            stderr=asyncio.subprocess.PIPE, pass_fds=(fd,), env=_child_env())
         job = {"fd": fd, "glob": glob, "pattern": pattern, "max_results": max_results,
                "max_file_bytes": max_file_bytes, "uid": uid}
         try:

@@ -5,6 +5,7 @@ Nothing leaves the machine; a refused recipient means nothing reaches the server
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,6 +154,58 @@ async def test_header_injection_is_refused_and_nothing_is_sent(tmp_path, smtp, a
     out = await h.call(args)
     assert not out.ok and what in out.text and "line break" in out.text and "nothing was sent" in out.text
     assert smtp.messages == []
+
+
+# RFC 2047 encoded words that decode to CR/LF: Python's email package decodes them when a header is
+# set, and Python before 3.11.10 / 3.12.5 writes the CR/LF out raw (CVE-2024-6923).
+INJECTED = "=?utf-8?q?Ann=0D=0AReply-To:_mallory@evil.test=0D=0AX-Injected:_yes?="
+
+
+@pytest.mark.parametrize("args, what", [
+    (send("ann@friends.org", subject="=?utf-8?q?Hi=0D=0AReply-To:_mallory@evil.test?="), "the subject"),
+    (send(f"{INJECTED} <ann@friends.org>"), "the recipient"),
+    (send(f"Ann {INJECTED} Smith <ann@friends.org>"), "the recipient"),
+    (send("ann@friends.org", cc=[f"{INJECTED} <carl@example.org>"]), "the recipient"),
+    # a local part may hold = and ?; the role allows anyone@example.org, so only this refusal stops it
+    (send("=?utf-8?q?x=0D=0AReply-To=3A=20mallory=40evil.test?=@example.org"), "the recipient"),
+])
+async def test_an_encoded_word_in_a_header_is_refused_and_nothing_is_sent(tmp_path, smtp, args, what):
+    h = harness(tmp_path, smtp_settings(smtp))
+    out = await h.call(args)
+    assert not out.ok and what in out.text and "encoded word" in out.text, out.text
+    assert "nothing was sent" in out.text
+    assert smtp.messages == []
+
+
+async def test_a_line_break_the_email_package_would_write_out_raw_never_reaches_the_server(
+        tmp_path, smtp, monkeypatch):
+    """The second layer alone: with encoded words let through, the header block as it would be sent
+    is checked (and, where Python has it, the generator refuses too), so nothing goes out."""
+    from skills.builtin import email as email_skill
+
+    monkeypatch.setattr(email_skill, "_ENCODED_WORD", re.compile(r"(?!)"))  # matches nothing
+    h = harness(tmp_path, smtp_settings(smtp))
+    for args in (send(f"{INJECTED} <ann@friends.org>"),
+                 send("ann@friends.org", subject="=?utf-8?q?Hi=0D=0AReply-To:_mallory@evil.test?="),
+                 send("ann@friends.org", subject="=?utf-8?q?Hi=0D=0A=0D=0AForged_body?=")):
+        out = await h.call(args)
+        assert not out.ok and "refused, nothing was sent" in out.text, out.text
+    assert smtp.messages == []
+
+
+async def test_a_non_ascii_subject_and_display_names_arrive_intact(tmp_path, smtp):
+    h = harness(tmp_path, smtp_settings(smtp, from_address="Café – Bot <bot@example.org>"))
+    out = await h.call(send("Zoë Ünïcode <ann@friends.org>", subject="Café – ünïcode, 10 = 5 × 2?",
+                            cc=["Åsa Öberg <carl@example.org>"]))
+    assert out.ok, out.text
+    [mail] = smtp.messages
+    message = mail.message
+    assert message["Subject"] == "Café – ünïcode, 10 = 5 × 2?"
+    assert [a.display_name for a in message["From"].addresses] == ["Café – Bot"]
+    assert [a.display_name for a in message["To"].addresses] == ["Zoë Ünïcode"]
+    assert [a.display_name for a in message["Cc"].addresses] == ["Åsa Öberg"]
+    assert message.keys() == ["From", "To", "Cc", "Subject", "Date", "Message-ID", "Content-Type",
+                              "Content-Transfer-Encoding", "MIME-Version"]
 
 
 @pytest.mark.parametrize("to", ["ann", "ann@", "@friends.org", "ann@@friends.org", "ann@friends..org",
@@ -320,6 +373,12 @@ def test_settings_errors_name_each_bad_key():
         assert any(p.startswith(f"skills.email.{key}:") for p in problems), (key, problems)
     assert "Imap-Secret-9" not in str(caught.value)
     assert any("clear text" in p for p in problems)  # a password over an unencrypted connection
+
+
+def test_an_encoded_word_in_from_address_is_a_settings_problem():
+    sender = "=?utf-8?q?Bot=0D=0ABcc:_x@evil.test?= <bot@x.org>"
+    problems = EmailSkill.check_settings({"from_address": sender})
+    assert [p.split(":")[0] for p in problems] == ["from_address"], problems
 
 
 def test_good_settings_have_no_problems():

@@ -511,6 +511,28 @@ async def test_a_backtracking_regex_is_stopped_at_the_wall_limit_and_the_daemon_
     assert ticks >= 10  # the event loop was free while the pattern ran
 
 
+async def test_the_regex_search_child_gets_none_of_the_daemons_environment(env, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:SECRET-TOKEN-IN-DAEMON-ENV")
+    monkeypatch.setenv("OPENCLAW_STORE_PASSWORD", "SECRET-db-Pa55word")
+    (env.workspace / "log.txt").write_text("error 42\n")
+    environs: list[bytes] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_and_look(*args, **kwargs):
+        proc = await spawn(*args, **kwargs)
+        # Read while it runs: it waits for its job on stdin, which comes only after we return.
+        environs.append(Path(f"/proc/{proc.pid}/environ").read_bytes())
+        return proc
+
+    monkeypatch.setattr(file_search.asyncio, "create_subprocess_exec", spawn_and_look)
+    found = await env.ok(action="search", path=".", pattern=r"error \d+", regex=True)
+    assert "log.txt:1: error 42" in found  # the child still works without them
+    [environ] = environs
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ.split(b"\0") if entry}
+    assert names <= {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH"}, names
+    assert b"SECRET" not in environ
+
+
 @as_root
 async def test_what_the_skill_creates_belongs_to_the_sandbox_uid(env):
     (env.workspace / "kept.txt").write_text("admin's")

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -341,6 +343,99 @@ async def test_a_long_skill_md_is_read_a_page_at_a_time(tmp_path):
             break
         offset = int(note.split("offset=")[1].split()[0])
     assert read == "Instructions of the skill 'long':\n\n" + body.strip()
+
+
+def notes_skill(tmp_path, monkeypatch=None, swap=None) -> tuple[Executor, Any, Path]:
+    """A SKILL.md skill `notes` with notes.txt and sub/deep.txt; with `swap`, the skill's listing
+    (the check that a file is one of its own) is followed at once by `swap()`, as a sandboxed
+    command writing the folder could do before the read."""
+    from skills.skill_md import MarkdownSkill
+
+    folder = tmp_path / "skills/notes"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: notes\ndescription: d\n---\nRead notes.txt.\n")
+    (folder / "notes.txt").write_text("harmless\n")
+    (folder / "sub/deep.txt").write_text("deep\n")
+    (tmp_path / "secret.txt").write_text("TOP-SECRET\n")
+    if swap is not None:
+        listed = MarkdownSkill._files
+
+        def listed_then_swapped(self):
+            files = listed(self)
+            swap(folder)
+            return files
+
+        monkeypatch.setattr(MarkdownSkill, "_files", listed_then_swapped)
+    executor = Executor(load_skills([], [folder], {}), Sandbox(), timeout_s=2)
+    policy = Policy({"r": Role("r", skills=frozenset({"notes"}))}, tmp_path, lambda u: "r")
+    return executor, policy.principal("x:1"), folder
+
+
+async def test_skill_md_files_in_subfolders_are_listed_and_read(tmp_path):
+    executor, principal, _ = notes_skill(tmp_path)
+    out = await executor.call("notes", {}, principal)
+    assert out.ok and "notes.txt, sub/deep.txt" in out.text, out.text
+    assert (await executor.call("notes", {"file": "sub/deep.txt"}, principal)).text == "deep\n"
+
+
+def _file_to_symlink(folder: Path) -> None:
+    (folder / "notes.txt").unlink()
+    os.symlink(folder.parent.parent / "secret.txt", folder / "notes.txt")
+
+
+def _folder_to_symlink(folder: Path) -> None:
+    elsewhere = folder.parent.parent / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "deep.txt").write_text((folder.parent.parent / "secret.txt").read_text())
+    (folder / "sub").rename(folder / "sub.old")
+    os.symlink(elsewhere, folder / "sub")
+
+
+@pytest.mark.parametrize("name, swap", [("notes.txt", _file_to_symlink),
+                                        ("sub/deep.txt", _folder_to_symlink)])
+async def test_a_skill_md_file_swapped_for_a_symlink_after_the_check_is_not_followed(
+        tmp_path, monkeypatch, name, swap):
+    executor, principal, _ = notes_skill(tmp_path, monkeypatch, swap)
+    out = await executor.call("notes", {"file": name}, principal)
+    assert not out.ok and "TOP-SECRET" not in out.text, out.text
+    assert "symbolic link, which is not followed" in out.text
+
+
+async def test_a_skill_md_file_swapped_for_a_fifo_is_refused_without_hanging(tmp_path, monkeypatch):
+    def to_fifo(folder: Path) -> None:
+        (folder / "notes.txt").unlink()
+        os.mkfifo(folder / "notes.txt")
+
+    executor, principal, folder = notes_skill(tmp_path, monkeypatch, to_fifo)
+    try:
+        out = await executor.call("notes", {"file": "notes.txt"}, principal)  # at most 2 s
+        assert not out.ok and "not a regular file" in out.text, out.text
+    finally:  # if a thread waits for a writer, let it go: a writer that comes and goes at once
+        os.close(os.open(folder / "notes.txt", os.O_RDWR | os.O_NONBLOCK))
+
+
+async def test_a_skill_md_folder_replaced_after_loading_is_not_read(tmp_path):
+    executor, principal, folder = notes_skill(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text((tmp_path / "secret.txt").read_text())
+    folder.rename(tmp_path / "notes.old")
+    os.symlink(elsewhere, folder)
+    for args in ({}, {"file": "notes.txt"}):
+        out = await executor.call("notes", args, principal)
+        assert not out.ok and "TOP-SECRET" not in out.text, out.text
+        assert "was replaced since it was loaded" in out.text and "openclaw reload" in out.text
+
+
+async def test_a_skill_md_that_is_a_fifo_does_not_hang_loading(tmp_path):
+    from skills.skill_md import parse_skill_md
+
+    os.mkfifo(tmp_path / "SKILL.md")
+    try:
+        with pytest.raises(ValueError, match="SKILL.md is not a regular file"):
+            await asyncio.wait_for(asyncio.to_thread(parse_skill_md, tmp_path / "SKILL.md"), 5)
+    finally:
+        os.close(os.open(tmp_path / "SKILL.md", os.O_RDWR | os.O_NONBLOCK))
 
 
 @pytest.mark.parametrize("content, problem", [
