@@ -7,18 +7,14 @@ status pairing, `dm_policy = "open"` or `openclaw users ...` gave them in the st
 from __future__ import annotations
 
 from openclaw.config import LOCAL_USER, Config, _check_user
-from openclaw.store.records import UserStatus, parse_user_key
+from openclaw.store.records import UserStatus
 
 
 def check_user(name: str) -> str:
     """A user named on the command line, as the config names them ("channel:id"), and one who can
-    exist: the terminal connector has exactly one user, the console's owner (LOCAL_USER). A
-    ValueError says what is wrong, in one line."""
-    user = _check_user(name.strip())
-    if parse_user_key(user)[0] == "terminal" and user != LOCAL_USER:
-        raise ValueError(f'the terminal has one user, "{LOCAL_USER}" (this machine\'s console); '
-                         f'there is no "{user}"')
-    return user
+    exist (`terminal:local` is the terminal's only user). A ValueError says what is wrong, in one
+    line."""
+    return _check_user(name.strip())
 
 
 def listed_in(config: Config, user: str) -> str:

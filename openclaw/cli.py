@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import pwd
+import shlex
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -28,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # its plugin set-up says seven INFO lines at every start
         logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
+        if args.command in WRITES_DATA_DIR:
+            not_as_root = _not_as_root(args, sys.argv[1:] if argv is None else argv)
+            if not_as_root:
+                print(f"openclaw {args.command}: {not_as_root}", file=sys.stderr)
+                return 1
         return args.func(args)
     except ConfigError as exc:
         print(f"config error:\n{exc}", file=sys.stderr)
@@ -47,6 +54,39 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+# Commands that may create files in data_dir (the lock, the database, workspaces, the console).
+WRITES_DATA_DIR = frozenset({"run", "chat", "db", "pairing", "users", "skills", "reminders"})
+
+
+def _not_as_root(args: argparse.Namespace, argv: list[str]) -> str | None:
+    """Why root must not run this command: data_dir belongs to another user (a system service's
+    `User=`). A file root made there (the lock, a new database, a workspace) is one the daemon
+    cannot open, and the service would fail at its next start."""
+    if os.geteuid() != 0:
+        return None
+    data_dir = data_dir_of(args.config)
+    try:
+        owner = data_dir.stat().st_uid
+    except FileNotFoundError:
+        return None
+    if owner == 0:
+        return None
+    try:
+        name = pwd.getpwuid(owner).pw_name
+    except KeyError:
+        name = f"#{owner}"  # sudo's spelling of a uid without a name
+    return (f"{data_dir} belongs to {name}, the daemon's user, and files root made there would be "
+            f"ones the daemon cannot open; run this as {name}: "
+            f"sudo -u {shlex.quote(name)} {shlex.join([_program(), *argv])}")
+
+
+def _program() -> str:
+    """How this openclaw was started, for a command line to copy: its script's path, which
+    another user's PATH (sudo's secure_path) may not find by name."""
+    script = Path(sys.argv[0])
+    return str(script.absolute()) if script.name == "openclaw" else "openclaw"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,9 +150,9 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    # Until the daemon's own handler is in (after the start's first steps), a SIGHUP, asking for a
-    # file that is read right here, must not end it: its default action would.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Until the daemon's own handler is in (after the start's first steps), a SIGHUP must not end
+    # it, as its default action would: it asks for a reload, done once started.
+    reload.keep_early_reloads()
     config = load_config(args.config)
     return asyncio.run(_run_daemon(config, terminal=None))
 

@@ -182,7 +182,8 @@ _USER_RE = re.compile(r"(?P<channel>[a-z][a-z0-9_-]*):(?P<id>\S+)")
 
 
 def _check_user(name: str) -> str:
-    """A user is `channel:id`; catch the mistakes admins really make, with the fix in the message."""
+    """A user is `channel:id`, and one who can exist; catch the mistakes admins really make, with
+    the fix in the message."""
     m = _USER_RE.fullmatch(name)
     if m is None:
         raise ValueError(
@@ -197,6 +198,12 @@ def _check_user(name: str) -> str:
         # Usernames can be changed and taken over; the numeric id is what the connector sees.
         raise ValueError(
             f'{channel} users are named by their numeric id, e.g. "{channel}:1001", not a username'
+        )
+    if channel == "terminal" and name != LOCAL_USER:
+        # The terminal connector only ever sees the console's owner: any other entry matches no one.
+        raise ValueError(
+            f'the terminal has one user, "{LOCAL_USER}" (the console\'s owner), so "{name}" is no one; '
+            'other users are "telegram:ID" or "discord:ID"'
         )
     return name
 
@@ -356,6 +363,9 @@ class AccessConfig(_Section):
             both = [u for u in blocked if u in info.data.get(listed, ())]
             if both:
                 raise ValueError(f"{', '.join(both)} cannot be both in access.{listed} and blocked")
+        if LOCAL_USER in blocked:  # as `openclaw users block terminal:local` refuses
+            raise ValueError(f"{LOCAL_USER}, the console's owner, is never shut out of their own "
+                             "terminal; remove it from blocked")
         return blocked
 
     @field_validator("roles")
@@ -1025,7 +1035,8 @@ _STARTER = '''\
 # e.g. url = "postgresql+asyncpg://openclaw:PASSWORD@localhost/openclaw"
 
 [access]
-# Users are "channel:id": "telegram:1001", "discord:42", "terminal:local".
+# Users are "channel:id": "telegram:1001", "discord:42", or "terminal:local" (the console's owner,
+# the terminal's one user).
 # Find your Telegram id by messaging the bot: the pairing request shows it.
 # Admins may do everything and approve pairing requests.
 admins = []

@@ -19,7 +19,7 @@ from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.gateway import Gateway
 from openclaw.metrics import Metrics
-from openclaw.reload import Outcome, merge, write_outcome
+from openclaw.reload import Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
@@ -134,6 +134,8 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self._hangup)
+        if asked_early() and self.hangup_reloads:  # one came while `openclaw run` began
+            self._hangup()
         skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
         self.store = await Store.open(cfg.store.url)
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and

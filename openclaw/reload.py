@@ -24,7 +24,22 @@ RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "telegram", "discord")
 
 OUTCOME_FILE = "reload.json"
+_asked_early: list[int] = []  # SIGHUPs that came before the daemon's own handler was in
 ANSWER_WAIT_S = 15.0  # a reload takes milliseconds; a daemon busy loading skills may take longer
+
+
+def keep_early_reloads() -> None:
+    """From now until the daemon's start puts its own handler in, a SIGHUP (a reload asked for
+    while the file is being read, or the model loads) is kept for the daemon to honour once
+    started, instead of ending the process, which is its default action."""
+    signal.signal(signal.SIGHUP, lambda signum, _frame: _asked_early.append(signum))
+
+
+def asked_early() -> bool:
+    """Whether a SIGHUP came before the daemon's handler was in (see keep_early_reloads); once."""
+    asked = bool(_asked_early)
+    _asked_early.clear()
+    return asked
 
 
 def merge(running: Config, loaded: Config) -> tuple[Config, list[str], list[str]]:

@@ -220,6 +220,35 @@ def test_commands_refuse_a_terminal_user_other_than_the_console(tmp_path):
     assert not (tmp_path / "data").exists()  # each refused before the store was opened
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="what root may do in another user's data_dir")
+def test_root_is_sent_to_the_data_dirs_owner_before_anything_is_written(tmp_path):
+    # A system service runs as its User=; `sudo openclaw users allow ...` would leave root-owned
+    # files (the lock, a new database) the service cannot open at its next start.
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    os.chown(data_dir, 65534, 65534)
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{data_dir}"\n[admin]\nenabled = false\n')
+
+    def cli(*argv):
+        return run(["--config", str(config), *argv], tmp_path, timeout=60)
+
+    for argv in (["users", "allow", "telegram:5"], ["db", "upgrade"], ["pairing", "list"],
+                 ["reminders"], ["skills", "run", "clock", "--as", "terminal:local"], ["run"],
+                 ["chat"]):
+        refused = cli(*argv)
+        assert refused.returncode == 1, (argv, refused.stderr)
+        owner = __import__("pwd").getpwuid(65534).pw_name
+        assert f"belongs to {owner}, the daemon's user" in refused.stderr, argv
+        assert f"sudo -u {owner} " in refused.stderr and " ".join(argv) in refused.stderr, argv
+    assert list(data_dir.iterdir()) == []
+    # Read-only checks are root's to run; and a data_dir of root's own is root's to write.
+    assert "✓ config: " in cli("doctor", "--skip-model").stdout
+    os.chown(data_dir, 0, 0)
+    assert cli("users", "allow", "telegram:5").returncode == 0
+    assert (data_dir / "openclaw.db").stat().st_uid == 0
+
+
 def test_users_lists_the_configs_users_and_the_console_once_each_in_order(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'data_dir = "{tmp_path}/data"\n[access]\nadmins = ["telegram:1"]\n'

@@ -296,12 +296,51 @@ def test_bad_user_name_as_a_roles_key(tmp_path: Path):
     assert problem.startswith('access.roles.bob = "bob": expected a user "channel:id"')
 
 
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ('admins = ["terminal:bob"]', "access.admins[0]"),
+        ('allow = ["terminal:local", "terminal:bob"]', "access.allow[1]"),
+        ('blocked = ["terminal:bob"]', "access.blocked[0]"),
+        # Only the user is reported, not also its role "dev" as undefined.
+        ('roles = { "terminal:bob" = "dev" }', 'access.roles."terminal:bob"'),
+    ],
+)
+def test_a_terminal_user_other_than_the_console_is_refused_naming_the_key(tmp_path: Path, line: str,
+                                                                           key: str):
+    # The terminal connector only ever sees terminal:local: "terminal:bob" would match no one.
+    problem = only_problem(write(tmp_path, f"[access]\n{line}\n"))
+    assert problem.startswith(f'{key} = "terminal:bob": the terminal has one user, "terminal:local" '
+                              "(the console's owner)"), problem
+    assert '"telegram:ID" or "discord:ID"' in problem  # what to write instead
+
+
+def test_the_consoles_owner_may_be_named_anywhere_a_user_is(tmp_path: Path):
+    config = load_config(write(tmp_path, '''
+        [access]
+        admins = ["terminal:local"]
+        allow = ["terminal:local"]
+        roles = { "terminal:local" = "family" }
+        [roles.family]
+        skills = ["clock"]
+        '''))
+    assert config.access.admins == config.access.allow == ["terminal:local"]
+    assert config.user_role("terminal:local") == "family"
+
+
 @pytest.mark.parametrize("listed", ["admins", "allow"])
 def test_a_user_let_in_cannot_also_be_blocked(tmp_path: Path, listed):
     problem = only_problem(write(tmp_path, f'[access]\n{listed} = ["telegram:1"]\n'
                                            'blocked = ["telegram:1"]\n'))
     assert problem.startswith('access.blocked = ["telegram:1"]: ')
     assert f"both in access.{listed} and blocked" in problem
+
+
+def test_the_consoles_owner_cannot_be_blocked(tmp_path: Path):
+    # The console is always let in: such an entry would change nothing, silently.
+    problem = only_problem(write(tmp_path, '[access]\nblocked = ["telegram:1", "terminal:local"]\n'))
+    assert problem.startswith('access.blocked = ["telegram:1", "terminal:local"]: ')
+    assert "never shut out of their own terminal" in problem
 
 
 def test_non_loopback_admin_host_is_refused_unless_allowed(tmp_path: Path):

@@ -21,12 +21,14 @@ _ids = itertools.count()
 
 
 class RecordingConnector:
-    """A connector that records what the daemon sends, per chat."""
+    """A connector that records what the daemon sends, per chat. The terminal's (by default) has
+    one user, the console's owner "local"; stand-ins for everyone else come through a remote
+    channel, `RecordingConnector("telegram")`, named by numeric id as Telegram names them."""
 
-    name = "terminal"
     max_message_len = 4096
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "terminal") -> None:
+        self.name = name
         self.sent: list[tuple[str, str]] = []
         self.handler = None
         self.new_message = asyncio.Event()
@@ -73,16 +75,19 @@ def msg(text: str, user: str = "local", chat: str | None = None, mid: str | None
     return InboundMessage(channel, user, chat or user, mid or f"m{next(_ids)}", text, is_group=is_group)
 
 
-async def started(tmp_path, model, extra: str = "") -> tuple[Daemon, RecordingConnector]:
+async def started(tmp_path, model, extra: str = "",
+                  also: tuple[RecordingConnector, ...] = ()) -> tuple[Daemon, RecordingConnector]:
+    """The daemon with the terminal's connector, and `also` these (a remote channel's)."""
     conn = RecordingConnector()
-    daemon = Daemon(config(tmp_path, extra), model=model, connectors=[conn])
+    daemon = Daemon(config(tmp_path, extra), model=model, connectors=[conn, *also])
     await daemon.start()
     return daemon, conn
 
 
 async def say(daemon: Daemon, conn: RecordingConnector, text: str, **kw) -> str:
+    """`text` sent through `conn` (by default from the console's owner), and the reply to it."""
     before = len(conn.sent)
-    await conn.handler(msg(text, **kw))
+    await conn.handler(msg(text, **{"channel": conn.name, **kw}))
     await daemon.gateway.wait_idle()
     assert len(conn.sent) > before, f"no reply to {text!r}"
     return conn.sent[-1][1]
@@ -148,13 +153,14 @@ async def test_history_over_budget_is_compacted_into_a_summary_and_kept_in_the_s
 
 async def test_conversations_run_in_parallel_and_each_stays_ordered(tmp_path):
     model = ScriptedModel(lambda m: "re: " + last_user(m), chunk=2, delay=0.01)
-    daemon, conn = await started(tmp_path, model, "[access.roles]\n")
-    await daemon.store.set_user_status("terminal", "other", "allowed")
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, "[access.roles]\n", also=(tg,))
+    await daemon.store.set_user_status("telegram", "4242", "allowed")
     slow = asyncio.Event()
     model.gate = slow  # every stream waits at its first chunk until released
     await conn.handler(msg("a1 a1 a1 a1 a1"))
     await conn.handler(msg("a2"))
-    await conn.handler(msg("b1", user="other"))
+    await tg.handler(msg("b1", user="4242", channel="telegram"))
     await until(lambda: len(model.prompts) >= 2)
     await asyncio.sleep(0.05)
     # both conversations are generating at once; a2 waits behind a1
@@ -163,7 +169,7 @@ async def test_conversations_run_in_parallel_and_each_stays_ordered(tmp_path):
     slow.set()
     await daemon.gateway.wait_idle()
     assert conn.texts("local") == ["re: a1 a1 a1 a1 a1", "re: a2"]
-    assert conn.texts("other") == ["re: b1"]
+    assert tg.texts("4242") == ["re: b1"]
     await daemon.stop()
 
 
@@ -188,47 +194,49 @@ async def test_stop_aborts_generation_and_the_conversation_stays_usable(tmp_path
 
 async def test_unknown_user_gets_pairing_code_and_no_reply_until_approved(tmp_path):
     model = ScriptedModel(lambda m: "hello friend")
-    daemon, conn = await started(tmp_path, model)
-    await conn.handler(msg("hi", user="4242", channel="terminal"))
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, also=(tg,))
+    await tg.handler(msg("hi", user="4242", channel="telegram"))
     await daemon.gateway.wait_idle()
-    assert len(conn.texts("4242")) == 1
-    assert "pairing code" in conn.texts("4242")[0]
+    assert len(tg.texts("4242")) == 1
+    assert "pairing code" in tg.texts("4242")[0]
     assert model.prompts == []  # nothing reached the model
     codes = await daemon.store.list_pairing_codes()
-    assert [c.user for c in codes] == ["terminal:4242"]
-    assert codes[0].code in conn.texts("4242")[0]
+    assert [c.user for c in codes] == ["telegram:4242"]
+    assert codes[0].code in tg.texts("4242")[0]
     assert await daemon.store.approve_pairing(codes[0].code) is not None
-    assert await say(daemon, conn, "hi again", user="4242") == "hello friend"
+    assert await say(daemon, tg, "hi again", user="4242") == "hello friend"
     await daemon.stop()
 
 
 async def test_the_owner_answers_pairing_requests_from_the_chat(tmp_path):
     model = ScriptedModel(lambda m: "hello friend")
-    daemon, conn = await started(tmp_path, model)
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, also=(tg,))
     for user in ("4242", "5353"):
-        await conn.handler(msg("hi", user=user))
+        await tg.handler(msg("hi", user=user, channel="telegram"))
     await daemon.gateway.wait_idle()
     codes = {c.user: c.code for c in await daemon.store.list_pairing_codes()}
     listing = await say(daemon, conn, "/pairing")  # the console's owner is an admin
-    assert all(code in listing for code in codes.values()) and "terminal:5353" in listing
-    assert await say(daemon, conn, f"/pairing approve {codes['terminal:4242'].lower()}") == \
-        "Approved terminal:4242 (no name)."
-    assert await say(daemon, conn, "hi again", user="4242") == "hello friend"
+    assert all(code in listing for code in codes.values()) and "telegram:5353" in listing
+    assert await say(daemon, conn, f"/pairing approve {codes['telegram:4242'].lower()}") == \
+        "Approved telegram:4242 (no name)."
+    assert await say(daemon, tg, "hi again", user="4242") == "hello friend"
     # A paired user may not let others in, nor see who asked.
-    refused = await say(daemon, conn, f"/pairing approve {codes['terminal:5353']}", user="4242")
-    assert refused.startswith("Only the owner") and codes["terminal:5353"] not in refused
-    assert "Denied terminal:5353" in await say(daemon, conn, f"/pairing deny {codes['terminal:5353']}")
-    assert (await daemon.store.get_user("terminal", "5353")).status == "blocked"
+    refused = await say(daemon, tg, f"/pairing approve {codes['telegram:5353']}", user="4242")
+    assert refused.startswith("Only the owner") and codes["telegram:5353"] not in refused
+    assert "Denied telegram:5353" in await say(daemon, conn, f"/pairing deny {codes['telegram:5353']}")
+    assert (await daemon.store.get_user("telegram", "5353")).status == "blocked"
     assert "No pending pairing code" in await say(daemon, conn, "/pairing approve NOPE1234")
-    await conn.handler(msg("hi", user="6464"))
+    await tg.handler(msg("hi", user="6464", channel="telegram"))
     await daemon.gateway.wait_idle()
-    code = next(c.code for c in await daemon.store.list_pairing_codes() if c.user == "terminal:6464")
+    code = next(c.code for c in await daemon.store.list_pairing_codes() if c.user == "telegram:6464")
     # In a group even the owner's /pairing shows nobody's code and answers none.
     for text in ("/pairing", f"/pairing approve {code}"):
         in_group = await say(daemon, conn, text, chat="group-1", is_group=True)
         assert in_group.startswith("Pairing requests are answered in a private chat")
         assert code not in in_group and "6464" not in in_group
-    assert (await daemon.store.get_user("terminal", "6464")).status == "pending"
+    assert (await daemon.store.get_user("telegram", "6464")).status == "pending"
     assert len(model.prompts) == 1  # commands, not turns
     await daemon.stop()
 
@@ -237,46 +245,48 @@ async def test_a_running_daemon_follows_block_revoke_and_deny_made_in_the_store(
     """What `openclaw users block|revoke` and `openclaw pairing deny` write, from another process,
     applies to the next message: no restart, no stale cache of who was allowed."""
     model = ScriptedModel(lambda m: "hello friend")
-    daemon, conn = await started(tmp_path, model)
-    await conn.handler(msg("hi", user="4242", channel="terminal"))
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, also=(tg,))
+    await tg.handler(msg("hi", user="4242", channel="telegram"))
     await daemon.gateway.wait_idle()
     [code] = await daemon.store.list_pairing_codes()
     await daemon.store.approve_pairing(code.code)
-    assert await say(daemon, conn, "hi again", user="4242") == "hello friend"
+    assert await say(daemon, tg, "hi again", user="4242") == "hello friend"
 
-    await daemon.store.set_user_status("terminal", "4242", "blocked")
-    before = len(conn.texts("4242"))
-    await conn.handler(msg("still there?", user="4242", channel="terminal"))
+    await daemon.store.set_user_status("telegram", "4242", "blocked")
+    before = len(tg.texts("4242"))
+    await tg.handler(msg("still there?", user="4242", channel="telegram"))
     await daemon.gateway.wait_idle()
-    assert len(conn.texts("4242")) == before and len(model.prompts) == 1  # nothing, not even a code
+    assert len(tg.texts("4242")) == before and len(model.prompts) == 1  # nothing, not even a code
 
-    await daemon.store.set_user_status("terminal", "4242", "pending")  # revoked: pair again
-    await conn.handler(msg("let me in", user="4242", channel="terminal"))
+    await daemon.store.set_user_status("telegram", "4242", "pending")  # revoked: pair again
+    await tg.handler(msg("let me in", user="4242", channel="telegram"))
     await daemon.gateway.wait_idle()
-    assert "pairing code" in conn.texts("4242")[-1] and len(model.prompts) == 1
+    assert "pairing code" in tg.texts("4242")[-1] and len(model.prompts) == 1
     [again] = await daemon.store.list_pairing_codes()
     assert again.code != code.code  # the used one is not live again
     denied = await daemon.store.deny_pairing(again.code)
     assert denied.status == "blocked"
     assert await daemon.store.list_pairing_codes() == []
-    await conn.handler(msg("please", user="4242", channel="terminal"))
+    await tg.handler(msg("please", user="4242", channel="telegram"))
     await daemon.gateway.wait_idle()
-    assert len(conn.texts("4242")) == before + 1 and len(model.prompts) == 1
+    assert len(tg.texts("4242")) == before + 1 and len(model.prompts) == 1
     await daemon.stop()
 
 
 async def test_messages_of_a_user_blocked_meanwhile_are_not_answered(tmp_path):
     model = ScriptedModel(lambda m: "answer to " + m[-1]["content"])
     model.gate = asyncio.Event()  # the first answer waits: the next message queues behind it
-    daemon, conn = await started(tmp_path, model)
-    await daemon.store.set_user_status("terminal", "4242", "allowed")
-    await conn.handler(msg("first", user="4242"))
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, also=(tg,))
+    await daemon.store.set_user_status("telegram", "4242", "allowed")
+    await tg.handler(msg("first", user="4242", channel="telegram"))
     await until(lambda: model.prompts)
-    await conn.handler(msg("second (queued)", user="4242"))
-    await daemon.store.set_user_status("terminal", "4242", "blocked")  # openclaw users block
+    await tg.handler(msg("second (queued)", user="4242", channel="telegram"))
+    await daemon.store.set_user_status("telegram", "4242", "blocked")  # openclaw users block
     model.gate.set()  # the first answer is written after the block: it is not sent either
     await daemon.gateway.wait_idle()
-    assert conn.texts("4242") == [] and len(model.prompts) == 1
+    assert tg.texts("4242") == [] and len(model.prompts) == 1
     assert await daemon.store.pending_inbound() == []  # marked failed: not answered after a restart
     await daemon.stop()
 
@@ -296,15 +306,15 @@ async def test_a_user_taken_out_of_access_allow_is_no_longer_let_in(tmp_path):
     model = ScriptedModel(lambda m: "hello friend")
     path = tmp_path / "openclaw.toml"
     config(tmp_path)  # writes the file
-    listed = path.read_text().replace('dm_policy = "pairing"', 'allow = ["terminal:77"]\n'
+    listed = path.read_text().replace('dm_policy = "pairing"', 'allow = ["telegram:77"]\n'
                                       'dm_policy = "pairing"')
     for allowed in (True, False):
-        path.write_text(listed if allowed else listed.replace('allow = ["terminal:77"]', ""))
-        conn = RecordingConnector()
+        path.write_text(listed if allowed else listed.replace('allow = ["telegram:77"]', ""))
+        conn = RecordingConnector("telegram")
         daemon = Daemon(load_config(path), model=model, connectors=[conn])
         await daemon.start()
         try:
-            await conn.handler(msg("hi", user="77"))
+            await conn.handler(msg("hi", user="77", channel="telegram"))
             await daemon.gateway.wait_idle()
             [answer] = conn.texts("77")
             assert (answer == "hello friend") is allowed and ("pairing code" in answer) is not allowed
@@ -390,15 +400,16 @@ async def test_drain_timeout_aborts_a_stuck_reply_and_it_is_answered_after_resta
 
 async def test_status_and_help_commands_answer_without_the_model(tmp_path):
     model = ScriptedModel(lambda m: "x")
-    daemon, conn = await started(tmp_path, model)
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, also=(tg,))
     status = await say(daemon, conn, "/status")
     assert "Tokens used today" in status and "scripted" in status
     assert "/new" in await say(daemon, conn, "/help")
     assert model.prompts == []
     await daemon.store.add_usage("terminal:local", 1000, 234)
-    await daemon.store.set_user_status("terminal", "99", "allowed")  # an ordinary user
+    await daemon.store.set_user_status("telegram", "99", "allowed")  # an ordinary user
     assert status.endswith("Tokens used today: you 0, everyone 0")  # the owner sees everyone's
-    theirs = await say(daemon, conn, "/status", user="99")
+    theirs = await say(daemon, tg, "/status", user="99")
     assert theirs.endswith("Tokens used today: you 0"), theirs  # others' use is not theirs to see
     assert (await say(daemon, conn, "/status")).endswith("you 1234, everyone 1234")
     in_group = await say(daemon, conn, "/status", chat="group-1", is_group=True)
@@ -454,16 +465,17 @@ async def test_recovery_skips_users_blocked_in_config_since(tmp_path):
     cfg = config(tmp_path)
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     store = await Store.open(cfg.store.url)
-    await store.set_user_status("terminal", "spammer", "allowed")
-    await store.record_inbound("terminal", "x1", "terminal:spammer", "spammer", "spam spam")
+    spammer = "13"  # a Telegram user
+    await store.set_user_status("telegram", spammer, "allowed")
+    await store.record_inbound("telegram", "x1", f"telegram:{spammer}", spammer, "spam spam")
     await store.close()
-    conn = RecordingConnector()
+    conn = RecordingConnector("telegram")
     model = ScriptedModel(lambda m: "answered " + last_user(m))
     daemon = Daemon(config(tmp_path, "").model_copy(update={"access": cfg.access.model_copy(
-        update={"blocked": ["terminal:spammer"]})}), model=model, connectors=[conn])
+        update={"blocked": [f"telegram:{spammer}"]})}), model=model, connectors=[conn])
     await daemon.start()
     await daemon.gateway.wait_idle()
-    assert conn.texts("spammer") == [] and model.prompts == []
+    assert conn.texts(spammer) == [] and model.prompts == []
     await daemon.stop()
 
 

@@ -16,7 +16,8 @@ GROUP = "group-7"
 
 
 def group(text: str, user: str):
-    return msg(text, user=user, chat=GROUP, is_group=True)
+    """`text` from Telegram user `user` (a numeric id) in the group."""
+    return msg(text, user=user, chat=GROUP, channel="telegram", is_group=True)
 
 
 def reply(prompt: list[dict]) -> str:
@@ -32,7 +33,7 @@ async def test_users_in_one_group_cannot_act_for_each_other(tmp_path):
     path.write_text(f"""
 data_dir = "{tmp_path / 'data'}"
 [access]
-allow = ["terminal:1", "terminal:2"]
+allow = ["telegram:1", "telegram:2"]
 [admin]
 enabled = false
 [skills]
@@ -43,7 +44,7 @@ timezone = "UTC"
 approval = ["files"]
 """)
     model = ScriptedModel(reply)
-    conn = RecordingConnector()
+    conn = RecordingConnector("telegram")
     daemon = Daemon(load_config(path), model=model, connectors=[conn])
     await daemon.start()
     try:
@@ -58,7 +59,7 @@ approval = ["files"]
         for text in (f"/approve {number}", f"/deny {number}"):
             assert "waiting for you" in await answer(text, "2")
         assert await answer("/stop", "2") == "Nothing to stop."
-        await daemon.store.add_usage("terminal:2", 1, 1)
+        await daemon.store.add_usage("telegram:2", 1, 1)
         assert "everyone" not in await answer("/status", "2")
         before = len(conn.sent)
         for text in (f"/approve {number}", "/status", "hello"):  # a stranger: not even a code
@@ -71,12 +72,12 @@ approval = ["files"]
         await conn.handler(group(f"/approve {number}", "1"))
         await until(lambda: any(t.startswith("seen: please SECRET-A") for t in conn.texts(GROUP)))
         written = list((tmp_path / "data").rglob("a.txt"))
-        assert [p.read_text() for p in written] == ["from A"] and written[0].parent.name == "terminal-1"
+        assert [p.read_text() for p in written] == ["from A"] and written[0].parent.name == "telegram-1"
 
         assert "B-PRIVATE-THING" not in await answer("/reminders", "1")
-        a_conversation = (await daemon.store.active_conversation("terminal:1", GROUP, "terminal")).id
+        a_conversation = (await daemon.store.active_conversation("telegram:1", GROUP, "telegram")).id
         await answer("/new", "2")
-        assert (await daemon.store.active_conversation("terminal:1", GROUP, "terminal")).id == \
+        assert (await daemon.store.active_conversation("telegram:1", GROUP, "telegram")).id == \
             a_conversation  # B's /new archived B's conversation only
         assert (await answer("hello from B", "2")) == "seen: hello from B"
         assert "seen: please SECRET-A | hello again" == await answer("hello again", "1")

@@ -21,9 +21,12 @@ import pytest
 from openclaw import cli, reload
 from openclaw.config import Config, ConfigError, data_dir_of, load_config
 from openclaw.daemon import Daemon, Holder, lock_holder
+from openclaw.gateway_types import InboundMessage
 from openclaw.users_cli import data_dir_held
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, msg, until
+
+ANN = "1001"  # a Telegram user: "telegram:1001" in the file (the terminal's one user is the console)
 
 BASE = """
 data_dir = "{data}"
@@ -33,7 +36,7 @@ enabled = false
 max_num_seqs = 8
 [access]
 admins = ["terminal:local"]
-allow = ["terminal:ann"]
+allow = ["telegram:1001"]
 [skills]
 enabled = ["clock", "shell"]
 [roles.user]
@@ -63,7 +66,7 @@ async def running(tmp_path: Path, **kw) -> AsyncIterator[tuple[Daemon, Recording
                                                                 OfferedTools, Path]]:
     path = tmp_path / "openclaw.toml"
     write(path)
-    conn, model = RecordingConnector(), OfferedTools()
+    conn, model = RecordingConnector("telegram"), OfferedTools()
     daemon = Daemon(load_config(path), model=model, connectors=[conn], **kw)
     await daemon.start()
     try:
@@ -72,8 +75,12 @@ async def running(tmp_path: Path, **kw) -> AsyncIterator[tuple[Daemon, Recording
         await daemon.stop()
 
 
-async def ask(daemon: Daemon, conn: RecordingConnector, text: str, user: str = "ann") -> None:
-    await conn.handler(msg(text, user=user))
+def from_ann(text: str) -> InboundMessage:
+    return msg(text, user=ANN, channel="telegram")
+
+
+async def ask(daemon: Daemon, conn: RecordingConnector, text: str) -> None:
+    await conn.handler(from_ann(text))
     await daemon.gateway.wait_idle()
 
 
@@ -91,17 +98,17 @@ async def test_a_role_granted_a_skill_is_offered_it_at_the_next_message(tmp_path
 async def test_access_lists_follow_the_reload_for_users_already_admitted(tmp_path):
     async with running(tmp_path) as (daemon, conn, model, path):
         await ask(daemon, conn, "hello")  # ann is let in by the config, and remembered as such
-        assert conn.texts("ann") == ["ok"]
-        path.write_text(path.read_text().replace('allow = ["terminal:ann"]',
-                                                 'allow = []\nblocked = ["terminal:ann"]'))
+        assert conn.texts(ANN) == ["ok"]
+        path.write_text(path.read_text().replace('allow = ["telegram:1001"]',
+                                                 'allow = []\nblocked = ["telegram:1001"]'))
         assert (await daemon.reload()).applied == ["access"]
         await ask(daemon, conn, "still there?")
-        assert conn.texts("ann") == ["ok"]  # no answer, not even a pairing code: blocked
+        assert conn.texts(ANN) == ["ok"]  # no answer, not even a pairing code: blocked
         assert "still there?" not in model.offered
-        path.write_text(path.read_text().replace('blocked = ["terminal:ann"]', ""))
+        path.write_text(path.read_text().replace('blocked = ["telegram:1001"]', ""))
         await daemon.reload()
         await ask(daemon, conn, "and now?")  # neither listed nor paired: a pairing code
-        assert "pairing code" in conn.texts("ann")[-1] and "and now?" not in model.offered
+        assert "pairing code" in conn.texts(ANN)[-1] and "and now?" not in model.offered
 
 
 async def test_a_config_that_does_not_load_changes_nothing_and_names_the_key(tmp_path):
@@ -117,7 +124,7 @@ async def test_a_config_that_does_not_load_changes_nothing_and_names_the_key(tmp
         outcome = await daemon.reload()
         assert not outcome.ok and "invalid TOML" in outcome.problems[0]
         await ask(daemon, conn, "served as before")
-        assert model.offered["served as before"] == ["clock"] and conn.texts("ann") == ["ok"]
+        assert model.offered["served as before"] == ["clock"] and conn.texts(ANN) == ["ok"]
         write(path)  # as it was
         assert (await daemon.reload()).ok
         # What an alert on /metrics watches: a reload that failed.
@@ -251,17 +258,17 @@ async def test_a_reload_while_the_store_is_asked_leaves_no_blocked_user_listed(t
             return await ensure_user(*args, **kw)
 
         daemon.store.ensure_user = slow_ensure_user
-        first = asyncio.create_task(conn.handler(msg("hello", user="ann")))  # admitted by the config
+        first = asyncio.create_task(conn.handler(from_ann("hello")))  # admitted by the config
         await asyncio.wait_for(asked.wait(), 10)
-        path.write_text(path.read_text().replace('allow = ["terminal:ann"]',
-                                                 'blocked = ["terminal:ann"]'))
+        path.write_text(path.read_text().replace('allow = ["telegram:1001"]',
+                                                 'blocked = ["telegram:1001"]'))
         await daemon.reload()  # while her admission waits on the store
         go_on.set()
         await first
         await daemon.gateway.wait_idle()
         await ask(daemon, conn, "/status")  # blocked now: no answer, not even to a command
-        assert "/status" not in " ".join(conn.texts("ann"))
-        assert "terminal:ann" not in daemon.gateway._listed
+        assert "/status" not in " ".join(conn.texts(ANN))
+        assert "telegram:1001" not in daemon.gateway._listed
 
 
 def shell_then_echo(messages: list[dict]) -> str:
@@ -274,15 +281,15 @@ def shell_then_echo(messages: list[dict]) -> str:
 async def shell_call_waiting_for_approval(path: Path, paired: bool = False) -> AsyncIterator[
         tuple[Daemon, RecordingConnector, str]]:
     """A daemon where ann's shell call waits for her /approve, and the number she would answer."""
-    conn = RecordingConnector()
+    conn = RecordingConnector("telegram")
     daemon = Daemon(load_config(path), model=ScriptedModel(shell_then_echo), connectors=[conn])
     await daemon.start()
     try:
         if paired:
-            await daemon.store.set_user_status("terminal", "ann", "allowed")
-        await conn.handler(msg("run it", user="ann"))
-        await until(lambda: any("/approve" in t for t in conn.texts("ann")))
-        yield daemon, conn, conn.texts("ann")[-1].split("/approve ")[1].split()[0]
+            await daemon.store.set_user_status("telegram", ANN, "allowed")
+        await conn.handler(from_ann("run it"))
+        await until(lambda: any("/approve" in t for t in conn.texts(ANN)))
+        yield daemon, conn, conn.texts(ANN)[-1].split("/approve ")[1].split()[0]
     finally:
         await daemon.stop()
 
@@ -294,18 +301,18 @@ async def test_a_reload_denies_a_waiting_approval_the_new_role_no_longer_grants(
         write(path, user_skills='["clock"]')  # shell taken away
         await daemon.reload()
         await asyncio.wait_for(daemon.gateway.wait_idle(), 10)  # the turn ends at once
-        assert "denied" in conn.texts("ann")[-1]
-        await conn.handler(msg(f"/approve {number}", user="ann"))
+        assert "denied" in conn.texts(ANN)[-1]
+        await conn.handler(from_ann(f"/approve {number}"))
         await daemon.gateway.wait_idle()
-        assert conn.texts("ann")[-1].startswith(f"There is no request {number}")
-        assert not (daemon.config.data_dir / "workspaces/terminal-ann/ran.txt").exists()
+        assert conn.texts(ANN)[-1].startswith(f"There is no request {number}")
+        assert not (daemon.config.data_dir / f"workspaces/telegram-{ANN}/ran.txt").exists()
 
 
 class GatedConnector(RecordingConnector):
     """Its start and stop wait for `gate`: a daemon caught in the middle of either."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__("telegram")
         self.gate, self.waiting = asyncio.Event(), asyncio.Event()
 
     async def start(self, handler) -> None:
@@ -347,6 +354,27 @@ async def test_a_sighup_during_start_reloads_once_started_and_ready_comes_after(
             await daemon.stop()
 
 
+async def test_a_sighup_before_the_daemon_has_its_handler_is_kept_for_once_started(tmp_path):
+    # `openclaw run` reads its file and imports the daemon (a second or so) before the loop's
+    # handler is in; a reload asked for then must neither end the process nor be lost.
+    path = tmp_path / "openclaw.toml"
+    write(path)
+    config = load_config(path)
+    reload.keep_early_reloads()
+    write(path, user_skills='["clock", "shell"]')  # edited after the file was read
+    os.kill(os.getpid(), signal.SIGHUP)  # with the default action this process would end here
+    conn, model = RecordingConnector("telegram"), OfferedTools()
+    daemon = Daemon(config, model=model, connectors=[conn])
+    await daemon.start()
+    try:
+        await ask(daemon, conn, "after the start")
+        assert model.offered["after the start"] == ["clock", "shell"]
+        assert reload.read_outcome(config.data_dir).applied == ["roles"]
+        assert not reload.asked_early()  # honoured once, not again at the next start
+    finally:
+        await daemon.stop()
+
+
 async def test_a_sighup_while_stopping_is_ignored_not_fatal(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="openclaw.daemon")
     path = tmp_path / "openclaw.toml"
@@ -376,18 +404,18 @@ async def test_a_chats_sighup_stops_it_instead(tmp_path):
 async def test_a_user_blocked_while_an_approval_waits_stops_at_once(tmp_path, blocked_by):
     path = tmp_path / "openclaw.toml"
     write(path, user_skills='["shell"]', extra="approval = [\"shell\"]\napproval_timeout_s = 60\n")
-    path.write_text(path.read_text().replace('allow = ["terminal:ann"]', "allow = []"))
+    path.write_text(path.read_text().replace('allow = ["telegram:1001"]', "allow = []"))
     async with shell_call_waiting_for_approval(path, paired=True) as (daemon, conn, number):
         if blocked_by == "store":  # `openclaw users block`
-            await daemon.store.set_user_status("terminal", "ann", "blocked")
+            await daemon.store.set_user_status("telegram", ANN, "blocked")
         else:
-            path.write_text(path.read_text().replace("allow = []", 'blocked = ["terminal:ann"]'))
+            path.write_text(path.read_text().replace("allow = []", 'blocked = ["telegram:1001"]'))
             await daemon.reload()
-        sent = len(conn.texts("ann"))
-        await conn.handler(msg(f"/approve {number}", user="ann"))  # no longer heard...
+        sent = len(conn.texts(ANN))
+        await conn.handler(from_ann(f"/approve {number}"))  # no longer heard...
         await asyncio.wait_for(daemon.gateway.wait_idle(), 10)  # ...and the turn ends now, not in 60 s
-        assert len(conn.texts("ann")) == sent  # nothing more is sent to them
-        assert not (daemon.config.data_dir / "workspaces/terminal-ann/ran.txt").exists()
+        assert len(conn.texts(ANN)) == sent  # nothing more is sent to them
+        assert not (daemon.config.data_dir / f"workspaces/telegram-{ANN}/ran.txt").exists()
         assert [a.decision for a in await daemon.store.list_audit()] == ["rejected"]
 
 
@@ -432,7 +460,7 @@ async def a_reload_between_two_tool_calls(path: Path, change) -> AsyncIterator[
             reloads.append(asyncio.get_running_loop().create_task(daemon.reload()))
         return clock if len(results) < 2 else "done: " + " | ".join(results)
 
-    conn = RecordingConnector()
+    conn = RecordingConnector("telegram")
     daemon = Daemon(load_config(path), model=ScriptedModel(reply, delay=0.01), connectors=[conn])
     await daemon.start()
     try:
@@ -450,7 +478,7 @@ async def test_a_running_turns_next_tool_call_follows_a_reload_that_takes_the_sk
         assert (await reloaded).applied == ["roles"]
         assert [(a.skill, a.decision) for a in reversed(await daemon.store.list_audit())] == [
             ("clock", "allowed"), ("clock", "denied")]
-        assert "may not use 'clock'" in conn.texts("ann")[-1]
+        assert "may not use 'clock'" in conn.texts(ANN)[-1]
 
 
 async def test_a_reload_that_breaks_the_workspace_mid_turn_is_a_tool_error_not_an_apology(
@@ -464,6 +492,6 @@ async def test_a_reload_that_breaks_the_workspace_mid_turn_is_a_tool_error_not_a
             path, lambda: write(path, extra=f'workspace = "{blocker}/{{user}}"\n')) as (
             daemon, conn, reloaded):
         assert (await reloaded).ok
-        answer = conn.texts("ann")[-1]
+        answer = conn.texts(ANN)[-1]
         assert answer.startswith("done: ") and "workspace is not usable" in answer
-        assert "cannot prepare the workspace of terminal:ann" in caplog.text
+        assert "cannot prepare the workspace of telegram:1001" in caplog.text
