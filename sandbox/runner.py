@@ -56,6 +56,8 @@ READ_CHUNK = 64 * 1024
 # escaped the process group, and we stop waiting for it after this long.
 DRAIN_GRACE_S = 2.0
 EXIT_POLL_S = 0.01
+# The OOM killer's preference for the command's processes over every other (1000: first).
+OOM_SCORE_ADJ = 1000
 # /dev/shm's share of the role's memory limit; /tmp gets the rest (see tmpfs_sizes).
 SHM_SHARE = 4
 
@@ -350,6 +352,11 @@ def _set_rlimits(limits: Limits, nproc: int) -> None:
     set_limit(resource.RLIMIT_NPROC, nproc)
     set_limit(resource.RLIMIT_NOFILE, limits.open_files)
     set_limit(resource.RLIMIT_CORE, 0)
+    # Memory no rlimit charges (SysV shared memory, memfds, many processes each under RLIMIT_AS)
+    # can still run the host out: the kernel's OOM killer is then to pick the command, never the
+    # daemon and its model. Raising one's own score needs no privilege; the command inherits it.
+    with open("/proc/self/oom_score_adj", "w") as score:
+        score.write(str(OOM_SCORE_ADJ))
 
 
 def prepare_workspace(scope: Scope) -> None:

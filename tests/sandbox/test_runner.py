@@ -439,6 +439,15 @@ async def test_dev_is_read_only_but_its_devices_and_shm_work(workspace):
     assert result.stdout.split() == ["null-ok", "pty-ok", "shm-ok"], result.stderr
 
 
+async def test_the_oom_killer_picks_the_command_before_the_daemon(workspace):
+    # What no rlimit bounds (SysV shared memory, memfds, many processes) may still exhaust the
+    # host's memory: then the command's processes go first, never the daemon holding the model.
+    result = await run("cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'",
+                       workspace)
+    assert result.stdout.split() == ["1000", "1000"], result.stderr
+    assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"  # ours is unchanged
+
+
 # An unprivileged daemon (the usual system service, User=openclaw): bwrap makes a user namespace, and
 # the command then owns the tmpfs bwrap mounts for /dev. Run as `nobody` when the tests are root.
 UNPRIVILEGED_DAEMON = """
