@@ -31,6 +31,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(_check_sandbox(config))
     checks += _check_sandbox_network(config)
     checks += _check_granted_folders(config)
+    checks += _check_shared_workspaces(config)
     checks += _check_connectors(config)
     for ok, what, fix in checks:
         print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
@@ -233,6 +234,31 @@ def _check_granted_folders(config) -> list[tuple[bool, str, str]]:
                                    "user's commands and files run as a uid of their own)",
                                    f"e.g. chmod 1777 {path}, or an ACL for the uids `openclaw users` "
                                    "shows"))
+    return checks
+
+
+def _check_shared_workspaces(config) -> list[tuple[bool, str, str]]:
+    """A folder granted above where a role keeps its users' workspaces ("/home/{user}/oc" under a
+    granted "/home") hands every one of those workspaces to the grantee's users. The config allows
+    it (an admin's role may be meant to see them all); the admin should know. (Folders over
+    data_dir, where the default workspaces are, are refused when the config loads.)"""
+    checks = []
+    for owner, kept in config.roles.items():
+        if not kept.workspace or "{user}" not in kept.workspace:
+            continue  # the default (under data_dir), or one folder the role's users share
+        template = Path(kept.workspace).expanduser()
+        root = Path(*template.parts[:next(i for i, part in enumerate(template.parts)
+                                          if "{user}" in part)])
+        for name, role in config.roles.items():
+            for key in ("read_only", "read_write"):
+                for index, path in enumerate(getattr(role, key)):
+                    if Path(os.path.realpath(root)).is_relative_to(os.path.realpath(path)):
+                        verb = "read" if key == "read_only" else "read and change"
+                        checks.append((False, f"roles.{name}.{key}[{index}] {path} holds the "
+                                       f"workspace of every user of role {owner} ({kept.workspace}): "
+                                       f"users of role {name} can {verb} them all",
+                                       "grant a folder beside those workspaces, not above them, or "
+                                       f"move roles.{owner}.workspace elsewhere"))
     return checks
 
 

@@ -140,6 +140,29 @@ def test_doctor_names_a_granted_folder_that_is_missing_or_not_writable_for_users
     assert "roles.fam" not in doctor.stdout, doctor.stdout
 
 
+def test_doctor_names_a_folder_granted_above_a_roles_workspaces(tmp_path, capsys):
+    homes = tmp_path / "homes"
+    (homes / "shared").mkdir(parents=True)
+    (homes / "shared").chmod(0o1777)
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                      f'[roles.fam]\nskills = ["clock"]\nworkspace = "{homes}/{{user}}/oc"\n'
+                      f'[roles.helper]\nskills = ["clock"]\nread_only = ["{homes}"]\n'
+                      f'read_write = ["{homes}/shared"]\n')
+
+    def doctor() -> tuple[int, str]:
+        code = cmd_doctor(argparse.Namespace(config=config, skip_model=True))
+        return code, capsys.readouterr().out
+
+    code, out = doctor()
+    assert code == 1
+    assert (f"✗ roles.helper.read_only[0] {homes} holds the workspace of every user of role fam "
+            f"({homes}/{{user}}/oc): users of role helper can read them all") in out, out
+    assert "read_write[0]" not in out, out  # beside the workspaces, not above them
+    config.write_text(config.read_text().replace(f'read_only = ["{homes}"]', "read_only = []"))
+    assert "holds the workspace" not in doctor()[1]
+
+
 def test_doctor_says_what_run_would_refuse_in_a_connector(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'data_dir = "{tmp_path}/data"\n[telegram]\nenabled = true\n'
