@@ -51,6 +51,10 @@ REMIND_NOT_REPEATED = ("I restarted before answering your /remind, so I did not 
 REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
                 "dentist, /remind every weekday at 8:00 pills.")
 TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
+# A lane with nothing to do for this long ends (its worker too): over months, people and chats come
+# and go, and each lane kept would cost memory and a look at every /metrics, /status and stop. The
+# next message of its chat makes a new one, which looks its conversation up again.
+LANE_IDLE_S = 600.0
 
 
 @dataclass
@@ -65,6 +69,7 @@ class _ReminderDue:
 class Lane:
     """One conversation's queue and worker: turns run one at a time, in arrival order."""
 
+    key: tuple[str, str, str]  # where it is in Gateway._lanes: (channel, chat_id, user)
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     worker: asyncio.Task | None = None
     current: asyncio.Task | None = None  # the running turn, for /stop
@@ -275,32 +280,15 @@ class Gateway:
                 lane.current.cancel()
             conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
             await self.store.archive_conversation(conv.id)
-            if lane:
+            # The lane now, not the one before the awaits: an idle lane may have ended meanwhile,
+            # and a message made a new one, whose look-up may have found the archived conversation.
+            if lane := self._lanes.get(_lane_key(msg)):
                 lane.conversation_id = None
                 lane.generation += 1
             text = "Started a new conversation."
         elif command == "/stop":
-            lane = self._lanes.get(_lane_key(msg))
-            stopped = 0
-            if lane:
-                kept = []  # a due reminder is not the user's request: it stays queued
-                while not lane.queue.empty():  # queued turns of this chat are dropped too
-                    job = lane.queue.get_nowait()
-                    lane.queue.task_done()
-                    if isinstance(job, _ReminderDue):
-                        kept.append(job)
-                        continue
-                    await self.store.mark_inbound(job[1].id, InboundStatus.FAILED, "stopped")
-                    stopped += 1
-                for job in kept:
-                    lane.queue.put_nowait(job)
-                if lane.current and not lane.current.done():
-                    lane.current.cancel()
-                    stopped += 1
-                elif lane.busy and not lane.reminding:  # between taking the message and the model
-                    lane.stop_requested = True
-                    stopped += 1
-            text = "Stopped." if stopped else "Nothing to stop."
+            text = "Stopped." if await self._stop(self._lanes.get(_lane_key(msg))) else \
+                "Nothing to stop."
         elif command == "/status":
             text = await self._status_text(msg.user, msg.is_group)
         elif command in ("/approve", "/deny"):
@@ -320,6 +308,32 @@ class Gateway:
         finally:
             if settle is not None:  # the call goes on only now, after its "Approved"/"Denied"
                 settle()
+
+    async def _stop(self, lane: Lane | None) -> int:
+        """/stop: the lane's running turn is cancelled and its queued ones dropped; how many. A due
+        reminder is not the user's request: it stays queued. All that is done before the first
+        await, so the lane never looks idle (and ends) with a reminder out of its queue, and a
+        message sent after the /stop is answered, not stopped."""
+        if lane is None:
+            return 0
+        dropped = []
+        for _ in range(lane.queue.qsize()):
+            job = lane.queue.get_nowait()
+            lane.queue.task_done()
+            if isinstance(job, _ReminderDue):
+                lane.queue.put_nowait(job)
+            else:
+                dropped.append(job[1])
+        stopped = len(dropped)
+        if lane.current and not lane.current.done():
+            lane.current.cancel()
+            stopped += 1
+        elif lane.busy and not lane.reminding:  # between taking the message and the model
+            lane.stop_requested = True
+            stopped += 1
+        for event in dropped:
+            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped")
+        return stopped
 
     async def _pairing_command(self, msg: InboundMessage) -> str:
         """/pairing [approve|deny CODE]: what `openclaw pairing` does, from the owner's phone.
@@ -405,8 +419,8 @@ class Gateway:
         channel, chat_id, user = key
         key = (channel, self._moved_chats.get((channel, chat_id), chat_id), user)
         lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._lanes[key] = Lane()
+        if lane is None:  # new, or ended while idle: it looks its conversation up again
+            lane = self._lanes[key] = Lane(key)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._work(lane), name=f"lane {key}")
         return lane
@@ -421,7 +435,8 @@ class Gateway:
         for key in [k for k in self._lanes if k[:2] == (channel, chat_id)]:
             new_key = (channel, new_chat_id, key[2])
             if new_key not in self._lanes:
-                self._lanes[new_key] = self._lanes.pop(key)
+                lane = self._lanes[new_key] = self._lanes.pop(key)
+                lane.key = new_key
                 continue
             old, target = self._lanes[key], self._lanes[new_key]
             while not old.queue.empty():
@@ -434,7 +449,11 @@ class Gateway:
 
     async def _work(self, lane: Lane) -> None:
         while True:
-            job = await lane.queue.get()
+            job = await self._next_job(lane)
+            if job is None:  # nothing came for LANE_IDLE_S
+                if self._retire(lane):
+                    return
+                continue  # something came just as the wait ended
             if not self._accepting:  # draining: leave it 'received'; it is answered after restart
                 if isinstance(job, _ReminderDue):
                     job.done.cancel()  # and a reminder stays due
@@ -456,6 +475,27 @@ class Gateway:
             finally:
                 lane.busy = False
                 lane.queue.task_done()
+
+    @staticmethod
+    async def _next_job(lane: Lane) -> tuple | _ReminderDue | None:
+        """The lane's next job; None when none came for LANE_IDLE_S. A job put as the wait ends
+        stays in the queue (Queue.get takes it only when it returns), for `_retire` to see."""
+        try:
+            async with asyncio.timeout(LANE_IDLE_S):
+                return await lane.queue.get()
+        except TimeoutError:
+            return None
+
+    def _retire(self, lane: Lane) -> bool:
+        """End an idle lane: whether it may (nothing queued, nothing running). No await here, nor
+        between this and its worker's end: a message put before this look is in the queue (the
+        lane goes on); one after it finds no lane under its key and makes a new one. The key is
+        removed only while it still names this lane."""
+        if lane.busy or not lane.queue.empty():
+            return False
+        if self._lanes.get(lane.key) is lane:
+            del self._lanes[lane.key]
+        return True
 
     async def _conversation(self, lane: Lane, user: str, chat_id: str, channel: str) -> int:
         conversation_id = lane.conversation_id

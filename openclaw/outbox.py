@@ -5,7 +5,9 @@ it is too old to matter). At start-up what an earlier run left pending is sent t
 duplicate after a crash beats a lost reply.
 
 One chat's deliveries never overlap: every send and every retry of a chat holds that chat's lock,
-so a piece is never sent twice by two senders and never overtakes an earlier one."""
+so a piece is never sent twice by two senders and never overtakes an earlier one. A chat's lock
+lives only while a sender holds it or waits for it: chats written to once (a stranger's pairing
+code) leave nothing behind."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -37,7 +40,9 @@ class Outbox:
         self.store, self.connectors = store, connectors
         self.metrics = metrics or Metrics()
         self.first_delay_s, self.max_delay_s, self.max_age_s = first_delay_s, max_delay_s, max_age_s
-        self._locks: dict[ChatKey, asyncio.Lock] = {}
+        # Weak: whoever holds a lock or waits for it keeps it (and its entry) alive; a lock nobody
+        # needs goes, and the next sender to the chat makes a new one.
+        self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._retrying: dict[ChatKey, asyncio.Task] = {}
         self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
         self._closed = False
@@ -109,7 +114,12 @@ class Outbox:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _lock(self, key: ChatKey) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
+        """The chat's lock. The caller must keep it until released (`async with self._lock(key)`
+        does): a lock nobody refers to is dropped from `_locks`."""
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
 
     def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
         if key not in self._retrying and not self._closed:

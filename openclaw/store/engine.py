@@ -16,6 +16,13 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 BUSY_TIMEOUT_MS = 10_000
+# The -wal file is cut back to this size whenever a checkpoint has emptied it (SQLite reuses it from
+# the start then). Without a limit it keeps the largest size it ever reached, until the last
+# connection closes: a reader that held one snapshot for long (a `sqlite3` shell left in BEGIN, a
+# backup) lets it grow by every write meanwhile. Normal use stays far below (4 to 10 MiB: the
+# automatic checkpoint runs every 1000 pages). Cut back to the limit, not to nothing: no periodic
+# TRUNCATE checkpoint is needed to keep the file bounded.
+JOURNAL_SIZE_LIMIT = 64 * 2**20
 
 # What a user may write in the config, mapped to the async driver the store needs.
 _ASYNC_DRIVERS = {
@@ -79,6 +86,7 @@ def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout_ms: int) -> None:
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute(f"PRAGMA journal_size_limit = {int(JOURNAL_SIZE_LIMIT)}")
         finally:
             cursor.close()
         # The driver opens "BEGIN IMMEDIATE" itself right before a transaction's first write:

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from openclaw import gateway as gateway_module
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from openclaw.gateway_types import InboundMessage
@@ -664,3 +665,53 @@ async def test_a_stop_says_what_it_finishes_and_for_how_long(tmp_path, caplog):
     assert said == ("stopping: finishing 1 running conversation(s), up to 30 s; 1 queued "
                     "message(s) wait for the next start")
     assert conn.texts() == ["answer to first"]
+
+
+def lane_workers() -> list[asyncio.Task]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("lane ")]
+
+
+async def test_an_idle_lane_ends_with_its_worker_and_the_chat_goes_on_in_its_conversation(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(gateway_module, "LANE_IDLE_S", 0)  # a lane ends as soon as it is idle
+    daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
+    gateway = daemon.gateway
+    await conn.handler(msg("my name is Ada"))
+    [worker] = [lane.worker for lane in gateway._lanes.values()]
+    await gateway.wait_idle()
+    await until(lambda: not gateway._lanes)
+    assert worker.done() and lane_workers() == []
+    assert gateway.queue_length() == 0 and "queued messages: 0" in await say(daemon, conn, "/status")
+    # A new lane for the next message, which looks the conversation up again: the same one.
+    assert await say(daemon, conn, "what is my name?") == \
+        "you said 2 things: my name is Ada | what is my name?"
+    await daemon.stop()
+
+
+async def test_a_message_queued_as_its_lane_gives_up_waiting_is_answered_not_lost(tmp_path,
+                                                                                  monkeypatch):
+    daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
+    gateway = daemon.gateway
+    real_next_job, idle_over = gateway._next_job, asyncio.Event()
+
+    async def next_job(lane):  # an idle lane's wait ends when the test says, as its timeout would
+        if lane.queue.empty():
+            await idle_over.wait()
+            idle_over.clear()
+            return None
+        return await real_next_job(lane)
+
+    monkeypatch.setattr(gateway, "_next_job", next_job)
+    assert await say(daemon, conn, "my name is Ada") == "you said 1 things: my name is Ada"
+    [lane] = gateway._lanes.values()
+    await conn.handler(msg("what is my name?"))  # queued in the lane, whose wait is ending
+    idle_over.set()
+    await until(lambda: len(conn.texts()) == 2)
+    assert conn.texts()[-1] == "you said 2 things: my name is Ada | what is my name?"
+    assert list(gateway._lanes.values()) == [lane]  # it went on, the same lane
+    idle_over.set()  # now idle with nothing queued: it ends
+    await until(lambda: not gateway._lanes)
+    assert lane.worker.done() and lane_workers() == []
+    assert await say(daemon, conn, "and now?") == \
+        "you said 3 things: my name is Ada | what is my name? | and now?"
+    await daemon.stop()

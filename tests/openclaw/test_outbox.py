@@ -4,6 +4,7 @@ with backoff in their order, and go out once it is back; a refusal for good is n
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -321,5 +322,41 @@ async def test_new_replies_behind_a_waiting_one_do_not_hurry_its_retry(tmp_path)
         await outbox.send("terminal", "local", ["later"], conversation_id=None, answers=None)
         await asyncio.sleep(0.2)
         assert conn.attempts == 1
+    finally:
+        await daemon.stop()
+
+
+async def test_chats_done_with_leave_no_lock_behind(tmp_path):
+    conn, strangers = FlakyConnector(), RecordingConnector("telegram")
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: "hi"), connectors=[conn, strangers])
+    await daemon.start()
+    outbox = daemon.gateway.outbox
+    try:
+        await asyncio.gather(*(outbox.send("terminal", f"chat-{n}", [f"hello {n}"], conversation_id=None,
+                                           answers=None) for n in range(30)))
+        for n in range(10):  # strangers, each answered once (a pairing code, or "try later")
+            await strangers.handler(msg("hi", user=str(5000 + n), channel="telegram"))
+        assert len(conn.texts()) == 30 and len(strangers.texts()) == 10
+        assert len(outbox._locks) == 0
+    finally:
+        await daemon.stop()
+
+
+async def test_a_sender_waiting_for_a_chat_keeps_its_lock_and_goes_in_turn(tmp_path):
+    conn = SlowConnector()
+    daemon = await start(tmp_path, conn)
+    outbox, key = daemon.gateway.outbox, ("terminal", "local")
+    try:
+        first = asyncio.create_task(outbox.send(*key, ["first"], conversation_id=None, answers=None))
+        await until(lambda: key in outbox._locks and outbox._locks[key].locked())
+        second = asyncio.create_task(outbox.send(*key, ["second"], conversation_id=None, answers=None))
+        await until(lambda: len(outbox._locks[key]._waiters or ()) == 1)
+        gc.collect()  # only its holder and its waiter refer to the lock
+        third = asyncio.create_task(outbox.send(*key, ["third"], conversation_id=None, answers=None))
+        await until(lambda: len(outbox._locks[key]._waiters or ()) == 2)  # the same lock, kept
+        conn.release.set()
+        await asyncio.gather(first, second, third)
+        assert conn.texts("local") == ["first", "second", "third"]
+        assert len(outbox._locks) == 0
     finally:
         await daemon.stop()

@@ -13,6 +13,7 @@ import os
 import pwd
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ from openclaw.store import (
     normalize_url,
     upgrade,
 )
+from openclaw.store import engine as store_engine
 from openclaw.store.models import Base, ConversationRow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,6 +233,32 @@ async def test_sqlite_file_runs_in_wal_mode_with_foreign_keys_on(sqlite_url: str
         assert await _pragma(store, "synchronous") == 1  # NORMAL
         assert await _pragma(store, "foreign_keys") == 1
         assert await _pragma(store, "busy_timeout") == 10_000
+
+
+async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go(sqlite_url: str,
+                                                                          monkeypatch):
+    # A reader holding one snapshot (a `sqlite3` shell left in BEGIN, a backup) keeps every write
+    # made meanwhile in the -wal file; once it lets go, a checkpoint empties the file, and the
+    # store's next write starts it over, cut back to the limit rather than kept at its peak.
+    limit = 256 * 1024
+    monkeypatch.setattr(store_engine, "JOURNAL_SIZE_LIMIT", limit)
+    db = Path(sqlite_url.removeprefix("sqlite+aiosqlite:///"))
+    wal = Path(f"{db}-wal")
+    async with await Store.open(sqlite_url) as store:
+        await store.ensure_user("telegram", 42, "Ada", status=UserStatus.ALLOWED)
+        conv = await store.active_conversation("telegram:42", "42", "telegram")
+        reader = sqlite3.connect(db, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM messages").fetchone()  # its snapshot is held now
+            for _ in range(100):  # about 6 MiB: past the automatic checkpoint's 1000 pages
+                await store.add_message(conv.id, "user", "x" * 60_000)
+            assert wal.stat().st_size > 24 * limit  # none of it could be checkpointed
+        finally:
+            reader.close()
+        for _ in range(3):  # the first commit checkpoints everything; the next starts the file over
+            await store.add_message(conv.id, "user", "hello")
+        assert wal.stat().st_size <= limit
 
 
 def test_store_urls_are_normalized_to_async_drivers():
