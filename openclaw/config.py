@@ -298,6 +298,29 @@ class StoreConfig(_Section):
     """SQLAlchemy URL: "sqlite+aiosqlite:///PATH" (default: openclaw.db in data_dir) or
     "postgresql+asyncpg://USER:PASSWORD@HOST/DB". May be "env:NAME" or "file:PATH", since a
     PostgreSQL URL carries a password; the password is masked in repr and dumps."""
+    # Retention (openclaw/store/retention.py): days each kind of row is kept; 0 keeps it forever.
+    # Read at start, like the rest of [store]; `openclaw db prune` reads them from the file.
+    keep_journal_days: int = Field(30, ge=0)
+    """Inbound messages handled and replies sent (or given up on); never one still to answer
+    or to send. At least 2: the row is what recognises an update redelivered within a day."""
+    keep_usage_days: int = Field(90, ge=0)
+    """Token usage rows; the daily cap and /status read only today's."""
+    keep_audit_days: int = Field(365, ge=0)
+    """The audit log of skill calls."""
+    keep_pending_users_days: int = Field(7, ge=0)
+    """Strangers never admitted (pending, no live pairing code, no conversation); never a user
+    the config names. Expired pairing codes are always deleted."""
+    keep_archived_days: int = Field(0, ge=0)
+    """Conversations closed by /new, with their messages and summaries; 0 (the default): the
+    agent's memory is kept."""
+
+    @field_validator("keep_journal_days")
+    @classmethod
+    def _journal_outlives_redelivery(cls, days: int) -> int:
+        if days == 1:
+            raise ValueError("expected 0 (keep forever) or at least 2: a handled message must "
+                             "outlive a redelivery of it, which Telegram makes up to 24 hours later")
+        return days
 
     @field_validator("url", mode="before")
     @classmethod
@@ -1033,6 +1056,18 @@ _STARTER = '''\
 [store]
 # Unset: a SQLite file, openclaw.db in data_dir. PostgreSQL works too (the URL may be "env:NAME").
 # e.g. url = "postgresql+asyncpg://openclaw:PASSWORD@localhost/openclaw"
+# Retention: days each kind of row is kept, 0 = forever. The daemon deletes older ones at start
+# and then daily (`openclaw db prune` does it now); conversations are kept unless told below.
+# Inbound messages handled and replies sent (never one still to answer or send); 0 or >= 2.
+# keep_journal_days = 30
+# Token usage rows (the daily cap and /status count today's).
+# keep_usage_days = 90
+# The audit log of skill calls.
+# keep_audit_days = 365
+# Strangers never admitted (pending, without a live pairing code); expired codes always go.
+# keep_pending_users_days = 7
+# Conversations closed by /new, with their messages (0: the agent remembers them forever).
+# keep_archived_days = 0
 
 [access]
 # Users are "channel:id": "telegram:1001", "discord:42", or "terminal:local" (the console's owner,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from openclaw import systemd
+from openclaw import access, systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
@@ -23,6 +23,7 @@ from openclaw.reload import Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
+from openclaw.store.retention import Retention, RetentionTask
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Daemon:
         self.gateway: Gateway | None = None
         self.admin: AdminServer | None = None
         self.reminders: Reminders | None = None
+        self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._reload_task: asyncio.Task | None = None  # held: the loop keeps only weak references
         self._reload_pending = False  # SIGHUP came during start-up
@@ -160,6 +162,10 @@ class Daemon:
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        # After recovery, which reads the rows it must never touch; in the background, a batch
+        # at a time: the first run after an upgrade may have months of rows to delete.
+        self.retention = RetentionTask(self.store, Retention.of(cfg.store), self._kept_users)
+        self.retention.start()
         if self._reload_pending:  # asked for while the model loaded: the file may have changed
             await self.reload(notify=False)
         self._phase = "running"
@@ -183,6 +189,10 @@ class Daemon:
             return None
         log.info("admin port on http://%s:%d (/healthz, /metrics)", cfg.host, admin.port)
         return admin
+
+    def _kept_users(self) -> set[str]:
+        """Users retention never deletes: the ones the config (as reloaded) names."""
+        return access.named_users(self.config) | set(self.config.access.roles)
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok" if self.gateway is not None else "starting",
@@ -284,6 +294,8 @@ class Daemon:
             loop.remove_signal_handler(sig)
         if self._reload_task:
             await self._reload_task
+        if self.retention:  # ends after its batch in progress
+            await self.retention.stop()
         if self.reminders:  # what is not yet delivered stays due for the next start
             await self.reminders.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains

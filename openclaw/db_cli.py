@@ -1,19 +1,23 @@
-"""`openclaw db ...`: the store's schema (upgrade), and its backup and restore.
+"""`openclaw db ...`: the store's schema (upgrade), its backup and restore, and pruning old rows.
 
 A backup is taken with SQLite's online backup API, so it is consistent while the daemon runs. A
 restore replaces the whole database (every user, conversation, reminder), so it refuses while a
 daemon uses the data_dir (a running daemon keeps conversations in memory), asks first, and keeps
 what the database held before beside it. A PostgreSQL store has pg_dump and pg_restore for this.
+Pruning runs the daemon's own daily clean-up now (openclaw/store/retention.py); it is safe while
+the daemon runs, as each batch is a short transaction of its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sqlite3
 import sys
 from datetime import datetime
 from pathlib import Path
 
+from openclaw import access
 from openclaw.config import load_config
 from openclaw.users_cli import confirmed, data_dir_held
 
@@ -32,6 +36,10 @@ def add_commands(sub, common_sub) -> None:
     p.add_argument("path", type=Path)
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.set_defaults(func=cmd_db_restore)
+    p = db.add_parser("prune", help="delete the rows the [store] keep_* limits no longer keep, now "
+                                    "(the daemon does it daily); safe while it runs")
+    p.add_argument("--dry-run", action="store_true", help="count them, delete nothing")
+    p.set_defaults(func=cmd_db_prune)
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -97,6 +105,39 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
     print(f"restored {database} from {source} (schema {revision}"
           + (f", upgraded to {head})" if head != revision else ")")
           + (f"\nwhat it held before is in {saved}" if saved else ""))
+    return 0
+
+
+def cmd_db_prune(args: argparse.Namespace) -> int:
+    """What the daemon's daily clean-up does, at once, with the counts. Not refused while a
+    daemon runs: it deletes only rows the daemon is done with, a batch per short transaction
+    (on SQLite a daemon's write waits for a batch, at most milliseconds; busy_timeout covers it)."""
+    from openclaw.store import Store
+    from openclaw.store.backup import sqlite_path
+    from openclaw.store.retention import Retention, prune, rules
+
+    config = load_config(args.config)
+    try:
+        database = sqlite_path(config.store.url)
+    except ValueError:  # PostgreSQL: it is there to ask
+        database = None
+    if database is not None and not database.exists():  # a fresh install: nothing to make
+        print(f"nothing to prune: no database yet at {database}")
+        return 0
+    retention = Retention.of(config.store)
+    kept = access.named_users(config) | set(config.access.roles)
+
+    async def run() -> dict[str, int]:
+        async with await Store.open(config.store.url) as store:
+            return await prune(store, retention, kept_users=kept, dry_run=args.dry_run)
+
+    counts = asyncio.run(run())
+    print("would delete (--dry-run: nothing changed):" if args.dry_run else "deleted:")
+    why = rules(retention)
+    for kind, n in counts.items():
+        print(f"  {kind:<23} {n:>8}  {why[kind]}")
+    if not args.dry_run and database is not None and any(counts.values()):
+        print(f"{database.name} keeps its size: SQLite reuses the freed pages for new rows")
     return 0
 
 

@@ -174,6 +174,7 @@ class InboundEventRow(Base):
         UniqueConstraint("channel", "message_id"),
         _one_of("status", InboundStatus),
         Index("ix_inbound_events_status_id", "status", "id"),
+        Index("ix_inbound_events_status_processed_at", "status", "processed_at"),  # retention.py's age limit
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -194,6 +195,7 @@ class OutboundMessageRow(Base):
     __table_args__ = (
         _one_of("status", OutboundStatus),
         Index("ix_outbound_messages_status_id", "status", "id"),
+        Index("ix_outbound_messages_status_updated_at", "status", "updated_at"),  # retention.py's age limit
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -228,7 +230,10 @@ class SummaryRow(Base):
 
 class AuditRow(Base):
     __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_user_key_id", "user_key", "id"),)
+    __table_args__ = (
+        Index("ix_audit_log_user_key_id", "user_key", "id"),
+        Index("ix_audit_log_at", "at"),  # retention.py's age limit
+    )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -249,6 +254,7 @@ class UsageRow(Base):
     __table_args__ = (
         Index("ix_usage_user_key_at", "user_key", "at"),
         Index("ix_usage_at", "at"),
+        Index("ix_usage_conversation_id", "conversation_id"),  # a deleted conversation unlinks
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)

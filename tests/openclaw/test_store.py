@@ -155,7 +155,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0003"
+    assert await store.schema_revision() == head_revision() == "0004"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
@@ -185,7 +185,7 @@ async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
     finally:
         await engine.dispose()
     async with await Store.open(sqlite_url) as store:
-        assert await store.schema_revision() == "0003"
+        assert await store.schema_revision() == "0004"
         assert (await store.get_user("telegram", 7)).status is UserStatus.ALLOWED
         assert await store.active_reminders() == []
 
