@@ -244,8 +244,8 @@ def _check_shared_workspaces(config) -> list[tuple[bool, str, str]]:
     data_dir, where the default workspaces are, are refused when the config loads.)"""
     checks = []
     for owner, kept in config.roles.items():
-        if not kept.workspace or "{user}" not in kept.workspace:
-            continue  # the default (under data_dir), or one folder the role's users share
+        if not kept.workspace:
+            continue  # the default, under data_dir (a workspace always holds "{user}")
         template = Path(kept.workspace).expanduser()
         root = Path(*template.parts[:next(i for i, part in enumerate(template.parts)
                                           if "{user}" in part)])

@@ -25,7 +25,7 @@ from openclaw.config import Config
 from openclaw.gateway_types import InboundMessage
 from openclaw.metrics import Metrics
 from openclaw.outbox import Outbox
-from openclaw.store import Reminder, Store
+from openclaw.store import Reminder, Store, UnknownUserError
 from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, UnknownRole
 from skills.base import visible
@@ -229,7 +229,12 @@ class Gateway:
             await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
             return True
         if self.config.access.dm_policy == "pairing" and not msg.is_group:
-            code = await self.store.create_pairing_code(user)
+            try:
+                code = await self.store.create_pairing_code(user)
+            except UnknownUserError:  # store retention removed the stranger's old row just now
+                await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
+                                             status=UserStatus.PENDING)
+                code = await self.store.create_pairing_code(user)
             if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
                     is not UserStatus.PENDING:
                 return False  # blocked (or let in) by `openclaw users` a moment ago

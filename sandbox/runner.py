@@ -57,7 +57,7 @@ READ_CHUNK = 64 * 1024
 DRAIN_GRACE_S = 2.0
 EXIT_POLL_S = 0.01
 # The OOM killer's preference for the command's processes over every other (1000: first).
-OOM_SCORE_ADJ = 1000
+OOM_SCORE_ADJ = b"1000"
 # /dev/shm's share of the role's memory limit; /tmp gets the rest (see tmpfs_sizes).
 SHM_SHARE = 4
 
@@ -344,6 +344,18 @@ def _set_rlimits(limits: Limits, nproc: int) -> None:
     def set_limit(kind: int, value: int) -> None:
         resource.setrlimit(kind, (value, value))
 
+    # Memory no rlimit charges (SysV shared memory, memfds, many processes each under RLIMIT_AS)
+    # can still run the host out: the kernel's OOM killer is then to pick the command, never the
+    # daemon and its model. Raising one's own score needs no privilege; the command inherits it.
+    # First, and with bare system calls: under the limits below this child, which still holds
+    # all of the daemon's descriptors and its address space, could open and allocate nothing. Best
+    # effort: without /proc the command still runs, only the OOM killer's choice is the kernel's.
+    with contextlib.suppress(OSError):
+        score = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(score, OOM_SCORE_ADJ)
+        finally:
+            os.close(score)
     # SIGXCPU at the limit (the shell reports 152, which says "CPU time"), SIGKILL a second later
     # for a command that catches it.
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
@@ -352,11 +364,6 @@ def _set_rlimits(limits: Limits, nproc: int) -> None:
     set_limit(resource.RLIMIT_NPROC, nproc)
     set_limit(resource.RLIMIT_NOFILE, limits.open_files)
     set_limit(resource.RLIMIT_CORE, 0)
-    # Memory no rlimit charges (SysV shared memory, memfds, many processes each under RLIMIT_AS)
-    # can still run the host out: the kernel's OOM killer is then to pick the command, never the
-    # daemon and its model. Raising one's own score needs no privilege; the command inherits it.
-    with open("/proc/self/oom_score_adj", "w") as score:
-        score.write(str(OOM_SCORE_ADJ))
 
 
 def prepare_workspace(scope: Scope) -> None:

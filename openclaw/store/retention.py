@@ -10,8 +10,8 @@ default:
 - usage rows, `keep_usage_days` (90) after: only today's count (the daily cap, /status) is read.
 - audit rows, `keep_audit_days` (365) after.
 - expired pairing codes at once (none can be used or is shown), and strangers never admitted:
-  users still `pending` with no live code, no conversation and no reminder, first seen
-  `keep_pending_users_days` (7) ago, unless the config names them. A deleted stranger who writes
+  users still `pending` with no live code, no conversation and no reminder, whose row has not
+  changed for `keep_pending_users_days` (7), unless the config names them. A deleted stranger who writes
   again is met as before: a new row, a new code.
 
 0 keeps a kind forever. `prune` works in batches of a few hundred rows, each its own short
@@ -97,7 +97,7 @@ def rules(retention: Retention) -> dict[str, str]:
         "audit rows": rule(r.keep_audit_days, "keep_audit_days", "older than {days} days"),
         "pairing codes": "expired",
         "pending users": rule(r.keep_pending_users_days, "keep_pending_users_days",
-                              "never admitted, no live code, first seen over {days} days ago"),
+                              "never admitted, no live code, unchanged for {days} days"),
         "archived conversations": rule(r.keep_archived_days, "keep_archived_days",
                                        "closed by /new more than {days} days ago"),
         "their messages": "with their conversation",
@@ -209,6 +209,8 @@ async def _delete(store: Store, step: _Step, batch: int, pause_s: float,
         if gone < batch or stopped():
             return total
         await asyncio.sleep(pause_s)
+        if stopped():  # asked during the pause: no further batch
+            return total
 
 
 async def _delete_strangers(store: Store, where: ColumnElement[bool], kept: set[str], dry_run: bool,
@@ -237,8 +239,8 @@ async def _delete_strangers(store: Store, where: ColumnElement[bool], kept: set[
 
 
 def summary(counts: dict[str, int]) -> str:
-    """"8042 inbound messages, 9316 outbound messages" (the kinds that had rows removed)."""
-    return ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+    """"inbound messages 8042, outbound messages 9316" (the kinds that had rows removed)."""
+    return ", ".join(f"{kind} {n}" for kind, n in counts.items() if n)
 
 
 class RetentionTask:
@@ -289,6 +291,8 @@ class RetentionTask:
         except TimeoutError:
             log.warning("store retention: a batch did not end within %.0f s; cancelled", timeout_s)
         except asyncio.CancelledError:
-            if not self._task.cancelled():  # we are the one being cancelled
+            # wait_for cancels the task and raises this both when we are cancelled (stop too) and
+            # when the task was cancelled from elsewhere (it has stopped then: nothing to do).
+            if asyncio.current_task().cancelling():
                 raise
         self._task = None

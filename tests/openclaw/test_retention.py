@@ -32,7 +32,7 @@ from openclaw.store.retention import KINDS, Retention, RetentionTask, prune
 from tests.openclaw import test_store
 
 from .scripted_model import ScriptedModel
-from .test_daemon import RecordingConnector, until
+from .test_daemon import RecordingConnector, msg, until
 from .test_daemon import config as daemon_config
 
 postgres = test_store.postgres  # the session's throwaway cluster, where this machine can run one
@@ -313,6 +313,49 @@ async def test_many_rows_go_in_small_transactions_and_a_stop_ends_after_the_batc
     assert await ids(store, AuditRow) == set()
 
 
+async def test_a_stop_asked_between_batches_starts_no_further_batch(store):
+    for _ in range(25):
+        await store.add_audit(ADA, "clock", None, "allowed")
+    await age(store, AuditRow, await ids(store, AuditRow), 400, "at")
+    stopping = asyncio.Event()
+    first = asyncio.Event()
+    sqlalchemy.event.listen(store.engine.sync_engine, "commit", lambda conn: first.set())
+
+    async def stop_during_the_pause() -> None:
+        await first.wait()  # the first batch is in; prune then pauses (0.5 s) before the next
+        await asyncio.sleep(0.1)
+        stopping.set()
+
+    stopper = asyncio.create_task(stop_during_the_pause())
+    audit_only = Retention(0, 0, 365, 0, 0)
+    assert (await prune(store, audit_only, batch=10, pause_s=0.5, stopping=stopping))[
+        "audit rows"] == 10
+    await stopper
+    assert len(await ids(store, AuditRow)) == 15
+
+
+async def test_a_cancelled_stop_stays_cancelled(store, monkeypatch):
+    # The daemon's stop, cancelled while it waits for the clean-up, must not go on as if it were not.
+    from openclaw.store import retention
+
+    running = asyncio.Event()
+
+    async def slow_prune(*args, **kwargs):
+        running.set()
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(retention, "prune", slow_prune)
+    task = RetentionTask(store, Retention(), lambda: ())
+    task.start()
+    await running.wait()
+    stopper = asyncio.create_task(task.stop(timeout_s=3600))
+    await asyncio.sleep(0.05)
+    stopper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stopper
+    assert not task.running  # its clean-up was cancelled with it
+
+
 async def test_the_age_indexes_come_with_an_upgrade_and_keep_the_rows(tmp_path):
     from openclaw.store import create_engine
 
@@ -396,13 +439,44 @@ async def test_the_daemon_prunes_at_start_after_recovery_and_stops_the_task_clea
         assert tg.texts("1001") == ["here I am"]  # the recovered message was answered
         assert await ids(daemon.store, InboundEventRow) == {waiting.id}
         [line] = [r.getMessage() for r in caplog.records if r.name == "openclaw.store.retention"]
-        assert line == "store retention: removed 1 inbound messages, 1 outbound messages"
+        assert line == "store retention: removed inbound messages 1, outbound messages 1"
         assert daemon.retention.running  # waiting for tomorrow
         task = daemon.retention._task
     finally:
         await daemon.stop()
     assert task.done() and not task.cancelled() and task.exception() is None
     assert daemon.retention._task is None
+
+
+async def test_a_stranger_removed_while_being_given_a_code_still_gets_one(tmp_path):
+    # The daily run may delete a stranger's old row between the gateway's look at it and their new
+    # pairing code: the code is made for them anyway, not an error out of the message's handling.
+    from openclaw.daemon import Daemon
+
+    tg = RecordingConnector("telegram")
+    daemon = Daemon(daemon_config(tmp_path), model=ScriptedModel(lambda m: "no"), connectors=[tg])
+    await daemon.start()
+    try:
+        store = daemon.store
+        create = store.create_pairing_code
+        removed: list[str] = []
+
+        async def retention_first(user: str):
+            if not removed:
+                removed.append(user)
+                async with store.engine.begin() as conn:
+                    await conn.execute(sqlalchemy.delete(UserRow).where(UserRow.external_id == "77"))
+            return await create(user)
+
+        store.create_pairing_code = retention_first
+        await tg.handler(msg("hello?", user="77", channel="telegram"))
+        await daemon.gateway.wait_idle()
+        assert removed == ["telegram:77"]
+        [reply] = tg.texts("77")
+        code = [c.code for c in await store.list_pairing_codes() if c.user == "telegram:77"]
+        assert code and f"Your pairing code is {code[0]}" in reply
+    finally:
+        await daemon.stop()
 
 
 async def test_the_task_runs_again_each_period_and_logs_only_when_it_removed_something(
@@ -421,7 +495,7 @@ async def test_the_task_runs_again_each_period_and_logs_only_when_it_removed_som
         assert not task.running and len(asked) >= 3  # the config's names, asked at each run
         assert await ids(store, AuditRow) == set()
         lines = [r.getMessage() for r in caplog.records if r.name == "openclaw.store.retention"]
-        assert lines == ["store retention: removed 1 audit rows"]
+        assert lines == ["store retention: removed audit rows 1"]
         await task.stop()  # twice is harmless
 
 

@@ -448,6 +448,20 @@ async def test_the_oom_killer_picks_the_command_before_the_daemon(workspace):
     assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"  # ours is unchanged
 
 
+async def test_a_daemon_holding_many_descriptors_still_runs_commands(workspace):
+    # Between fork and exec the child holds all of the daemon's descriptors (sockets, the GPU's
+    # device files, other commands' pipes): nothing it does there may need one more under the
+    # role's open-files limit.
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(LIMITS.open_files + 8)]
+    try:
+        assert held[-1] >= LIMITS.open_files
+        result = await run("cat /proc/self/oom_score_adj", workspace)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert (result.exit_status, result.stdout.strip()) == (0, "1000"), result.stderr
+
+
 # An unprivileged daemon (the usual system service, User=openclaw): bwrap makes a user namespace, and
 # the command then owns the tmpfs bwrap mounts for /dev. Run as `nobody` when the tests are root.
 UNPRIVILEGED_DAEMON = """
