@@ -9,7 +9,18 @@ decode at 16 sequences 200 -> 330 tokens/s, the same greedy tokens (docs/BENCHMA
 The results are float32 like MKL's but not bit-identical (another summation order).
 
 Only on the CPU: on CUDA cuBLAS is already at the bandwidth ceiling, and the weights stay
-ordinary tensors (CUDA graphs, the Triton path)."""
+ordinary tensors (CUDA graphs, the Triton path).
+
+Row buckets. oneDNN builds (JIT-compiles) a primitive for each input shape and keeps it in two
+native caches of 1024 entries each: its own primitive cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY, two
+entries per call) and ideep's per-thread LRU (LRU_CACHE_CAPACITY; 0 crashes torch 2.13). Each
+(weight shape, row count) holds about 0.6 MB there and takes 1-8 ms to build. The row count is a
+step's token count, so an engine prefilling prompts of every length grew by about 2.7 MB per new
+length until both caches were full: +506 MB on the embedded model. So rows go in padded up to a
+bucket (`bucket_rows`): exact up to 16 (decode batches), then 8 buckets per doubling, at most
+12.5% extra rows; 72 shapes up to 2048 rows, a bounded +180 MB at worst (docs/BENCHMARKS.md).
+oneDNN computes each row on its own, so the real rows of a padded call have the bits of an exact
+call (checked up to 2048 rows; a single row is kept single: its kernel sums in another order)."""
 
 from __future__ import annotations
 
@@ -20,6 +31,20 @@ from torch import nn
 
 # oneDNN's fp32 and bf16 kernels; an fp16 model on the CPU keeps F.linear.
 PACKED_DTYPES = (torch.float32, torch.bfloat16)
+
+# Row counts below this go to oneDNN as they are; above, rounded up to 8 buckets per doubling.
+EXACT_ROWS = 16
+_BUCKET_BITS = 3  # 2**3 buckets per doubling: at most 1/8 extra rows
+
+
+def bucket_rows(rows: int) -> int:
+    """The row count a linear runs at for `rows` input rows: `rows` itself up to EXACT_ROWS, else
+    the next multiple of 2**(k - 3) for rows in (2**k, 2**(k+1)]. So 1..2048 rows make 72 shapes
+    (16 exact, then 18, 20, ..., 32, 36, ..., 64, 72, ..., 1920, 2048), not 2048."""
+    if rows <= EXACT_ROWS:
+        return rows
+    step = 1 << ((rows - 1).bit_length() - 1 - _BUCKET_BITS)
+    return -(-rows // step) * step
 
 
 @functools.cache
@@ -51,7 +76,18 @@ class PackedLinear(nn.Module):
         self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        rows = x.numel() // self.in_features if self.in_features else 0
+        padded = bucket_rows(rows)
+        if padded == rows:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        # Pad rows up to the bucket: one copy of the input (the padding rows zeroed, not left
+        # uninitialised: denormals there would slow the kernel), then a view of the real rows.
+        x2 = x.reshape(rows, self.in_features)
+        buf = x2.new_empty((padded, self.in_features))
+        buf[:rows].copy_(x2)
+        buf[rows:].zero_()
+        out = torch.ops.mkldnn._linear_pointwise(buf, self.weight, self.bias, "none", [], "")[:rows]
+        return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, onednn"
