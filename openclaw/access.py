@@ -32,6 +32,12 @@ def named_users(config: Config) -> set[str]:
     return {LOCAL_USER, *access.admins, *access.allow, *access.blocked}
 
 
+def config_names(config: Config) -> set[str]:
+    """Every user the config names: named_users, and those `[access] roles` gives a role (what
+    store retention never deletes)."""
+    return named_users(config) | set(config.access.roles)
+
+
 def is_owner(config: Config, user: str) -> bool:
     """An admin of `[access]`, or this machine's console: who answers pairing requests and sees
     what everyone uses."""

@@ -192,7 +192,7 @@ class Daemon:
 
     def _kept_users(self) -> set[str]:
         """Users retention never deletes: the ones the config (as reloaded) names."""
-        return access.named_users(self.config) | set(self.config.access.roles)
+        return access.config_names(self.config)
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok" if self.gateway is not None else "starting",

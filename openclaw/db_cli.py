@@ -125,7 +125,7 @@ def cmd_db_prune(args: argparse.Namespace) -> int:
         print(f"nothing to prune: no database yet at {database}")
         return 0
     retention = Retention.of(config.store)
-    kept = access.named_users(config) | set(config.access.roles)
+    kept = access.config_names(config)
 
     async def run() -> dict[str, int]:
         async with await Store.open(config.store.url) as store:

@@ -8,6 +8,7 @@ cases are skipped and say why.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import os
 import pwd
@@ -128,10 +129,13 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, sqlite_url: str, clock: FakeClock) -> AsyncIterator[Store]:
-    url = sqlite_url if request.param == "sqlite" else request.getfixturevalue("postgres")
-    opened = await Store.open(url, clock=clock)
+@contextlib.asynccontextmanager
+async def fresh_store(request: pytest.FixtureRequest, tmp_path: Path, **kw) -> AsyncIterator[Store]:
+    """An empty store for one test, on the backend `request.param` names: a new SQLite file, or
+    the session's PostgreSQL database (module fixture `postgres`) emptied."""
+    url = (f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}" if request.param == "sqlite"
+           else request.getfixturevalue("postgres"))
+    opened = await Store.open(url, **kw)
     if request.param == "postgresql":
         # One database for the session (migrated by the first open, a no-op after): emptying it is
         # ten times faster than creating a database per test.
@@ -140,6 +144,12 @@ async def store(request: pytest.FixtureRequest, sqlite_url: str, clock: FakeCloc
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> AsyncIterator[Store]:
+    async with fresh_store(request, tmp_path, clock=clock) as opened:
+        yield opened
 
 
 async def _pragma(store: Store, name: str) -> object:

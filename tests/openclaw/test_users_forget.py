@@ -28,15 +28,8 @@ KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request, tmp_path):
-    url = (f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}" if request.param == "sqlite"
-           else request.getfixturevalue("postgres"))
-    opened = await Store.open(url)
-    if request.param == "postgresql":
-        await test_store._empty_all_tables(opened)
-    try:
+    async with test_store.fresh_store(request, tmp_path) as opened:
         yield opened
-    finally:
-        await opened.close()
 
 
 async def snapshot(store: Store) -> dict[str, list[dict]]:
