@@ -15,6 +15,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from openclaw.store import sqlite_driver
+
 BUSY_TIMEOUT_MS = 10_000
 # The -wal file is cut back to this size whenever a checkpoint has emptied it (SQLite reuses it from
 # the start then). Without a limit it keeps the largest size it ever reached, until the last
@@ -69,7 +71,8 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         parsed = parsed.set(database=str(path))
     # Every store call ends its transaction itself (commit, or rollback on error), so the pool's
     # extra ROLLBACK on each check-in would only cost a round trip to the driver thread.
-    engine = create_async_engine(parsed, echo=echo, pool_reset_on_return=None)
+    engine = create_async_engine(parsed, echo=echo, pool_reset_on_return=None,
+                                 connect_args={"async_creator_fn": sqlite_driver.connect})
     _install_sqlite_hooks(engine, busy_timeout_ms)
     return engine
 

@@ -7,6 +7,7 @@ acts for a user; the users-table methods take the pair because that is how conne
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -15,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy import and_, delete, func, insert, or_, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -73,6 +74,27 @@ def _utcnow() -> datetime:
 def _record(cls: type[R], row: Any, **extra: Any) -> R:
     values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in extra}
     return cls(**values, **extra)
+
+
+async def _insert(session: AsyncSession, model: type, record: type[R], **values: Any) -> R:
+    """INSERT one row as a plain statement and return it as `record` (`values` plus the new id).
+    For rows written on every turn: the ORM's unit of work (add, flush, identity map) costs more
+    than the statement itself. SQLite gives the id from the cursor, PostgreSQL by RETURNING."""
+    result = await session.execute(_insert_statement(model), _parameters(model, values))
+    return record(id=result.inserted_primary_key[0], **values)
+
+
+def _parameters(model: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Values by attribute name to parameters by column (AuditRow.user is column "user_key")."""
+    columns = model.__mapper__.columns
+    return {columns[key].key: value for key, value in values.items()}
+
+
+@functools.cache
+def _insert_statement(model: type) -> Any:
+    # Built once: a statement made per call spends more on construction and its cache key than on
+    # the INSERT; the values go in as parameters.
+    return insert(model.__table__)
 
 
 class _NoRoom(Exception):
@@ -362,12 +384,10 @@ class Store:
             async with self._tx() as session:
                 # One INSERT, on the hot path of every turn; the conversation's foreign key (not a
                 # separate look-up) rejects a message for a conversation that does not exist.
-                row = MessageRow(conversation_id=conversation_id, role=role, content=content,
-                                 tool_calls=tool_calls, tool_call_id=tool_call_id,
-                                 token_count=token_count, created_at=self.now())
-                session.add(row)
-                await session.flush()
-                return _record(Message, row)
+                return await _insert(session, MessageRow, Message, conversation_id=conversation_id,
+                                     role=role, content=content, tool_calls=tool_calls,
+                                     tool_call_id=tool_call_id, token_count=token_count,
+                                     created_at=self.now())
         except IntegrityError as err:
             raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
 
@@ -391,12 +411,11 @@ class Store:
         message_id, chat_id = str(message_id), str(chat_id)
         try:
             async with self._tx() as session:
-                row = InboundEventRow(channel=channel, message_id=message_id, user=user, chat_id=chat_id,
-                                      text=text, payload=payload, status=InboundStatus.RECEIVED, error=None,
+                event = await _insert(session, InboundEventRow, InboundEvent, channel=channel,
+                                      message_id=message_id, user=user, chat_id=chat_id, text=text,
+                                      payload=payload, status=InboundStatus.RECEIVED, error=None,
                                       received_at=self.now(), processed_at=None)
-                session.add(row)
-                await session.flush()
-                return _record(InboundEvent, row), True
+                return event, True
         except IntegrityError as clash:
             # The unique (channel, message_id) index decides races, on SQLite and PostgreSQL alike.
             async with self._tx() as session:
@@ -446,14 +465,13 @@ class Store:
                             pieces: list[str], conversation_id: int | None,
                             answers: int | None) -> list[OutboundMessage]:
         now = self.now()
-        rows = [OutboundMessageRow(conversation_id=conversation_id, inbound_event_id=answers,
-                                   channel=channel, chat_id=str(chat_id), text=piece,
-                                   status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
-                                   error=None, created_at=now, updated_at=now, sent_at=None)
+        # One INSERT per piece, in order: the ids keep the order the pieces are sent in.
+        return [await _insert(session, OutboundMessageRow, OutboundMessage,
+                              conversation_id=conversation_id, inbound_event_id=answers,
+                              channel=channel, chat_id=str(chat_id), text=piece,
+                              status=OutboundStatus.PENDING, attempts=0, external_message_id=None,
+                              error=None, created_at=now, updated_at=now, sent_at=None)
                 for piece in pieces]
-        session.add_all(rows)
-        await session.flush()
-        return [_record(OutboundMessage, row) for row in rows]
 
     async def mark_outbound(self, outbound_id: int, status: OutboundStatus | str,
                             external_message_id: str | int | None = None,
@@ -462,21 +480,26 @@ class Store:
 
         `pending` means "try again"; `sent` is final and sets sent_at.
         """
-        status = OutboundStatus(status)
+        status, now = OutboundStatus(status), self.now()
+        row_cls = OutboundMessageRow
+        values: dict[Any, Any] = {row_cls.status: status, row_cls.attempts: row_cls.attempts + 1,
+                                  row_cls.error: error, row_cls.updated_at: now}
+        if external_message_id is not None:
+            values[row_cls.external_message_id] = str(external_message_id)
+        if status is OutboundStatus.SENT:
+            values[row_cls.sent_at] = now
+        every_column = [column.label(key) for key, column in row_cls.__mapper__.columns.items()]
         async with self._tx() as session:
-            row = await session.get(OutboundMessageRow, outbound_id)
-            if row is None:
+            # One statement, after every send: the WHERE keeps a sent message's status final.
+            row = (await session.execute(
+                update(row_cls.__table__)
+                .where(row_cls.id == outbound_id, row_cls.status != OutboundStatus.SENT)
+                .values(values).returning(*every_column))).one_or_none()
+            if row is not None:
+                return _record(OutboundMessage, row)
+            if await session.get(OutboundMessageRow, outbound_id) is None:
                 raise LookupError(f"outbound message {outbound_id} does not exist")
-            if row.status is OutboundStatus.SENT:
-                raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
-            now = self.now()
-            row.status, row.attempts, row.error, row.updated_at = status, row.attempts + 1, error, now
-            if external_message_id is not None:
-                row.external_message_id = str(external_message_id)
-            if status is OutboundStatus.SENT:
-                row.sent_at = now
-            await session.flush()
-            return _record(OutboundMessage, row)
+            raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
 
     async def list_outbound(self, limit: int = 100) -> list[OutboundMessage]:
         """Oldest first, every status: what was sent, what waits for a retry, what failed."""
@@ -677,12 +700,9 @@ class Store:
                         exit_status: int | None = None, duration_ms: int | None = None,
                         output_bytes: int | None = None, detail: str | None = None) -> AuditEntry:
         async with self._tx() as session:
-            row = AuditRow(at=self.now(), user=user, skill=skill, arguments=arguments, decision=decision,
-                           exit_status=exit_status, duration_ms=duration_ms, output_bytes=output_bytes,
-                           detail=detail)
-            session.add(row)
-            await session.flush()
-            return _record(AuditEntry, row)
+            return await _insert(session, AuditRow, AuditEntry, at=self.now(), user=user, skill=skill,
+                                 arguments=arguments, decision=decision, exit_status=exit_status,
+                                 duration_ms=duration_ms, output_bytes=output_bytes, detail=detail)
 
     async def list_audit(self, limit: int = 100, user: str | None = None) -> list[AuditEntry]:
         """Newest first."""
@@ -697,8 +717,9 @@ class Store:
     async def add_usage(self, user: str, prompt_tokens: int, completion_tokens: int,
                         conversation_id: int | None = None) -> None:
         async with self._tx() as session:
-            session.add(UsageRow(at=self.now(), user=user, conversation_id=conversation_id,
-                                 prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))
+            await session.execute(_insert_statement(UsageRow), _parameters(UsageRow, {
+                "at": self.now(), "user": user, "conversation_id": conversation_id,
+                "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}))
 
     async def tokens_today(self, user: str | None = None, since: datetime | None = None) -> int:
         """Prompt + completion tokens since `since` (default: today's midnight UTC), one user or all."""
