@@ -518,6 +518,10 @@ class SandboxConfig(_Section):
     slirp4netns_path: ConfigPath | None = None
     """Path of the slirp4netns binary, which gives network to roles granted it; None searches
     PATH."""
+    min_free_disk_mb: int = Field(1024, ge=0)
+    """Free space (MB) every role's commands and file writes must leave on what they write and on
+    data_dir's filesystem, where the database is: a command is refused, or killed, below it; 0: no
+    reserve."""
 
 
 class SkillsConfig(_Section):
@@ -607,6 +611,8 @@ class RoleConfig(_Section):
     output_bytes: int = Field(64 * 1024, ge=1024)
     file_size_mb: int = Field(64, ge=1)
     """Largest file a command or the files skill may write."""
+    disk_mb: int = Field(1024, ge=0)
+    """What the user's workspace may hold in all (MB); 0: no quota (the built-in admin role's)."""
     processes: int = Field(64, ge=1)
     email_recipients: list[str] = []
     """Addresses the email skill may send to; "*" for anyone."""
@@ -659,7 +665,7 @@ class RoleConfig(_Section):
 
         given = self.model_fields_set
         limits_given = given & {"cpu_seconds", "memory_mb", "wall_seconds", "output_bytes",
-                                "file_size_mb", "processes"}
+                                "file_size_mb", "processes", "disk_mb"}
         role = base or Role(name)
         fields: dict[str, Any] = {}
         if base is None or limits_given:
@@ -672,7 +678,8 @@ class RoleConfig(_Section):
                 wall_seconds=pick("wall_seconds", self.wall_seconds, old.wall_seconds),
                 output_bytes=pick("output_bytes", self.output_bytes, old.output_bytes),
                 file_size_bytes=pick("file_size_mb", self.file_size_mb << 20, old.file_size_bytes),
-                processes=pick("processes", self.processes, old.processes))
+                processes=pick("processes", self.processes, old.processes),
+                disk_bytes=pick("disk_mb", self.disk_mb << 20, old.disk_bytes))
         simple = {"skills": frozenset(self.skills), "workspace": self.workspace,
                   "read_only": tuple(self.read_only), "read_write": tuple(self.read_write),
                   "network": self.network, "email_recipients": frozenset(self.email_recipients),
@@ -1123,6 +1130,9 @@ enabled = false
 # e.g. bwrap_path = "/usr/bin/bwrap"
 # The slirp4netns binary, the network of roles granted one (unset: found on PATH).
 # e.g. slirp4netns_path = "/usr/bin/slirp4netns"
+# Free space (MB) kept on every disk a command or file write reaches and on data_dir's, where the
+# database is: below it commands are refused (or killed) and writes refused, for every role.
+# min_free_disk_mb = 1024
 
 [skills]
 # Skills offered to the model: built-ins, entry points, or "module:Class".
@@ -1153,6 +1163,7 @@ enabled = false
 # e.g. email_recipients = ["me@example.org"]
 # e.g. email_read = false   # list and read the one mailbox of [skills.email] (admin: true)
 # e.g. daily_tokens = 200000  # per user and UTC day, prompt + answer (0: no limit)
+# e.g. disk_mb = 1024  # what the user's workspace may hold (built in: user 1024, admin 0 = no quota)
 '''
 
 

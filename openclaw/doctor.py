@@ -1,6 +1,7 @@
 """`openclaw doctor`: what is wrong with this install and how to fix it. Each check tries what
 `openclaw run` would do (load the config and the model, open the database, bind the admin port,
-run a sandboxed command, connect with each token) and says ✓ or ✗ with the fix."""
+run a sandboxed command, connect with each token) and says ✓ or ✗ with the fix, or ⚠ for what
+works with a gap the admin should close."""
 
 from __future__ import annotations
 
@@ -8,14 +9,21 @@ import argparse
 import asyncio
 import os
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, load_config
 
+# A check's mark: True (✓), False (✗: doctor exits 1) or WARN (⚠: it works, degraded; the exit
+# status stays 0, since `run` would start).
+WARN: Literal["warn"] = "warn"
+Mark = bool | Literal["warn"]
+MARKS: dict[Mark, str] = {True: "✓", False: "✗", WARN: "⚠"}
+
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    checks: list[tuple[bool, str, str]] = []  # (ok, what, how to fix)
+    checks: list[tuple[Mark, str, str]] = []  # (mark, what, how to fix)
     try:
         config = load_config(args.config)
         checks.append((True, f"config: {config.source or 'none (defaults)'}", ""))
@@ -29,13 +37,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks += _check_admin_port(config)
     checks.append(_check_skills(config))
     checks.append(_check_sandbox(config))
+    checks.append(_check_disk_reserve(config))
     checks += _check_sandbox_network(config)
     checks += _check_granted_folders(config)
     checks += _check_shared_workspaces(config)
     checks += _check_connectors(config)
-    for ok, what, fix in checks:
-        print(f"{'✓' if ok else '✗'} {what}" + ("" if ok or not fix else f"\n    fix: {fix}"))
-    return 0 if all(ok for ok, _, _ in checks) else 1
+    for mark, what, fix in checks:
+        print(f"{MARKS[mark]} {what}" + ("" if mark is True or not fix else f"\n    fix: {fix}"))
+    return 0 if all(mark is not False for mark, _, _ in checks) else 1
 
 
 TOKEN_CHECK_S = 10.0  # how long doctor waits for Telegram's or Discord's answer to a token
@@ -188,12 +197,40 @@ def _check_skills(config) -> tuple[bool, str, str]:
     return True, f"skills: {', '.join(registry.names) or 'none'}", ""
 
 
-def _check_sandbox(config) -> tuple[bool, str, str]:
+def _check_sandbox(config) -> tuple[Mark, str, str]:
+    """✗ when commands cannot run; ⚠ when they run with a layer missing (no sandbox at all under
+    allow_unsandboxed, no seccomp filter, /tmp unsized by an old bubblewrap: `what` names it)."""
     from openclaw.skillset import sandbox_for
-    from sandbox.runner import FIX_HINT
+    from sandbox.runner import FIX_HINT, isolation_available
 
-    ok, what = sandbox_for(config).isolation()
+    sandbox = sandbox_for(config)
+    ok, what, whole = sandbox.isolation()
+    if ok and not whole:
+        unsandboxed = not isolation_available(sandbox.bwrap_path)[0]
+        return WARN, f"sandbox isolation: {what}", FIX_HINT if unsandboxed else ""
     return ok, f"sandbox isolation: {what}", FIX_HINT
+
+
+def _check_disk_reserve(config) -> tuple[Mark, str, str]:
+    """The database and the workspaces live on data_dir's filesystem. Under [sandbox]
+    min_free_disk_mb there, every user's commands and writes are refused: the reserve is what keeps
+    the store writable, and only freeing space lets them work again."""
+    from sandbox.disk import free_bytes, megabytes
+
+    folder = _nearest_existing(config.data_dir)
+    reserve = config.sandbox.min_free_disk_mb << 20
+    try:
+        free = free_bytes(folder)
+    except OSError as exc:
+        return False, f"disk: cannot read the free space of {folder}: {exc}", "check data_dir"
+    what = f"disk: {megabytes(free)} free on data_dir's filesystem ({folder})"
+    if not reserve:
+        return True, f"{what}; no reserve ([sandbox] min_free_disk_mb = 0)", ""
+    if free < reserve:
+        return (WARN, f"{what}, under the {megabytes(reserve)} reserve: every user's commands and "
+                      "file writes are refused",
+                "free space on that disk, or lower [sandbox] min_free_disk_mb (0: no reserve)")
+    return True, f"{what}; the reserve is {megabytes(reserve)}", ""
 
 
 def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:

@@ -27,6 +27,7 @@ from openclaw.metrics import Metrics
 from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store, UnknownUserError
 from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
+from sandbox.disk_budget import DiskFull, check_room
 from sandbox.policy import Policy, Principal, UnknownRole
 from skills.base import visible
 from skills.builtin.reminders import split_request
@@ -741,15 +742,24 @@ class Gateway:
         await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
                                conversation_id=conversation_id, answers=event.id if event else None)
 
-    @staticmethod
-    async def _attachments_note(connector: Connector, refs: list[str], principal: Principal) -> str:
+    async def _attachments_note(self, connector: Connector, refs: list[str], principal: Principal) -> str:
         """Fetch the user's files into their workspace (only now: the user is admitted) and tell
-        the agent where they are, or why one could not be fetched."""
+        the agent where they are, or why one could not be fetched. Each is fetched only while the
+        workspace is under its quota and the disk above the reserve, as a command is run (one
+        file, at most the connector's max_file_mb, may take it past)."""
         if not refs:
             return ""
         fetch = getattr(connector, "fetch_attachment", None)
         names, notes = [], []
         for ref in refs:
+            if fetch:
+                try:
+                    await asyncio.to_thread(check_room, principal.workspace, (self.config.data_dir,),
+                                            quota=principal.limits.disk_bytes,
+                                            reserve=self.config.sandbox.min_free_disk_mb << 20)
+                except DiskFull as full:
+                    notes.append(f"[The user sent a file, which was not saved: {full}.]")
+                    continue
             name, note = await fetch(ref, principal.workspace) if fetch else (ref, None)
             if name and fetch:
                 _hand_to_sandbox(principal, name)

@@ -48,7 +48,8 @@ def _unknown_role_skills(config: Config, registry: SkillRegistry, unresolved: li
 def sandbox_for(config: Config) -> Sandbox:
     section = config.sandbox
     bwrap, slirp = (str(path) if path else None for path in (section.bwrap_path, section.slirp4netns_path))
-    return Sandbox(bwrap_path=bwrap, allow_unsandboxed=section.allow_unsandboxed, slirp4netns_path=slirp)
+    return Sandbox(bwrap_path=bwrap, allow_unsandboxed=section.allow_unsandboxed, slirp4netns_path=slirp,
+                   min_free_disk_bytes=section.min_free_disk_mb << 20, data_dir=config.data_dir)
 
 
 def executor_for(config: Config, registry: SkillRegistry, audit: Any,

@@ -57,7 +57,9 @@ class Role:
 BUILTIN_ROLES = {
     "admin": Role("admin", skills=frozenset({ANY}), network=True, email_recipients=frozenset({ANY}),
                   email_read=True,
-                  limits=Limits(cpu_seconds=120, memory_bytes=4 << 30, wall_seconds=300)),
+                  # No disk quota: an admin's workspace is often a real home folder, already full
+                  # of their files. The free-space reserve ([sandbox] min_free_disk_mb) still holds.
+                  limits=Limits(cpu_seconds=120, memory_bytes=4 << 30, wall_seconds=300, disk_bytes=0)),
     # Paired users get harmless skills and their own workspace; shell, email and the network are
     # opt-in per role.
     "user": Role("user", skills=frozenset({"clock", "files", "reminders"})),

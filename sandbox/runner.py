@@ -17,6 +17,10 @@ them, together, by the role's memory limit (`tmpfs_sizes`), and /dev, another tm
 An older bwrap cannot size them; commands still run, and `isolation_available` (so `openclaw
 doctor`) and the log say so.
 
+What a command may leave on disk is sandbox.disk_budget's: the workspace's quota and the free
+space kept for everyone are checked before it starts, and watched while it runs, beside the
+wall-clock limit; a command over either is killed as one past that limit is.
+
 The sandbox never shares the host's network namespace: a role granted network gets user-mode
 networking in its own (sandbox.network), so the host's loopback services and abstract sockets stay
 out of reach; without slirp4netns such a role's commands are refused.
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox import network, seccomp
+from sandbox.disk_budget import CommandWatch, DiskFull
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +102,7 @@ class Limits:
     file_size_bytes: int = 64 << 20
     processes: int = 64
     open_files: int = 256
+    disk_bytes: int = 1 << 30  # what the workspace may hold in all (sandbox.disk_budget); 0: no quota
 
 
 @dataclass(frozen=True)
@@ -110,13 +116,14 @@ class Scope:
 
 @dataclass
 class Result:
-    exit_status: int | None  # None when we killed it at the wall-clock limit
+    exit_status: int | None  # None when we killed it (the wall-clock limit, the disk budget)
     stdout: str
     stderr: str
     timed_out: bool
     truncated: bool
     duration_s: float
     isolation: str  # "bubblewrap" | "none"
+    disk_exceeded: str | None = None  # why it was killed for its disk use (see CommandWatch.check)
 
 
 class SandboxUnavailable(Exception):
@@ -437,10 +444,35 @@ async def _exited_within(proc: asyncio.subprocess.Process, seconds: float) -> bo
     return True
 
 
+async def _ended_within(proc: asyncio.subprocess.Process, seconds: float,
+                        watch: CommandWatch) -> tuple[bool, str | None]:
+    """(exited, why it must be killed for its disk use): the wall-clock wait of _exited_within,
+    cut short when the disk watch finds the command over its budget. A command that exits on its
+    own is never reported as killed, whatever the watch saw meanwhile."""
+    if not watch.active:
+        return await _exited_within(proc, seconds), None
+    waiting = asyncio.create_task(_exited_within(proc, seconds))
+    watching = asyncio.create_task(watch.overrun())
+    try:
+        await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # also when we are cancelled (/stop): the caller kills the group
+        waiting.cancel()
+        watching.cancel()
+    if waiting.done() and not waiting.cancelled() and waiting.result():
+        return True, None
+    if watching.done() and not watching.cancelled():
+        return False, watching.result()
+    return False, None  # the wall-clock limit
+
+
 async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path: str | None = None,
                       allow_unsandboxed: bool = False, env: dict[str, str] | None = None,
-                      slirp4netns_path: str | None = None) -> Result:
-    """Run `/bin/sh -c command` in the sandbox and return its (possibly cut) output and status."""
+                      slirp4netns_path: str | None = None, min_free_bytes: int = 0,
+                      protected: tuple[Path, ...] = ()) -> Result:
+    """Run `/bin/sh -c command` in the sandbox and return its (possibly cut) output and status.
+    `min_free_bytes`: free space to keep on every filesystem it can write and on those of
+    `protected` (the daemon's data folder); refused with DiskFull when the workspace is at its
+    quota (limits.disk_bytes) or one of them is under that already."""
     ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
     if not ok and not allow_unsandboxed:
         raise SandboxUnavailable(f"cannot run sandboxed commands: {why}. {FIX_HINT}")
@@ -448,6 +480,9 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     if linked and (lacking := network.missing(slirp4netns_path)):
         raise SandboxUnavailable(f"cannot run commands with network: {lacking}. {network.INSTALL_HINT}")
     prepare_workspace(scope)
+    # The one walk of the workspace a command costs (none without a quota); raises DiskFull.
+    watch = await asyncio.to_thread(CommandWatch, scope.workspace, scope.read_write, protected,
+                                    quota=limits.disk_bytes, reserve=min_free_bytes)
     home = WORKSPACE_MOUNT if ok else str(scope.workspace)
     clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
 
@@ -483,7 +518,8 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
             # connect() is False when bwrap failed in its setup: its stderr is then the answer.
             if link is not None:
                 await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
-            timed_out = not await _exited_within(proc, deadline - time.monotonic())
+            exited, disk_exceeded = await _ended_within(proc, deadline - time.monotonic(), watch)
+            timed_out = not exited and disk_exceeded is None
         except network.NetworkUnavailable as exc:
             for task in readers:
                 task.cancel()
@@ -491,13 +527,16 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         finally:
             # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
             _kill_group(proc.pid)
+    if disk_exceeded:
+        log.warning("killed a command in %s: %s", scope.workspace, disk_exceeded)
     done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
     for task in pending:
         task.cancel()
     stdout, stderr = (task.result() if task in done else "" for task in readers)
-    return Result(exit_status=None if timed_out else proc.returncode, stdout=stdout, stderr=stderr,
+    killed = timed_out or disk_exceeded is not None
+    return Result(exit_status=None if killed else proc.returncode, stdout=stdout, stderr=stderr,
                   timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
-                  isolation="bubblewrap" if ok else "none")
+                  isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded)
 
 
 async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limits: Limits,
@@ -537,12 +576,18 @@ class Sandbox:
     bwrap_path: str | None = None
     allow_unsandboxed: bool = False
     slirp4netns_path: str | None = None  # None: slirp4netns on PATH
+    # Free space every command leaves on what it can write and on data_dir's filesystem, where the
+    # store is ([sandbox] min_free_disk_mb; its default here too). 0: none.
+    min_free_disk_bytes: int = 1 << 30
+    data_dir: Path | None = None
 
     async def run(self, command: str, scope: Scope, limits: Limits,
                   env: dict[str, str] | None = None) -> Result:
         return await run_command(command, scope, limits, bwrap_path=self.bwrap_path,
                                  allow_unsandboxed=self.allow_unsandboxed, env=env,
-                                 slirp4netns_path=self.slirp4netns_path)
+                                 slirp4netns_path=self.slirp4netns_path,
+                                 min_free_bytes=self.min_free_disk_bytes,
+                                 protected=() if self.data_dir is None else (self.data_dir,))
 
     async def network(self) -> tuple[bool, str]:
         """(works, what): whether commands of roles granted network can run, for `doctor`: one
@@ -554,7 +599,7 @@ class Sandbox:
             try:
                 result = await self.run("cat /proc/net/route", Scope(Path(folder), network=True),
                                         Limits(wall_seconds=10))
-            except SandboxUnavailable as exc:
+            except (SandboxUnavailable, DiskFull) as exc:
                 return False, str(exc)
         routes = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
         if result.exit_status == 0 and [network.TAP, "00000000"] in routes:
@@ -563,11 +608,14 @@ class Sandbox:
         return False, (f"a test command found no default route via {network.TAP} (exit status "
                        f"{result.exit_status}): {(result.stderr or result.stdout).strip()[-300:]}")
 
-    def isolation(self) -> tuple[bool, str]:
-        """(usable, what): whether commands can run, and under which isolation, for `doctor`."""
+    def isolation(self) -> tuple[bool, str, bool]:
+        """(usable, what, whole): whether commands can run, under which isolation, and whether it
+        has every layer this runner adds (a seccomp filter, sized /tmp and /dev/shm), for `doctor`:
+        usable but not whole is working, with a gap the admin should close."""
         ok, why = isolation_available(self.bwrap_path)
         if ok:
-            return True, why
+            bwrap = self.bwrap_path or shutil.which("bwrap") or "bwrap"
+            return True, why, seccomp.supported() and bwrap_sizes_tmpfs(bwrap)
         if self.allow_unsandboxed:
-            return True, f"NONE: commands run unsandboxed (allow_unsandboxed = true; {why})"
-        return False, f"unavailable: {why}"
+            return True, f"NONE: commands run unsandboxed (allow_unsandboxed = true; {why})", False
+        return False, f"unavailable: {why}", False

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.disk_budget import DiskFull
 from sandbox.policy import Principal
 from sandbox.runner import Sandbox, SandboxUnavailable
 from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
@@ -86,7 +87,7 @@ class Executor:
             # A program that ran but failed (non-zero exit, killed at a limit) is not a success.
             outcome = Outcome(output, ctx.audit.exit_status in (None, 0) and not ctx.audit.failed,
                               "allowed")
-        except SkillDenied as exc:
+        except (SkillDenied, DiskFull) as exc:  # DiskFull: a command refused by ctx.run
             outcome = Outcome(f"error: denied: {exc}", False, "denied")
         except SkillError as exc:
             outcome = Outcome(f"error: {exc}", False, "allowed")

@@ -14,11 +14,14 @@ import json
 import os
 import re
 import stat
+from pathlib import Path
 from typing import Any
 
-from sandbox.fs_identity import acting_as
+from sandbox.disk import BLOCK
+from sandbox.disk_budget import DiskFull, check_write
+from sandbox.fs_identity import acting_as, as_daemon
 from sandbox.runner import prepare_workspace
-from skills.base import Skill, SkillContext, SkillError
+from skills.base import Skill, SkillContext, SkillDenied, SkillError
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
     Target,
@@ -174,6 +177,7 @@ class FilesSkill(Skill):
         verb = "appending to" if append else "writing"
         if len(data) > limit:
             raise too_big(target, len(data), limit, verb)
+        _check_room(target, ctx, len(data) if append else len(data) - _allocated(target))
         fd, created = open_file(target, os.O_WRONLY | (os.O_APPEND if append else 0), create=True)
         try:
             before = regular(target, fd).st_size
@@ -211,6 +215,7 @@ class FilesSkill(Skill):
             updated = text.replace(old, new).encode()
             if len(updated) > limit:
                 raise too_big(target, len(updated), limit, "editing")
+            _check_room(target, ctx, len(updated) - size)
             # In place on the descriptor we read from: owner, mode and hard links stay as they were.
             write_all(fd, updated, 0)
             os.ftruncate(fd, len(updated))
@@ -269,6 +274,29 @@ def _as_user(target: Target, work, *args):
     of file permissions must not reach what the user's own commands could not."""
     with acting_as(target.uid):
         return work(target, *args)
+
+
+def _check_room(target: Target, ctx: SkillContext, growth: int) -> None:
+    """The disk budget (sandbox.disk_budget) before a write that adds `growth` bytes: the
+    workspace's quota, and the free space kept for everyone on the folder's filesystem. Measured
+    as the daemon: a folder the user made unreadable must still count."""
+    root = Path(target.root.real)
+    try:
+        with as_daemon():
+            check_write(root, growth, workspace=root if target.root.workspace else None,
+                        quota=ctx.principal.limits.disk_bytes, reserve=ctx.sandbox.min_free_disk_bytes)
+    except DiskFull as exc:
+        raise SkillDenied(f"nothing was written: {exc}") from None
+
+
+def _allocated(target: Target) -> int:
+    """What the file a write replaces holds on disk now (0: there is none yet): the write gives it
+    back. An estimate for the budget only; the write itself opens the file safely."""
+    try:
+        with as_daemon():
+            return os.lstat(os.path.join(target.root.real, *target.parts)).st_blocks * BLOCK
+    except OSError:
+        return 0
 
 
 def _check_args(action: str, args: dict[str, Any]) -> None:

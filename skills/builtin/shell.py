@@ -1,12 +1,14 @@
 """`shell`: one command under /bin/sh in the sandbox, in the caller's workspace (/workspace), with
-its role's network, limits and extra paths. Refuses when the sandbox cannot run (see runner.py)."""
+its role's network, limits and extra paths. Refuses when the sandbox cannot run (see runner.py), and
+when the workspace is full or the disk nearly so (see sandbox/disk_budget.py)."""
 
 from __future__ import annotations
 
 import signal
 from typing import Any
 
-from skills.base import Skill, SkillContext, SkillError, visible
+from sandbox.disk_budget import DiskFull
+from skills.base import Skill, SkillContext, SkillDenied, SkillError, visible
 
 
 class ShellSkill(Skill):
@@ -30,11 +32,17 @@ class ShellSkill(Skill):
         command = args["command"]
         if not command.strip():
             raise SkillError("the command is empty")
-        result = await ctx.run(command)
+        try:
+            result = await ctx.run(command)
+        except DiskFull as exc:
+            raise SkillDenied(f"the command was not run: {exc}") from None
         ctx.audit.exit_status = result.exit_status
         if result.timed_out:
             status = f"killed after {ctx.principal.limits.wall_seconds:g} s (wall-clock limit)"
             ctx.audit.detail, ctx.audit.failed = "killed at the wall-clock limit", True
+        elif result.disk_exceeded:
+            status = f"killed: {result.disk_exceeded}; delete files to make room"
+            ctx.audit.detail, ctx.audit.failed = f"killed: {result.disk_exceeded}", True
         else:
             status = f"exit status {result.exit_status}" + _signal_note(result.exit_status, ctx)
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]

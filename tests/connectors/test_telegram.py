@@ -574,6 +574,21 @@ async def test_a_document_is_saved_in_the_workspace_and_the_agent_is_told_its_pa
             (principal.scope.uid, principal.scope.uid)}
 
 
+async def test_a_document_is_not_downloaded_into_a_workspace_at_its_quota(env, fake):
+    await env.start(ScriptedModel(echo), "[roles.admin]\ndisk_mb = 1")
+    workspace = env.config.policy().principal(f"telegram:{ADA}").workspace
+    (workspace / "old.bin").write_bytes(os.urandom(2 << 20))
+    fake.send_document("new.pdf", b"%PDF", caption="keep this")
+    [reply] = await env.replies(ADA, 1)
+    assert reply.startswith("re: keep this\n\n[The user sent a file, which was not saved: the "
+                            "workspace is full: 2.0 MB used of its 1 MB quota"), reply
+    assert fake.calls_to("getFile") == []
+    assert sorted(p.name for p in workspace.iterdir()) == ["old.bin"]
+    (workspace / "old.bin").unlink()  # room again: the next one is saved
+    fake.send_document("new.pdf", b"%PDF")
+    assert (await env.replies(ADA, 2))[1] == "re: [attached files, in your workspace: new.pdf]"
+
+
 async def test_a_strangers_document_is_never_downloaded(env, fake):
     await env.start(ScriptedModel(echo))
     fake.send_document("payload.bin", b"x" * 100, user=BOB)

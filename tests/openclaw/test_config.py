@@ -581,3 +581,47 @@ def test_a_role_workspace_is_per_user_and_relative_to_the_file(tmp_path: Path):
         tmp_path / "spaces/telegram-5"
     problem = only_problem(write(tmp_path, '[roles.team]\nworkspace = "/srv/shared"\n'))
     assert problem.startswith('roles.team.workspace = "/srv/shared": must contain "{user}"')
+
+
+# --- disk: the workspace quota and the free-space reserve --------------------------------------
+
+
+def test_disk_quota_and_reserve_flow_into_roles_and_sandbox_with_the_builtin_defaults(tmp_path: Path):
+    from openclaw.skillset import sandbox_for
+
+    defaults = Config().policy()
+    assert defaults.role("user").limits.disk_bytes == 1024 << 20
+    assert defaults.role("admin").limits.disk_bytes == 0  # no quota: often a real home folder
+    assert sandbox_for(Config()).min_free_disk_bytes == 1024 << 20
+    config = load_config(write(tmp_path, """
+        [sandbox]
+        min_free_disk_mb = 0
+        [roles.admin]
+        cpu_seconds = 60
+        [roles.user]
+        disk_mb = 200
+        [roles.family]
+        skills = ["clock"]
+        [roles.unlimited]
+        disk_mb = 0
+    """))
+    policy = config.policy()
+    admin, user = policy.role("admin").limits, policy.role("user").limits
+    assert (admin.disk_bytes, admin.cpu_seconds, admin.wall_seconds) == (0, 60, 300)  # the rest kept
+    assert (user.disk_bytes, user.file_size_bytes) == (200 << 20, 64 << 20)
+    assert policy.role("family").limits.disk_bytes == 1024 << 20  # a new role: the key's default
+    assert policy.role("unlimited").limits.disk_bytes == 0
+    sandbox = sandbox_for(config)
+    assert sandbox.min_free_disk_bytes == 0 and sandbox.data_dir == config.data_dir
+    admin_quota = load_config(write(tmp_path, "[roles.admin]\ndisk_mb = 500\n")).policy().role("admin")
+    assert (admin_quota.limits.disk_bytes, admin_quota.limits.cpu_seconds) == (500 << 20, 120)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[sandbox]\nmin_free_disk_mb = -1\n", "sandbox.min_free_disk_mb = -1: expected a number >= 0"),
+    ('[sandbox]\nmin_free_disk_mb = "1G"\n', 'sandbox.min_free_disk_mb = "1G": expected an integer'),
+    ("[roles.fam]\ndisk_mb = -5\n", "roles.fam.disk_mb = -5: expected a number >= 0"),
+    ("[roles.fam]\ndisk_mb = 1.5\n", "roles.fam.disk_mb = 1.5: expected an integer"),
+])
+def test_a_malformed_disk_setting_names_the_key(tmp_path: Path, text: str, expected: str):
+    assert only_problem(write(tmp_path, text)) == expected

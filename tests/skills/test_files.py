@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
+from sandbox import disk
 from sandbox.policy import Policy, Principal, Role, sandbox_uid
 from sandbox.runner import Limits, Sandbox
 from skills.builtin import file_paths, file_search
@@ -76,7 +77,7 @@ def mine(path: Path, user: str = USER) -> Path:
     return path
 
 
-def make_env(tmp: Path, settings: dict | None = None) -> Env:
+def make_env(tmp: Path, settings: dict | None = None, sandbox: Sandbox | None = None) -> Env:
     data = tmp / "data"
     data.mkdir(mode=0o700)  # as the daemon makes it: not the users' to walk through
     # What sits next to the workspaces in a real data dir, and must never be reachable.
@@ -100,8 +101,8 @@ def make_env(tmp: Path, settings: dict | None = None) -> Env:
     async def audit(user, skill, arguments, decision, **extra):
         rows.append({"user": user, "skill": skill, "arguments": arguments, "decision": decision, **extra})
 
-    executor = Executor(load_skills(["files"], [], {"files": settings} if settings else {}), Sandbox(),
-                        audit=audit)
+    executor = Executor(load_skills(["files"], [], {"files": settings} if settings else {}),
+                        sandbox or Sandbox(), audit=audit)
     return Env(tmp, data, policy.principal(USER).workspace, ro, rw, outside, policy, executor, rows)
 
 
@@ -450,6 +451,49 @@ async def test_writes_over_the_role_file_size_limit_are_denied(env):
     await env.denied("editing big.txt would make it 4,199 bytes", action="edit", path="big.txt",
                      old="x" * 4000, new="z" * 4199)
     assert (env.workspace / "big.txt").read_text() == "x" * 4000
+
+
+def set_quota(env: Env, quota: int) -> None:
+    """The tester role's workspace quota, from here on; files up to 1 MB, so the quota refuses first."""
+    role = env.policy.roles["tester"]
+    env.policy.roles["tester"] = replace(role, limits=replace(role.limits, disk_bytes=quota,
+                                                                file_size_bytes=1 << 20))
+
+
+async def test_writes_past_the_workspace_quota_are_denied_and_leave_the_old_file(env):
+    await env.ok(action="write", path="notes.txt", content="old notes\n")
+    set_quota(env, disk.usage(env.workspace) + 8192)  # two blocks of room
+    over = "nothing was written: the workspace would go over its"
+    await env.denied(over, "disk_mb", "delete files to make room", action="write", path="notes.txt",
+                     content="x" * 20_000)
+    await env.denied(over, action="append", path="notes.txt", content="x" * 20_000)
+    await env.denied(over, action="edit", path="notes.txt", old="old", new="x" * 20_000)
+    await env.denied(over, "and this adds 20,000 bytes", action="write", path="new.txt",
+                     content="x" * 20_000)
+    assert (env.workspace / "notes.txt").read_text() == "old notes\n"
+    assert not (env.workspace / "new.txt").exists()
+    await env.ok(action="write", path="notes.txt", content="x" * 6000)  # what fits is written
+    untouched(env)
+
+
+async def test_replacing_a_file_counts_only_the_difference_against_the_quota(env):
+    set_quota(env, 1 << 30)
+    await env.ok(action="write", path="big.txt", content="x" * 64_000)
+    set_quota(env, disk.usage(env.workspace))  # full: not a byte more
+    await env.denied("the workspace would go over", action="write", path="tiny.txt", content="y")
+    await env.ok(action="write", path="big.txt", content="z" * 60_000)  # smaller than what it replaces
+    await env.ok(action="edit", path="big.txt", old="z" * 1000, new="", count=60)
+    assert (env.workspace / "big.txt").read_text() == ""
+
+
+async def test_writes_are_denied_when_the_disk_is_under_the_reserve(tmp_path):
+    reserve = disk.free_bytes(tmp_path) + (100 << 20)  # more than is free: the check must refuse
+    env = make_env(tmp_path, sandbox=Sandbox(min_free_disk_bytes=reserve))
+    await env.denied("nothing was written: the disk holding your workspace is nearly full",
+                     "min_free_disk_mb", action="write", path="x.txt", content="more")
+    await env.denied("the disk holding this folder is nearly full", action="append",
+                     path=str(env.rw / "x.txt"), content="more")
+    assert not (env.workspace / "x.txt").exists() and not (env.rw / "x.txt").exists()
 
 
 async def test_a_role_without_files_is_denied_by_the_executor(env):

@@ -22,7 +22,7 @@ ROLES = """
 [skills]
 enabled = ["clock", "shell"]
 [access]
-roles = { "telegram:1" = "dev", "telegram:2" = "netdev", "telegram:3" = "careful" }
+roles = { "telegram:1" = "dev", "telegram:2" = "netdev", "telegram:3" = "careful", "telegram:4" = "tiny" }
 [roles.dev]
 skills = ["shell"]
 cpu_seconds = 2
@@ -38,6 +38,10 @@ wall_seconds = 10
 skills = ["shell"]
 approval = ["shell"]
 approval_timeout_s = 0.3
+[roles.tiny]
+skills = ["shell"]
+disk_mb = 1
+wall_seconds = 30
 """
 
 
@@ -228,6 +232,33 @@ async def test_without_bubblewrap_the_skill_refuses_with_the_fix(daemon_parts, t
     executor = executor_for(config, configured_skills(config), store.add_audit)
     out = await executor.call("shell", {"command": "echo hi"}, config.policy().principal("telegram:1"))
     assert not out.ok and "apt-get install bubblewrap" in out.text and "allow_unsandboxed" in out.text
+
+
+async def test_a_command_in_a_full_workspace_is_refused_does_not_run_and_is_audited(daemon_parts):
+    shell, store, config = daemon_parts
+    workspace = config.data_dir / "workspaces/telegram-4"
+    workspace.mkdir(parents=True)
+    (workspace / "big").write_bytes(os.urandom(2 << 20))
+    out = await shell("telegram:4", "touch ran")
+    assert out.decision == "denied" and not out.ok
+    assert out.text.startswith("error: denied: the command was not run: the workspace is full: "
+                               "2.0 MB used of its 1 MB quota"), out.text
+    assert "delete files to make room" in out.text
+    assert not (workspace / "ran").exists()
+    [row] = await store.list_audit()
+    assert row.decision == "denied" and row.exit_status is None and "workspace is full" in row.detail
+
+
+async def test_a_command_that_writes_past_the_quota_is_killed_and_the_model_is_told(daemon_parts):
+    shell, store, config = daemon_parts
+    out = await shell("telegram:4", "i=0; while [ $i -lt 40 ]; do head -c 524288 /dev/urandom > f$i; "
+                                    "i=$((i+1)); sleep 0.05; done; echo finished")
+    assert not out.ok and "finished" not in out.text
+    assert out.text.startswith("killed: the workspace went over its 1 MB disk quota ("), out.text
+    assert "delete files to make room" in out.text
+    [row] = await store.list_audit()
+    assert row.decision == "allowed" and row.exit_status is None
+    assert row.detail.startswith("killed: the workspace went over its 1 MB disk quota")
 
 
 def test_the_approval_prompt_shows_hidden_characters():

@@ -1,0 +1,198 @@
+"""What a user's commands may put on disk, against real bubblewrap and the real filesystem: the
+workspace's measure, the quota and the free-space reserve checked before a command starts, and a
+command that writes past either killed while it runs, but never for what others wrote."""
+
+import asyncio
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sandbox import disk
+from sandbox.disk_budget import DiskFull
+from sandbox.runner import Limits, Scope, run_command
+from tests.openclaw.test_reminders import eventually
+
+MB = 1 << 20
+QUOTA = 8 * MB
+# Generous time: a command killed for its disk use must be killed long before any of this.
+LIMITS = Limits(cpu_seconds=30, memory_bytes=256 << 20, wall_seconds=60, output_bytes=4096,
+                file_size_bytes=4 * MB, processes=32, open_files=64, disk_bytes=QUOTA)
+# Keeps writing 1 MB files (random bytes: a compressing filesystem must not shrink them), a
+# little at a time, far past the quota if nobody stops it.
+WRITER = ("i=0; while [ $i -lt {n} ]; do head -c {size} /dev/urandom > f$i || exit 9; "
+          "i=$((i+1)); sleep 0.05; done; echo finished")
+
+
+def blocks(path: Path) -> int:
+    """What one inode counts for: its allocated blocks, at least INODE_CHARGE (an empty file or a
+    short symlink takes no block, but an inode)."""
+    return max(os.lstat(path).st_blocks * disk.BLOCK, disk.INODE_CHARGE)
+
+
+async def until(condition, timeout: float = 30.0) -> None:
+    async def check():
+        return condition()
+    await eventually(check, bool, timeout)
+
+
+def fill(path: Path, size: int) -> Path:
+    with open(path, "wb") as file:
+        file.write(os.urandom(size))
+        file.flush()
+        os.fsync(file.fileno())
+    return path
+
+
+# -- the measure ----------------------------------------------------------------------------------
+
+
+def test_usage_counts_allocated_blocks_each_hard_link_once_and_follows_no_symlink(tmp_path):
+    folder = tmp_path / "ws"
+    (folder / "sub").mkdir(parents=True)
+    fill(folder / "sub" / "data", MB)
+    os.link(folder / "sub" / "data", folder / "again")  # the same megabyte, twice in the tree
+    os.symlink("/usr", folder / "usr")  # gigabytes, if it were followed
+    with open(folder / "sparse", "wb") as sparse:  # 100 MB long, almost nothing stored
+        sparse.truncate(100 * MB)
+    expected = sum(blocks(p) for p in (folder, folder / "sub", folder / "sub" / "data",
+                                       folder / "usr", folder / "sparse"))
+    assert disk.usage(folder) == expected
+    assert MB <= expected < 2 * MB
+
+
+MEASURE_WITH_A_MOUNT_INSIDE = """
+import os, subprocess, sys
+from sandbox import disk
+folder = sys.argv[1]
+before = disk.usage(folder)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", folder + "/mnt"], check=True)
+with open(folder + "/mnt/elsewhere", "wb") as file:
+    file.write(os.urandom(4 << 20))
+print(before, disk.usage(folder))
+"""
+
+
+def test_usage_does_not_count_another_filesystem_mounted_inside(tmp_path):
+    folder = tmp_path / "ws"
+    (folder / "mnt").mkdir(parents=True)
+    # In a mount namespace of its own (a user namespace too when we are not root): the tmpfs is
+    # gone with the child, whatever happens.
+    unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--map-root-user", "--mount"]
+    done = subprocess.run([*unshare, sys.executable, "-c", MEASURE_WITH_A_MOUNT_INSIDE, str(folder)],
+                          capture_output=True, text=True, timeout=30, cwd=Path(__file__).parents[2])
+    if "unshare failed" in done.stderr or "Operation not permitted" in done.stderr:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    before, after = map(int, done.stdout.split())
+    assert after < before + MB  # the mount point's own (tmpfs) blocks at most, not its 4 MB file
+
+
+# -- before a command starts ----------------------------------------------------------------------
+
+
+async def test_a_command_in_a_workspace_over_its_quota_is_refused_and_does_not_run(workspace):
+    fill(workspace / "big", 2 * MB)
+    with pytest.raises(DiskFull) as refused:
+        await run_command("touch ran", Scope(workspace), replace(LIMITS, disk_bytes=MB))
+    assert str(refused.value).startswith("the workspace is full: 2.0 MB used of its 1 MB quota")
+    assert "delete files to make room" in str(refused.value)
+    assert not (workspace / "ran").exists()
+    # No quota (the built-in admin's 0): the same workspace runs commands.
+    result = await run_command("touch ran", Scope(workspace), replace(LIMITS, disk_bytes=0))
+    assert result.exit_status == 0 and (workspace / "ran").exists()
+
+
+async def test_a_command_is_refused_when_the_disk_is_under_the_reserve(workspace):
+    reserve = disk.free_bytes(workspace) + 100 * MB  # more than is free: the check must refuse
+    with pytest.raises(DiskFull) as refused:
+        await run_command("touch ran", Scope(workspace), LIMITS, min_free_bytes=reserve)
+    assert str(refused.value).startswith("the disk holding your workspace is nearly full")
+    assert "min_free_disk_mb" in str(refused.value)
+    assert not (workspace / "ran").exists()
+
+
+async def test_the_reserve_also_guards_the_daemons_data_folder(workspace):
+    # The data folder on a filesystem the command cannot even write: its free space still counts.
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as data:
+        data = Path(data)
+        if disk.device(data) == disk.device(workspace):
+            pytest.skip("/dev/shm is not a filesystem of its own here")
+        reserve = disk.free_bytes(data) + 100 * MB
+        if disk.free_bytes(workspace) < reserve:
+            pytest.skip("the workspace's filesystem has less room than /dev/shm here")
+        with pytest.raises(DiskFull) as refused:
+            await run_command("touch ran", Scope(workspace), LIMITS, min_free_bytes=reserve,
+                              protected=(data,))
+    assert str(refused.value).startswith("the disk holding the daemon's data is nearly full")
+    assert not (workspace / "ran").exists()
+
+
+# -- while it runs --------------------------------------------------------------------------------
+
+
+async def test_a_command_that_keeps_writing_past_its_quota_is_killed_not_far_over_it(workspace):
+    result = await run_command(WRITER.format(n=64, size=MB), Scope(workspace), LIMITS)
+    assert result.disk_exceeded and result.disk_exceeded.startswith(
+        "the workspace went over its 8 MB disk quota"), result
+    assert result.exit_status is None and not result.timed_out
+    assert "finished" not in result.stdout
+    used = disk.usage(workspace)
+    assert QUOTA < used < QUOTA + 24 * MB, used  # it would have written 64 MB
+
+
+async def test_empty_files_count_against_the_quota_and_a_command_making_them_is_killed(workspace):
+    # Inodes, not blocks: each empty file takes one of the filesystem's fixed number of inodes.
+    if os.statvfs(workspace).f_files == 0:
+        pytest.skip("this filesystem counts no inodes")
+    for i in range(3):
+        (workspace / f"empty{i}").touch()
+    assert disk.usage(workspace) >= 4 * disk.INODE_CHARGE  # the folder and its three files
+    maker = ("i=0; while [ $i -lt 50000 ]; do : > e$i || exit 9; i=$((i+1)); "
+             "[ $((i % 250)) -eq 0 ] && sleep 0.05; done; echo finished")
+    result = await run_command(maker, Scope(workspace), LIMITS)
+    assert result.disk_exceeded and result.disk_exceeded.startswith(
+        "the workspace went over its 8 MB disk quota"), result
+    assert "finished" not in result.stdout
+    made = len(os.listdir(workspace))
+    assert QUOTA // disk.INODE_CHARGE < made < 25000, made  # 2048 fit in 8 MB; it would make 50000
+
+
+async def test_a_command_is_killed_when_the_disk_falls_under_the_reserve(workspace):
+    # A reserve a little under what is free now: the command's own writes take the disk below it.
+    reserve = disk.free_bytes(workspace) - 48 * MB
+    limits = replace(LIMITS, disk_bytes=0)  # no quota: the reserve alone stops it
+    result = await run_command(WRITER.format(n=64, size=2 * MB), Scope(workspace), limits,
+                               min_free_bytes=reserve)
+    assert result.disk_exceeded and result.disk_exceeded.startswith(
+        "free space on the disk holding your workspace fell to"), result
+    assert "kept free for everyone" in result.disk_exceeded
+    assert result.exit_status is None and "finished" not in result.stdout
+
+
+async def test_writes_outside_the_workspace_on_the_same_disk_do_not_get_a_command_killed(workspace, caplog):
+    caplog.set_level(logging.DEBUG, logger="sandbox.disk_budget")
+    elsewhere = Path(tempfile.mkdtemp(prefix="openclaw-other-", dir=workspace.parent))
+    assert disk.device(elsewhere) == disk.device(workspace)
+    try:
+        running = asyncio.create_task(run_command(
+            "touch started; while [ ! -e go ]; do sleep 0.05; done; echo survived",
+            Scope(workspace), LIMITS))
+        await until((workspace / "started").exists)
+        # Another user's 32 MB: the free space drops by four times what this one may still write.
+        await asyncio.to_thread(fill, elsewhere / "theirs", 32 * MB)
+        # The watch sees the drop, measures the workspace exactly, and finds it far under its quota.
+        await until(lambda: "not over" in caplog.text)
+        (workspace / "go").touch()
+        result = await running
+    finally:
+        running.cancel()  # a failed wait above: the command and its sandbox are killed
+        shutil.rmtree(elsewhere)
+    assert result.exit_status == 0 and result.disk_exceeded is None, result
+    assert result.stdout == "survived\n"
