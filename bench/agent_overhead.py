@@ -9,14 +9,16 @@ counting, tool-call parsing, three message/usage/outbound writes, delivery. Half
 tool call (clock), as an agent's would. The peer, measured in the same run, is the embedded
 engine's time to first token for a short chat prompt: the overhead should be a small fraction of it.
 
-    .venv/bin/python bench/agent_overhead.py [--turns 400] [--quick]
-Target: p50 under 5 ms.
+    .venv/bin/python bench/agent_overhead.py [--turns 400] [--quick] [--store-calls]
+Target: p50 under 5 ms. `--store-calls` also prints each Store method's share of a turn (wall time
+while it was awaited: where the store, usually most of the overhead, spends it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import itertools
 import platform
 import statistics
@@ -93,6 +95,29 @@ def measure_engine_ttft(repeats: int) -> float:
     return statistics.median(samples)
 
 
+def time_store_calls() -> dict[str, list[float]]:
+    """Wrap each public coroutine method of Store with a timer; returns {name: [seconds, calls]}."""
+    from openclaw.store import Store
+
+    spent: dict[str, list[float]] = {}
+
+    def timed(name: str, method):
+        async def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                entry = spent.setdefault(name, [0.0, 0])
+                entry[0] += time.perf_counter() - start
+                entry[1] += 1
+        return wrapper
+
+    for name, method in list(vars(Store).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(method):
+            setattr(Store, name, timed(name, method))
+    return spent
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -102,8 +127,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--quick", action="store_true", help="50 turns, for a smoke run")
+    parser.add_argument("--store-calls", action="store_true", help="time each Store method too")
     args = parser.parse_args()
     turns = 50 if args.quick else args.turns
+    store_calls = time_store_calls() if args.store_calls else None
     to_reply, whole = asyncio.run(measure_overhead(turns))
     to_reply, whole = to_reply[10:], whole[10:]  # the first turns include lazy imports, warm-up
     p50, p99 = percentile(to_reply, 0.5) * 1e3, percentile(to_reply, 0.99) * 1e3
@@ -119,6 +146,12 @@ def main() -> None:
     print(f"| peer: engine time to first token (embedded model, CPU) | {ttft:.1f} |")
     print(f"\noverhead p50 / engine TTFT = {p50 / ttft:.3f}")
     print(f"target p50 < 5 ms: {'PASS' if p50 < 5 else 'FAIL'}")
+    if store_calls:
+        print(f"\nStore calls over the {turns} turns (start-up included), by wall time while awaited:\n")
+        print("| Store method | calls | ms per turn | us per call |")
+        print("|---|---:|---:|---:|")
+        for name, (seconds, calls) in sorted(store_calls.items(), key=lambda kv: -kv[1][0]):
+            print(f"| {name} | {calls} | {seconds / turns * 1e3:.3f} | {seconds / calls * 1e6:.0f} |")
 
 
 if __name__ == "__main__":
