@@ -227,8 +227,8 @@ def _check_disk_reserve(config) -> tuple[Mark, str, str]:
     if not reserve:
         return True, f"{what}; no reserve ([sandbox] min_free_disk_mb = 0)", ""
     if free < reserve:
-        return (WARN, f"{what}, under the {megabytes(reserve)} reserve: every user's commands and "
-                      "file writes are refused",
+        return (WARN, f"{what}, under the {megabytes(reserve)} reserve: every user's commands are "
+                      "refused, and file writes to that disk",
                 "free space on that disk, or lower [sandbox] min_free_disk_mb (0: no reserve)")
     return True, f"{what}; the reserve is {megabytes(reserve)}", ""
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox import network, seccomp
-from sandbox.disk_budget import CommandWatch, DiskFull
+from sandbox.disk_budget import CommandWatch
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,9 @@ class Result:
     truncated: bool
     duration_s: float
     isolation: str  # "bubblewrap" | "none"
-    disk_exceeded: str | None = None  # why it was killed for its disk use (see CommandWatch.check)
+    # How it went over its disk budget (CommandWatch.check): killed for it when exit_status is
+    # None, else found when it had exited (quicker than the watch's first look).
+    disk_exceeded: str | None = None
 
 
 class SandboxUnavailable(Exception):
@@ -446,9 +448,10 @@ async def _exited_within(proc: asyncio.subprocess.Process, seconds: float) -> bo
 
 async def _ended_within(proc: asyncio.subprocess.Process, seconds: float,
                         watch: CommandWatch) -> tuple[bool, str | None]:
-    """(exited, why it must be killed for its disk use): the wall-clock wait of _exited_within,
-    cut short when the disk watch finds the command over its budget. A command that exits on its
-    own is never reported as killed, whatever the watch saw meanwhile."""
+    """(exited, how it went over its disk budget): the wall-clock wait of _exited_within, cut
+    short (not exited) when the disk watch finds the command over its budget. A command that exits
+    on its own is looked at once more: one quicker than the watch's first look must not leave
+    unreported what it wrote (the next command is refused then; this one is reported)."""
     if not watch.active:
         return await _exited_within(proc, seconds), None
     waiting = asyncio.create_task(_exited_within(proc, seconds))
@@ -459,7 +462,7 @@ async def _ended_within(proc: asyncio.subprocess.Process, seconds: float,
         waiting.cancel()
         watching.cancel()
     if waiting.done() and not waiting.cancelled() and waiting.result():
-        return True, None
+        return True, await asyncio.to_thread(watch.check)
     if watching.done() and not watching.cancelled():
         return False, watching.result()
     return False, None  # the wall-clock limit
@@ -520,6 +523,7 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
                 await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
             exited, disk_exceeded = await _ended_within(proc, deadline - time.monotonic(), watch)
             timed_out = not exited and disk_exceeded is None
+            killed = not exited
         except network.NetworkUnavailable as exc:
             for task in readers:
                 task.cancel()
@@ -528,12 +532,12 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
             # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
             _kill_group(proc.pid)
     if disk_exceeded:
-        log.warning("killed a command in %s: %s", scope.workspace, disk_exceeded)
+        log.warning("a command in %s went over its disk budget%s: %s", scope.workspace,
+                    " (killed)" if killed else "", disk_exceeded)
     done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
     for task in pending:
         task.cancel()
     stdout, stderr = (task.result() if task in done else "" for task in readers)
-    killed = timed_out or disk_exceeded is not None
     return Result(exit_status=None if killed else proc.returncode, stdout=stdout, stderr=stderr,
                   timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
                   isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded)
@@ -597,9 +601,12 @@ class Sandbox:
             return False, f"needs bubblewrap first: {why}"
         with tempfile.TemporaryDirectory(prefix="openclaw-netcheck-") as folder:
             try:
-                result = await self.run("cat /proc/net/route", Scope(Path(folder), network=True),
-                                        Limits(wall_seconds=10))
-            except (SandboxUnavailable, DiskFull) as exc:
+                # Not under the disk budget: a full disk is doctor's disk line, not the network's.
+                result = await run_command(
+                    "cat /proc/net/route", Scope(Path(folder), network=True),
+                    Limits(wall_seconds=10, disk_bytes=0), bwrap_path=self.bwrap_path,
+                    allow_unsandboxed=self.allow_unsandboxed, slirp4netns_path=self.slirp4netns_path)
+            except SandboxUnavailable as exc:
                 return False, str(exc)
         routes = [line.split()[:2] for line in result.stdout.splitlines()[1:]]
         if result.exit_status == 0 and [network.TAP, "00000000"] in routes:

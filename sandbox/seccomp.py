@@ -10,6 +10,10 @@ What it refuses, and why (each rule is a way into the kernel that shell commands
   an unprivileged daemon `--disable-userns` already stops it, and this filter makes sure of it.
 - `clone3` gets ENOSYS: its flags sit in a struct in memory, which seccomp cannot read, so it cannot
   be checked for CLONE_NEWUSER. glibc (pthread_create, posix_spawn) then falls back to `clone`.
+- `fallocate` gets EOPNOTSUPP: it reserves gigabytes of disk in an instant, faster than the disk
+  budget's watch looks (sandbox.disk_budget), so one command could fill the disk between two looks.
+  Refused, glibc's posix_fallocate writes the blocks itself, at the disk's speed, which the watch
+  keeps up with; the `fallocate` command says the filesystem does not support it.
 - EPERM for a short list of interfaces an unprivileged process can still reach (some only under
   the host's sysctls) that keep yielding privilege escalations (see DENIED). Calls the kernel already
   refuses to a process without capabilities (module loading, kexec, mount, open_by_handle_at, ...)
@@ -55,7 +59,7 @@ DENIED = (
     # Programs that can use it fall back to plain syscalls.
     "io_uring_setup",
 )
-SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused"
+SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused; no fallocate"
 
 CLONE_NEWUSER = 0x10000000
 
@@ -63,10 +67,10 @@ CLONE_NEWUSER = 0x10000000
 # table (include/uapi/asm-generic/unistd.h). Both are little-endian, which ARG0_LOW below relies on.
 _X86_64 = {"clone": 56, "unshare": 272, "clone3": 435, "keyctl": 250, "add_key": 248,
            "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-           "io_uring_setup": 425}
+           "io_uring_setup": 425, "fallocate": 285}
 _AARCH64 = {"clone": 220, "unshare": 97, "clone3": 435, "keyctl": 219, "add_key": 217,
             "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
-            "io_uring_setup": 425}
+            "io_uring_setup": 425, "fallocate": 47}
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,7 @@ def program(machine: str | None = None) -> bytes:
         # Kill x32 calls, except -1 (what a tracer sets to skip a call; the kernel answers ENOSYS).
         code += [_op(JGE, arch.x32_bit, jf=2), _op(JEQ, 0xFFFFFFFF, jt=1), _op(RET, KILL_PROCESS)]
     code += _refuse(nr["clone3"], errno.ENOSYS)
+    code += _refuse(nr["fallocate"], errno.EOPNOTSUPP)
     for name in DENIED:
         code += _refuse(nr[name], errno.EPERM)
     # clone and unshare: EPERM when the flags (argument 0 of both, on both arches) ask for a user

@@ -10,7 +10,9 @@ Only `openclaw.store.engine` uses this, through SQLAlchemy's `async_creator_fn` 
 which keeps the rest of the aiosqlite dialect (URL handling, errors, pool, terminate) as it is.
 It relies on two attributes of aiosqlite's Connection that are not public API: `_execute` (queue a
 function on the connection's thread) and `_conn` (the sqlite3 connection, used only on that
-thread); pyproject pins the aiosqlite versions it was checked against.
+thread), and on how SQLAlchemy 2.1's adapter uses a cursor (`cursor()` called, not awaited, then
+`__aenter__`; 2.0 awaited `cursor()`): pyproject pins the aiosqlite and SQLAlchemy versions it was
+checked against.
 """
 
 from __future__ import annotations

@@ -490,16 +490,19 @@ class Store:
             values[row_cls.sent_at] = now
         every_column = [column.label(key) for key, column in row_cls.__mapper__.columns.items()]
         async with self._tx() as session:
-            # One statement, after every send: the WHERE keeps a sent message's status final.
-            row = (await session.execute(
+            # The WHERE keeps a sent message's status final. Then the row is read back: not by
+            # RETURNING, which SQLite has only from 3.35 (Debian 11 and RHEL 9 ship 3.34).
+            changed = await session.execute(
                 update(row_cls.__table__)
                 .where(row_cls.id == outbound_id, row_cls.status != OutboundStatus.SENT)
-                .values(values).returning(*every_column))).one_or_none()
-            if row is not None:
-                return _record(OutboundMessage, row)
-            if await session.get(OutboundMessageRow, outbound_id) is None:
+                .values(values))
+            row = (await session.execute(
+                select(*every_column).where(row_cls.id == outbound_id))).one_or_none()
+            if row is None:
                 raise LookupError(f"outbound message {outbound_id} does not exist")
-            raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
+            if changed.rowcount != 1:
+                raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
+            return _record(OutboundMessage, row)
 
     async def list_outbound(self, limit: int = 100) -> list[OutboundMessage]:
         """Oldest first, every status: what was sent, what waits for a retry, what failed."""

@@ -259,6 +259,23 @@ def open_file(target: Target, flags: int, *, create: bool = False) -> tuple[int,
         os.close(parent)
 
 
+def stat_now(target: Target) -> os.stat_result | None:
+    """The target file as it is now (a final symlink not followed), reached as open_file reaches
+    it; None when it or a folder on the way is missing or cannot be reached."""
+    if not target.parts:
+        return None
+    try:
+        parent = _open_dir(target, target.parts[:-1])
+    except (SkillError, OSError):
+        return None
+    try:
+        return os.stat(target.parts[-1], dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(parent)
+
+
 def open_folder(target: Target) -> int:
     """A descriptor for the target folder, through _open_dir."""
     return _open_dir(target, target.parts, hint="; use action \"read\" for a file")

@@ -33,6 +33,7 @@ from skills.builtin.file_paths import (
     regular,
     require_writable,
     resolve,
+    stat_now,
     too_big,
     write_all,
 )
@@ -291,12 +292,10 @@ def _check_room(target: Target, ctx: SkillContext, growth: int) -> None:
 
 def _allocated(target: Target) -> int:
     """What the file a write replaces holds on disk now (0: there is none yet): the write gives it
-    back. An estimate for the budget only; the write itself opens the file safely."""
-    try:
-        with as_daemon():
-            return os.lstat(os.path.join(target.root.real, *target.parts)).st_blocks * BLOCK
-    except OSError:
-        return 0
+    back. Found as the write will open it (as the user, no symlink followed): a folder swapped for
+    a symlink meanwhile must not tell them the size of a file only the daemon may see."""
+    st = stat_now(target)
+    return 0 if st is None else st.st_blocks * BLOCK
 
 
 def _check_args(action: str, args: dict[str, Any]) -> None:

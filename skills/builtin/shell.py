@@ -40,11 +40,14 @@ class ShellSkill(Skill):
         if result.timed_out:
             status = f"killed after {ctx.principal.limits.wall_seconds:g} s (wall-clock limit)"
             ctx.audit.detail, ctx.audit.failed = "killed at the wall-clock limit", True
-        elif result.disk_exceeded:
+        elif result.disk_exceeded and result.exit_status is None:
             status = f"killed: {result.disk_exceeded}; delete files to make room"
             ctx.audit.detail, ctx.audit.failed = f"killed: {result.disk_exceeded}", True
         else:
             status = f"exit status {result.exit_status}" + _signal_note(result.exit_status, ctx)
+            if result.disk_exceeded:  # it ended before the watch could stop it
+                status += f"; then {result.disk_exceeded}: delete files to make room"
+                ctx.audit.detail, ctx.audit.failed = f"over its disk budget: {result.disk_exceeded}", True
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]
         if result.stdout:
             parts.append("stdout:\n" + result.stdout)

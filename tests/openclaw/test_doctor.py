@@ -55,7 +55,8 @@ def test_data_dirs_free_space_is_shown_against_the_reserve(tmp_path, capsys):
         in out, out
     above = (free_bytes(tmp_path) >> 20) + 100  # more than is free
     code, out = doctor(tmp_path, f"[sandbox]\nmin_free_disk_mb = {above}\n", capsys)
-    assert f"under the {above:,} MB reserve: every user's commands and file writes are refused" in out, out
+    assert f"under the {above:,} MB reserve: every user's commands are refused, and file writes to " \
+        "that disk" in out, out
     assert next(line for line in out.splitlines() if "disk:" in line).startswith("⚠ disk: ")
     assert "fix: free space on that disk, or lower [sandbox] min_free_disk_mb" in out
     assert code == 0, out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import disk
+from sandbox import disk, disk_budget
 from sandbox.disk_budget import DiskFull
 from sandbox.runner import Limits, Scope, run_command
 from tests.openclaw.test_reminders import eventually
@@ -65,6 +65,43 @@ def test_usage_counts_allocated_blocks_each_hard_link_once_and_follows_no_symlin
                                        folder / "usr", folder / "sparse"))
     assert disk.usage(folder) == expected
     assert MB <= expected < 2 * MB
+
+
+async def test_a_tree_nested_past_path_max_is_measured_and_its_commands_still_run(workspace):
+    # A command makes 30 folders of 200-character names: paths of 6,000 bytes, past PATH_MAX.
+    name = "d" * 200
+    (workspace / "deep.py").write_text(
+        f"import os\nfor _ in range(30):\n    os.mkdir({name!r})\n    os.chdir({name!r})\n"
+        "open('data', 'wb').write(os.urandom(1 << 20))\nprint('made')\n")
+    made = await run_command("python3 deep.py", Scope(workspace), LIMITS)
+    assert made.stdout == "made\n", made
+    assert disk.usage(workspace) >= 31 * disk.INODE_CHARGE + MB
+    # The measure before each command copes: the user can still remove the tree.
+    result = await run_command(f"rm -rf {name} && echo gone", Scope(workspace), LIMITS)
+    assert result.stdout == "gone\n" and result.exit_status == 0, result
+    assert disk.usage(workspace) < MB
+
+
+def test_a_folder_its_owner_made_unreadable_is_still_counted(workspace):
+    # An unprivileged daemon runs commands as its own uid, so a command can lock a folder against
+    # the daemon's measure: run it as a plain uid owning the tree (nobody, when the tests are root).
+    owner = 65534 if os.geteuid() == 0 else os.geteuid()
+    hidden = workspace / "hidden"
+    hidden.mkdir()
+    fill(hidden / "data", 2 * MB)
+    for path in (workspace, hidden, hidden / "data"):
+        os.chown(path, owner, owner)
+    hidden.chmod(0)
+    pid = os.fork()
+    if pid == 0:  # a fork, not a new interpreter: the venv's may sit under a folder nobody can enter
+        try:
+            os.setgid(owner)
+            os.setuid(owner)
+            os._exit(0 if disk.usage(workspace) >= 2 * MB else 1)
+        except BaseException:
+            os._exit(2)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert hidden.stat().st_mode & 0o500 == 0o500  # readable again, for its owner
 
 
 MEASURE_WITH_A_MOUNT_INSIDE = """
@@ -164,11 +201,34 @@ async def test_empty_files_count_against_the_quota_and_a_command_making_them_is_
     assert QUOTA // disk.INODE_CHARGE < made < 25000, made  # 2048 fit in 8 MB; it would make 50000
 
 
+async def test_a_command_quicker_than_the_watch_is_reported_and_the_next_one_refused(workspace,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(disk_budget, "POLL_S", 600)  # the watch never looks while it runs
+    result = await run_command("for i in 1 2 3; do head -c 4194304 /dev/zero > b$i; done; echo done",
+                               Scope(workspace), LIMITS)  # 12 MB against 8
+    assert result.exit_status == 0 and result.stdout == "done\n", result
+    assert result.disk_exceeded and result.disk_exceeded.startswith(
+        "the workspace went over its 8 MB disk quota"), result
+    with pytest.raises(DiskFull):
+        await run_command("echo never", Scope(workspace), LIMITS)
+
+
+async def test_fallocate_is_refused_and_posix_fallocate_writes_the_blocks_itself(workspace):
+    # fallocate(2) would reserve gigabytes between two of the watch's looks.
+    result = await run_command(
+        "fallocate -l 4M reserved; echo rc=$?; python3 -c 'import os; "
+        "fd = os.open(\"written\", os.O_CREAT | os.O_WRONLY); os.posix_fallocate(fd, 0, 3 << 20)'",
+        Scope(workspace), LIMITS)
+    assert result.stdout.startswith("rc=1") and "not supported" in result.stderr, result
+    assert result.exit_status == 0, result
+    assert os.lstat(workspace / "written").st_blocks * disk.BLOCK >= 3 * MB  # glibc wrote them
+
+
 async def test_a_command_is_killed_when_the_disk_falls_under_the_reserve(workspace):
     # A reserve a little under what is free now: the command's own writes take the disk below it.
-    reserve = disk.free_bytes(workspace) - 48 * MB
+    reserve = disk.free_bytes(workspace) - 96 * MB
     limits = replace(LIMITS, disk_bytes=0)  # no quota: the reserve alone stops it
-    result = await run_command(WRITER.format(n=64, size=2 * MB), Scope(workspace), limits,
+    result = await run_command(WRITER.format(n=64, size=4 * MB), Scope(workspace), limits,
                                min_free_bytes=reserve)
     assert result.disk_exceeded and result.disk_exceeded.startswith(
         "free space on the disk holding your workspace fell to"), result

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import network
+from sandbox.disk import free_bytes
 from sandbox.runner import Limits, Sandbox, SandboxUnavailable, Scope, run_command
 from tests.sandbox.test_runner import LIMITS, processes_running, run
 
@@ -361,6 +362,13 @@ def test_doctor_tries_the_network_of_roles_that_run_commands(tmp_path):
     assert ("✗ sandbox network for roles admin: cannot run commands with network: slirp4netns is "
             "not installed (not on PATH)") in doctor.stdout, doctor.stdout
     assert "apt-get install slirp4netns" in doctor.stdout
+    # A disk under the reserve is the disk line's warning, not a network failure.
+    (tmp_path / "data").mkdir(exist_ok=True)
+    above = (free_bytes(tmp_path) >> 20) + 100
+    config.write_text(DOCTOR_CONFIG.format(tmp=tmp_path) + f"[sandbox]\nmin_free_disk_mb = {above}\n")
+    doctor = openclaw(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120)
+    assert "✓ sandbox network for roles admin: own namespace" in doctor.stdout, doctor.stdout
+    assert "⚠ disk: " in doctor.stdout and doctor.returncode == 0, doctor.stdout
     # Without a skill that runs commands, no role needs it.
     config.write_text(DOCTOR_CONFIG.format(tmp=tmp_path).replace(', "shell"', ""))
     doctor = openclaw(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120,

@@ -107,6 +107,7 @@ async def test_user_namespaces_clone3_and_denied_calls_are_refused(workspace):
         "clone(NEWUSER, high word set)": "errno=EPERM",
         "unshare(NEWUSER)": "errno=EPERM",
         "clone3": "errno=ENOSYS",
+        "fallocate": f"errno={errno.errorcode[errno.EOPNOTSUPP]}",  # ENOTSUP: the same number
         **{name: "errno=EPERM" for name in seccomp.DENIED},
         "getpid": "ok",
     }
@@ -203,6 +204,7 @@ def test_the_program_decides_each_call_as_documented(machine):
     assert decide(program, native, nr["unshare"], 0x00020000) == "allow"  # CLONE_NEWNS
     assert decide(program, native, nr["unshare"], newuser) == "EPERM"
     assert decide(program, native, nr["clone3"]) == "ENOSYS"
+    assert decide(program, native, nr["fallocate"]) == errno.errorcode[errno.EOPNOTSUPP]
     assert [decide(program, native, nr[name]) for name in seccomp.DENIED] == ["EPERM"] * len(seccomp.DENIED)
     assert decide(program, native, -1) == "allow"  # a tracer's skipped call; the kernel says ENOSYS
     x32_getpid = arch.x32_bit | 39
