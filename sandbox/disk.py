@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -25,90 +26,173 @@ BLOCK = 512  # st_blocks counts in these, whatever the filesystem's own block si
 INODE_CHARGE = 4096  # the least a file, folder or link counts for: one block on most filesystems
 
 
+# Folder descriptors one walk holds at most: the daemon's soft limit is often 1,024 for everything
+# it has open (the store, sockets, commands' pipes), and a tree may be nested thousands deep.
+MAX_HELD = 64
+# Deeper than this the workspace is not measured, and its commands are refused: re-opening folders
+# by name past MAX_HELD costs about depth²/128 opens (0.8 M at this depth).
+MAX_DEPTH = 10_000
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class Unmeasurable(Exception):
+    """The tree cannot be measured (nested deeper than MAX_DEPTH); the message says why."""
+
+
 def usage(folder: Path) -> int:
     """Bytes the tree under `folder` (itself included) holds on its filesystem, as charged (see
     the module's docstring). A tree that changes while it is walked is measured as found: what
-    vanished meanwhile is not counted.
+    vanished or moved meanwhile is not counted (the next measure counts it).
 
     The walk goes by folder descriptors, never by path, so a tree nested past PATH_MAX is measured
-    like any other (by path it raised ENAMETOOLONG, and every later command failed with it). A
-    folder the walk may not read, it makes readable when the daemon owns it: an unprivileged
-    daemon runs the user's commands as its own uid, and a `chmod 000` must not hide what the folder
-    holds. What still cannot be read (not the daemon's, or more open folders than it may hold) is
-    counted as far as it was reached, and logged."""
-    mounts = _mount_points()
-    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    seen: set[int] = set()  # inodes with more than one link, so each is counted once
-    total = charge(os.fstat(top))
-    # One frame per folder on the way down: its descriptor, its path (only to name mount points
-    # and log lines), and its subfolders not yet entered. Descriptors held: the depth.
-    frames: list[tuple[int, str, list[str]]] = []
+    like any other, holding at most MAX_HELD descriptors; past MAX_DEPTH levels it raises
+    Unmeasurable. A folder the daemon owns but may not list or enter it makes readable first: an
+    unprivileged daemon runs the user's commands as its own uid, and a `chmod 000` or `chmod 400`
+    must not hide what the folder holds. What still cannot be read (a folder that is not the
+    daemon's) is logged and counted as far as it was reached."""
+    return _Walk(folder).total
 
-    def enter(fd: int, path: str) -> None:
-        nonlocal total
-        subfolders = []
-        with os.scandir(fd) as entries:
+
+@dataclass
+class _Frame:
+    """One folder on the way down from the top."""
+
+    fd: int | None  # None: closed to stay under MAX_HELD; re-opened by name from an ancestor
+    path: str  # for mount points and log lines only
+    name: str  # in its parent
+    ident: tuple[int, int]  # (st_dev, st_ino): a re-opened folder must be the one left
+    subfolders: list[str]  # not yet entered
+
+
+class _Walk:
+    def __init__(self, folder: Path) -> None:
+        root = os.path.realpath(folder)
+        self.mounts = {m for m in _mount_points() if m.startswith(root + "/")}
+        self.seen: set[int] = set()  # inodes with more than one link, so each is counted once
+        self.frames: list[_Frame] = []
+        self.total = 0
+        try:
+            self._enter(_open_readable(None, os.fspath(folder), root), root, "")
+            while self.frames:
+                frame = self.frames[-1]
+                if not frame.subfolders:
+                    self._leave()
+                    continue
+                name = frame.subfolders.pop()
+                parent = self._descriptor(len(self.frames) - 1)
+                if parent is None:  # moved away meanwhile: its rest is not counted this time
+                    frame.subfolders.clear()
+                    continue
+                child = _open_readable(parent, name, f"{frame.path}/{name}")
+                if child is not None:
+                    if len(self.frames) >= MAX_DEPTH:
+                        os.close(child)
+                        raise Unmeasurable(f"its folders are nested more than {MAX_DEPTH:,} deep")
+                    self._enter(child, f"{frame.path}/{name}", name)
+        finally:
+            for frame in self.frames:
+                if frame.fd is not None:
+                    os.close(frame.fd)
+
+    def _enter(self, fd: int, path: str, name: str) -> None:
+        """Count what the folder `fd` holds (and, for the top, the folder itself) and go in."""
+        try:
+            st = os.fstat(fd)
+            if not self.frames:
+                self.total += charge(st)
+            subfolders = self._scan(fd, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.frames.append(_Frame(fd, path, name, (st.st_dev, st.st_ino), subfolders))
+        self._trim()
+
+    def _scan(self, fd: int, path: str) -> list[str]:
+        subfolders, unreadable = [], None
+        with os.scandir(fd) as entries:  # scandir works on a duplicate: fd stays ours
             for entry in entries:
+                if self.mounts and f"{path}/{entry.name}" in self.mounts:
+                    continue  # a mount point (a folder or a file): another filesystem's, or counted there
                 try:
                     st = entry.stat(follow_symlinks=False)
-                except OSError:  # gone meanwhile
+                except FileNotFoundError:  # gone meanwhile
+                    continue
+                except OSError as exc:  # a folder not the daemon's, which it could not make readable
+                    unreadable = exc
                     continue
                 is_dir = stat.S_ISDIR(st.st_mode)
-                if is_dir and f"{path}/{entry.name}" in mounts:
-                    continue  # a mount point: its files are another filesystem's (or counted there)
                 if st.st_nlink > 1 and not is_dir:
-                    if st.st_ino in seen:
+                    if st.st_ino in self.seen:
                         continue
-                    seen.add(st.st_ino)
-                total += charge(st)
+                    self.seen.add(st.st_ino)
+                self.total += charge(st)
                 if is_dir:
                     subfolders.append(entry.name)
-        frames.append((fd, path, subfolders))
+        if unreadable is not None:
+            log.warning("the disk budget cannot measure all of %s: %s", path, unreadable)
+        return subfolders
 
-    try:
-        enter(top, os.path.realpath(folder))
-        while frames:
-            fd, path, subfolders = frames[-1]
-            if not subfolders:
+    def _leave(self) -> None:
+        frame = self.frames.pop()
+        if frame.fd is not None:
+            os.close(frame.fd)
+
+    def _trim(self) -> None:
+        """Close the shallowest held descriptors (never the top's) until MAX_HELD are held: the walk
+        works at the deep end, and goes back up one folder at a time."""
+        held = [frame for frame in self.frames[1:] if frame.fd is not None]
+        for frame in held[:max(0, len(held) + 1 - MAX_HELD)]:
+            os.close(frame.fd)
+            frame.fd = None
+
+    def _descriptor(self, index: int) -> int | None:
+        """The descriptor of frame `index`, re-opened by name from its nearest held ancestor if it
+        was closed; None when a folder on the way is gone or is no longer the one left."""
+        if self.frames[index].fd is not None:
+            return self.frames[index].fd
+        start = max(i for i in range(index) if self.frames[i].fd is not None)
+        fd = self.frames[start].fd
+        for frame in self.frames[start + 1:index + 1]:
+            try:
+                fd = os.open(frame.name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                return None
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != frame.ident:  # renamed meanwhile, another put there
                 os.close(fd)
-                frames.pop()
-                continue
-            name = subfolders.pop()
-            child = _open_folder(fd, name, f"{path}/{name}")
-            if child is not None:
-                try:
-                    enter(child, f"{path}/{name}")
-                except OSError as exc:
-                    os.close(child)
-                    log.warning("the disk budget cannot measure %s/%s: %s", path, name, exc)
-    finally:
-        for fd, _, _ in frames:
-            os.close(fd)
-    return total
+                return None
+            frame.fd = fd
+        self._trim()
+        return self.frames[index].fd
 
 
-def _open_folder(parent: int, name: str, path: str) -> int | None:
-    """A descriptor for the subfolder `name` of `parent`, made readable first if it is the
-    daemon's and is not; None (logged) if it cannot be opened or is gone."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+def _open_readable(parent: int | None, name: str, path: str) -> int | None:
+    """A descriptor to list the folder `name` of `parent` (the top: `name` is a path, symlinks
+    followed, the admin's), made listable and enterable first if it is the daemon's and is not;
+    None (logged) when it is gone, no longer a folder, or cannot be read. The mode is changed
+    through the folder's own O_PATH descriptor, never a name: a folder swapped for a symlink
+    meanwhile is found as the symlink (ENOTDIR), and nothing it points to is touched."""
     try:
-        return os.open(name, flags, dir_fd=parent)
-    except FileNotFoundError:
-        return None
-    except PermissionError:
-        try:
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            if st.st_uid != os.geteuid():
-                raise
-            os.chmod(name, stat.S_IMODE(st.st_mode) | stat.S_IRUSR | stat.S_IXUSR, dir_fd=parent,
-                     follow_symlinks=False)
-            return os.open(name, flags, dir_fd=parent)
-        except OSError as exc:
+        return _open_listable(parent, name)
+    except OSError as exc:
+        if parent is None:  # the workspace itself: the caller says why
+            raise
+        if not isinstance(exc, FileNotFoundError | NotADirectoryError):  # not merely gone
             log.warning("the disk budget cannot measure %s: %s", path, exc)
-            return None
-    except OSError as exc:  # EMFILE at a depth of thousands of folders, ELOOP: a symlink swapped in
-        log.warning("the disk budget cannot measure %s: %s", path, exc)
         return None
+
+
+def _open_listable(parent: int | None, name: str) -> int:
+    follow = os.O_NOFOLLOW if parent is not None else 0
+    handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC | follow, dir_fd=parent)
+    try:
+        st = os.fstat(handle)
+        wanted = stat.S_IRUSR | stat.S_IXUSR
+        if st.st_uid == os.geteuid() and st.st_mode & wanted != wanted:
+            os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(st.st_mode) | wanted)
+        return os.open(".", _DIR, dir_fd=handle)
+    finally:
+        os.close(handle)
 
 
 def _mount_points() -> frozenset[str]:

@@ -83,12 +83,21 @@ class CommandWatch:
         """One look (blocking: statvfs, and on the rare trigger the walk): why the command must
         be stopped now, or None."""
         for fs in self._watched:
-            free, room = disk.free_space(fs.path)
+            try:
+                free, room = disk.free_space(fs.path)
+            except OSError:  # its folder removed meanwhile (by this command, say): nothing to look at
+                continue
             if self.reserve and free < self.reserve:
                 return (f"free space on the disk holding {fs.label} fell to {megabytes(free)}, under "
                         f"the {megabytes(self.reserve)} kept free for everyone ({RESERVE_KEY})")
             if fs.holds_workspace and self.quota and fs.baseline - room > self._allowance:
-                used = disk.usage(self.workspace)
+                try:
+                    used = _measured(self.workspace)
+                except DiskFull as exc:
+                    return str(exc)
+                except OSError as exc:  # the workspace itself gone or replaced: the next look retries
+                    log.warning("cannot measure %s: %s", self.workspace, exc)
+                    continue
                 if used > self.quota:
                     return (f"the workspace went over its {megabytes(self.quota)} disk quota "
                             f"({megabytes(used)} used; {QUOTA_KEY})")
@@ -124,10 +133,19 @@ def _measure(workspace: Path, writable: tuple[Path, ...], protected: tuple[Path,
         if reserve and fs.free < reserve:
             raise DiskFull(_under_reserve(fs.label, fs.free, reserve))
     # Measured after the free space is read: writes meanwhile then count twice, never not at all.
-    used = disk.usage(workspace) if quota else 0
+    used = _measured(workspace) if quota else 0
     if quota and used >= quota:
         raise DiskFull(_workspace_full(used, quota))
     return watched, used
+
+
+def _measured(workspace: Path) -> int:
+    """disk.usage; a tree it cannot measure is refused (DiskFull), never let through."""
+    try:
+        return disk.usage(workspace)
+    except disk.Unmeasurable as exc:
+        raise DiskFull(f"the workspace cannot be measured: {exc}; ask the admin to remove "
+                       "what is nested that deep") from None
 
 
 def _filesystems(folders: list[tuple[Path, str]]) -> list[_Watched]:
@@ -154,7 +172,7 @@ def check_write(folder: Path, growth: int, *, workspace: Path | None, quota: int
             raise DiskFull(_under_reserve("this folder" if workspace is None else "your workspace",
                                           free, reserve))
     if workspace is not None and quota:
-        used = disk.usage(workspace)
+        used = _measured(workspace)
         if used + growth > quota:
             raise DiskFull(f"the workspace would go over its {megabytes(quota)} quota: "
                            f"{megabytes(used)} used, and this adds {growth:,} bytes "

@@ -10,10 +10,12 @@ What it refuses, and why (each rule is a way into the kernel that shell commands
   an unprivileged daemon `--disable-userns` already stops it, and this filter makes sure of it.
 - `clone3` gets ENOSYS: its flags sit in a struct in memory, which seccomp cannot read, so it cannot
   be checked for CLONE_NEWUSER. glibc (pthread_create, posix_spawn) then falls back to `clone`.
-- `fallocate` gets EOPNOTSUPP: it reserves gigabytes of disk in an instant, faster than the disk
-  budget's watch looks (sandbox.disk_budget), so one command could fill the disk between two looks.
-  Refused, glibc's posix_fallocate writes the blocks itself, at the disk's speed, which the watch
-  keeps up with; the `fallocate` command says the filesystem does not support it.
+- Reserving disk space gets EOPNOTSUPP: `fallocate` (except punching a hole, which frees space) and
+  the ioctls that do the same (FS_IOC_RESVSP, FS_IOC_RESVSP64, FS_IOC_ZERO_RANGE). Each reserves
+  gigabytes in an instant, past RLIMIT_FSIZE too, faster than the disk budget's watch looks
+  (sandbox.disk_budget): one command could fill the disk between two looks. Refused, glibc's
+  posix_fallocate writes the blocks itself, at the disk's speed, which the watch keeps up with; the
+  `fallocate` command says the filesystem does not support it.
 - EPERM for a short list of interfaces an unprivileged process can still reach (some only under
   the host's sysctls) that keep yielding privilege escalations (see DENIED). Calls the kernel already
   refuses to a process without capabilities (module loading, kexec, mount, open_by_handle_at, ...)
@@ -59,18 +61,21 @@ DENIED = (
     # Programs that can use it fall back to plain syscalls.
     "io_uring_setup",
 )
-SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused; no fallocate"
+SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused; no disk reserved by fallocate"
 
 CLONE_NEWUSER = 0x10000000
+FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the one mode that frees space
+# _IOW('X', 40 / 42 / 57, struct space_resv): the generic ioctls that preallocate like fallocate.
+RESERVING_IOCTLS = (0x40305828, 0x4030582A, 0x40305839)
 
 # From the kernel's tables: arch/x86/entry/syscalls/syscall_64.tbl, and for aarch64 the generic
 # table (include/uapi/asm-generic/unistd.h). Both are little-endian, which ARG0_LOW below relies on.
 _X86_64 = {"clone": 56, "unshare": 272, "clone3": 435, "keyctl": 250, "add_key": 248,
            "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-           "io_uring_setup": 425, "fallocate": 285}
+           "io_uring_setup": 425, "fallocate": 285, "ioctl": 16}
 _AARCH64 = {"clone": 220, "unshare": 97, "clone3": 435, "keyctl": 219, "add_key": 217,
             "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
-            "io_uring_setup": 425, "fallocate": 47}
+            "io_uring_setup": 425, "fallocate": 47, "ioctl": 29}
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ class UnsupportedArchitecture(Exception):
 
 
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
-NR, ARCH, ARG0_LOW = 0, 4, 16
+NR, ARCH, ARG0_LOW, ARG1_LOW = 0, 4, 16, 24
 # Classic BPF opcodes (linux/filter.h) and seccomp return actions (linux/seccomp.h).
 LD_W_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
 KILL_PROCESS, ERRNO, ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
@@ -122,7 +127,13 @@ def program(machine: str | None = None) -> bytes:
         # Kill x32 calls, except -1 (what a tracer sets to skip a call; the kernel answers ENOSYS).
         code += [_op(JGE, arch.x32_bit, jf=2), _op(JEQ, 0xFFFFFFFF, jt=1), _op(RET, KILL_PROCESS)]
     code += _refuse(nr["clone3"], errno.ENOSYS)
-    code += _refuse(nr["fallocate"], errno.EOPNOTSUPP)
+    # fallocate(fd, mode, ...) and ioctl(fd, request, ...): argument 1 (32 bits wide for both).
+    not_supported = ERRNO | errno.EOPNOTSUPP
+    code += [_op(JEQ, nr["fallocate"], jf=4), _op(LD_W_ABS, ARG1_LOW),
+             _op(JEQ, FALLOC_PUNCH_HOLE, jf=1), _op(RET, ALLOW), _op(RET, not_supported)]
+    code += [_op(JEQ, nr["ioctl"], jf=len(RESERVING_IOCTLS) + 3), _op(LD_W_ABS, ARG1_LOW),
+             *(_op(JEQ, request, jt=len(RESERVING_IOCTLS) - i) for i, request in enumerate(RESERVING_IOCTLS)),
+             _op(RET, ALLOW), _op(RET, not_supported)]
     for name in DENIED:
         code += _refuse(nr[name], errno.EPERM)
     # clone and unshare: EPERM when the flags (argument 0 of both, on both arches) ask for a user

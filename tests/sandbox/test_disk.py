@@ -82,16 +82,19 @@ async def test_a_tree_nested_past_path_max_is_measured_and_its_commands_still_ru
     assert disk.usage(workspace) < MB
 
 
-def test_a_folder_its_owner_made_unreadable_is_still_counted(workspace):
+@pytest.mark.parametrize("mode", [0o000, 0o400, 0o600, 0o100])
+def test_a_folder_its_owner_locked_is_still_counted_and_made_readable(workspace, mode):
     # An unprivileged daemon runs commands as its own uid, so a command can lock a folder against
-    # the daemon's measure: run it as a plain uid owning the tree (nobody, when the tests are root).
+    # the daemon's measure (not listable, or listable but not enterable), the workspace itself
+    # included: measure as a plain uid owning the tree (nobody, when the tests are root).
     owner = 65534 if os.geteuid() == 0 else os.geteuid()
     hidden = workspace / "hidden"
-    hidden.mkdir()
-    fill(hidden / "data", 2 * MB)
-    for path in (workspace, hidden, hidden / "data"):
+    (hidden / "deeper").mkdir(parents=True)
+    fill(hidden / "deeper" / "data", 2 * MB)
+    for path in (workspace, hidden, hidden / "deeper", hidden / "deeper" / "data"):
         os.chown(path, owner, owner)
-    hidden.chmod(0)
+    hidden.chmod(mode)
+    workspace.chmod(mode)
     pid = os.fork()
     if pid == 0:  # a fork, not a new interpreter: the venv's may sit under a folder nobody can enter
         try:
@@ -101,7 +104,61 @@ def test_a_folder_its_owner_made_unreadable_is_still_counted(workspace):
         except BaseException:
             os._exit(2)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-    assert hidden.stat().st_mode & 0o500 == 0o500  # readable again, for its owner
+    for folder in (workspace, hidden):
+        assert folder.stat().st_mode & 0o500 == 0o500, oct(folder.stat().st_mode)  # for its owner
+
+
+def make_chain(top: Path, depth: int, payload: int) -> None:
+    """`depth` nested folders named "d" under `top`, `payload` bytes at the bottom."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("data", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as file:
+            file.write(os.urandom(payload))
+    finally:
+        os.close(fd)
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_tree_deeper_than_the_descriptors_held_is_measured_to_the_bottom(tmp_path):
+    make_chain(tmp_path, 1100, 4 * MB)  # past 1,024 open folders, the usual soft limit
+    before = open_descriptors()
+    peak = []
+
+    def counting_charge(st, charge=disk.charge):
+        peak.append(open_descriptors())
+        return charge(st)
+
+    # Every entry is charged once; the descriptors open meanwhile are counted at each.
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(disk, "charge", counting_charge)
+            total = disk.usage(tmp_path)
+    finally:  # rm walks by descriptors; pytest's clean-up (shutil.rmtree) would recurse too deep
+        subprocess.run(["rm", "-rf", "--", str(tmp_path / "d")], check=True)
+    assert total >= 4 * MB + 1100 * disk.INODE_CHARGE
+    assert max(peak) <= before + disk.MAX_HELD + 2  # the walk's own, and scandir's duplicate
+    assert open_descriptors() == before
+
+
+def test_a_tree_nested_past_the_depth_limit_is_refused_not_let_through(workspace, monkeypatch):
+    monkeypatch.setattr(disk, "MAX_DEPTH", 50)
+    make_chain(workspace, 60, MB)
+    with pytest.raises(disk.Unmeasurable):
+        disk.usage(workspace)
+    with pytest.raises(DiskFull) as refused:
+        asyncio.run(run_command("echo never", Scope(workspace), LIMITS))
+    assert str(refused.value).startswith("the workspace cannot be measured: its folders are nested "
+                                         "more than 50 deep")
+    shutil.rmtree(workspace / "d" / "d" / "d")  # the same tree, less deep, is measured
+    assert disk.usage(workspace) >= 3 * disk.INODE_CHARGE
 
 
 MEASURE_WITH_A_MOUNT_INSIDE = """
@@ -112,6 +169,9 @@ before = disk.usage(folder)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", folder + "/mnt"], check=True)
 with open(folder + "/mnt/elsewhere", "wb") as file:
     file.write(os.urandom(4 << 20))
+# A single file bound over one in the folder: the admin's, not the user's to pay for.
+open(folder + "/model.bin", "wb").close()
+subprocess.run(["mount", "--bind", folder + "/mnt/elsewhere", folder + "/model.bin"], check=True)
 print(before, disk.usage(folder))
 """
 
@@ -128,7 +188,8 @@ def test_usage_does_not_count_another_filesystem_mounted_inside(tmp_path):
         pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     before, after = map(int, done.stdout.split())
-    assert after < before + MB  # the mount point's own (tmpfs) blocks at most, not its 4 MB file
+    # The mount point's own (tmpfs) blocks at most, not the 4 MB file there or bound in again.
+    assert after < before + MB
 
 
 # -- before a command starts ----------------------------------------------------------------------
