@@ -12,6 +12,7 @@ commands make millions of empty files and leave nobody able to create one, the s
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -36,7 +37,8 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class Unmeasurable(Exception):
-    """The tree cannot be measured (nested deeper than MAX_DEPTH); the message says why."""
+    """The tree cannot be measured (nested deeper than MAX_DEPTH, or the daemon out of
+    descriptors); the message says why."""
 
 
 def usage(folder: Path) -> int:
@@ -45,34 +47,36 @@ def usage(folder: Path) -> int:
     vanished or moved meanwhile is not counted (the next measure counts it).
 
     The walk goes by folder descriptors, never by path, so a tree nested past PATH_MAX is measured
-    like any other, holding at most MAX_HELD descriptors; past MAX_DEPTH levels it raises
-    Unmeasurable. A folder the daemon owns but may not list or enter it makes readable first: an
-    unprivileged daemon runs the user's commands as its own uid, and a `chmod 000` or `chmod 400`
-    must not hide what the folder holds. What still cannot be read (a folder that is not the
-    daemon's) is logged and counted as far as it was reached."""
+    like any other, holding at most MAX_HELD descriptors; past MAX_DEPTH levels, or out of
+    descriptors, it raises Unmeasurable rather than count less. A folder the daemon owns but may
+    not list or enter it makes readable first: an unprivileged daemon runs the user's commands as
+    its own uid, and a `chmod 000` or `chmod 400` must not hide what the folder holds. A folder
+    that is not the daemon's and that it may not read is logged and skipped."""
     return _Walk(folder).total
 
 
 @dataclass
 class _Frame:
-    """One folder on the way down from the top."""
+    """One folder on the way down from the top. No path: at 10,000 levels of 255-byte names the
+    paths alone would take gigabytes."""
 
     fd: int | None  # None: closed to stay under MAX_HELD; re-opened by name from an ancestor
-    path: str  # for mount points and log lines only
     name: str  # in its parent
     ident: tuple[int, int]  # (st_dev, st_ino): a re-opened folder must be the one left
     subfolders: list[str]  # not yet entered
+    path: str | None  # only for a folder on the way to a mount point (the names below are checked)
 
 
 class _Walk:
     def __init__(self, folder: Path) -> None:
-        root = os.path.realpath(folder)
-        self.mounts = {m for m in _mount_points() if m.startswith(root + "/")}
-        self.seen: set[int] = set()  # inodes with more than one link, so each is counted once
+        self.root = os.path.realpath(folder)
+        self.mounts = {m for m in _mount_points() if m.startswith(self.root + "/")}
+        self.toward_mounts = {self.root} | {up for m in self.mounts for up in _ancestors(m, self.root)}
+        self.seen: set[tuple[int, int]] = set()  # files with more than one link, counted once
         self.frames: list[_Frame] = []
         self.total = 0
         try:
-            self._enter(_open_readable(None, os.fspath(folder), root), root, "")
+            self._enter(_open_listable(None, os.fspath(folder)), "", self.root)
             while self.frames:
                 frame = self.frames[-1]
                 if not frame.subfolders:
@@ -83,18 +87,20 @@ class _Walk:
                 if parent is None:  # moved away meanwhile: its rest is not counted this time
                     frame.subfolders.clear()
                     continue
-                child = _open_readable(parent, name, f"{frame.path}/{name}")
-                if child is not None:
-                    if len(self.frames) >= MAX_DEPTH:
-                        os.close(child)
-                        raise Unmeasurable(f"its folders are nested more than {MAX_DEPTH:,} deep")
-                    self._enter(child, f"{frame.path}/{name}", name)
+                child = self._open(parent, name)
+                if child is None:
+                    continue
+                if len(self.frames) >= MAX_DEPTH:
+                    os.close(child)
+                    raise Unmeasurable(f"its folders are nested more than {MAX_DEPTH:,} deep")
+                path = f"{frame.path}/{name}" if frame.path is not None else None
+                self._enter(child, name, path if path in self.toward_mounts else None)
         finally:
             for frame in self.frames:
                 if frame.fd is not None:
                     os.close(frame.fd)
 
-    def _enter(self, fd: int, path: str, name: str) -> None:
+    def _enter(self, fd: int, name: str, path: str | None) -> None:
         """Count what the folder `fd` holds (and, for the top, the folder itself) and go in."""
         try:
             st = os.fstat(fd)
@@ -104,33 +110,50 @@ class _Walk:
         except BaseException:
             os.close(fd)
             raise
-        self.frames.append(_Frame(fd, path, name, (st.st_dev, st.st_ino), subfolders))
+        self.frames.append(_Frame(fd, name, (st.st_dev, st.st_ino), subfolders, path))
         self._trim()
 
-    def _scan(self, fd: int, path: str) -> list[str]:
+    def _scan(self, fd: int, path: str | None) -> list[str]:
         subfolders, unreadable = [], None
         with os.scandir(fd) as entries:  # scandir works on a duplicate: fd stays ours
             for entry in entries:
-                if self.mounts and f"{path}/{entry.name}" in self.mounts:
+                if path is not None and f"{path}/{entry.name}" in self.mounts:
                     continue  # a mount point (a folder or a file): another filesystem's, or counted there
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:  # gone meanwhile
                     continue
-                except OSError as exc:  # a folder not the daemon's, which it could not make readable
+                except OSError as exc:  # in a folder not the daemon's, which it could not make readable
                     unreadable = exc
                     continue
                 is_dir = stat.S_ISDIR(st.st_mode)
                 if st.st_nlink > 1 and not is_dir:
-                    if st.st_ino in self.seen:
+                    # By device too: each btrfs subvolume numbers its inodes from 256.
+                    if (st.st_dev, st.st_ino) in self.seen:
                         continue
-                    self.seen.add(st.st_ino)
+                    self.seen.add((st.st_dev, st.st_ino))
                 self.total += charge(st)
                 if is_dir:
                     subfolders.append(entry.name)
         if unreadable is not None:
-            log.warning("the disk budget cannot measure all of %s: %s", path, unreadable)
+            log.warning("the disk budget cannot measure all of a folder at depth %d in %s: %s",
+                        len(self.frames), self.root, unreadable)
         return subfolders
+
+    def _open(self, parent: int, name: str) -> int | None:
+        """_open_listable, or None (logged if it is not merely gone) for a folder to skip; out of
+        descriptors (or memory) is Unmeasurable: running out must never count as less."""
+        try:
+            return _open_listable(parent, name)
+        except (FileNotFoundError, NotADirectoryError):  # gone, or swapped for something else
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                raise Unmeasurable(f"the daemon ran out of descriptors measuring it ({exc})") from None
+            if exc.errno != errno.ELOOP:  # ELOOP: a symlink swapped in, never followed
+                log.warning("the disk budget cannot measure a folder at depth %d in %s: %s",
+                            len(self.frames), self.root, exc)
+            return None
 
     def _leave(self) -> None:
         frame = self.frames.pop()
@@ -147,42 +170,40 @@ class _Walk:
 
     def _descriptor(self, index: int) -> int | None:
         """The descriptor of frame `index`, re-opened by name from its nearest held ancestor if it
-        was closed; None when a folder on the way is gone or is no longer the one left."""
+        was closed, holding at most MAX_HELD on the way; None when a folder on the way is gone or
+        is no longer the one left."""
         if self.frames[index].fd is not None:
             return self.frames[index].fd
         start = max(i for i in range(index) if self.frames[i].fd is not None)
         fd = self.frames[start].fd
         for frame in self.frames[start + 1:index + 1]:
-            try:
-                fd = os.open(frame.name, _DIR | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError:
+            child = self._open(fd, frame.name)
+            if child is None:
                 return None
-            st = os.fstat(fd)
+            st = os.fstat(child)
             if (st.st_dev, st.st_ino) != frame.ident:  # renamed meanwhile, another put there
-                os.close(fd)
+                os.close(child)
                 return None
-            frame.fd = fd
-        self._trim()
-        return self.frames[index].fd
+            frame.fd = fd = child
+            self._trim()
+        return fd
 
 
-def _open_readable(parent: int | None, name: str, path: str) -> int | None:
-    """A descriptor to list the folder `name` of `parent` (the top: `name` is a path, symlinks
-    followed, the admin's), made listable and enterable first if it is the daemon's and is not;
-    None (logged) when it is gone, no longer a folder, or cannot be read. The mode is changed
-    through the folder's own O_PATH descriptor, never a name: a folder swapped for a symlink
-    meanwhile is found as the symlink (ENOTDIR), and nothing it points to is touched."""
-    try:
-        return _open_listable(parent, name)
-    except OSError as exc:
-        if parent is None:  # the workspace itself: the caller says why
-            raise
-        if not isinstance(exc, FileNotFoundError | NotADirectoryError):  # not merely gone
-            log.warning("the disk budget cannot measure %s: %s", path, exc)
-        return None
+def _ancestors(path: str, root: str) -> set[str]:
+    """The folders from `root` down to `path`'s parent."""
+    found = set()
+    while len(path) > len(root):
+        path = os.path.dirname(path)
+        found.add(path)
+    return found
 
 
 def _open_listable(parent: int | None, name: str) -> int:
+    """A descriptor to list the folder `name` of `parent` (the top: `name` is a path, symlinks
+    followed, the admin's), made listable and enterable first if it is the daemon's and is not.
+    The mode is changed through the folder's own O_PATH descriptor, never a name: a folder swapped
+    for a symlink meanwhile is found as the symlink (ELOOP or ENOTDIR), and nothing it points to is
+    touched (and glibc before 2.32 refuses fchmodat's no-follow flag)."""
     follow = os.O_NOFOLLOW if parent is not None else 0
     handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC | follow, dir_fd=parent)
     try:

@@ -11,11 +11,11 @@ What it refuses, and why (each rule is a way into the kernel that shell commands
 - `clone3` gets ENOSYS: its flags sit in a struct in memory, which seccomp cannot read, so it cannot
   be checked for CLONE_NEWUSER. glibc (pthread_create, posix_spawn) then falls back to `clone`.
 - Reserving disk space gets EOPNOTSUPP: `fallocate` (except punching a hole, which frees space) and
-  the ioctls that do the same (FS_IOC_RESVSP, FS_IOC_RESVSP64, FS_IOC_ZERO_RANGE). Each reserves
-  gigabytes in an instant, past RLIMIT_FSIZE too, faster than the disk budget's watch looks
-  (sandbox.disk_budget): one command could fill the disk between two looks. Refused, glibc's
-  posix_fallocate writes the blocks itself, at the disk's speed, which the watch keeps up with; the
-  `fallocate` command says the filesystem does not support it.
+  the ioctls that do the same (FS_IOC_RESVSP, FS_IOC_RESVSP64, FS_IOC_ZERO_RANGE, and XFS's
+  ALLOCSP). Each reserves gigabytes in an instant, past RLIMIT_FSIZE too, faster than the disk
+  budget's watch looks (sandbox.disk_budget): one command could fill the disk between two looks.
+  Refused, glibc's posix_fallocate writes the blocks itself, at the disk's speed, which the watch
+  keeps up with; the `fallocate` command says the filesystem does not support it.
 - EPERM for a short list of interfaces an unprivileged process can still reach (some only under
   the host's sysctls) that keep yielding privilege escalations (see DENIED). Calls the kernel already
   refuses to a process without capabilities (module loading, kexec, mount, open_by_handle_at, ...)
@@ -65,8 +65,10 @@ SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused; no disk reserved by
 
 CLONE_NEWUSER = 0x10000000
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the one mode that frees space
-# _IOW('X', 40 / 42 / 57, struct space_resv): the generic ioctls that preallocate like fallocate.
-RESERVING_IOCTLS = (0x40305828, 0x4030582A, 0x40305839)
+# _IOW('X', 40 / 42 / 57, struct space_resv): the generic ioctls that preallocate like fallocate
+# (FS_IOC_RESVSP, RESVSP64, ZERO_RANGE); and _IOW('X', 10 / 36): XFS_IOC_ALLOCSP and ALLOCSP64,
+# which allocate up to an offset on XFS in kernels before 5.17.
+RESERVING_IOCTLS = (0x40305828, 0x4030582A, 0x40305839, 0x4030580A, 0x40305824)
 
 # From the kernel's tables: arch/x86/entry/syscalls/syscall_64.tbl, and for aarch64 the generic
 # table (include/uapi/asm-generic/unistd.h). Both are little-endian, which ARG0_LOW below relies on.

@@ -108,11 +108,16 @@ def test_a_folder_its_owner_locked_is_still_counted_and_made_readable(workspace,
         assert folder.stat().st_mode & 0o500 == 0o500, oct(folder.stat().st_mode)  # for its owner
 
 
-def make_chain(top: Path, depth: int, payload: int) -> None:
-    """`depth` nested folders named "d" under `top`, `payload` bytes at the bottom."""
+def make_chain(top: Path, depth: int, payload: int, siblings: bool = False) -> None:
+    """`depth` nested folders named "d" under `top`, `payload` bytes at the bottom; with
+    `siblings`, beside each "d" a folder "s" holding a 4 KiB file."""
     fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for _ in range(depth):
+            if siblings:
+                os.mkdir("s", dir_fd=fd)
+                with open(os.open("s/f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as file:
+                    file.write(b"x" * 4096)
             os.mkdir("d", dir_fd=fd)
             child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
@@ -146,6 +151,46 @@ def test_a_tree_deeper_than_the_descriptors_held_is_measured_to_the_bottom(tmp_p
     assert total >= 4 * MB + 1100 * disk.INODE_CHARGE
     assert max(peak) <= before + disk.MAX_HELD + 2  # the walk's own, and scandir's duplicate
     assert open_descriptors() == before
+
+
+def in_child_with_descriptors(limit_above_open: int, work) -> int:
+    """Run `work()` (an int, or an exception's class name) in a fork whose RLIMIT_NOFILE leaves it
+    `limit_above_open` descriptors beyond those open now; returns what it gave back."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            import resource
+            limit = open_descriptors() + limit_above_open
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            try:
+                answer = str(work())
+            except Exception as exc:
+                answer = type(exc).__name__
+            os.write(write, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    return answer
+
+
+def test_climbing_back_up_a_deep_tree_holds_few_descriptors_and_misses_nothing(tmp_path):
+    # A sibling beside every folder of a 1,100-deep chain: going back up, the walk re-opens the
+    # folders it closed, and must not hold them all at once (the daemon's limit is often 1,024).
+    make_chain(tmp_path, 1100, MB, siblings=True)
+    try:
+        expected = 1100 * 2 * disk.INODE_CHARGE + 1100 * 4096 + MB
+        measured = in_child_with_descriptors(disk.MAX_HELD + 16, lambda: disk.usage(tmp_path))
+        assert int(measured) >= expected, measured
+        # Too few descriptors for even MAX_HELD: the measure refuses, it never counts less.
+        starved = in_child_with_descriptors(8, lambda: disk.usage(tmp_path))
+        assert starved == "Unmeasurable", starved
+    finally:  # rm walks by descriptors; pytest's clean-up (shutil.rmtree) would recurse too deep
+        subprocess.run(["rm", "-rf", "--", str(tmp_path / "d"), str(tmp_path / "s")], check=True)
 
 
 def test_a_tree_nested_past_the_depth_limit_is_refused_not_let_through(workspace, monkeypatch):
