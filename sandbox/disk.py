@@ -12,6 +12,7 @@ commands make millions of empty files and leave nobody able to create one, the s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -30,8 +31,7 @@ INODE_CHARGE = 4096  # the least a file, folder or link counts for: one block on
 # Folder descriptors one walk holds at most: the daemon's soft limit is often 1,024 for everything
 # it has open (the store, sockets, commands' pipes), and a tree may be nested thousands deep.
 MAX_HELD = 64
-# Deeper than this the workspace is not measured, and its commands are refused: re-opening folders
-# by name past MAX_HELD costs about depth²/128 opens (0.8 M at this depth).
+# Deeper than this the workspace is not measured, and its commands are refused.
 MAX_DEPTH = 10_000
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -68,22 +68,28 @@ class _Frame:
 
 
 class _Walk:
+    """Depth first. The held descriptors are the top's and those of the deepest frames, from
+    `self.low` to the end (at most MAX_HELD in all, counting scandir's duplicate and a re-open's
+    O_PATH handle): going down closes the shallowest, going back up re-opens the parent through
+    "..", one open a level, whatever the tree's shape."""
+
     def __init__(self, folder: Path) -> None:
         self.root = os.path.realpath(folder)
         self.mounts = {m for m in _mount_points() if m.startswith(self.root + "/")}
         self.toward_mounts = {self.root} | {up for m in self.mounts for up in _ancestors(m, self.root)}
         self.seen: set[tuple[int, int]] = set()  # files with more than one link, counted once
         self.frames: list[_Frame] = []
+        self.low = 1  # the shallowest held frame but the top's
         self.total = 0
         try:
-            self._enter(_open_listable(None, os.fspath(folder)), "", self.root)
+            self._enter(_resourceful(_open_listable, None, os.fspath(folder)), "", self.root)
             while self.frames:
                 frame = self.frames[-1]
                 if not frame.subfolders:
                     self._leave()
                     continue
                 name = frame.subfolders.pop()
-                parent = self._descriptor(len(self.frames) - 1)
+                parent = self._descriptor()
                 if parent is None:  # moved away meanwhile: its rest is not counted this time
                     frame.subfolders.clear()
                     continue
@@ -115,7 +121,7 @@ class _Walk:
 
     def _scan(self, fd: int, path: str | None) -> list[str]:
         subfolders, unreadable = [], None
-        with os.scandir(fd) as entries:  # scandir works on a duplicate: fd stays ours
+        with _resourceful(os.scandir, fd) as entries:  # on a duplicate: fd stays ours
             for entry in entries:
                 if path is not None and f"{path}/{entry.name}" in self.mounts:
                     continue  # a mount point (a folder or a file): another filesystem's, or counted there
@@ -144,39 +150,53 @@ class _Walk:
         """_open_listable, or None (logged if it is not merely gone) for a folder to skip; out of
         descriptors (or memory) is Unmeasurable: running out must never count as less."""
         try:
-            return _open_listable(parent, name)
+            return _resourceful(_open_listable, parent, name)
         except (FileNotFoundError, NotADirectoryError):  # gone, or swapped for something else
             return None
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
-                raise Unmeasurable(f"the daemon ran out of descriptors measuring it ({exc})") from None
             if exc.errno != errno.ELOOP:  # ELOOP: a symlink swapped in, never followed
                 log.warning("the disk budget cannot measure a folder at depth %d in %s: %s",
                             len(self.frames), self.root, exc)
             return None
 
-    def _leave(self) -> None:
-        frame = self.frames.pop()
-        if frame.fd is not None:
-            os.close(frame.fd)
-
     def _trim(self) -> None:
-        """Close the shallowest held descriptors (never the top's) until MAX_HELD are held: the walk
-        works at the deep end, and goes back up one folder at a time."""
-        held = [frame for frame in self.frames[1:] if frame.fd is not None]
-        for frame in held[:max(0, len(held) + 1 - MAX_HELD)]:
+        """Close the shallowest held descriptors (never the top's) while more are held than
+        MAX_HELD less the two a step may add (scandir's duplicate, an O_PATH handle)."""
+        while len(self.frames) - self.low > MAX_HELD - 3:
+            frame = self.frames[self.low]
             os.close(frame.fd)
             frame.fd = None
+            self.low += 1
 
-    def _descriptor(self, index: int) -> int | None:
-        """The descriptor of frame `index`, re-opened by name from its nearest held ancestor if it
-        was closed, holding at most MAX_HELD on the way; None when a folder on the way is gone or
-        is no longer the one left."""
-        if self.frames[index].fd is not None:
-            return self.frames[index].fd
-        start = max(i for i in range(index) if self.frames[i].fd is not None)
-        fd = self.frames[start].fd
-        for frame in self.frames[start + 1:index + 1]:
+    def _leave(self) -> None:
+        """Pop the deepest frame; its parent, if closed, is re-opened through ".." (checked to be
+        the folder left) before the child's descriptor goes."""
+        frame = self.frames.pop()
+        depth = len(self.frames)
+        if 0 < depth - 1 < self.low and frame.fd is not None:
+            parent = self.frames[-1]
+            with contextlib.suppress(FileNotFoundError, PermissionError):  # then by name (_descriptor)
+                up = _resourceful(os.open, "..", _DIR, dir_fd=frame.fd)
+                st = os.fstat(up)
+                if (st.st_dev, st.st_ino) == parent.ident:
+                    parent.fd, self.low = up, depth - 1
+                else:  # moved meanwhile: re-opened by name, or skipped
+                    os.close(up)
+        if frame.fd is not None:
+            os.close(frame.fd)
+        self.low = min(self.low, len(self.frames))
+
+    def _descriptor(self) -> int | None:
+        """The deepest frame's descriptor; if ".." could not give it back, re-opened by name from
+        its nearest held ancestor. None when a folder on the way is gone or is no longer the one
+        left."""
+        last = self.frames[-1]
+        if last.fd is not None:
+            return last.fd
+        start = max(i for i in range(len(self.frames)) if self.frames[i].fd is not None)
+        fd, self.low = self.frames[start].fd, max(start, 1)
+        for index in range(start + 1, len(self.frames)):
+            frame = self.frames[index]
             child = self._open(fd, frame.name)
             if child is None:
                 return None
@@ -185,8 +205,23 @@ class _Walk:
                 os.close(child)
                 return None
             frame.fd = fd = child
-            self._trim()
+            if index + 1 - self.low > MAX_HELD - 3:  # the frames below `index` are not open yet
+                shallowest = self.frames[self.low]
+                os.close(shallowest.fd)
+                shallowest.fd = None
+                self.low += 1
         return fd
+
+
+def _resourceful(call, *args, **kwargs):
+    """`call(...)`, with running out of descriptors or memory raised as Unmeasurable: it must
+    never count as a folder skipped."""
+    try:
+        return call(*args, **kwargs)
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            raise Unmeasurable(f"the daemon ran out of descriptors measuring it ({exc})") from None
+        raise
 
 
 def _ancestors(path: str, root: str) -> set[str]:
@@ -210,7 +245,11 @@ def _open_listable(parent: int | None, name: str) -> int:
         st = os.fstat(handle)
         wanted = stat.S_IRUSR | stat.S_IXUSR
         if st.st_uid == os.geteuid() and st.st_mode & wanted != wanted:
-            os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(st.st_mode) | wanted)
+            try:
+                os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(st.st_mode) | wanted)
+            except OSError as exc:  # no /proc here, say: a locked folder must not pass as gone
+                raise Unmeasurable(f"a folder locked against the daemon cannot be unlocked ({exc})") \
+                    from None
         return os.open(".", _DIR, dir_fd=handle)
     finally:
         os.close(handle)

@@ -66,13 +66,31 @@ def _under_reserve(label: str, free: int, reserve: int) -> str:
 
 class CommandWatch:
     """One command's disk budget: measured, and refused with DiskFull, when made (before the
-    command starts); `overrun` then watches it while it runs."""
+    command starts); `overrun` then watches it while it runs, and `after` looks once more when it
+    and its processes are gone.
+
+    Only the measures before and after are exact. One taken while the command runs races it: a
+    folder renamed at the right moment, or locked again as an unprivileged daemon unlocks it, is
+    missed, so the watch may let a command run past its quota (never past the reserve, read by
+    statvfs). `after` then measures again, from the room the command started with, whatever the
+    walks in between concluded; the command is reported and the next one refused."""
 
     def __init__(self, workspace: Path, writable: tuple[Path, ...], protected: tuple[Path, ...], *,
                  quota: int, reserve: int) -> None:
         self.workspace, self.quota, self.reserve = workspace, quota, reserve
         self._watched, used = _measure(workspace, writable, protected, quota=quota, reserve=reserve)
         self._allowance = quota - used  # what the command may still add to the workspace
+        self._start = (self._allowance, {id(fs): fs.baseline for fs in self._watched})
+
+    def after(self) -> str | None:
+        """Once the command's processes are gone (nothing races the walk now): why it went over its
+        budget, or None. The workspace is walked when its filesystem lost more room since the
+        start than the command was allowed, however the walks while it ran had reset that."""
+        allowance, baselines = self._start
+        self._allowance = allowance
+        for fs in self._watched:
+            fs.baseline = baselines[id(fs)]
+        return self.check()
 
     @property
     def active(self) -> bool:

@@ -448,10 +448,8 @@ async def _exited_within(proc: asyncio.subprocess.Process, seconds: float) -> bo
 
 async def _ended_within(proc: asyncio.subprocess.Process, seconds: float,
                         watch: CommandWatch) -> tuple[bool, str | None]:
-    """(exited, how it went over its disk budget): the wall-clock wait of _exited_within, cut
-    short (not exited) when the disk watch finds the command over its budget. A command that exits
-    on its own is looked at once more: one quicker than the watch's first look must not leave
-    unreported what it wrote (the next command is refused then; this one is reported)."""
+    """(exited, why it was killed for its disk use): the wall-clock wait of _exited_within, cut
+    short when the disk watch finds the command over its budget."""
     if not watch.active:
         return await _exited_within(proc, seconds), None
     waiting = asyncio.create_task(_exited_within(proc, seconds))
@@ -462,7 +460,7 @@ async def _ended_within(proc: asyncio.subprocess.Process, seconds: float,
         waiting.cancel()
         watching.cancel()
     if waiting.done() and not waiting.cancelled() and waiting.result():
-        return True, await asyncio.to_thread(watch.check)
+        return True, None
     if watching.done() and not watching.cancelled():
         return False, watching.result()
     return False, None  # the wall-clock limit
@@ -531,6 +529,10 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         finally:
             # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
             _kill_group(proc.pid)
+    if disk_exceeded is None and watch.active:
+        # Once more, with nothing of the command left to race the measure: one quicker than the
+        # watch's first look, or one that hid from its walks, is reported (the next is refused).
+        disk_exceeded = await asyncio.to_thread(watch.after)
     if disk_exceeded:
         log.warning("a command in %s went over its disk budget%s: %s", scope.workspace,
                     " (killed)" if killed else "", disk_exceeded)

@@ -40,6 +40,8 @@ class ShellSkill(Skill):
         if result.timed_out:
             status = f"killed after {ctx.principal.limits.wall_seconds:g} s (wall-clock limit)"
             ctx.audit.detail, ctx.audit.failed = "killed at the wall-clock limit", True
+            if result.disk_exceeded:
+                status += f"; then {result.disk_exceeded}: delete files to make room"
         elif result.disk_exceeded and result.exit_status is None:
             status = f"killed: {result.disk_exceeded}; delete files to make room"
             ctx.audit.detail, ctx.audit.failed = f"killed: {result.disk_exceeded}", True
