@@ -172,18 +172,23 @@ class _Walk:
         """Pop the deepest frame; its parent, if closed, is re-opened through ".." (checked to be
         the folder left) before the child's descriptor goes."""
         frame = self.frames.pop()
-        depth = len(self.frames)
-        if 0 < depth - 1 < self.low and frame.fd is not None:
-            parent = self.frames[-1]
-            with contextlib.suppress(FileNotFoundError, PermissionError):  # then by name (_descriptor)
-                up = _resourceful(os.open, "..", _DIR, dir_fd=frame.fd)
-                st = os.fstat(up)
-                if (st.st_dev, st.st_ino) == parent.ident:
-                    parent.fd, self.low = up, depth - 1
-                else:  # moved meanwhile: re-opened by name, or skipped
-                    os.close(up)
-        if frame.fd is not None:
-            os.close(frame.fd)
+        try:
+            parent = self.frames[-1] if self.frames else None
+            if parent is not None and parent.fd is None and frame.fd is not None:
+                with contextlib.suppress(OSError):  # but Unmeasurable; else by name (_descriptor)
+                    up = _resourceful(_open_listable, frame.fd, "..")
+                    try:
+                        st = os.fstat(up)
+                    except BaseException:
+                        os.close(up)
+                        raise
+                    if (st.st_dev, st.st_ino) == parent.ident:
+                        parent.fd, self.low = up, len(self.frames) - 1
+                    else:  # moved meanwhile: re-opened by name, or skipped
+                        os.close(up)
+        finally:
+            if frame.fd is not None:
+                os.close(frame.fd)
         self.low = min(self.low, len(self.frames))
 
     def _descriptor(self) -> int | None:
@@ -194,7 +199,9 @@ class _Walk:
         if last.fd is not None:
             return last.fd
         start = max(i for i in range(len(self.frames)) if self.frames[i].fd is not None)
-        fd, self.low = self.frames[start].fd, max(start, 1)
+        fd = self.frames[start].fd
+        if start == 0:  # else frames low..start are still held, from a re-open that stopped short
+            self.low = 1
         for index in range(start + 1, len(self.frames)):
             frame = self.frames[index]
             child = self._open(fd, frame.name)

@@ -162,8 +162,7 @@ def _measured(workspace: Path) -> int:
     try:
         return disk.usage(workspace)
     except disk.Unmeasurable as exc:
-        raise DiskFull(f"the workspace cannot be measured: {exc}; ask the admin to remove "
-                       "what is nested that deep") from None
+        raise DiskFull(f"the workspace cannot be measured: {exc}; ask the admin") from None
 
 
 def _filesystems(folders: list[tuple[Path, str]]) -> list[_Watched]:

@@ -42,6 +42,7 @@ class ShellSkill(Skill):
             ctx.audit.detail, ctx.audit.failed = "killed at the wall-clock limit", True
             if result.disk_exceeded:
                 status += f"; then {result.disk_exceeded}: delete files to make room"
+                ctx.audit.detail += f"; over its disk budget: {result.disk_exceeded}"
         elif result.disk_exceeded and result.exit_status is None:
             status = f"killed: {result.disk_exceeded}; delete files to make room"
             ctx.audit.detail, ctx.audit.failed = f"killed: {result.disk_exceeded}", True

@@ -3,6 +3,7 @@ workspace's measure, the quota and the free-space reserve checked before a comma
 command that writes past either killed while it runs, but never for what others wrote."""
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -224,6 +225,41 @@ def test_climbing_back_up_costs_a_few_opens_a_folder_whatever_the_shape(tmp_path
         subprocess.run(["rm", "-rf", "--", str(tmp_path / "d"), str(tmp_path / "s")], check=True)
     assert total >= (folders + 1) * disk.INODE_CHARGE
     assert len(opens) < 3 * folders, len(opens)  # two a folder (O_PATH, then "."), and the ".."s
+
+
+@pytest.mark.parametrize("race", ["renames", "out of descriptors"])
+def test_a_walk_raced_while_it_climbs_back_up_leaks_no_descriptor(tmp_path, monkeypatch, race):
+    # Climbing back up, the walk re-opens closed parents through ".." (by name if that fails).
+    # Raced there, by a command renaming the folder being left and an ancestor (the by-name
+    # re-open then stops short), or by the daemon running out of descriptors, it must close all
+    # it opened: a daemon leaking one per walk soon cannot open its store.
+    make_chain(tmp_path, 30, 0, siblings=True)
+    aside = Path(tempfile.mkdtemp(dir=tmp_path.parent))
+    monkeypatch.setattr(disk, "MAX_HELD", 8)
+    real, raced = disk._open_listable, []
+
+    def racing(parent, name):
+        where = Path(os.readlink(f"/proc/self/fd/{parent}")) if parent is not None else None
+        if name == ".." and not raced and len(where.relative_to(tmp_path).parts) >= 20:
+            raced.append(where)
+            if race == "out of descriptors":
+                raise OSError(errno.EMFILE, "Too many open files")
+            where.rename(aside / "left")
+            tmp_path.joinpath(*where.relative_to(tmp_path).parts[:10]).rename(aside / "ancestor")
+        return real(parent, name)
+
+    monkeypatch.setattr(disk, "_open_listable", racing)
+    before = open_descriptors()
+    try:
+        if race == "out of descriptors":
+            with pytest.raises(disk.Unmeasurable):
+                disk.usage(tmp_path)
+        else:
+            assert disk.usage(tmp_path) > 0  # what moved away is not counted: measured as found
+        assert raced and open_descriptors() == before
+    finally:
+        subprocess.run(["rm", "-rf", "--", str(tmp_path / "d"), str(tmp_path / "s"), str(aside)],
+                       check=True)
 
 
 def test_a_tree_nested_past_the_depth_limit_is_refused_not_let_through(workspace, monkeypatch):
