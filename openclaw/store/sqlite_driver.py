@@ -52,11 +52,8 @@ class OneTripCursor:
         self.rowcount = -1
         self.lastrowid: int | None = None
 
-    async def __aenter__(self) -> OneTripCursor:
+    async def __aenter__(self) -> OneTripCursor:  # what the adapter awaits on a new cursor
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def _run(self, many: bool, sql: str, parameters: Any) -> OneTripCursor:
         rows, self.description, self.rowcount, self.lastrowid = await self._connection._execute(

@@ -16,7 +16,7 @@ from sqlalchemy import func, select, text, update
 from openclaw.cli import main
 from openclaw.config import load_config
 from openclaw.reload import merge
-from openclaw.store import OutboundStatus, Store, UserStatus, migrate
+from openclaw.store import OutboundStatus, Store, UserStatus
 from openclaw.store.models import (
     AuditRow,
     ConversationRow,
@@ -350,18 +350,10 @@ async def test_a_cancelled_stop_stays_cancelled(store, monkeypatch):
 
 
 async def test_the_age_indexes_come_with_an_upgrade_and_keep_the_rows(tmp_path):
-    from openclaw.store import create_engine
-
     url = f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}"
-    engine = create_engine(url)
-    try:
-        await migrate(engine, "0003")
-        async with engine.begin() as conn:
-            await conn.exec_driver_sql(
-                "INSERT INTO audit_log (at, user_key, skill, decision) "
-                "VALUES ('2025-01-01 00:00:00', 'telegram:1', 'shell', 'allowed')")
-    finally:
-        await engine.dispose()
+    await test_store.left_at_revision(url, "0003", (
+        "INSERT INTO audit_log (at, user_key, skill, decision) "
+        "VALUES ('2025-01-01 00:00:00', 'telegram:1', 'shell', 'allowed')", ()))
     async with await Store.open(url) as store:
         assert [a.skill for a in await store.list_audit()] == ["shell"]
     sync = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'openclaw.db'}")

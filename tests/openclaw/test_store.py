@@ -182,18 +182,25 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
         engine.dispose()
 
 
-async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
+async def left_at_revision(url: str, revision: str, *rows: tuple[str, tuple]) -> None:
+    """A store an older daemon left: migrated to `revision` only, with `rows` (SQL, parameters)
+    written in it as that schema's own."""
     from openclaw.store import create_engine
 
-    engine = create_engine(sqlite_url)
+    engine = create_engine(url)
     try:
-        await migrate(engine, "0001")
+        await migrate(engine, revision)
         async with engine.begin() as conn:
-            await conn.exec_driver_sql(
-                "INSERT INTO users (channel, external_id, status, created_at, updated_at) "
-                "VALUES ('telegram', '7', 'allowed', '2025-01-01 00:00:00', '2025-01-01 00:00:00')")
+            for sql, parameters in rows:
+                await conn.exec_driver_sql(sql, parameters)
     finally:
         await engine.dispose()
+
+
+async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
+    await left_at_revision(sqlite_url, "0001", (
+        "INSERT INTO users (channel, external_id, status, created_at, updated_at) "
+        "VALUES ('telegram', '7', 'allowed', '2025-01-01 00:00:00', '2025-01-01 00:00:00')", ()))
     async with await Store.open(sqlite_url) as store:
         assert await store.schema_revision() == "0004"
         assert (await store.get_user("telegram", 7)).status is UserStatus.ALLOWED
@@ -201,22 +208,13 @@ async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
 
 
 async def test_upgrade_numbers_existing_reminders_per_user_in_the_order_they_were_made(sqlite_url: str):
-    from openclaw.store import create_engine
-
-    engine = create_engine(sqlite_url)
-    try:
-        await migrate(engine, "0002")
-        async with engine.begin() as conn:
-            for user, status in [("telegram:1", "cancelled"), ("discord:2", "active"),
-                                 ("telegram:1", "done"), ("telegram:1", "active"),
-                                 ("discord:2", "active")]:
-                await conn.exec_driver_sql(
-                    "INSERT INTO reminders (user_key, channel, chat_id, text, due_at, timezone, "
-                    "local_time, status, fired_count, created_at) VALUES (?, ?, '1', 'x', "
-                    "'2025-01-01 08:00:00', 'UTC', '08:00:00', ?, 0, '2025-01-01 00:00:00')",
-                    (user, user.split(":")[0], status))
-    finally:
-        await engine.dispose()
+    insert = ("INSERT INTO reminders (user_key, channel, chat_id, text, due_at, timezone, "
+              "local_time, status, fired_count, created_at) VALUES (?, ?, '1', 'x', "
+              "'2025-01-01 08:00:00', 'UTC', '08:00:00', ?, 0, '2025-01-01 00:00:00')")
+    await left_at_revision(sqlite_url, "0002", *(
+        (insert, (user, user.split(":")[0], status))
+        for user, status in [("telegram:1", "cancelled"), ("discord:2", "active"),
+                             ("telegram:1", "done"), ("telegram:1", "active"), ("discord:2", "active")]))
     async with await Store.open(sqlite_url) as store:
         async with store.engine.connect() as conn:
             rows = (await conn.exec_driver_sql("SELECT id, user_key, number FROM reminders")).all()
