@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import inspect
+import ipaddress
 import json
 import logging
 import re
@@ -34,7 +35,7 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 431: "Request Header Fields Too Large",
+            408: "Request Timeout", 421: "Misdirected Request", 431: "Request Header Fields Too Large",
             500: "Internal Server Error", 503: "Service Unavailable"}
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token: a method name
 _VERSION = re.compile(r"^HTTP/1\.[0-9]$")
@@ -158,10 +159,14 @@ class AdminServer:
         try:
             try:
                 async with asyncio.timeout(self.read_timeout):
-                    method, path, unread_body = await self._read_request(reader)
+                    method, path, host, unread_body = await self._read_request(reader)
                     if unread_body:
                         await reader.readexactly(unread_body)
-                response = await self._route(method, path)
+                if self._foreign_host(host):
+                    response = _Response(421, b"This port answers only to localhost and IP "
+                                              b"addresses.\n")
+                else:
+                    response = await self._route(method, path)
             except _BadRequest as exc:
                 method, response = "GET", _Response(exc.status, _REASONS[exc.status].encode() + b"\n")
             except TimeoutError:
@@ -179,8 +184,9 @@ class AdminServer:
             except (ConnectionError, asyncio.CancelledError):
                 pass
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str, int]:
-        """Method, path without query, and how many body bytes are still to be read and dropped."""
+    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str, str | None, int]:
+        """Method, path without query, the Host header (None without one), and how many body
+        bytes are still to be read and dropped."""
         head, body_start = await _read_head(reader)
         lines = head.decode("latin-1").splitlines()
         parts = lines[0].split(" ") if lines else []
@@ -189,7 +195,7 @@ class AdminServer:
         method, target, _version = parts
         if not target.startswith("/"):
             raise _BadRequest(400)
-        content_length = 0
+        content_length, host = 0, None
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if not sep or not name or name != name.strip():
@@ -198,10 +204,34 @@ class AdminServer:
                 if not value.strip().isdigit():
                     raise _BadRequest(400)
                 content_length = int(value.strip())
+            elif name.lower() == "host":
+                host = value.strip()
         unread = content_length - len(body_start)
         if unread > MAX_DISCARD_BYTES:
             unread = 0  # not worth waiting for; _linger drops what arrives after the answer
-        return method, target.split("?", 1)[0], max(unread, 0)
+        return method, target.split("?", 1)[0], host, max(unread, 0)
+
+    def _foreign_host(self, host: str | None) -> bool:
+        """A request to the loopback port for a host name that is not a loopback one: a web page
+        whose name was made to resolve to 127.0.0.1 (DNS rebinding) would otherwise read
+        /metrics and /healthz from the user's browser. Names are no concern on a port the admin
+        opened to others (allow_remote), nor without a Host (HTTP/1.0). Answered 421."""
+        if host is None or not _is_loopback_address(self.host):
+            return False
+        if host.startswith("["):  # an IPv6 address, [::1]:9477
+            name = host[1:].partition("]")[0]
+        else:
+            name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        name = name.rstrip(".").lower()
+        # A page needs a name in public DNS, which has a dot; a one-word name is this machine's
+        # (/etc/hosts, a search domain), as is localhost.
+        if "." not in name or name.endswith(".localhost"):
+            return False
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return True
+        return False  # an address names no site a page could rebind
 
     async def _route(self, method: str, path: str) -> _Response:
         if path not in ("/healthz", "/metrics"):
@@ -260,6 +290,13 @@ class AdminServer:
                     received += len(chunk)
         except TimeoutError:
             pass
+
+
+def _is_loopback_address(address: str | None) -> bool:
+    try:
+        return address is not None and ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 class _ClosedEarly(Exception):

@@ -19,7 +19,7 @@ from typing import Any
 
 from connectors.base import Connector, DeliveryRefused, chunk_text
 from openclaw import access, reminders
-from openclaw.agent import Agent, Caller
+from openclaw.agent import Agent, Caller, TurnResult
 from openclaw.approvals import Approvals
 from openclaw.config import Config
 from openclaw.gateway_types import InboundMessage
@@ -160,7 +160,7 @@ class Gateway:
         event, is_new = await self.store.record_inbound(
             msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
             payload={"display_name": msg.display_name, "attachments": msg.attachments,
-                     "notice": msg.notice})
+                     "notice": msg.notice, "is_group": msg.is_group})
         if not is_new:
             log.info("ignoring redelivered message %s:%s", msg.channel, msg.message_id)
             return
@@ -185,7 +185,9 @@ class Gateway:
             msg = InboundMessage(channel, user_id, event.chat_id, event.message_id, event.text,
                                  display_name=payload.get("display_name"),
                                  attachments=payload.get("attachments") or [],
-                                 notice=payload.get("notice"))
+                                 notice=payload.get("notice"),
+                                 # What a group may see (/status, /pairing, drafts) stays so.
+                                 is_group=bool(payload.get("is_group")))
             if not await self._still_allowed(msg.user):
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
                 continue
@@ -550,46 +552,53 @@ class Gateway:
                   and not msg.is_group) or msg.channel == "terminal"
         sink = _Sink(connector, msg.chat_id, stream)
         started = time.monotonic()
+        # Filled as the turn goes, so what a turn cut short (/stop, /new) spent is counted too.
+        result = TurnResult(text="", steps=0)
 
         async def answer():  # one task for /stop to cancel: fetching the files, then the turn
             note = await self._attachments_note(connector, msg.attachments, principal)
             return await self.agent.run_turn(
                 conversation_id, caller, (msg.text + note).strip(), sink,
-                run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", resumed=resumed)
+                run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", resumed=resumed, result=result)
 
         typing = asyncio.create_task(self._keep_typing(sink))
         try:
-            lane.current = asyncio.create_task(answer())
-            result = await lane.current
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
-                raise
-            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
-            return
+            try:
+                lane.current = asyncio.create_task(answer())
+                await lane.current
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
+                    raise
+                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
+                return
+            finally:
+                lane.current = None
+                typing.cancel()
+            self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
+            await self._deliver_turn(msg, event, caller, result, conversation_id)
         finally:
-            lane.current = None
-            typing.cancel()
-        self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
-        self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
-        self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-        # Storing the reply marks the message answered, in one transaction: after a crash the
-        # reply is re-sent, the turn never run twice. The tokens are counted after the send (the
-        # user does not wait for that write), even when shutdown cuts the send short.
-        try:
-            # Access withdrawn during the turn: the agent stopped before its next tool or model
-            # call, or the answer was written meanwhile; either way they get nothing, not even a
-            # word that it stopped. (One indexed SELECT for a user the store admitted; none for
-            # the config's.)
-            if result.refused or not await caller.still_allowed():
-                log.info("message %d left unanswered: access of %s was withdrawn during its turn",
-                         event.id, msg.user)
-                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
-            else:
-                await self._send(msg.channel, msg.chat_id, result.text,
-                                 conversation_id=conversation_id, event=event)
-        finally:
+            # After the send (the user does not wait for this write), and however the turn
+            # ended: stopped, failed, cut by shutdown.
+            self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
+            self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
             await asyncio.shield(self.store.add_usage(
                 msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
+
+    async def _deliver_turn(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
+                            result: TurnResult, conversation_id: int) -> None:
+        """Send a turn's reply. Storing it marks the message answered, in one transaction: after
+        a crash the reply is re-sent, the turn never run twice."""
+        # Access withdrawn during the turn: the agent stopped before its next tool or model
+        # call, or the answer was written meanwhile; either way they get nothing, not even a
+        # word that it stopped. (One indexed SELECT for a user the store admitted; none for
+        # the config's.)
+        if result.refused or not await caller.still_allowed():
+            log.info("message %d left unanswered: access of %s was withdrawn during its turn",
+                     event.id, msg.user)
+            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
+        else:
+            await self._send(msg.channel, msg.chat_id, result.text,
+                             conversation_id=conversation_id, event=event)
 
     async def _out_of_tokens(self, principal: Principal, msg: InboundMessage,
                              event: InboundEvent) -> bool:

@@ -26,6 +26,7 @@ SUMMARY_INSTRUCTIONS = (
 )
 SUMMARY_HEADER = "\n\nSummary of the earlier conversation:\n"
 SUMMARY_MESSAGE_CHARS = 2000  # of each message, in the transcript the model summarises
+SHORTENED_RESULT_CHARS = 300  # of a tool result left out of a turn that outgrew the context
 
 
 class PromptTooLong(Exception):
@@ -85,12 +86,31 @@ class ContextBuilder:
             if self.count(prompt, tools) <= self.budget.prompt_tokens:
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
-            if cut == 0:
+            if cut == 0:  # only the current turn is left: its own tool results outgrew it
+                if (shortened := self._shorten_tool_results(prompt, tools)) is not None:
+                    return shortened
                 raise PromptTooLong(
-                    f"the newest message does not fit the model's context "
-                    f"({self.budget.prompt_tokens} tokens for the prompt)")
+                    f"the newest message and the results of its tools do not fit the model's "
+                    f"context ({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut])
             self._cache.pop(conversation_id, None)  # re-read from the new summary on
+
+    def _shorten_tool_results(self, prompt: list[dict], tools: list[dict] | None) -> list[dict] | None:
+        """The prompt with the turn's older tool results cut to their start, oldest first, until
+        it fits (None if it never does). Only the prompt: the store keeps them whole, and every
+        call keeps a result. The newest result is left whole: it is what the model reads now."""
+        prompt = [dict(m) for m in prompt]
+        older = [m for m in prompt if m["role"] == "tool"][:-1]
+        for message in older:
+            text = message.get("content") or ""
+            if len(text) > SHORTENED_RESULT_CHARS:
+                message["content"] = (
+                    text[:SHORTENED_RESULT_CHARS] + f" [... the rest of this result ({len(text)} "
+                    "characters in all) was left out to fit the context; call the tool again for "
+                    "a part of it if needed]")
+                if self.count(prompt, tools) <= self.budget.prompt_tokens:
+                    return prompt
+        return None
 
     def _prompt(self, summary: str | None, history: list[Any]) -> list[dict]:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")

@@ -94,12 +94,14 @@ class Agent:
         self.context.system_prompt, self.context.budget = settings.system_prompt, budget
 
     async def run_turn(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
-                       run_id: str, resumed: bool = False) -> TurnResult:
+                       run_id: str, resumed: bool = False,
+                       result: TurnResult | None = None) -> TurnResult:
         """Store the user's message and answer it. Cancelling the task (/stop) aborts the model
         and any running tool; what was stored before stays stored. `resumed`: a message stored
-        before a restart, whose turn may already have stored the user's text."""
+        before a restart, whose turn may already have stored the user's text. `result`: filled as
+        the turn goes, so its caller still has the tokens spent when the turn is cancelled."""
         tools = self.executor.registry.tool_specs(self.executor.available(caller.principal)) or None
-        result = TurnResult(text="", steps=0)
+        result = result if result is not None else TurnResult(text="", steps=0)
         alone = [{"role": "system", "content": self.settings.system_prompt},
                  {"role": "user", "content": text}]
         if self.context.count(alone, tools) > self.context.budget.prompt_tokens:
@@ -124,9 +126,7 @@ class Agent:
                                         tool_choice="auto" if tools else "none")
                 prompt = await self.context.build(conversation_id, tools)
                 content, calls, errors, out = await self._generate(
-                    prompt, params, tools, f"{run_id}-{step}", sink)
-                result.prompt_tokens += len(out.prompt_token_ids)
-                result.completion_tokens += len(out.token_ids)
+                    prompt, params, tools, f"{run_id}-{step}", sink, result)
                 await self.context.add(
                     conversation_id, "assistant", content, token_count=len(out.token_ids),
                     tool_calls=[_call_json(c) for c in calls] or None)
@@ -169,17 +169,26 @@ class Agent:
                 return False
         return False
 
-    async def _generate(self, prompt, params, tools, request_id, sink: ReplySink):
+    async def _generate(self, prompt, params, tools, request_id, sink: ReplySink,
+                        result: TurnResult):
         parser = StreamingToolParser()
         out = None
         await sink.typing()
         started = time.monotonic()
-        async for out in self.model.generate(prompt, params, request_id, tools=tools):
-            if started is not None:
-                self.metrics.observe("openclaw_time_to_first_token_seconds", time.monotonic() - started)
-                started = None
-            if parser.feed(out.delta_text):
-                await sink.draft(parser.shown)
+        try:
+            async for out in self.model.generate(prompt, params, request_id, tools=tools):
+                if started is not None:
+                    self.metrics.observe("openclaw_time_to_first_token_seconds",
+                                         time.monotonic() - started)
+                    started = None
+                if parser.feed(out.delta_text):
+                    await sink.draft(parser.shown)
+        finally:
+            # Also when cut short (/stop, /new, an error): the engine did that work, and a cap
+            # that counted only finished answers would be dodged by stopping each one near its end.
+            if out is not None:
+                result.prompt_tokens += len(out.prompt_token_ids)
+                result.completion_tokens += len(out.token_ids)
         parsed = parser.finish()
         return parsed.content, parsed.tool_calls, parsed.errors, out
 

@@ -147,7 +147,7 @@ async def test_query_strings_are_ignored(server: AdminServer) -> None:
 
 
 async def test_head_returns_headers_without_a_body(server: AdminServer) -> None:
-    status, headers, body = await exchange(server, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = await exchange(server, b"HEAD /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert status == 200 and int(headers["content-length"]) > 0 and body == b""
 
 
@@ -159,7 +159,7 @@ async def test_unknown_path_is_404(server: AdminServer) -> None:
 
 async def test_post_is_405_and_names_the_allowed_methods(server: AdminServer) -> None:
     status, headers, _ = await exchange(
-        server, b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\nx=1&y=2")
+        server, b"POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 7\r\n\r\nx=1&y=2")
     assert status == 405
     assert headers["allow"] == "GET, HEAD"
     status, _, _ = await asyncio.to_thread(fetch, server.url + "/metrics", b"x=1")
@@ -287,3 +287,23 @@ async def test_stop_does_not_hang_on_a_health_check_that_never_returns(metrics: 
 async def test_starting_twice_is_refused(server: AdminServer) -> None:
     with pytest.raises(RuntimeError, match="already listens"):
         await server.start("127.0.0.1", 0)
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:9477", "rebind.attacker.test"])
+async def test_a_loopback_port_refuses_requests_for_other_host_names(server: AdminServer,
+                                                                     host: str) -> None:
+    # DNS rebinding: a web page whose name now resolves to 127.0.0.1 must not read the port.
+    raw = f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    status, _, body = await exchange(server, raw)
+    assert status == 421
+    assert b"openclaw_requests_total" not in body
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:9477", "127.0.0.1:9477", "[::1]:9477",
+                                  "prometheus.localhost", "LOCALHOST", "myhost:9477"])
+async def test_a_loopback_port_answers_to_loopback_names_and_addresses(server: AdminServer,
+                                                                       host: str) -> None:
+    status, _, _ = await exchange(server, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    assert status == 200
+    status, _, _ = await exchange(server, b"GET /healthz HTTP/1.0\r\n\r\n")  # no Host at all
+    assert status == 200
