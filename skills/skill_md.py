@@ -69,8 +69,13 @@ class MarkdownSkill(Skill):
         folder = self._open_folder()
         try:
             found = []
-            for dirpath, _, filenames, fd in os.fwalk(".", dir_fd=folder):
+            for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=folder):
+                # Hidden files and folders are not the skill's to show: .git (dozens of files, and
+                # a config that may hold the clone's token), .env (API keys), editors' state.
+                dirnames[:] = [name for name in dirnames if not name.startswith(".")]
                 for name in filenames:
+                    if name.startswith("."):
+                        continue
                     try:
                         regular = stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
                     except OSError:
@@ -150,9 +155,7 @@ def parse_skill_md(path: Path) -> tuple[dict[str, Any], str]:
         text = raw.decode("utf-8").lstrip("\ufeff")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not UTF-8 text (byte {exc.start})") from None
-    if not text.startswith("---"):
-        raise ValueError(f"{path} has no YAML front matter (a first line '---')")
-    _, front, body = (text.split("---", 2) + ["", ""])[:3]
+    front, body = _split_front_matter(text, path)
     try:
         meta = yaml.safe_load(front)
     except yaml.YAMLError as exc:
@@ -167,6 +170,21 @@ def parse_skill_md(path: Path) -> tuple[dict[str, Any], str]:
         if not isinstance(meta.get(key), str) or not meta[key].strip():
             raise ValueError(f"{path}: front matter needs a non-empty {key!r}")
     return meta, body
+
+
+def _split_front_matter(text: str, path: Path) -> tuple[str, str]:
+    """(front matter, body): the front matter runs from a first line "---" to the next line that
+    is "---" and nothing else; a "---" inside a value is text. The front matter keeps a leading
+    line break, so a YAML error's line number is the file's."""
+    lines = text.split("\n")
+    if lines[0].rstrip() != "---":
+        raise ValueError(f"{path} has no YAML front matter (a first line '---')")
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == "---"), None)
+    if end is None:
+        # Read as YAML, the instructions would become keys and the skill would load with none.
+        raise ValueError(f"{path}: front matter is not closed: add a line '---' after the name and "
+                         "description, before the instructions")
+    return "\n" + "\n".join(lines[1:end]) + "\n", "\n".join(lines[end + 1:])
 
 
 def load_skill_dirs(dirs: list[Path]) -> Iterator[tuple[Skill | None, str, str | None]]:

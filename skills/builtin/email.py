@@ -11,6 +11,7 @@ import asyncio
 import base64
 import email.errors
 import email.generator
+import email.header
 import email.policy
 import imaplib
 import io
@@ -297,9 +298,7 @@ def _recipients(value: Any, what: str) -> list[Address]:
         raise SkillError(f"{what!r} must be an address or a list of addresses")
     found, bad = [], []
     for item in items:
-        for part in re.split(r"[,;]", item):
-            if not part.strip():
-                continue
+        for part in _split_addresses(item):
             address = _parse_address(part, f"the recipient {_visible(part.strip())!r}")
             if address is None:
                 bad.append(part.strip())
@@ -309,6 +308,34 @@ def _recipients(value: Any, what: str) -> list[Address]:
         raise SkillError(f"not valid email addresses in {what!r}: {', '.join(map(repr, bad))}; "
                          "use e.g. \"ann@example.org\" or \"Ann <ann@example.org>\"; nothing was sent")
     return found
+
+
+def _split_addresses(text: str) -> list[str]:
+    """The addresses of "a@x.org, Name <b@y.org>; c@z.org": split at commas and semicolons, but not
+    inside quotes or angle brackets ('"Doe, John" <j@x.org>' is one address, as mail clients and
+    the read action write it), and a bare "Doe, John <j@x.org>" is joined back into one too: a
+    part with no @ cannot be an address by itself."""
+    parts, current, quoted, angled = [], [], False, False
+    for char in text:
+        if char == '"' and not angled:
+            quoted = not quoted
+        elif char in "<>" and not quoted:
+            angled = char == "<"
+        elif char in ",;" and not quoted and not angled:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    joined: list[str] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        if joined and "@" not in joined[-1] and _NAMED.fullmatch(part) and '"' not in part:
+            joined[-1] = f"{joined[-1]}, {part}"
+        else:
+            joined.append(part)
+    return joined
 
 
 def _refused_message(refused: list[str], ctx: SkillContext) -> str:
@@ -620,7 +647,7 @@ def _row(uid: int, header: bytes, seen: bool) -> str:
 def _render(message: Message, uid: int, size: int, fetched: int) -> str:
     lines = [f"uid: {uid}"]
     for name in ("From", "To", "Cc", "Date", "Subject"):
-        if message[name] is not None:
+        if name in message:  # not message[name]: that parses the header, which may raise
             lines.append(f"{name.lower()}: {_header(message, name)}")
     text, body = _body_text(message)
     attachments = [p for p in message.walk() if p is not body and _is_attachment(p)]
@@ -696,9 +723,20 @@ def _html_text(html: str) -> str:
 def _header(message: Message, name: str) -> str:
     try:
         value = str(message.get(name, ""))
-    except (ValueError, IndexError, TypeError):  # a header the parser cannot make sense of
-        value = str(message.get_all(name, [""])[0])
+    except (ValueError, IndexError, TypeError, AttributeError):
+        # A header the parser refuses (an encoded CR/LF in an address raises): get_all would
+        # parse it again, so it is decoded from its raw text; one hostile message must not make
+        # the whole mailbox unlistable.
+        value = _raw_header(message, name)
     return _visible(value)
+
+
+def _raw_header(message: Message, name: str) -> str:
+    raw = next((str(v) for k, v in message.raw_items() if k.lower() == name.lower()), "")
+    try:
+        return str(email.header.make_header(email.header.decode_header(raw)))
+    except (ValueError, LookupError, email.errors.HeaderParseError):
+        return raw
 
 
 def _date(message: Message) -> str:

@@ -91,9 +91,18 @@ def _matching_lines(fd: int, name: str, st: os.stat_result, matcher: Any, max_fi
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         found["binary"] += 1
         return []
-    return [(number, line[:MAX_LINE_CHARS])
-            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1)
+    return [(number, line[:MAX_LINE_CHARS]) for number, line in enumerate(_lines(data), 1)
             if matcher(line)]
+
+
+def _lines(data: bytes) -> list[str]:
+    """The file's lines as editors, grep and the edit action number them: only "\n" ends one (a
+    CRLF's CR is dropped). str.splitlines would also split at form feeds, lone CRs and U+2028,
+    and every line number after one would be off."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":  # the text after the final newline is no line of its own
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _search_child_main() -> None:

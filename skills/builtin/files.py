@@ -14,6 +14,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ from skills.builtin.file_search import BINARY_SNIFF_BYTES, search_in_child, sear
 DEFAULT_MAX_READ_BYTES = 12 * 1024
 SEARCH_MAX_FILE_BYTES = 1 << 20  # search reads bigger files than one read shows
 MAX_LIST_ENTRIES = 500
+# A listing or search result is cut to this many characters, so that it too fits the executor's
+# limit and its closing notes ("N more not shown") reach the model instead of being cut off.
+RESULT_BUDGET_CHARS = 12_000
 DEFAULT_SEARCH_RESULTS = 50
 MAX_SEARCH_RESULTS = 200
 SNIPPET_CHARS = 80  # of `old`/`new`, in approval prompts
@@ -233,14 +237,14 @@ class FilesSkill(Skill):
         try:
             with os.scandir(fd) as scan:
                 entries = sorted(scan, key=lambda entry: entry.name)
-            lines = [_entry_line(entry, fd) for entry in entries[:MAX_LIST_ENTRIES]]
+            lines = _fit(_entry_line(entry, fd) for entry in entries[:MAX_LIST_ENTRIES])
         finally:
             os.close(fd)
         ctx.audit.detail = f"list {target.shown()} {_n(len(entries), 'entry', 'entries')}"
         if not entries:
             return f"{target.shown()} is empty"
         more = len(entries) - len(lines)
-        tail = [f"[{more} more not shown]"] if more else []
+        tail = [f"[{more} more not shown; search this folder with a glob to find one]"] if more else []
         return "\n".join([f"{target.shown()}: {_n(len(entries), 'entry', 'entries')}", *lines, *tail])
 
     def _search(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
@@ -377,6 +381,17 @@ def _lines_of(text: str, old: str, shown: int = 10) -> str:
     return ", ".join(lines) + (", ..." if text.count(old) > shown else "")
 
 
+def _fit(lines: Iterable[str], budget: int = RESULT_BUDGET_CHARS) -> list[str]:
+    """The first of `lines` that fit in `budget` characters (at least one)."""
+    kept: list[str] = []
+    for line in lines:
+        budget -= len(line) + 1
+        if budget < 0 and kept:
+            break
+        kept.append(line)
+    return kept
+
+
 def _n(count: int, word: str, words: str | None = None) -> str:
     return f"{count:,} {word if count == 1 else words or word + 's'}"
 
@@ -396,14 +411,18 @@ def _search_options(args: dict[str, Any], ctx: SkillContext) -> tuple[str | None
 def _search_report(target: Target, args: dict[str, Any], ctx: SkillContext, found: dict[str, Any],
                    cap: int) -> str:
     prefix = "" if target.root.workspace and not target.parts else target.shown() + "/"
-    lines = [f"{q(prefix + path)}:{number}: {line}" if number else q(prefix + path)
-             for path, number, line in found["matches"]]
+    lines = _fit(f"{q(prefix + path)}:{number}: {line}" if number else q(prefix + path)
+                 for path, number, line in found["matches"])
     count = len(lines)
+    cut = count < len(found["matches"])  # by the budget: more would not reach the model
     ctx.audit.detail = f"search {target.shown()} {count} matches"
     if not lines:
         lines.append(f"no matches below {target.shown()}")
     notes = [f"[{found['visited']} files and folders looked at]"]
-    if found["more"]:
+    if cut:
+        notes.append(f"[more matches exist; showing the first {count}, as many as one result holds: "
+                     "narrow the search with a glob, a smaller folder or a longer pattern]")
+    elif found["more"]:
         notes.append(f"[more matches exist; showing the first {count}: narrow the search or raise "
                      f"max_results (up to {MAX_SEARCH_RESULTS})]")
     if found["stopped"]:

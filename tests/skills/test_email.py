@@ -208,6 +208,21 @@ async def test_a_non_ascii_subject_and_display_names_arrive_intact(tmp_path, smt
                               "Content-Transfer-Encoding", "MIME-Version"]
 
 
+async def test_a_display_name_with_a_comma_is_one_recipient(tmp_path, smtp):
+    # As mail clients write them, and as read shows a sender to reply to: the comma inside the
+    # quotes (or before "Name <addr>") is part of the name, not a list separator.
+    h = harness(tmp_path, smtp_settings(smtp))
+    out = await h.call(send('"Doe, John" <john@example.org>', cc="Roe, Jane <jane@example.org>; "
+                                                                   "ann@friends.org"))
+    assert out.ok, out.text
+    [mail] = smtp.messages
+    assert mail.rcpt_tos == ["john@example.org", "jane@example.org", "ann@friends.org"]
+    assert mail.message["To"].addresses[0].display_name == "Doe, John"
+    assert mail.message["Cc"].addresses[0].display_name == "Roe, Jane"
+    out = await h.call(send("Doe, mallory@evil.test"))  # a bare word before an address stays refused
+    assert not out.ok and "'Doe'" in out.text and len(smtp.messages) == 1
+
+
 @pytest.mark.parametrize("to", ["ann", "ann@", "@friends.org", "ann@@friends.org", "ann@friends..org",
                                 ["ann@friends.org", 7]])
 async def test_malformed_addresses_are_refused(tmp_path, smtp, to):
@@ -334,6 +349,28 @@ async def test_read_an_html_only_message_gives_its_text_without_tags(tmp_path, i
     out = await h.call({"action": "read", "uid": uid})
     body = out.text.split("\n\n", 1)[1]
     assert body == "Hello & welcome\n\nFirst bold line.\n\nSecond line.", body
+
+
+async def test_a_hostile_address_header_does_not_break_list_or_read(tmp_path, imap):
+    # A From whose encoded display name hides a CR/LF: Python's address parser raises on it. One
+    # such message (spam) must not make the whole mailbox unlistable, nor itself unreadable.
+    raw = (b"From: =?utf-8?q?Bank=0D=0ABcc:_x@evil.test?= <spam@evil.test>\r\n"
+           b"To: =?utf-8?q?a=0Ab?= <bob@example.org>\r\nSubject: You won\r\n"
+           b"Date: Fri, 01 Mar 2024 09:30:00 +0000\r\n\r\nClaim it now.\r\n")
+    bad = await imap.add_message(raw)
+    good = await imap.add_message(subject="Meeting moved")
+    h = harness(tmp_path, imap_settings(imap))
+    out = await h.call({"action": "list"})
+    assert out.ok, out.text
+    rows = out.text.splitlines()[1:]
+    assert rows[0].startswith(f"uid {good} ") and rows[1].startswith(f"uid {bad} ")
+    assert "spam@evil.test" in rows[1] and "subject: You won" in rows[1]
+    out = await h.call({"action": "read", "uid": bad})
+    assert out.ok, out.text
+    head = out.text.split("\n\n", 1)[0].splitlines()
+    assert any(line.startswith("from: ") and "spam@evil.test" in line for line in head), head
+    assert not any(line.lower().startswith("bcc") for line in head), head  # still one line each
+    assert "Claim it now." in out.text
 
 
 async def test_read_another_mailbox_and_unknown_uid_or_mailbox_errors(tmp_path, imap):

@@ -196,6 +196,22 @@ async def test_regex_search_matches_lines_and_a_bad_pattern_is_explained(env):
     await env.fails("not a valid regular expression", action="search", path=".", pattern="(", regex=True)
 
 
+@pytest.mark.parametrize("regex", [False, True])
+async def test_search_numbers_lines_as_editors_and_edit_do(env, regex):
+    # Only "\n" ends a line (CRLF too): a form feed (in many source files), a lone CR or U+2028
+    # inside a line must not shift the numbers the user then looks up.
+    (env.workspace / "a.py").write_bytes(b"import os\r\n\x0c\r\ndef f():  # \xe2\x80\xa8 x\r\n"
+                                         b"    return 'needle'\r\n")
+    mine(env.workspace / "a.py")
+    (env.workspace / "b.txt").write_bytes(b"one\rtwo needle\nthree\n")
+    found = await env.ok(action="search", path=".", pattern="needle", regex=regex)
+    assert found.split("\n")[:2] == ["a.py:4:     return 'needle'", "b.txt:1: one\rtwo needle"], found
+    if regex:  # the end of the last line does not start one more, empty, line
+        assert "b.txt:3" not in await env.ok(action="search", path=".", pattern="^$", regex=True)
+    edited = await env.ok(action="edit", path="a.py", old="'needle'", new="'pin'")
+    assert "(line 4)" in edited
+
+
 async def test_search_is_bounded_and_skips_binaries_and_big_files(env, monkeypatch):
     for index in range(5):
         (env.workspace / f"f{index}.txt").write_text("needle\n")
@@ -209,6 +225,22 @@ async def test_search_is_bounded_and_skips_binaries_and_big_files(env, monkeypat
     assert "skipped 1 binary files and 1 files over 1,048,576 bytes" in everything
     monkeypatch.setattr(file_search, "MAX_SEARCH_VISITS", 3)
     assert "stopped after 3 files and folders" in await env.ok(action="search", path=".", glob="*")
+
+
+async def test_a_long_listing_or_search_fits_one_result_and_says_what_is_not_shown(env):
+    # 520 photos, 200 long matching lines: more than one tool result holds. What is left out must
+    # be said by the skill, not lost with the end of a result the executor cuts.
+    for index in range(520):
+        (env.workspace / f"IMG_2024-06-{index:04d}_holiday_photo_beach.jpg").write_bytes(b"")
+    (env.workspace / "log.txt").write_text(("needle " + "x" * 150 + "\n") * 200)
+    listing = await env.ok(action="list", path=".")
+    assert "[cut:" not in listing and listing.startswith("/workspace: 521 entries")
+    shown = len(listing.splitlines()) - 2
+    assert listing.splitlines()[-1] == f"[{521 - shown} more not shown; search this folder with a glob " \
+                                       "to find one]"
+    found = await env.ok(action="search", path=".", pattern="needle", max_results=200)
+    assert "[cut:" not in found and "log.txt:1: needle" in found
+    assert "more matches exist; showing the first" in found and "narrow the search" in found
 
 
 async def test_edit_replaces_exact_text_that_occurs_once(env):

@@ -444,6 +444,8 @@ async def test_a_skill_md_that_is_a_fifo_does_not_hang_loading(tmp_path):
     (b"---\nname: caf\xe9\ndescription: d\n---\n", "SKILL.md is not UTF-8 text (byte 13)"),
     ("---\nname: x\n---\nbody\n", "front matter needs a non-empty 'description'"),
     ("---\nname: two words\ndescription: d\n---\n", "name 'two words' must be letters, digits, _ or -"),
+    # Unclosed: the instructions would be read as YAML keys and the skill load with none.
+    ("---\nname: x\ndescription: d\n\nSteps: run the tool\n", "front matter is not closed"),
 ])
 def test_a_broken_skill_md_is_a_config_error(tmp_path, content, problem):
     (tmp_path / "broken").mkdir()
@@ -461,3 +463,42 @@ def test_two_skills_with_one_name_are_refused(tmp_path):
     (tmp_path / "clock/SKILL.md").write_text("---\nname: clock\ndescription: another clock\n---\n")
     with pytest.raises(SkillLoadError, match="two skills are named 'clock'"):
         load_skills(["clock"], [tmp_path], {})
+
+
+async def test_front_matter_ends_at_a_line_of_its_own(tmp_path):
+    # "---" inside a value is text, not the end of the front matter; the body keeps its own rules.
+    (tmp_path / "convert").mkdir()
+    (tmp_path / "convert/SKILL.md").write_text(
+        "---\r\nname: convert\r\ndescription: Turn a---b ranges into lists\r\n---\r\n"
+        "Split at the dashes.\r\n---\r\nMore.\r\n")
+    registry = load_skills([], [tmp_path / "convert"], {})
+    [spec] = registry.tool_specs()
+    assert spec["function"]["description"] == "Turn a---b ranges into lists"
+    role = Role("r", skills=frozenset({"convert"}))
+    principal = Policy({"r": role}, tmp_path, lambda u: "r").principal("x:1")
+    out = await Executor(registry, Sandbox()).call("convert", {}, principal)
+    assert out.ok and out.text.replace("\r", "").endswith("\n\nSplit at the dashes.\n---\nMore."), out.text
+
+
+async def test_hidden_files_of_a_skill_folder_are_neither_listed_nor_read(tmp_path):
+    # A skill installed with `git clone`: .git holds dozens of files (and its config may hold the
+    # token the clone used); .env is where skills keep API keys. None of it is the model's, and
+    # it must not push the skill's own files out of the listing.
+    folder = tmp_path / "weather"
+    (folder / "references").mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: weather\ndescription: d\n---\nSee references/api.md\n")
+    (folder / "references/api.md").write_text("the API\n")
+    (folder / ".env").write_text("API_KEY=sk-TOKEN\n")
+    for index in range(60):
+        (folder / ".git/objects" / f"{index:02x}").mkdir(parents=True)
+        (folder / ".git/objects" / f"{index:02x}" / "obj").write_text("x")
+    (folder / ".git/config").write_text('[remote "origin"]\nurl = https://x:ghp_TOKEN@github.com/a/b\n')
+    executor = Executor(load_skills([], [folder], {}), Sandbox())
+    role = Role("r", skills=frozenset({"weather"}))
+    principal = Policy({"r": role}, tmp_path, lambda u: "r").principal("x:1")
+    out = await executor.call("weather", {}, principal)
+    assert out.ok and out.text.endswith("with file=NAME): references/api.md"), out.text
+    for name in (".git/config", ".env"):
+        out = await executor.call("weather", {"file": name}, principal)
+        assert not out.ok and "TOKEN" not in out.text, out.text
+    assert (await executor.call("weather", {"file": "references/api.md"}, principal)).text == "the API\n"
