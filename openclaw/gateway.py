@@ -30,7 +30,7 @@ from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, pars
 from sandbox.disk_budget import DiskFull, check_room
 from sandbox.policy import Policy, Principal, UnknownRole
 from skills.base import visible
-from skills.builtin.reminders import split_request
+from skills.builtin.spoken_time import split_request
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ from openclaw.reminders import Reminders
 from openclaw.store import Store
 from sandbox.policy import Policy
 from skills import SkillError
-from skills.builtin.reminders import RemindersSkill, parse_when, split_repeat, split_request
+from skills.builtin.reminders import RemindersSkill
+from skills.builtin.spoken_time import parse_when, split_repeat, split_request
 from skills.executor import Executor
 from skills.registry import SkillRegistry
 
@@ -60,6 +61,22 @@ def test_delays_count_from_now(when, after):
     ("next wednesday at 7pm", datetime(2026, 12, 2, 19, 0)),
     ("2026-12-24 09:00", datetime(2026, 12, 24, 9, 0)),
     ("2026-12-24T09:00:30", datetime(2026, 12, 24, 9, 0, 30)),
+    # The day said after the time, as people say it.
+    ("9am tomorrow", datetime(2026, 12, 1, 9, 0)),
+    ("at 17:30 tomorrow", datetime(2026, 12, 1, 17, 30)),
+    ("8:00 on friday", datetime(2026, 12, 4, 8, 0)),
+    ("7pm next wednesday", datetime(2026, 12, 2, 19, 0)),
+    ("17.30", datetime(2026, 11, 30, 17, 30)),  # as written in much of Europe
+    ("at 13", datetime(2026, 11, 30, 13, 0)),  # a bare hour past 12 is no riddle
+    # Calendar dates, with the time before or after, the year named or the next one to come.
+    ("december 24 at 9am", datetime(2026, 12, 24, 9, 0)),
+    ("Dec 24th, 2027 at 17:30", datetime(2027, 12, 24, 17, 30)),
+    ("24 december 18:00", datetime(2026, 12, 24, 18, 0)),
+    ("on the 3rd of jan at 8am", datetime(2027, 1, 3, 8, 0)),  # January has passed this year
+    ("22:00 on 30 november", datetime(2026, 11, 30, 22, 0)),  # today, still ahead
+    ("2026-12-24 9:00", datetime(2026, 12, 24, 9, 0)),
+    ("2026-12-24 at 9pm", datetime(2026, 12, 24, 21, 0)),
+    ("feb 29 at noon", datetime(2028, 2, 29, 12, 0)),  # the next leap year's
 ])
 def test_clock_times_and_dates_are_wall_clock_time_in_the_users_zone(when, local):
     assert at(when) == local.replace(tzinfo=PARIS).astimezone(UTC)
@@ -95,6 +112,9 @@ def test_a_repeat_said_in_when_is_read_off_its_front(when, split):
     ("in 10 minutes to turn the oven on", ("in 10 minutes", "turn the oven on")),
     ("5 min break at 3pm", ("at 3pm", "5 min break")),  # a bare duration may be the text's
     ("me to call 5pm bob at 6pm", ("at 6pm", "call 5pm bob")),
+    ("9am tomorrow call the dentist", ("9am tomorrow", "call the dentist")),
+    ("call mum on december 24 at 6pm", ("on december 24 at 6pm", "call mum")),
+    ("water the plants at 8", ("at 8", "water the plants")),  # then refused: which 8?
     ("in 20 minutes", None),  # no text
     ("stretch", None),  # no time
 ])
@@ -134,6 +154,15 @@ def test_tomorrow_across_a_dst_change_keeps_the_wall_clock_time():
     ("9999-12-31T23:59-14:00", "ten years"),
     ("friday", "cannot read"),  # a day without a time
     ("next tomorrow 9:00", "cannot read"),
+    # A bare hour said as a time: morning or evening is the user's to say, not ours to guess.
+    ("at 9", "could be 9am or 9pm"),
+    ("tomorrow at 7", "could be 7am or 7pm"),
+    ("at 8 tomorrow", "could be 8am or 8pm"),
+    ("december 24 at 9", "could be 9am or 9pm"),
+    ("december 24", "no time of day"),
+    ("february 30 at 9am", "not a day of the calendar"),
+    ("2026-13-01 9:00", "not a day of the calendar"),
+    ("november 30 at 9am", "in the past"),  # today's, already gone: not next year's
 ])
 def test_what_cannot_be_a_time_ahead_is_refused_with_how_to_write_it(when, error):
     with pytest.raises(SkillError, match=error):
