@@ -29,6 +29,10 @@ class AsyncLLM:
         self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        # Worker thread only: the stream each engine request was added for. A request id may be
+        # reused once its stream is gone, while the old request's abort is still queued: outputs
+        # and aborts go by this owner, so the old request never reaches the new stream.
+        self._owners: dict[str, asyncio.Queue] = {}
         self._ids = itertools.count()
         self._stats: dict[str, Any] = self.engine.stats()
         self._thread = threading.Thread(target=self._loop, name="engine-step-loop", daemon=True)
@@ -71,7 +75,7 @@ class AsyncLLM:
             raise ValueError(f"request id {rid!r} is already in use")
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[rid] = (asyncio.get_running_loop(), stream)
-        self._commands.put(("add", rid, prompt, params, priority, tools))
+        self._commands.put(("add", rid, stream, prompt, params, priority, tools))
         finished = False
         try:
             while True:
@@ -86,7 +90,7 @@ class AsyncLLM:
         finally:
             self._streams.pop(rid, None)
             if not finished:
-                self._commands.put(("abort", rid))
+                self._commands.put(("abort", rid, stream))
 
     async def chat(self, messages: list[dict], params: SamplingParams | None = None,
                    tools: list[dict] | None = None, request_id: str | None = None,
@@ -100,7 +104,7 @@ class AsyncLLM:
 
     async def abort(self, request_id: str) -> None:
         """End a request; its stream receives a final output with finish_reason "abort"."""
-        self._commands.put(("abort", request_id))
+        self._commands.put(("abort", request_id, None))
 
     def stats(self) -> dict[str, Any]:
         """The engine's counters as of the last step (safe to call from any thread)."""
@@ -141,34 +145,46 @@ class AsyncLLM:
                 continue
             self._stats = self.engine.stats()
             for out in outputs:
-                self._deliver(out.request_id, out)
+                owner = (self._owners.pop if out.finished else self._owners.get)(out.request_id, None)
+                self._deliver(out.request_id, out, owner)
 
     def _handle(self, cmd: tuple) -> None:
         if cmd[0] == "add":
-            _, rid, prompt, params, priority, tools = cmd
-            if rid not in self._streams:  # its caller already left (or was failed): no work
+            _, rid, stream, prompt, params, priority, tools = cmd
+            target = self._streams.get(rid)
+            if target is None or target[1] is not stream:  # its caller already left: no work
                 return
             try:
                 self.engine.add_request(rid, prompt, params, priority, tools=tools)
             except Exception as exc:
-                self._deliver(rid, exc)
+                self._deliver(rid, exc, stream)
+                return
+            self._owners[rid] = stream
         elif cmd[0] == "abort":
-            out = self.engine.abort_request(cmd[1])
+            _, rid, stream = cmd
+            # A stream's own abort ends only the request added for it: by now the id may be
+            # finished, or in use by a newer stream (None: AsyncLLM.abort, whoever holds the id).
+            if stream is not None and self._owners.get(rid) is not stream:
+                return
+            owner = self._owners.pop(rid, None)
+            out = self.engine.abort_request(rid)
             if out is not None:
-                self._deliver(cmd[1], out)
+                self._deliver(rid, out, owner)
 
     def _fail_all(self, exc: BaseException) -> None:
         for rid in list(self.engine._requests):
             self.engine.abort_request(rid)
-        for rid in list(self._streams):
-            self._deliver(rid, exc)
+        self._owners.clear()
+        for rid, (_, stream) in list(self._streams.items()):
+            self._deliver(rid, exc, stream)
 
-    def _deliver(self, rid: str, item: RequestOutput | BaseException) -> None:
+    def _deliver(self, rid: str, item: RequestOutput | BaseException,
+                 stream: asyncio.Queue | None) -> None:
+        """Put `item` on `stream`, if that is still the stream listening under `rid`."""
         target = self._streams.get(rid)
-        if target is None:
+        if target is None or stream is None or target[1] is not stream:
             return
-        loop, stream = target
         try:
-            loop.call_soon_threadsafe(stream.put_nowait, item)
+            target[0].call_soon_threadsafe(stream.put_nowait, item)
         except RuntimeError:  # the caller's loop is closed
             self._streams.pop(rid, None)

@@ -1,24 +1,38 @@
 """Paged KV blocks: allocation with reference counts, and the prefix cache.
 
-A full block is keyed by a hash of its token ids chained with its parent block's hash, so a key
-names the whole prefix up to that block. A hit is confirmed by comparing token ids (hashes can
-collide). Freed blocks keep their contents and key until the allocator reuses them, least recently
-freed first, so a system prompt shared by many conversations is computed once and stays warm.
+A full block is keyed by a digest of its token ids chained with its parent block's key, so a key
+names the whole prefix up to that block; a hit also compares the block's token ids. Freed blocks
+keep their contents and key until the allocator reuses them, least recently freed first, so a
+system prompt shared by many conversations is computed once and stays warm.
 """
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
+from collections.abc import Sequence as TokenIds
 from dataclasses import dataclass, field
 
 from engine.sequence import Sequence
+
+
+def block_key(parent: bytes | None, tokens: TokenIds[int]) -> bytes:
+    """The key of a full block: a cryptographic digest of its parent's key and its token ids.
+
+    Not Python's hash(): its collisions can be built (ints hash modulo 2**61 - 1, and the tuple
+    mix is invertible), and the token comparison on a hit cannot catch a colliding block that
+    holds the same tokens after another prefix; another prompt's K/V would then be reused.
+    """
+    data = array("q", tokens).tobytes()
+    return hashlib.blake2b((parent or b"") + data, digest_size=16).digest()
 
 
 @dataclass(eq=False)
 class Block:
     id: int
     ref_count: int = 0
-    hash: int | None = None
+    hash: bytes | None = None
     token_ids: tuple[int, ...] = ()
 
 
@@ -46,7 +60,7 @@ class BlockManager:
         # Free blocks, oldest-freed first. Blocks without cached contents sit at the front so
         # they are reused before anything a later request might still hit.
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(self.num_blocks))
-        self._cached: dict[int, int] = {}  # chained hash -> block id
+        self._cached: dict[bytes, int] = {}  # chained key -> block id
 
     # ---- queries -------------------------------------------------------------------------
 
@@ -61,19 +75,19 @@ class BlockManager:
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def prompt_block_keys(self, seq: Sequence) -> list[int]:
+    def prompt_block_keys(self, seq: Sequence) -> list[bytes]:
         """The chained keys of `seq`'s full blocks that a prefix hit may cover (all but a last
         token are eligible: the model must run on the last one to sample)."""
         if not self.enable_prefix_caching:
             return []
-        keys: list[int] = []
-        parent: int | None = None
+        keys: list[bytes] = []
+        parent: bytes | None = None
         for i in range((seq.num_tokens - 1) // self.block_size):
-            parent = hash((parent, tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])))
+            parent = block_key(parent, seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
             keys.append(parent)
         return keys
 
-    def find_cached_prefix(self, seq: Sequence, keys: list[int] | None = None) -> list[int]:
+    def find_cached_prefix(self, seq: Sequence, keys: list[bytes] | None = None) -> list[int]:
         """Block ids holding the longest cached prefix of `seq`'s tokens (`keys`: its
         prompt_block_keys, when the caller has them already)."""
         hits: list[int] = []
@@ -124,7 +138,7 @@ class BlockManager:
         for i in range(len(seq.block_hashes), full):
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
             parent = seq.block_hashes[i - 1] if i else None
-            key = hash((parent, tokens))
+            key = block_key(parent, tokens)
             seq.block_hashes.append(key)
             block = self.blocks[seq.block_table[i]]
             if key not in self._cached:  # the first writer of a prefix keeps the key

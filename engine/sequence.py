@@ -29,7 +29,7 @@ class Sequence:
     num_computed_tokens: int = 0  # tokens whose K/V are in the pool
     num_cached_tokens: int = 0  # of those, how many came from the prefix cache (at admission)
     block_table: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)  # chained hash of each full block
+    block_hashes: list[bytes] = field(default_factory=list)  # chained key of each full block
     num_preemptions: int = 0
     generator: Any = None  # this request's torch.Generator when it has a seed
     # Constrained decoding (engine.constrained.ToolCallMatcher): masks this row's logits before

@@ -91,3 +91,18 @@ async def test_a_bad_request_fails_alone(engine):
         await collect(engine, [1, 2, 10_000], "bad")
     outs = await collect(engine, prompts(1)[0], "good")
     assert outs[-1].finish_reason == "length"
+
+
+async def test_a_request_id_reused_after_leaving_early_streams_only_its_own_request(engine,
+                                                                                  tiny_folder):
+    # The first stream's abort is still queued when the same id is reused: the old request's
+    # outputs and its "abort" must not reach the new stream.
+    prompt = prompts(1)[0]
+    first = engine.generate(prompt, PARAMS, "same")
+    await anext(first)
+    await first.aclose()  # what `break` does too, once the generator is collected
+    outs = await collect(engine, prompt, "same")
+    expected = LLM(tiny_folder, kv_cache_gib=0.01).generate([prompt], PARAMS)[0]
+    assert [o.finish_reason for o in outs] == [None] * (len(outs) - 1) + ["length"]
+    assert [t for o in outs for t in o.delta_token_ids] == expected.token_ids
+    assert outs[-1].token_ids == expected.token_ids

@@ -3,6 +3,8 @@ revivals and least-recently-freed eviction, checked on token ids alone (no model
 
 from __future__ import annotations
 
+import builtins
+
 import pytest
 
 import engine.block_manager as block_manager_module
@@ -123,13 +125,26 @@ def test_cache_hit_needs_the_whole_chain_so_a_different_first_block_hits_nothing
     assert len(bm.find_cached_prefix(seq_of(range(0, 12), 99))) == 3
 
 
-def test_colliding_hash_is_rejected_by_comparing_token_ids(monkeypatch) -> None:
+def test_colliding_key_is_rejected_by_comparing_token_ids(monkeypatch) -> None:
     # Every key collides: only the token comparison stands between a prompt and another's KV.
-    monkeypatch.setattr(block_manager_module, "hash", lambda _: 42, raising=False)
+    monkeypatch.setattr(block_manager_module, "block_key", lambda parent, tokens: b"42")
     bm = BlockManager(16, BS)
     compute(bm, seq_of(range(0, 8), 99))
     assert bm.find_cached_prefix(seq_of(range(100, 108), 99)) == []
     assert len(bm.find_cached_prefix(seq_of(range(0, 4), range(100, 104), 99))) == 1
+
+
+def test_keys_do_not_rest_on_pythons_hash_whose_collisions_can_be_built(monkeypatch) -> None:
+    # Ints hash modulo 2**61 - 1, so hash((parent, tokens)) collides for parents that far apart,
+    # and then the token check cannot help: the colliding block holds the same tokens, computed
+    # after another prefix. Stand-in for such a collision: a hash() blind to the parent.
+    assert hash((12345, (4, 5))) == hash((12345 + 2**61 - 1, (4, 5)))
+    monkeypatch.setattr(block_manager_module, "hash", lambda x: builtins.hash(x[1]), raising=False)
+    bm = BlockManager(16, BS)
+    compute(bm, seq_of(range(0, 4), range(4, 8), 99))  # [P, T] cached
+    compute(bm, seq_of(range(100, 104), 98))  # [Q] cached
+    # [Q, T] may take Q only: the cached T's K/V were computed after P.
+    assert len(bm.find_cached_prefix(seq_of(range(100, 104), range(4, 8), 99))) == 1
 
 
 def test_prompt_that_is_a_whole_number_of_blocks_leaves_its_last_block_to_compute() -> None:
