@@ -114,7 +114,7 @@ class ContextBuilder:
 
     def _prompt(self, summary: str | None, history: list[Any]) -> list[dict]:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
-        return [{"role": "system", "content": system}, *(m.as_chat() for m in history)]
+        return [{"role": "system", "content": system}, *_answered(history)]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Any]) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too
@@ -157,6 +157,30 @@ class ContextBuilder:
 def _args(call: dict) -> str:
     args = call["function"].get("arguments", {})
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def _answered(history: list[Any]) -> list[dict]:
+    """The history as chat messages, every tool call followed by a result. A turn stopped between
+    a call and its result (/stop, access withdrawn, a crash before the result was stored) left
+    none; a model shown a call without one may take it as done, or make a result up."""
+    out: list[dict] = []
+    unanswered: list[str] = []  # ids of the latest assistant message's calls with no result yet
+    for message in history:
+        if message.role != "tool":
+            out.extend(_not_run(call_id) for call_id in unanswered)
+            unanswered = []
+        out.append(message.as_chat())
+        if message.role == "assistant" and message.tool_calls:
+            unanswered = [call["id"] for call in message.tool_calls if call.get("id")]
+        elif message.role == "tool" and message.tool_call_id in unanswered:
+            unanswered.remove(message.tool_call_id)
+    out.extend(_not_run(call_id) for call_id in unanswered)
+    return out
+
+
+def _not_run(call_id: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id,
+            "content": "error: not run: the turn was stopped before this call ran"}
 
 
 def _compaction_cut(history: list[Any], keep: int) -> int:
