@@ -90,24 +90,26 @@ class Connector(Protocol):
 def chunk_text(text: str, limit: int) -> list[str]:
     """Split `text` into pieces of at most `limit` characters, preferring paragraph, then line,
     then word boundaries. A piece that ends inside a ``` code fence closes it, and the next piece
-    reopens it (with the same info string), so each message renders on its own."""
+    reopens it (with the same info string, unless that is long), so each message renders on its
+    own."""
     if limit < 16:
         raise ValueError("chunk limit must be at least 16 characters")
     pieces: list[str] = []
     rest = text
     reopen = ""
     while rest:
-        rest = reopen + rest
-        if len(rest) <= limit:
-            pieces.append(rest)
+        if len(reopen) + len(rest) <= limit:
+            pieces.append(reopen + rest)
             break
-        budget = limit - 4  # room for a closing "\n```"
-        cut = _best_cut(rest, budget)
-        piece, rest = rest[:cut], rest[cut:].lstrip("\n")
+        # Cut in `rest`, after the reopened fence: every round takes some text, however long the
+        # fence line (cutting reopen + rest could take no more than the fence line each round).
+        cut = _best_cut(rest, limit - len(reopen) - 4)  # room for a closing "\n```"
+        piece, rest = reopen + rest[:cut], rest[cut:].lstrip("\n")
         fence = _open_fence(piece)
         if fence is not None:
             piece = piece.rstrip("\n") + "\n```"
-            reopen = fence + "\n"
+            # A fence line as long as the limit would leave no room for what it reopens.
+            reopen = (fence if len(fence) <= limit // 4 else "```") + "\n"
         else:
             reopen = ""
         pieces.append(piece.rstrip())
@@ -124,12 +126,18 @@ def _best_cut(text: str, budget: int) -> int:
 
 
 def _open_fence(piece: str) -> str | None:
-    """The opening fence line (e.g. "```python") if `piece` ends inside a code block."""
+    """The opening fence line (e.g. "```python") if `piece` ends inside a code block. As in
+    CommonMark, a line whose info string holds a backtick ("```ls -l```") opens none: it is code
+    on one line, and reopening it in every later piece would repeat it."""
     fence = None
     for line in piece.split("\n"):
         stripped = line.strip()
-        if stripped.startswith("```"):
-            fence = None if fence is not None else stripped
+        if not stripped.startswith("```"):
+            continue
+        if fence is not None:
+            fence = None
+        elif "`" not in stripped.lstrip("`"):
+            fence = stripped
     return fence
 
 
@@ -272,7 +280,8 @@ def safe_file_name(name: str | None, fallback: str) -> str:
     """A name that stays inside the folder: no path separators or control characters, no leading
     dot (hidden files, "..") and at most MAX_FILE_NAME_BYTES bytes, keeping the extension."""
     name = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if ch.isprintable()).strip().lstrip(".").strip()
+    # Dots and spaces together: ". .bashrc" must not become ".bashrc" (nor ".. .." "..").
+    name = "".join(ch for ch in name if ch.isprintable()).lstrip(". ").rstrip()
     name = name or fallback
     stem, dot, ext = name.rpartition(".")
     if not stem or len(ext) > 16:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from connectors.base import ConnectorStartError, Handler
+from connectors.terminal import for_terminal
 from openclaw.gateway_types import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -262,7 +263,9 @@ async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], intera
     try:
         while raw := await reader.readline():
             message = json.loads(raw)
-            kind, text = message.get("type"), message.get("text", "")
+            kind, text = message.get("type"), str(message.get("text", ""))
+            if interactive:  # on a person's terminal: see for_terminal
+                text = for_terminal(text)
             if kind == "done":
                 waiting.answered()
             elif kind == "draft" and interactive and text.startswith(shown):

@@ -291,7 +291,7 @@ class TelegramConnector:
             text, notice = media_note(kind, text)
         if not text and not attachments and notice is None:
             return None  # a service message (pinned, joined...): nothing to answer
-        return InboundMessage("telegram", str(msg.from_user.id), str(msg.chat.id),
+        return InboundMessage("telegram", str(msg.from_user.id), _chat_key(msg),
                               f"{msg.chat.id}:{msg.message_id}", text,
                               display_name=msg.from_user.full_name, is_group=is_group,
                               attachments=attachments, notice=notice)
@@ -384,7 +384,8 @@ class TelegramConnector:
                 self._drafts.setdefault(chat_id, draft)
                 raise
         message = await self._formatted(
-            lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode), text)
+            lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode,
+                                                      message_thread_id=_topic(chat_id)), text)
         return str(message.message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
@@ -396,7 +397,8 @@ class TelegramConnector:
                 raise
 
     async def typing(self, chat_id: str) -> None:
-        await self._bot.send_chat_action(_chat(chat_id), ChatAction.TYPING)
+        await self._bot.send_chat_action(_chat(chat_id), ChatAction.TYPING,
+                                         message_thread_id=_topic(chat_id))
 
     async def _formatted(self, call: Callable[[str, str | None], Awaitable[Any]], text: str) -> Any:
         try:
@@ -443,7 +445,8 @@ class TelegramConnector:
             draft.in_flight = True
             try:
                 if draft.message_id is None:
-                    draft.message_id = (await self._bot.send_message(_chat(chat_id), text)).message_id
+                    draft.message_id = (await self._bot.send_message(
+                        _chat(chat_id), text, message_thread_id=_topic(chat_id))).message_id
                 else:
                     await self._bot.edit_message_text(text, _chat(chat_id), draft.message_id)
             except RetryAfter as exc:
@@ -522,8 +525,24 @@ def _draft_view(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _chat_key(msg: Message) -> str:
+    """The chat a message is answered in: "<chat id>", or "<chat id>/<topic id>" for a topic of a
+    forum supergroup. Telegram puts a message sent without the topic's id in the General topic,
+    and each topic is a conversation of its own, as its people see it."""
+    if msg.is_topic_message and msg.message_thread_id:
+        return f"{msg.chat.id}/{msg.message_thread_id}"
+    return str(msg.chat.id)
+
+
 def _chat(chat_id: str) -> int | str:
-    return int(chat_id) if chat_id.lstrip("-").isdigit() else chat_id
+    chat = chat_id.partition("/")[0]
+    return int(chat) if chat.lstrip("-").isdigit() else chat
+
+
+def _topic(chat_id: str) -> int | None:
+    """The forum topic a chat key names (see _chat_key); None for a whole chat."""
+    topic = chat_id.partition("/")[2]
+    return int(topic) if topic.isdigit() else None
 
 
 def _retry_seconds(exc: RetryAfter) -> float:

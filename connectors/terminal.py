@@ -8,6 +8,7 @@ the session.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import threading
 import uuid
@@ -28,6 +29,7 @@ class TerminalConnector:
         self._in = stdin or sys.stdin
         self._out = stdout or sys.stdout
         self.interactive = self._in.isatty() if interactive is None else interactive
+        self._screen = self.interactive or _isatty(self._out)  # replies shown on a terminal
         self._idle = idle  # awaits until the daemon has answered everything it was given
         self._task: asyncio.Task | None = None
         self._drafted = ""  # what a streamed draft already printed of the current reply
@@ -89,8 +91,27 @@ class TerminalConnector:
 
     def _write(self, text: str, err: bool = False) -> None:
         stream = sys.stderr if err else self._out
-        stream.write(text)
+        stream.write(for_terminal(text) if self._screen and not err else text)
         stream.flush()
+
+
+# C0 and C1 control characters but tab and newline: ESC, CSI and OSC start the sequences that move
+# the cursor, erase or hide lines, retitle the window or set the clipboard; CR overwrites a line.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str) -> str:
+    """A reply as a terminal may show it: its control characters made visible ("\\x1b"). A reply
+    carries text the model read (a web page, a mail, a file), which must not drive the terminal:
+    hide what an approval is about, or rewrite what was shown."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no such method, or closed
+        return False
 
 
 def line_reader(stream: TextIO) -> Callable[[], Awaitable[str]]:

@@ -3,7 +3,11 @@ closed and reopened across pieces."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +67,44 @@ def test_a_word_longer_than_the_limit_is_cut_hard():
 def test_limit_too_small_is_refused():
     with pytest.raises(ValueError):
         chunk_text("hello", 4)
+
+
+def squeezed(text: str) -> str:
+    """The text without whitespace and backticks: what pieces must keep, wherever they are cut."""
+    return re.sub(r"[\s`]", "", text)
+
+
+def chunk_in_a_child(text: str, limit: int) -> list[str]:
+    """chunk_text run in a child process with a time and memory limit: the loops these tests
+    guard against never end and grow a list by a piece each round (gigabytes a second)."""
+    code = ("import json, resource, sys; from connectors.base import chunk_text\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+            "text, limit = json.load(sys.stdin)\n"
+            "print(json.dumps(chunk_text(text, limit)))\n")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], input=json.dumps([text, limit]),
+                              capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"chunk_text({len(text)} characters, {limit}) did not finish in 30 s")
+    assert done.returncode == 0, f"chunk_text failed: {done.stderr[-2000:]}"
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("text", [
+    # a model's one-line ```...``` as long as a message: code, not a fence to reopen
+    '```{"results": [' + ", ".join(f'{{"id": {i}}}' for i in range(400)) + "]}```\nDone.",
+    # an opening fence line longer than a message (its "info string" is text, not a language)
+    "Here:\n```" + "word " * 1000 + "\n```",
+], ids=["one-line-code", "long-fence-line"])
+def test_a_fence_line_longer_than_a_message_is_split_and_nothing_is_lost(text):
+    pieces = chunk_in_a_child(text, 2000)
+    assert 2 <= len(pieces) <= 4
+    assert all(len(p) <= 2000 for p in pieces)
+    assert squeezed("".join(pieces)) == squeezed(text)
+
+
+def test_a_code_block_split_at_the_smallest_limit_comes_to_an_end():
+    text = "```python\n" + "\n".join(f"x = {i}" for i in range(40)) + "\n```"
+    pieces = chunk_in_a_child(text, 16)
+    assert all(len(p) <= 16 for p in pieces)
+    assert squeezed("".join(pieces)).removeprefix("python") == squeezed(text).removeprefix("python")

@@ -192,6 +192,28 @@ async def test_in_a_group_only_messages_addressed_to_the_bot_are_answered(env, f
     assert fake.texts(BOB) == []
 
 
+FORUM, TOPIC = -1009876543210, 42  # a supergroup with topics, and one of its topics
+
+
+async def test_a_question_in_a_forum_topic_is_answered_in_that_topic_as_its_own_conversation(
+        env, fake):
+    await env.start(ScriptedModel(history_echo, chunk=4, delay=0.02), "stream_edits = true",
+                    draft_interval=0.05)
+    fake.send(f"@{fake.username} my name is Ada", chat=FORUM, topic=TOPIC)
+    assert await env.replies(FORUM, 1) == ["you said 1 things: my name is Ada"]
+    fake.send(f"@{fake.username} what is my name?", chat=FORUM)  # in General: another talk
+    assert (await env.replies(FORUM, 2))[1] == "you said 1 things: what is my name?"
+    # Each reply, its streamed draft included, is in the topic it answers, not in General.
+    assert [m.topic for m in fake.bot_messages[FORUM]] == [TOPIC, None]
+    threads = [c.params.get("message_thread_id") for c in fake.calls_to("sendChatAction")]
+    assert threads[0] == TOPIC and threads[-1] is None
+    fake.send(f"@{fake.username} /new", chat=FORUM, topic=TOPIC)  # only the topic's talk ends
+    await env.replies(FORUM, 3)
+    fake.send(f"@{fake.username} and now?", chat=FORUM)
+    assert (await env.replies(FORUM, 4))[3] == "you said 2 things: what is my name? | and now?"
+    assert [m.topic for m in fake.bot_messages[FORUM]][2:] == [TOPIC, None]
+
+
 async def test_a_10000_character_reply_arrives_in_order_in_pieces_of_at_most_4096(env, fake):
     long = "\n\n".join(f"Paragraph {i}: " + " ".join(f"w{i}.{j}" for j in range(60))
                        for i in range(25))
@@ -572,6 +594,18 @@ async def test_a_document_is_saved_in_the_workspace_and_the_agent_is_told_its_pa
     if os.geteuid() == 0:  # written by a root daemon, owned by the uid the user's commands run as
         assert {(p.stat().st_uid, p.stat().st_gid) for p in workspace.iterdir()} == {
             (principal.scope.uid, principal.scope.uid)}
+
+
+@pytest.mark.parametrize("sent_as, saved_as", [
+    (". .bashrc", "bashrc"), (".. ..", "document-uF1"), (" . . .profile ", "profile")])
+async def test_a_document_named_with_dots_and_spaces_is_never_saved_hidden(env, fake, sent_as,
+                                                                            saved_as):
+    await env.start(ScriptedModel(echo))
+    fake.send_document(sent_as, b"echo pwned", caption="keep this")
+    [reply] = await env.replies(ADA, 1)
+    assert reply == f"re: keep this\n\n[attached files, in your workspace: {saved_as}]"
+    workspace = env.config.policy().principal(f"telegram:{ADA}").workspace
+    assert [p.name for p in workspace.iterdir()] == [saved_as]
 
 
 async def test_a_document_is_not_downloaded_into_a_workspace_at_its_quota(env, fake):

@@ -8,6 +8,7 @@ import io
 import os
 import sys
 
+from connectors.console_socket import ConsoleSocketConnector, attach
 from connectors.terminal import TerminalConnector
 
 
@@ -48,3 +49,58 @@ async def test_the_prompt_follows_each_reply_and_an_empty_line(monkeypatch):
     # An unrequested message (a reminder) puts the prompt back under it.
     await terminal.send_text("local", "⏰ Reminder: tea")
     assert screen.getvalue().endswith("\n⏰ Reminder: tea\n> ")
+
+
+# A reply quoting what the model read (a web page, a mail): escape sequences that would retitle
+# the window, set the clipboard, erase the screen, move up a line and hide text, and a CR.
+HOSTILE = "ok\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x1b[1A\x1b[8mhidden\r\x9b0mend"
+
+
+def assert_shown_harmlessly(shown: str) -> None:
+    assert not any(ch in shown for ch in "\x1b\x07\r\x9b"), repr(shown)
+    assert all(part in shown for part in ("ok", "owned", "hidden", "end"))  # nothing lost
+    assert "\\x1b]0;owned" in shown  # the sequence is visible as what it is
+
+
+async def test_escape_sequences_in_a_reply_cannot_drive_the_terminal(monkeypatch):
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    screen = io.StringIO()
+    terminal = TerminalConnector(stdin=io.StringIO(""), stdout=screen, interactive=True)
+    await terminal.draft("local", HOSTILE[:20])
+    await terminal.send_text("local", HOSTILE + "\tand a tab\n")
+    shown = screen.getvalue()
+    assert_shown_harmlessly(shown)
+    assert shown.count("ok") == 1 and shown.endswith("\tand a tab\n\n")  # the draft, continued
+
+
+async def test_escape_sequences_in_a_reply_cannot_drive_an_attached_console(tmp_path):
+    console = ConsoleSocketConnector(tmp_path / "c.sock", idle=lambda: asyncio.sleep(0))
+
+    async def daemon(msg) -> None:
+        await console.draft("local", HOSTILE[:20])
+        await console.send_text("local", HOSTILE)
+
+    await console.start(daemon)
+    sent = iter(["hi\n"])
+
+    async def lines() -> str:
+        return next(sent, "")
+
+    shown = io.StringIO()
+    try:
+        assert await attach(tmp_path / "c.sock", lines, shown.write, interactive=True)
+        for _ in range(500):  # until the console's session has seen it go
+            if not console.connected:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await console.stop()
+    assert_shown_harmlessly(shown.getvalue())
+    assert shown.getvalue().count("ok") == 1
+
+
+async def test_a_piped_reply_keeps_its_text_as_it_is():
+    out = io.StringIO()  # a file or a pipe, not a terminal: the bytes are the script's to keep
+    terminal = TerminalConnector(stdin=io.StringIO(""), stdout=out, interactive=False)
+    await terminal.send_text("local", HOSTILE)
+    assert out.getvalue() == HOSTILE + "\n"

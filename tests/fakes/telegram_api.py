@@ -12,7 +12,8 @@ confirmed), holds a long poll open for `timeout` seconds, and ends an older poll
 newer one arrives; message ids count per chat; entities (mentions, commands) are computed by the
 server; HTML text is checked and its visible text is limited to 4096 characters.
 
-Test helpers: `send` / `send_document` / `send_voice` / `send_photo` (a user writes), `add_update`
+Test helpers: `send` / `send_document` / `send_voice` / `send_photo` (a user writes; `topic=`: in
+a forum topic, where a bot message sent without `message_thread_id` lands in General), `add_update`
 (any raw update), `texts(chat)` (what the bot's messages in a chat show now), `fail_next` (queue an
 error such as 429 with retry_after for a method's next call; "download" for the next file
 download), `cut_next_download` (the connection breaks or stalls partway through a file),
@@ -111,6 +112,7 @@ class BotMessage:
     parse_mode: str | None
     shown: str  # the visible text after markup
     edits: int = 0
+    topic: int | None = None  # the forum topic it was sent to (None: the chat, or its General)
 
 
 @dataclass
@@ -183,13 +185,17 @@ class FakeTelegram:
 
     def send(self, text: str | None = None, user: int = 1001, *, chat: int | None = None,
              first_name: str = "Ada", reply_to: dict | None = None,
-             entities: list[dict] | None = None, **fields: Any) -> dict:
-        """A user writes `text` (in a private chat, or in group `chat` when it is negative).
-        Entities are computed as Telegram does unless given. Returns the message."""
+             entities: list[dict] | None = None, topic: int | None = None, **fields: Any) -> dict:
+        """A user writes `text` (in a private chat, or in group `chat` when it is negative; with
+        `topic`, in that topic of a forum supergroup). Entities are computed as Telegram does
+        unless given. Returns the message."""
         chat_id = chat if chat is not None else user
         message = {"message_id": next(self._message_ids[chat_id]), "date": int(time.time()),
                    "chat": _chat_json(chat_id, first_name),
                    "from": {"id": user, "is_bot": False, "first_name": first_name}, **fields}
+        if topic is not None:
+            message["chat"]["is_forum"] = True
+            message.update(message_thread_id=topic, is_topic_message=True)
         if text is not None:
             key = "caption" if any(k in fields for k in ("document", "photo", "voice")) else "text"
             message[key] = text
@@ -414,7 +420,9 @@ class FakeTelegram:
         text, parse_mode = str(params.get("text") or ""), params.get("parse_mode")
         shown = self._visible(text, parse_mode)
         message_id = next(self._message_ids[chat])
-        sent = BotMessage(message_id, text, parse_mode, shown)
+        # Without message_thread_id a message to a forum goes to its General topic.
+        topic = int(params["message_thread_id"]) if params.get("message_thread_id") else None
+        sent = BotMessage(message_id, text, parse_mode, shown, topic=topic)
         self.bot_messages[chat].append(sent)
         message = self._message_json(chat, sent)
         self._history[chat][message_id] = message
@@ -470,8 +478,11 @@ class FakeTelegram:
         return shown
 
     def _message_json(self, chat: int, sent: BotMessage) -> dict:
-        return {"message_id": sent.message_id, "date": int(time.time()), "chat": _chat_json(chat),
-                "from": self._me(), "text": sent.shown}
+        message = {"message_id": sent.message_id, "date": int(time.time()), "chat": _chat_json(chat),
+                   "from": self._me(), "text": sent.shown}
+        if sent.topic is not None:
+            message.update(message_thread_id=sent.topic, is_topic_message=True)
+        return message
 
     def _wake(self) -> None:
         self._changed.set()
