@@ -9,7 +9,6 @@ import logging
 import os
 import pwd
 import shlex
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -87,6 +86,16 @@ def _program() -> str:
     another user's PATH (sudo's secure_path) may not find by name."""
     script = Path(sys.argv[0])
     return str(script.absolute()) if script.name == "openclaw" else "openclaw"
+
+
+def _this_openclaw() -> str:
+    """The command line that runs this very openclaw, for the unit: the `openclaw` script that
+    was started, else this interpreter with `-m openclaw.cli`. Never the `openclaw` PATH finds
+    first, which may be another install; quoted, as a venv's path may hold a space."""
+    script = Path(sys.argv[0])
+    if script.name == "openclaw" and script.is_file():
+        return str(script.absolute())
+    return shlex.join([sys.executable, "-m", "openclaw.cli"])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -279,8 +288,8 @@ async def _run_daemon(config, terminal) -> int:
 def cmd_service_install(args: argparse.Namespace) -> int:
     from openclaw.service import install_unit
 
-    config = load_config(args.config)
-    exe = shutil.which("openclaw") or f"{sys.executable} -m openclaw.cli"
+    config = load_config(args.config, tokens=False)  # the unit gives the service its own
+    exe = _this_openclaw()
     config_path = (args.config or default_config_path()).expanduser().resolve()
     try:
         path, instructions = install_unit(exe, config_path, args.run_as, config.data_dir,

@@ -23,7 +23,6 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
-from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -81,13 +80,18 @@ class Secret:
     `str()`, `repr()` and pydantic dumps all give `***`, so logging a config never leaks one.
     """
 
-    __slots__ = ("_value", "source")
+    __slots__ = ("_value", "source", "_unread")
 
-    def __init__(self, value: str, source: Literal["env", "file", "literal"] = "literal") -> None:
-        self._value = value
+    def __init__(self, value: str, source: Literal["env", "file", "literal"] = "literal", *,
+                 unread: bool = False) -> None:
+        self._value = value  # with `unread`, the "env:NAME" / "file:PATH" reference itself
         self.source = source  # where it came from; `openclaw doctor` can say so without the value
+        self._unread = unread
 
     def get(self) -> str:
+        if self._unread:  # a command that never connects loaded the file (load_config's tokens)
+            raise RuntimeError(f"the secret {self._value} was not read: the config was loaded "
+                               "without the connectors' tokens")
         return self._value
 
     def __str__(self) -> str:
@@ -99,7 +103,8 @@ class Secret:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secret):
             return NotImplemented
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
+        return self._unread == other._unread and \
+            hmac.compare_digest(self._value.encode(), other._value.encode())
 
     def __hash__(self) -> int:
         return hash(self._value)
@@ -161,6 +166,12 @@ def _validate_secret(value: Any, info: ValidationInfo) -> Secret:
         return value
     if not isinstance(value, str):
         raise PydanticCustomError("secret_type", 'expected a string: a literal, "env:NAME" or "file:PATH"')
+    context = info.context if isinstance(info.context, dict) else {}
+    if not context.get("read_tokens", True) and value.startswith(("env:", "file:")):
+        # Not read: the service's environment and credential files are not the admin shell's.
+        if value.startswith("env:") and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value[4:]):
+            raise PydanticCustomError("secret_ref", "expected env:NAME with NAME a variable name")
+        return Secret(value, "env" if value.startswith("env:") else "file", unread=True)
     resolved, source = _resolve_reference(value, info)
     return Secret(resolved, source)  # type: ignore[arg-type]
 
@@ -361,7 +372,9 @@ def _absolute_sqlite_url(url: str, info: ValidationInfo) -> str:
 
 
 def _mask_password(url: str | None) -> str | None:
-    return url if url is None else re.sub(r"(://[^/:@]*:)[^@/]*@", rf"\1{REDACTED}@", url)
+    # Up to the last "@": SQLAlchemy's password runs to an "@", and may hold "/", ":" or "?"
+    # (one with an "@" unencoded is cut there, but the rest is as secret).
+    return url if url is None else re.sub(r"(://[^:/@]*:).*@", rf"\1{REDACTED}@", url)
 
 
 class AccessConfig(_Section):
@@ -866,13 +879,18 @@ def data_dir_of(path: str | Path | None = None) -> Path:
         raise ConfigError(file, [f"data_dir: {exc.errors()[0]['msg']}"]) from None
 
 
-def load_config(path: str | Path | None = None) -> Config:
-    """Read and validate the config. None means the default path, where a missing file is fine."""
+def load_config(path: str | Path | None = None, *, tokens: bool = True) -> Config:
+    """Read and validate the config. None means the default path, where a missing file is fine.
+
+    `tokens=False` leaves the `env:` / `file:` references of the connectors' tokens unread (their
+    `get()` raises): for commands that never connect (pairing, users, db...), which an admin runs
+    from a shell that lacks the variables and credential files only the service is given."""
     file, data = _read_toml(path)
     if data is None:
         return Config()
     try:
-        config = Config.model_validate(data, context={"base_dir": file.parent})
+        config = Config.model_validate(data, context={"base_dir": file.parent,
+                                                      "read_tokens": tokens})
     except ValidationError as exc:
         errors = exc.errors()
         found = [line for err in errors for line in _problem(err).split("\n")]
@@ -916,9 +934,21 @@ def exposed_secrets(config: Config, file: Path) -> list[str]:
              for key, value in table.items()
              if _SECRET_KEY.search(key) and isinstance(value, str)
              and not value.startswith(("env:", "file:"))]
-    if config.store.url and urlsplit(config.store.url).password:
+    if _password_written(file):
         held.append("store.url (a password)")
     return held
+
+
+def _password_written(file: Path) -> bool:
+    """Whether `file` spells out a password in store.url: the loaded URL cannot tell, as an
+    "env:NAME" or "file:PATH" there resolved to one that is not in this file."""
+    try:
+        _, data = _read_toml(file)
+    except ConfigError:  # changed since it loaded: the next load says so
+        return False
+    url = ((data or {}).get("store") or {}).get("url")
+    return isinstance(url, str) and not url.startswith(("env:", "file:")) \
+        and _mask_password(url) != url
 
 
 # --- error messages ----------------------------------------------------------------------------
@@ -944,7 +974,11 @@ def _problem(err: Any) -> str:
     if not loc and kind == "value_error":  # a whole-file check; its message names the key itself
         return re.sub(r"^Value error, ", "", err["msg"])
     if kind == "extra_forbidden":
-        return f"{key} = {_show(err['input'])}: {_unknown_key_hint(loc)}"
+        hint, meant = _unknown_key_hint(loc)
+        value = err["input"]
+        if isinstance(value, str):  # a mistyped `token`, a password in the wrong table
+            value = REDACTED if _SECRET_KEY.search(f"{loc[-1]} {meant or ''}") else _mask_password(value)
+        return f"{key} = {_show(value)}: {hint}"
     if kind in _EXPECTED:
         expected = _EXPECTED[kind]
     elif kind in _BOUNDS:
@@ -992,7 +1026,8 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _unknown_key_hint(loc: list[Any]) -> str:
+def _unknown_key_hint(loc: list[Any]) -> tuple[str, str | None]:
+    """What to say of an unknown key, and the key it was likely meant to be."""
     model: Any = Config
     parts = iter(loc[:-1])
     for part in parts:
@@ -1001,13 +1036,13 @@ def _unknown_key_hint(loc: list[Any]) -> str:
         if get_origin(model) is dict:  # `[roles.NAME]`: skip NAME, look inside the table's model
             model = get_args(model)[1] if next(parts, None) is not None else None
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return "unknown key"
+            return "unknown key", None
     keys = [k for k in model.model_fields if k not in getattr(model, "hidden_keys", ())]
     where = f"in [{_dotted(loc[:-1])}]" if len(loc) > 1 else "at the top level"
     close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
     if close:
-        return f'unknown key {where}; did you mean "{close[0]}"?'
-    return f"unknown key {where}; expected one of: {', '.join(keys)}"
+        return f'unknown key {where}; did you mean "{close[0]}"?', close[0]
+    return f"unknown key {where}; expected one of: {', '.join(keys)}", None
 
 
 # --- the starter file --------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def add_commands(sub, common_sub) -> None:
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from openclaw.store import upgrade
 
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     upgrade(config.store.url)
     print("database is at the latest schema")
@@ -55,7 +55,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 def cmd_db_backup(args: argparse.Namespace) -> int:
     from openclaw.store.backup import backup, sqlite_path
 
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     dest = args.path.expanduser().absolute()
     try:
         database = sqlite_path(config.store.url)
@@ -72,7 +72,7 @@ def cmd_db_restore(args: argparse.Namespace) -> int:
     from openclaw.store import head_revision, upgrade
     from openclaw.store.backup import backup, restore, revision_of, sqlite_path
 
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     source = args.path.expanduser().absolute()
     try:
         database = sqlite_path(config.store.url)
@@ -116,7 +116,7 @@ def cmd_db_prune(args: argparse.Namespace) -> int:
     from openclaw.store.backup import sqlite_path
     from openclaw.store.retention import Retention, prune, rules
 
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     try:
         database = sqlite_path(config.store.url)
     except ValueError:  # PostgreSQL: it is there to ask

@@ -35,7 +35,7 @@ def add_commands(sub, common_sub) -> None:
 
 
 def cmd_skills_list(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     registry = configured_skills(config)
     policy = config.policy()
     for name in registry.names:
@@ -52,7 +52,7 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
 
 
 def cmd_skills_run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     try:
         user = access.check_user(args.user)
         arguments = json.loads(args.arguments)

@@ -61,7 +61,7 @@ def with_store(args: argparse.Namespace, work):
     """Run `work(store)` against the config's database, from a command-line command."""
     from openclaw.store import Store
 
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
 
     async def run():
         store = await Store.open(config.store.url)
@@ -99,7 +99,7 @@ def cmd_pairing_answer(args: argparse.Namespace) -> int:
 
 def cmd_users_list(args: argparse.Namespace) -> int:
     """The store's users and those only the config names (the console too), one line each."""
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     stored = {u.key: u for u in with_store(args, lambda store: store.list_users())}
     for key in sorted(stored.keys() | access.named_users(config)):
         u = stored.get(key)
@@ -124,7 +124,7 @@ def cmd_users_set(args: argparse.Namespace) -> int:
     user = _named_user(args, f"openclaw users {args.action}")
     if user is None:
         return 2
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     status, effect = _ACTIONS[args.action]
     decided = access.config_status(config, user)
     if decided is not None and decided is not status:
@@ -158,7 +158,7 @@ def cmd_users_forget(args: argparse.Namespace) -> int:
     user = _named_user(args, "openclaw users forget")
     if user is None:
         return 2
-    config = load_config(args.config)
+    config = load_config(args.config, tokens=False)
     where = access.listed_in(config, user)
     if where in ("console", "admins", "allow"):  # they would be let straight back in
         print(f"openclaw users forget: {user} is "

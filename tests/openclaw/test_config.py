@@ -16,6 +16,7 @@ from openclaw.config import (
     ConfigError,
     Secret,
     default_config_path,
+    exposed_secrets,
     load_config,
     starter_config,
     write_starter_config,
@@ -397,6 +398,38 @@ def test_bad_store_scheme_is_explained_without_the_password(tmp_path: Path):
                        '"sqlite+aiosqlite://" or "postgresql+asyncpg://"')
 
 
+def test_a_secret_under_a_mistyped_key_is_not_echoed(tmp_path: Path):
+    # The error goes to the journal (`openclaw run`), doctor's output and `openclaw reload`.
+    found = problems(write(tmp_path, """
+        [telegram]
+        tokne = "123456:AAH-VERY-SECRET"
+        [skills]
+        smtp_password = "mail-VERY-SECRET"
+        [skills.email]
+        api_key = "ok"
+        [agent]
+        max_step = 3
+    """))
+    assert not [p for p in found if "VERY-SECRET" in p], found
+    assert 'telegram.tokne = ***: unknown key in [telegram]; did you mean "token"?' in found
+    assert any(p.startswith("skills.smtp_password = ***: unknown key in [skills]") for p in found)
+    # Values that cannot be credentials are still shown: they help find the line.
+    assert 'agent.max_step = 3: unknown key in [agent]; did you mean "max_steps"?' in found
+
+
+def test_a_store_password_with_a_slash_is_masked_in_errors_reprs_and_dumps(tmp_path: Path):
+    # SQLAlchemy reads everything up to the "@" as the password, "/" included.
+    problem = only_problem(write(tmp_path, '[store]\nurl = "postgresql://claw:pw/VERY-SECRET@db/claw"\n'))
+    assert "VERY-SECRET" not in problem, problem
+    config = load_config(write(tmp_path, """
+        [store]
+        url = "postgresql+asyncpg://claw:pw/VERY-SECRET@localhost/claw"
+    """))
+    assert config.store.url.endswith(":pw/VERY-SECRET@localhost/claw")  # the store needs it
+    for shown in (repr(config), str(config.store), config.model_dump_json()):
+        assert "VERY-SECRET" not in shown, shown
+
+
 def test_toml_syntax_error_names_the_line(tmp_path: Path):
     path = write(tmp_path, '[agent]\nmax_steps = 3\nsystem_prompt = "unterminated\n')
     problem = only_problem(path)
@@ -572,6 +605,23 @@ def test_world_readable_file_with_a_literal_token_is_warned_about(tmp_path: Path
     os.chmod(path, 0o600)
     load_config(path)
     assert caplog.text == ""
+
+
+def test_a_readable_file_naming_its_store_password_by_reference_is_not_warned_about(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch):
+    # The password is in the service's environment, or a file of its own; this file has none.
+    monkeypatch.setenv("OPENCLAW_TEST_TOKEN", "postgresql+asyncpg://bot:pg-Secret@localhost/oc")
+    (tmp_path / "db-url").write_text("postgresql+asyncpg://bot:pg-Secret@localhost/oc\n")
+    (tmp_path / "db-url").chmod(0o600)
+    for reference in ("env:OPENCLAW_TEST_TOKEN", "file:db-url"):
+        path = write(tmp_path, f'[store]\nurl = "{reference}"\n')
+        os.chmod(path, 0o644)
+        config = load_config(path)
+        assert exposed_secrets(config, path) == [] and caplog.text == "", reference
+    # Written in the file, even one SQLAlchemy reads with a "/" in it, it is said.
+    path = write(tmp_path, '[store]\nurl = "postgresql+asyncpg://bot:pg/Secret@localhost/oc"\n')
+    os.chmod(path, 0o644)
+    assert exposed_secrets(load_config(path), path) == ["store.url (a password)"]
 
 
 def test_a_role_workspace_is_per_user_and_relative_to_the_file(tmp_path: Path):

@@ -234,3 +234,64 @@ def test_install_warns_of_a_config_or_data_dir_the_service_cannot_see(tmp_path, 
         shutil.rmtree(trial)
     assert f"warning: the config file {config} is under /tmp" in err
     assert "data_dir" in err and "PrivateTmp=yes" in err
+
+
+def _install_by_cli(command: list[str], home: Path, path_dirs: list[Path]) -> list[str]:
+    """`openclaw service install` run as `command` (a real process) with this PATH; the words
+    of the unit's ExecStart= as systemd splits them (its quoting is shell-like)."""
+    import shlex
+    import sys
+
+    config = home / "c.toml"
+    config.write_text(f'data_dir = "{home / "data"}"\n')
+    env = {**os.environ, "HOME": str(home),
+           "PATH": os.pathsep.join([*map(str, path_dirs), "/usr/bin", "/bin"])}
+    env.pop("SUDO_USER", None)
+    done = subprocess.run([*command, "--config", str(config), "service", "install"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=sys.prefix)
+    assert done.returncode == 0, done.stderr
+    unit = parse_unit((home / ".config/systemd/user/openclaw.service").read_text())
+    return shlex.split(one(unit, "Service", "ExecStart"))
+
+
+def test_the_unit_runs_this_openclaw_not_another_one_found_on_path(home: Path, tmp_path: Path,
+                                                                    openclaw_exe: str) -> None:
+    import sys
+
+    # An older install (pipx, /usr/local) comes first on PATH; the admin ran the venv's script.
+    script = Path(sys.prefix) / "bin" / "openclaw"
+    words = _install_by_cli([str(script)], home, [Path(openclaw_exe).parent])
+    assert words[:4] == [str(script), "run", "--config", str(home / "c.toml")]
+
+
+def test_a_venv_path_with_a_space_stays_one_word_of_exec_start(home: Path, tmp_path: Path) -> None:
+    import sys
+
+    # `python -m openclaw.cli service install` from a venv whose path has a space, its `openclaw`
+    # script not on PATH.
+    venv = tmp_path / "my venv"
+    venv.symlink_to(sys.prefix)
+    python = venv / "bin" / Path(sys.executable).name
+    words = _install_by_cli([str(python), "-m", "openclaw.cli"], home, [])
+    assert words[:3] == [str(python), "-m", "openclaw.cli"], words
+    assert Path(words[0]).is_file()
+
+
+def test_a_config_mistake_stops_the_service_instead_of_restarting_it_every_few_seconds(
+        tmp_path: Path, openclaw_exe: str) -> None:
+    import sys
+
+    # RestartSec=5 never trips systemd's default start limit (5 starts in 10 s): without this a
+    # typo in the file restarts the daemon forever, the journal filling with the same error
+    # (and a rejected bot token is tried again every 5 s).
+    unit = parse_unit(unit_text(openclaw_exe, tmp_path / "c.toml", None, tmp_path / "d"))
+    prevented = one(unit, "Service", "RestartPreventExitStatus").split()
+    config = tmp_path / "c.toml"
+    config.write_text('[agent]\nmax_steps = "8"\n')
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("NOTIFY_SOCKET", None)
+    run = subprocess.run([sys.executable, "-m", "openclaw.cli", "run", "--config", str(config)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert "agent.max_steps" in run.stderr
+    assert str(run.returncode) in prevented, (run.returncode, prevented)
+    assert one(unit, "Service", "Restart") == "on-failure"  # a crash is still restarted
