@@ -45,6 +45,7 @@ from pathlib import Path
 
 from sandbox import network, seccomp
 from sandbox.disk_budget import CommandWatch
+from sandbox.grants import Grants, UnsafeGrant
 
 log = logging.getLogger(__name__)
 
@@ -215,23 +216,45 @@ def _command_prefix(uid: int = SANDBOX_UID) -> list[str]:
             "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
 
 
-def _binds(scope: Scope) -> list[tuple[str, str, bool]]:
-    """(destination, source, read-only) for the workspace and the granted paths, parents before
-    children: a later bind over a parent would hide an earlier one below it, so a read-only folder
-    inside a writable one must come after it. A read-only folder inside the workspace is also
-    re-bound read-only under /workspace, where the command sees the workspace. Every path is
-    resolved first (symlinks, ".."): nesting is decided on the real folders, as the kernel sees them,
-    and each granted folder is bound at its real path."""
-    workspace = Path(os.path.realpath(scope.workspace))
-    writable = [Path(os.path.realpath(p)) for p in scope.read_write]
-    read_only = [Path(os.path.realpath(p)) for p in scope.read_only]
-    binds = [(WORKSPACE_MOUNT, str(workspace), False)]
-    binds += [(str(p), str(p), False) for p in writable]
-    for path in read_only:
-        binds.append((str(path), str(path), True))
-        if path.is_relative_to(workspace) and path != workspace:
-            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(workspace)}", str(path), True))
-    return sorted(binds, key=lambda b: (len(Path(b[0]).parts), b[2]))
+def _binds(scope: Scope, grants: Grants | None = None) -> list[tuple[str, str, bool, int | None]]:
+    """(destination, source, read-only, descriptor to bind or None: by path) for the workspace and
+    the granted paths, parents before children: a later bind over a parent would hide an earlier
+    one below it, so a read-only folder inside a writable one must come after it. A read-only
+    folder inside the workspace is also re-bound read-only under /workspace, where the command sees
+    the workspace. Every path is resolved first (symlinks, ".."; with `grants`, none that a command
+    could have made, see sandbox.grants): nesting is decided on the real folders, as the kernel
+    sees them, and each granted folder is bound at its real path."""
+    if grants is None:
+        workspace, workspace_fd = Path(os.path.realpath(scope.workspace)), None
+        others = [(Path(os.path.realpath(p)), True, None) for p in scope.read_write]
+        others += [(Path(os.path.realpath(p)), False, None) for p in scope.read_only]
+    else:
+        workspace, workspace_fd = grants.workspace.path, grants.workspace.fd
+        others = [(g.path, g.writable, g.fd) for g in grants.others]
+    binds = [(WORKSPACE_MOUNT, str(workspace), False, workspace_fd)]
+    for path, writable, fd in others:
+        binds.append((str(path), str(path), not writable, fd))
+        if not writable and path.is_relative_to(workspace) and path != workspace:
+            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(workspace)}", str(path), True, None))
+    return _by_path_inside_writable(sorted(binds, key=lambda b: (len(Path(b[0]).parts), b[2])))
+
+
+def _by_path_inside_writable(binds: list[tuple[str, str, bool, int | None]]
+                             ) -> list[tuple[str, str, bool, int | None]]:
+    """A bind whose destination lies in an earlier writable bind goes by path, not descriptor:
+    bwrap reaches that destination through a folder a running command can change, and a source
+    pinned by descriptor could then be bound wherever the command points it (over /usr/bin, whose
+    setpriv bwrap runs as root). By path, source and destination go through the same folders and
+    end at the same place; sandbox.grants has refused a symlink there before the start."""
+    writable: list[Path] = []
+    result = []
+    for dest, source, read_only, fd in binds:
+        if any(Path(dest).is_relative_to(folder) for folder in writable):
+            fd = None
+        result.append((dest, source, read_only, fd))
+        if not read_only:
+            writable.append(Path(dest))
+    return result
 
 
 def _parent_dirs(destinations: list[str]) -> list[str]:
@@ -272,18 +295,22 @@ def _mount_args(bwrap: str, limits: Limits) -> list[str]:
 
 def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
                filter_fd: int | None, link: network.Link | None = None,
-               limits: Limits = Limits()) -> list[str]:
+               limits: Limits = Limits(), grants: Grants | None = None) -> list[str]:
     """The full bubblewrap command line for one shell command; `link`: its network, when granted;
-    `limits`: the role's, which size /tmp and /dev/shm."""
+    `limits`: the role's, which size /tmp and /dev/shm; `grants`: the scope's folders, open (see
+    sandbox.grants), bound by descriptor where bwrap can (pass `bound_fds(argv)` to it)."""
     argv = [bwrap, *_namespace_args(), *_seccomp_args(filter_fd), *_system_args()]
     argv += link.bwrap_args if link else []
     argv += _mount_args(bwrap, limits)
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
-    binds = _binds(scope)
-    for folder in _parent_dirs([dest for dest, _, _ in binds]):
+    binds = _binds(scope, grants if grants and _bwrap_binds_fds(bwrap) else None)
+    for folder in _parent_dirs([dest for dest, _, _, _ in binds]):
         argv += ["--perms", "0755", "--dir", folder]
-    for dest, source, read_only in binds:
-        argv += ["--ro-bind" if read_only else "--bind", source, dest]
+    for dest, source, read_only, fd in binds:
+        if fd is None:
+            argv += ["--ro-bind" if read_only else "--bind", source, dest]
+        else:
+            argv += ["--ro-bind-fd" if read_only else "--bind-fd", str(fd), dest]
     argv += ["--chdir", WORKSPACE_MOUNT]
     # bwrap's root is a scratch tmpfs the command could otherwise fill with files of its own, and
     # so is /dev, which an unprivileged daemon's command owns. Neither has a size; both go
@@ -293,6 +320,19 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
         argv += ["--setenv", key, value]
     shell = link.shell(command) if link else ["/bin/sh", "-c", command]
     return [*argv, *_command_prefix(scope.uid), *shell]
+
+
+def bound_fds(argv: list[str]) -> tuple[int, ...]:
+    """The descriptors bwrap binds (and closes before the command runs). Only these may be passed:
+    any other would stay open in the command, a way out of its root (openat(fd, ".."))."""
+    return tuple(int(argv[i + 1]) for i, arg in enumerate(argv[:-1])
+                 if arg in ("--bind-fd", "--ro-bind-fd"))
+
+
+def _bwrap_binds_fds(bwrap: str) -> bool:
+    """Whether this bubblewrap binds a descriptor (--bind-fd); an older one binds by path, after
+    sandbox.grants's check, which a command running alongside could then still race."""
+    return "--bind-fd" in _bwrap_usage(bwrap)
 
 
 @functools.lru_cache(maxsize=8)
@@ -377,16 +417,21 @@ def _set_rlimits(limits: Limits, nproc: int) -> None:
 
 def prepare_workspace(scope: Scope) -> None:
     """Hand the workspace's top folder to the user's sandbox uid (when we are root), so their
-    commands, and the files skill acting as them, can work in it."""
-    workspace = scope.workspace
-    if not workspace.is_dir():
-        raise ValueError(f"workspace {workspace} is not a directory; create it first")
-    if not _is_root():
-        return
-    # Only the top folder is handed over: the command can create files there; files the admin placed
-    # inside keep their owner and mode.
-    if workspace.stat().st_uid != scope.uid:
-        os.chown(workspace, scope.uid, scope.uid)
+    commands, and the files skill acting as them, can work in it. Found as sandbox.grants opens
+    it: a workspace inside a writable share that a command swapped for a symlink (to /etc) is
+    refused (UnsafeGrant), never handed over."""
+    try:
+        with Grants.open(scope.workspace, scope.read_write) as grants:
+            if not _is_root():
+                return
+            # Only the top folder is handed over: the command can create files there; files the
+            # admin placed inside keep their owner and mode. Through the descriptor: the folder
+            # checked is the folder changed.
+            folder = f"/proc/self/fd/{grants.workspace.fd}"
+            if os.stat(folder).st_uid != scope.uid:
+                os.chown(folder, scope.uid, scope.uid)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise ValueError(f"{exc.filename} is not a directory; create it first") from None
 
 
 class _OutputBudget:
@@ -480,7 +525,10 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     linked = ok and scope.network
     if linked and (lacking := network.missing(slirp4netns_path)):
         raise SandboxUnavailable(f"cannot run commands with network: {lacking}. {network.INSTALL_HINT}")
-    prepare_workspace(scope)
+    try:
+        prepare_workspace(scope)
+    except UnsafeGrant as exc:
+        raise SandboxUnavailable(f"refused to run the command: {exc}") from None
     # The one walk of the workspace a command costs (none without a quota); raises DiskFull.
     watch = await asyncio.to_thread(CommandWatch, scope.workspace, scope.read_write, protected,
                                     quota=limits.disk_bytes, reserve=min_free_bytes)
@@ -549,13 +597,25 @@ async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limit
                        env: dict[str, str], spawn: Callable[..., Awaitable[asyncio.subprocess.Process]],
                        link: network.Link | None) -> asyncio.subprocess.Process:
     bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
-    with seccomp.program_fd() as filter_fd:  # bwrap has its own copy once started
-        argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link, limits)
-        fds = _pass_fds(filter_fd) + (link.pass_fds if link else ())
+    # bwrap has its own copies of the filter and the folders once started.
+    with seccomp.program_fd() as filter_fd, _open_grants(scope) as grants:
+        argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link, limits, grants)
+        fds = _pass_fds(filter_fd) + (link.pass_fds if link else ()) + bound_fds(argv)
         proc = await _start(spawn(*argv, pass_fds=fds, stdin=link.stdin if link else subprocess.DEVNULL))
     if link is not None:
         link.spawned()
     return proc
+
+
+def _open_grants(scope: Scope) -> Grants:
+    """The scope's folders, open for bwrap to bind (sandbox.grants), or why the command cannot run."""
+    try:
+        return Grants.open(scope.workspace, scope.read_write, scope.read_only)
+    except UnsafeGrant as exc:
+        raise SandboxUnavailable(f"refused to run the command: {exc}") from None
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot open the granted folder {exc.filename}: {exc.strerror}; "
+                                 "create it, or take it out of the role") from None
 
 
 async def _start(spawning: Awaitable[asyncio.subprocess.Process]) -> asyncio.subprocess.Process:
