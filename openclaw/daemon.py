@@ -24,6 +24,7 @@ from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 from openclaw.store.retention import Retention, RetentionTask
+from sandbox import cgroups
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ class Daemon:
         # Before anything reads or sends from the store, and before the signal handlers: a
         # refused second daemon in the same process must leave the first one's alone.
         self._lock = claim_data_dir(cfg.data_dir, reloads=self.hangup_reloads)
+        # Before the daemon starts a process of its own: on cgroup v2 it moves into a leaf of its
+        # cgroup, alone there, so that commands' memory cgroups can be made beside it.
+        await asyncio.to_thread(cgroups.default.available)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
@@ -200,7 +204,10 @@ class Daemon:
                 "uptime_s": round(time.time() - self.started_at, 1),
                 # `connected` where a connector can tell (a service it keeps reconnecting to)
                 "connectors": {c.name: getattr(c, "connected", True) for c in self.connectors},
-                "queue": self.gateway.queue_length() if self.gateway else 0}
+                "queue": self.gateway.queue_length() if self.gateway else 0,
+                # How sandboxed commands' memory is bounded, as a whole or per process: `doctor`
+                # shows the running daemon's, whose cgroup is not the doctor's.
+                "command_memory": cgroups.describe(cgroups.default.available())}
 
     def _register_gauges(self) -> None:
         stats = self.model.stats

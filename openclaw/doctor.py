@@ -39,6 +39,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks.append(_check_sandbox(config))
     checks.append(_check_disk_reserve(config))
     checks += _check_sandbox_network(config)
+    checks += _check_command_memory(config)
     checks += _check_granted_folders(config)
     checks += _check_shared_workspaces(config)
     checks += _check_connectors(config)
@@ -169,22 +170,30 @@ def _check_admin_port(config) -> list[tuple[bool, str, str]]:
 
 def _our_daemon_serves(config) -> bool:
     """Whether the daemon holding this data_dir is the one answering on the admin port."""
+    return _our_daemon_health(config) is not None
+
+
+def _our_daemon_health(config) -> dict | None:
+    """/healthz of the daemon holding this data_dir, when it is the one answering on the admin
+    port; None otherwise."""
     import json
     import urllib.request
 
     from openclaw.daemon import lock_holder
 
+    if not config.admin.enabled or config.admin.port == 0:
+        return None
     try:
         holder = lock_holder(config.data_dir)
         if holder is None:
-            return False
+            return None
         host = f"[{config.admin.host}]" if ":" in config.admin.host else config.admin.host
         url = f"http://{host}:{config.admin.port}/healthz"
         with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310 -- loopback http
             health = json.loads(answer.read())
-        return isinstance(health, dict) and health.get("pid") == holder.pid
     except (OSError, ValueError):
-        return False
+        return None
+    return health if isinstance(health, dict) and health.get("pid") == holder.pid else None
 
 
 def _check_skills(config) -> tuple[bool, str, str]:
@@ -236,16 +245,11 @@ def _check_disk_reserve(config) -> tuple[Mark, str, str]:
 def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
     """Roles granted network run commands behind slirp4netns (sandbox/network.py), and are refused
     without it: try it once, when some role may both run commands and use the network."""
-    from openclaw.skillset import configured_skills, sandbox_for
+    from openclaw.skillset import sandbox_for
     from sandbox.runner import isolation_available
 
-    try:
-        registry = configured_skills(config)
-    except ConfigError:
-        return []  # the skills check says why
-    runners = [name for name in registry.names if "exec" in registry.get(name).permissions]
-    roles = [name for name, role in config.policy().roles.items()
-             if role.network and any(role.grants(skill) for skill in runners)]
+    granted = config.policy().roles
+    roles = [name for name in _command_roles(config) if granted[name].network]
     sandbox = sandbox_for(config)
     if not roles or not isolation_available(sandbox.bwrap_path)[0]:
         return []  # no such role, or no sandbox at all: the isolation check says so
@@ -253,6 +257,40 @@ def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
     return [(ok, f"sandbox network for roles {', '.join(roles)}: {what}",
              "apt-get install slirp4netns (what failed is said above), or set network = false "
              "on these roles")]
+
+
+def _check_command_memory(config) -> list[tuple[Mark, str, str]]:
+    """Where some role may run commands: whether their memory is bounded as a whole (a cgroup
+    per command) or per process only (⚠: memfds, SysV shared memory and many processes each
+    under RLIMIT_AS could still run the host out of memory). The running daemon's answer when
+    there is one: on cgroup v2 its cgroup, delegated by its unit, is not this shell's."""
+    from sandbox import cgroups
+
+    if not _command_roles(config):
+        return []
+    health = _our_daemon_health(config)
+    if health is not None and "command_memory" in health:
+        what, whose = health["command_memory"], "the running daemon"
+        whole = what.startswith("all of")
+    else:
+        found = cgroups.probe()
+        what, whose, whole = cgroups.describe(found), "a daemon started here", found[0] is not None
+    fix = ("run the daemon as the service (`openclaw service install`: Delegate=memory), or as "
+           "root where the cgroup v1 memory controller is mounted")
+    return [(True if whole else WARN, f"sandbox memory ({whose}): {what}", "" if whole else fix)]
+
+
+def _command_roles(config) -> list[str]:
+    """The roles that may run commands (a skill with the "exec" permission)."""
+    from openclaw.skillset import configured_skills
+
+    try:
+        registry = configured_skills(config)
+    except ConfigError:
+        return []  # the skills check says why
+    runners = [name for name in registry.names if "exec" in registry.get(name).permissions]
+    return [name for name, role in config.policy().roles.items()
+            if any(role.grants(skill) for skill in runners)]
 
 
 def _check_granted_folders(config) -> list[tuple[bool, str, str]]:

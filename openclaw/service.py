@@ -41,12 +41,15 @@ SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 #                        Would hide /dev/nvidia*, /dev/dri and /dev/kfd from the engine.
 #   MemoryDenyWriteExecute=yes
 #                        CUDA, Triton and torch JIT-compile kernels into writable, executable memory.
+#   ProtectControlGroups=yes
+#                        Makes all of /sys/fs/cgroup read-only, the subtree Delegate=memory hands the
+#                        daemon included: each sandboxed command's memory cgroup is made there
+#                        (sandbox/cgroups.py). A daemon with User= can write only that subtree anyway.
 _HARDENING = (
     "ProtectSystem=strict",
     "ProtectHome=read-only",
     "PrivateTmp=yes",
     "ProtectKernelModules=yes",
-    "ProtectControlGroups=yes",
     "LockPersonality=yes",
     "RestrictRealtime=yes",
     "SystemCallArchitectures=native",
@@ -98,6 +101,9 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
         _environment("TRITON_CACHE_DIR", data_dir / "cache" / "triton"),
         _environment("CUDA_CACHE_PATH", data_dir / "cache" / "cuda"),
         "UMask=0077",
+        "# The memory cgroup subtree under which each sandboxed command gets a memory limit of its",
+        "# own, for all of its processes together (sandbox/cgroups.py).",
+        "Delegate=memory",
         "",
         "# Hardening that leaves bubblewrap sandboxes and the GPU working. Deliberately absent:",
         "# NoNewPrivileges= (setuid bwrap), RestrictNamespaces= and SystemCallFilter= (bwrap needs",

@@ -16,10 +16,11 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from sandbox.mounts import mounts
 
 log = logging.getLogger(__name__)
 
@@ -263,15 +264,9 @@ def _open_listable(parent: int | None, name: str) -> int:
 
 
 def _mount_points() -> frozenset[str]:
-    """Every mount point this process sees (/proc/self/mountinfo's fifth field, whose spaces,
-    tabs, newlines and backslashes are written as octal escapes). Not st_dev: a btrfs subvolume,
-    which any user may create in a folder of theirs, has a device number of its own too."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
-            fields = [line.split(" ")[4] for line in table if line.count(" ") >= 4]
-    except OSError:
-        return frozenset()
-    return frozenset(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f) for f in fields)
+    """Every mount point this process sees. Not st_dev: a btrfs subvolume, which any user may
+    create in a folder of theirs, has a device number of its own too."""
+    return frozenset(mount.point for mount in mounts())
 
 
 def charge(st: os.stat_result) -> int:

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import network, seccomp
+from sandbox import cgroups, network, seccomp
 from sandbox.disk_budget import CommandWatch
 from sandbox.grants import Grants, UnsafeGrant
 
@@ -127,6 +127,9 @@ class Result:
     # How it went over its disk budget (CommandWatch.check): killed for it when exit_status is
     # None, else found when it had exited (quicker than the watch's first look).
     disk_exceeded: str | None = None
+    # The kernel killed one of its processes for the memory of all of them together (the role's
+    # memory_mb, through its cgroup; sandbox.cgroups).
+    memory_exceeded: bool = False
 
 
 class SandboxUnavailable(Exception):
@@ -388,10 +391,14 @@ def _tasks_of_uid(uid: int) -> int:
     return count
 
 
-def _set_rlimits(limits: Limits, nproc: int) -> None:
-    """Runs in the child between fork and exec; the limits are inherited by bwrap and the command."""
+def _set_rlimits(limits: Limits, nproc: int, cgroup_procs: bytes | None = None) -> None:
+    """Runs in the child between fork and exec; the limits are inherited by bwrap and the command,
+    and so is its cgroup (`cgroup_procs`: the command's; see sandbox.cgroups)."""
     def set_limit(kind: int, value: int) -> None:
         resource.setrlimit(kind, (value, value))
+
+    if cgroup_procs is not None:
+        cgroups.join(cgroup_procs)
 
     # Memory no rlimit charges (SysV shared memory, memfds, many processes each under RLIMIT_AS)
     # can still run the host out: the kernel's OOM killer is then to pick the command, never the
@@ -542,55 +549,60 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid())
                                 # slirp4netns, started after this count, runs as our uid too
                                 + (1 if linked else 0))
-    spawn = functools.partial(
-        asyncio.create_subprocess_exec, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
-        preexec_fn=functools.partial(_set_rlimits, limits, nproc))
-    started = time.monotonic()
-    # One deadline for all of the run: a network's setup takes its time out of wall_seconds.
-    deadline = started + limits.wall_seconds
-    # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
-    # run ends: normally, at the wall limit, on an error or a cancellation.
-    async with (network.Link(network.locate(slirp4netns_path)) if linked
-                else contextlib.nullcontext()) as link:
-        if ok:
-            proc = await _start_bwrap(bwrap_path, command, scope, limits, clean_env, spawn, link)
-        else:
-            proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
-                                      cwd=scope.workspace))
-        # Our own readers, never communicate(): output survives a timeout, and a background child
-        # that keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
-        budget = _OutputBudget(limits.output_bytes)
-        readers = [asyncio.create_task(budget.drain(proc.stdout)),
-                   asyncio.create_task(budget.drain(proc.stderr))]
-        try:
-            # connect() is False when bwrap failed in its setup: its stderr is then the answer.
-            if link is not None:
-                await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
-            exited, disk_exceeded = await _ended_within(proc, deadline - time.monotonic(), watch)
-            timed_out = not exited and disk_exceeded is None
-            killed = not exited
-        except network.NetworkUnavailable as exc:
-            for task in readers:
-                task.cancel()
-            raise SandboxUnavailable(f"cannot run commands with network: {exc}. {exc.hint}") from None
-        finally:
-            # Also on normal exit: whatever the command left running in its group (`sleep 1000 &`) goes too.
-            _kill_group(proc.pid)
-    if disk_exceeded is None and watch.active:
-        # Once more, with nothing of the command left to race the measure: one quicker than the
-        # watch's first look, or one that hid from its walks, is reported (the next is refused).
-        disk_exceeded = await asyncio.to_thread(watch.after)
-    if disk_exceeded:
-        log.warning("a command in %s went over its disk budget%s: %s", scope.workspace,
-                    " (killed)" if killed else "", disk_exceeded)
-    done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
-    for task in pending:
-        task.cancel()
-    stdout, stderr = (task.result() if task in done else "" for task in readers)
-    return Result(exit_status=None if killed else proc.returncode, stdout=stdout, stderr=stderr,
-                  timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
-                  isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded)
+    # The command's memory, all of its processes together (sandbox.cgroups); removed after it.
+    async with cgroups.command_group(limits.memory_bytes) as group:
+        spawn = functools.partial(
+            asyncio.create_subprocess_exec, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
+            preexec_fn=functools.partial(_set_rlimits, limits, nproc, group and group.procs_path))
+        started = time.monotonic()
+        # One deadline for all of the run: a network's setup takes its time out of wall_seconds.
+        deadline = started + limits.wall_seconds
+        # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
+        # run ends: normally, at the wall limit, on an error or a cancellation.
+        async with (network.Link(network.locate(slirp4netns_path)) if linked
+                    else contextlib.nullcontext()) as link:
+            if ok:
+                proc = await _start_bwrap(bwrap_path, command, scope, limits, clean_env, spawn, link)
+            else:
+                proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
+                                          cwd=scope.workspace))
+            # Our own readers, never communicate(): output survives a timeout, and a background child
+            # that keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
+            budget = _OutputBudget(limits.output_bytes)
+            readers = [asyncio.create_task(budget.drain(proc.stdout)),
+                       asyncio.create_task(budget.drain(proc.stderr))]
+            try:
+                # connect() is False when bwrap failed in its setup: its stderr is then the answer.
+                if link is not None:
+                    await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
+                exited, disk_exceeded = await _ended_within(proc, deadline - time.monotonic(), watch)
+                timed_out = not exited and disk_exceeded is None
+                killed = not exited
+            except network.NetworkUnavailable as exc:
+                for task in readers:
+                    task.cancel()
+                raise SandboxUnavailable(f"cannot run commands with network: {exc}. {exc.hint}") from None
+            finally:
+                # Also on normal exit: whatever the command left running in its group
+                # (`sleep 1000 &`) goes too.
+                _kill_group(proc.pid)
+        memory_exceeded = group is not None and group.out_of_memory()
+        if disk_exceeded is None and watch.active:
+            # Once more, with nothing of the command left to race the measure: one quicker than the
+            # watch's first look, or one that hid from its walks, is reported (the next is refused).
+            disk_exceeded = await asyncio.to_thread(watch.after)
+        if disk_exceeded:
+            log.warning("a command in %s went over its disk budget%s: %s", scope.workspace,
+                        " (killed)" if killed else "", disk_exceeded)
+        done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
+        for task in pending:
+            task.cancel()
+        stdout, stderr = (task.result() if task in done else "" for task in readers)
+        return Result(exit_status=None if killed else proc.returncode, stdout=stdout, stderr=stderr,
+                      timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
+                      isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded,
+                      memory_exceeded=memory_exceeded)
 
 
 async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limits: Limits,

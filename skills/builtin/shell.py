@@ -51,6 +51,12 @@ class ShellSkill(Skill):
             if result.disk_exceeded:  # it ended before the watch could stop it
                 status += f"; then {result.disk_exceeded}: delete files to make room"
                 ctx.audit.detail, ctx.audit.failed = f"over its disk budget: {result.disk_exceeded}", True
+        if result.memory_exceeded:  # the cgroup's kill: all of its processes together
+            limit = ctx.principal.limits.memory_bytes >> 20
+            status += (f"; out of memory: its processes together went over the {limit} MB they "
+                       "may use (memory_mb), and the kernel killed processes of it")
+            ctx.audit.detail = "; ".join(filter(None, [ctx.audit.detail, f"out of memory ({limit} MB)"]))
+            ctx.audit.failed = True
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]
         if result.stdout:
             parts.append("stdout:\n" + result.stdout)

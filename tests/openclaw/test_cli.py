@@ -468,7 +468,8 @@ async def test_doctor_beside_the_running_daemon_finds_its_admin_port_served_not_
     with a_port_in_use() as port:  # a free port number: released as the block ends
         pass
     config = tmp_path / "c.toml"
-    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n')
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nport = {port}\n'
+                      '[skills]\nenabled = ["shell"]\n')
     daemon = Daemon(load_config(config), model=ScriptedModel(lambda m: "ok"))
     await daemon.start()
     try:
@@ -476,6 +477,10 @@ async def test_doctor_beside_the_running_daemon_finds_its_admin_port_served_not_
                                          tmp_path, timeout=60)
         assert f"✓ admin port: {port} on 127.0.0.1 is served by the daemon running here" \
             in doctor.stdout, doctor.stdout
+        # How commands' memory is bounded is the running daemon's to say (its cgroup, not ours).
+        line = next(line for line in doctor.stdout.splitlines() if "sandbox memory" in line)
+        assert "sandbox memory (the running daemon): " in line, doctor.stdout
+        assert line.endswith(daemon.health()["command_memory"]), doctor.stdout
     finally:
         await daemon.stop()
 

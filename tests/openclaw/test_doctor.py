@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from openclaw.doctor import cmd_doctor
+from sandbox import cgroups
 from sandbox.disk import free_bytes
 from tests.sandbox.test_runner import OLD_BWRAP
 
@@ -62,3 +63,17 @@ def test_data_dirs_free_space_is_shown_against_the_reserve(tmp_path, capsys):
     assert code == 0, out
     code, out = doctor(tmp_path, "[sandbox]\nmin_free_disk_mb = 0\n", capsys)
     assert "no reserve ([sandbox] min_free_disk_mb = 0)" in out, out
+
+
+def test_how_commands_memory_is_bounded_is_shown_where_a_role_may_run_commands(tmp_path, capsys):
+    _, out = doctor(tmp_path, "", capsys)  # clock only: nobody runs commands
+    assert "sandbox memory" not in out, out
+    _, out = doctor(tmp_path, '[skills]\nenabled = ["shell"]\n', capsys)  # admin gets shell
+    line = next(line for line in out.splitlines() if "sandbox memory" in line)
+    place, why = cgroups.probe()
+    if place is not None:
+        assert line == f"✓ sandbox memory (a daemon started here): all of a command's processes " \
+                       f"together, by a memory cgroup ({why})", out
+    else:
+        assert line.startswith("⚠ sandbox memory (a daemon started here): per process only"), out
+        assert "openclaw service install" in out

@@ -70,7 +70,7 @@ def test_user_unit_has_notify_restart_watchdog_and_run_command(tmp_path: Path) -
         "KillSignal": "SIGTERM", "UMask": "0077",
         "ProtectSystem": "strict", "ReadWritePaths": "/home/ann/.local/share/openclaw",
         "ProtectHome": "read-only", "PrivateTmp": "yes", "ProtectKernelModules": "yes",
-        "ProtectControlGroups": "yes", "LockPersonality": "yes", "RestrictRealtime": "yes",
+        "Delegate": "memory", "LockPersonality": "yes", "RestrictRealtime": "yes",
         "SystemCallArchitectures": "native",
     }
     for key, value in expected.items():

@@ -411,6 +411,8 @@ async def test_on_a_cpu_without_a_seccomp_filter_bubblewrap_still_isolates(works
 
 # /tmp and /dev/shm are tmpfs: their files are RAM that RLIMIT_AS does not count. A small memory
 # limit and a file-size limit above it, so the tmpfs, not RLIMIT_FSIZE, is what stops a write.
+# /tmp is emptied before /dev/shm is filled: where the command has a memory cgroup, its files
+# count there with everything else, and both full would pass memory_mb (sandbox.cgroups).
 TMPFS_LIMITS = Limits(cpu_seconds=4, memory_bytes=128 << 20, wall_seconds=10, output_bytes=4096,
                       file_size_bytes=256 << 20, processes=32, open_files=64)
 TMP_SIZE, SHM_SIZE = 96 << 20, 32 << 20  # together the memory limit, /dev/shm a quarter of it
@@ -419,6 +421,7 @@ FILL_TMPFS = f"""
 df -B1 --output=size /tmp /dev/shm | tail -n 2
 head -c {TMP_SIZE - MIB} /dev/zero > /tmp/fits && echo tmp-fits
 head -c {2 * MIB} /dev/zero > /tmp/over || echo tmp-full
+rm /tmp/fits
 head -c {SHM_SIZE - MIB} /dev/zero > /dev/shm/fits && echo shm-fits
 head -c {2 * MIB} /dev/zero > /dev/shm/over || echo shm-full
 """

@@ -16,6 +16,7 @@ import pytest
 from openclaw.config import load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
+from sandbox import cgroups
 from sandbox.runner import isolation_available
 
 ROLES = """
@@ -259,6 +260,18 @@ async def test_a_command_that_writes_past_the_quota_is_killed_and_the_model_is_t
     [row] = await store.list_audit()
     assert row.decision == "allowed" and row.exit_status is None
     assert row.detail.startswith("killed: the workspace went over its 1 MB disk quota")
+
+
+@pytest.mark.skipif(cgroups.default.available()[0] is None,
+                    reason=f"no memory cgroups here: {cgroups.default.available()[1]}")
+async def test_processes_together_over_the_memory_limit_are_killed_and_the_model_is_told(daemon_parts):
+    # Four of 100 MB: each under the 256 MB a process may map (RLIMIT_AS), together over it.
+    shell, store, _ = daemon_parts
+    out = await shell("telegram:1", "for i in 1 2 3 4; do python3 -c 'import time; "
+                                    "b = bytearray(100 << 20); time.sleep(2)' & done; wait")
+    assert "out of memory: its processes together went over the 256 MB" in out.text, out.text
+    [row] = await store.list_audit()
+    assert "out of memory (256 MB)" in row.detail and not out.ok
 
 
 def test_the_approval_prompt_shows_hidden_characters():
