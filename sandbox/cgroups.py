@@ -8,7 +8,7 @@ reclaims, then kills inside the cgroup, never outside it.
 
 Where: under the daemon's own cgroup, read from /proc/self/cgroup.
 - cgroup v2 (unified; modern distributions): the daemon's cgroup must be delegated to it, and the
-  memory controller offered there: `Delegate=yes` in the systemd unit (`openclaw service install`
+  memory controller offered there: `Delegate=memory` in the systemd unit (`openclaw service install`
   writes it). A cgroup that holds processes cannot give its children controllers, so the daemon
   first moves itself into a leaf of its own (`daemon`), when it is the only process there.
 - cgroup v1: the memory controller's hierarchy, where the daemon (as root) may create cgroups.
@@ -97,7 +97,7 @@ async def command_group(memory_bytes: int) -> AsyncIterator[CommandGroup | None]
     refused for a passing error (EAGAIN, ENOMEM) would be a worse default than one per-process
     bounded."""
     try:
-        group = await asyncio.to_thread(default.create, memory_bytes)
+        group = await _created(memory_bytes)
     except OSError as exc:
         log.warning("no memory cgroup for this command (its memory is bounded per process "
                     "only): %s", exc)
@@ -107,6 +107,21 @@ async def command_group(memory_bytes: int) -> AsyncIterator[CommandGroup | None]
     finally:
         if group is not None:  # in a thread: it may wait for the last processes to go
             await asyncio.shield(asyncio.to_thread(group.remove))
+
+
+async def _created(memory_bytes: int) -> CommandGroup | None:
+    """default.create in a thread, which goes on when its caller is cancelled (/stop, a tool's
+    timeout): the group it then makes is removed here, as nobody else will know of it."""
+    making = asyncio.ensure_future(asyncio.to_thread(default.create, memory_bytes))
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+        while not making.done():  # mkdir and a few writes; asyncio.wait does not cancel it
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({making})
+        if not making.cancelled() and making.exception() is None and making.result() is not None:
+            await asyncio.shield(asyncio.to_thread(making.result().remove))
+        raise
 
 
 def join(procs_path: bytes) -> None:
@@ -201,7 +216,7 @@ def _locate(settle: bool = True) -> tuple[Place | None, str]:
                      None)
     problems = []
     if v2 is not None and "" in own:
-        place, why = _v2_place(v2 / own[""].lstrip("/"), settle)
+        place, why = _v2_place(v2 / own[""].lstrip("/"), settle, ns_root=own[""] == "/")
         if place is not None:
             return place, why
         problems.append(why)
@@ -213,19 +228,23 @@ def _locate(settle: bool = True) -> tuple[Place | None, str]:
     return None, "; ".join(problems) or "no cgroup hierarchy with a memory controller is mounted"
 
 
-def _v2_place(cgroup: Path, settle: bool) -> tuple[Place | None, str]:
+def _v2_place(cgroup: Path, settle: bool, ns_root: bool = False) -> tuple[Place | None, str]:
     """The daemon's v2 cgroup, made a parent with the memory controller for its children: its
     own processes (only the daemon may be there) move into the leaf DAEMON_LEAF first. Without
-    `settle`, only whether it is delegated."""
+    `settle`, only whether it is delegated. `ns_root`: it is the root of our cgroup namespace."""
     try:
         offered = (cgroup / "cgroup.controllers").read_text().split()
     except OSError as exc:
         return None, f"cgroup v2: cannot read {cgroup}: {exc}"
     if "memory" not in offered:
         return None, (f"cgroup v2: the memory controller is not delegated to {cgroup} (run the "
-                      "daemon as a systemd service with Delegate=yes: `openclaw service install`)")
+                      "daemon as a systemd service with Delegate=memory: `openclaw service install`)")
+    if not (ns_root or _marked_delegated(cgroup) or _handed_to_us(cgroup)):
+        return None, (f"cgroup v2: {cgroup} is not delegated (no trusted.delegate or user.delegate "
+                      "mark from systemd): the daemon's unit needs Delegate=memory (`openclaw "
+                      "service install`)")
     if not os.access(cgroup / "cgroup.subtree_control", os.W_OK):
-        return None, (f"cgroup v2: {cgroup} is not delegated to the daemon's user (Delegate=yes "
+        return None, (f"cgroup v2: {cgroup} is not delegated to the daemon's user (Delegate=memory "
                       "in the systemd unit: `openclaw service install`)")
     if not settle:
         return Place(2, cgroup), f"cgroup v2, under {cgroup} (delegated)"
@@ -236,6 +255,35 @@ def _v2_place(cgroup: Path, settle: bool) -> tuple[Place | None, str]:
     except (OSError, _Shared) as exc:
         return None, f"cgroup v2: cannot give {cgroup}'s children the memory controller: {exc}"
     return Place(2, cgroup), f"cgroup v2, under {cgroup}"
+
+
+def _marked_delegated(cgroup: Path) -> bool:
+    """Whether systemd marked `cgroup` as delegated (Delegate= in its unit): trusted.delegate, read
+    by root, or user.delegate, set by newer versions for unprivileged readers and by a user
+    manager. Write access says nothing: root has it on every cgroup, and a user on every cgroup of
+    its user manager, delegated or not. On a cgroup systemd has not delegated, it rewrites
+    cgroup.subtree_control when it next realizes the unit, and `-memory` there silently takes
+    the memory limit off every command's cgroup below (CGROUP_DELEGATION.md: never create
+    cgroups below a unit without Delegate=)."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(cgroup, name).rstrip(b"\0").strip() == b"1":
+                return True
+        except OSError:  # not set, or trusted.* unreadable to an unprivileged daemon
+            continue
+    return False
+
+
+def _handed_to_us(cgroup: Path) -> bool:
+    """Whether `cgroup` is ours and its parent is not: how a system unit's cgroup is delegated to
+    its User= (the kernel's model of delegation), where the daemon cannot read trusted.delegate and
+    an older systemd sets no user.delegate. Never for root, who owns every cgroup; never below a
+    user manager, whose every cgroup is its user's."""
+    euid = os.geteuid()
+    try:
+        return euid != 0 and cgroup.stat().st_uid == euid and cgroup.parent.stat().st_uid != euid
+    except OSError:
+        return False
 
 
 class _Shared(Exception):
@@ -286,6 +334,40 @@ def _kill_all(path: Path, version: int) -> None:
     except OSError:
         return
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
-            os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(ValueError):
+            _kill_member(int(pid), path)
+
+
+def _kill_member(pid: int, path: Path) -> None:
+    """SIGKILL `pid` if it is still in the cgroup at `path`. A pid read from cgroup.procs may have
+    exited since, and been given to a process outside (the daemon's own, another user's command):
+    a pidfd is taken first, which always means the same process, then its cgroup is checked, then
+    the pidfd is signalled (ESRCH if the process it means is gone)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # ENOSYS: a kernel older than 5.3; the check below at least narrows the race
+        fd = None
+    try:
+        if not _in_group(pid, path):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if fd is None:
+                os.kill(pid, signal.SIGKILL)
+            else:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _in_group(pid: int, path: Path) -> bool:
+    """Whether /proc says `pid` is in a cgroup named like `path` (the names are unique: they carry
+    the daemon's pid and a counter)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.rpartition(":")[2].rstrip("/").endswith("/" + path.name) for line in lines)
 

@@ -638,6 +638,9 @@ async def _start(spawning: Awaitable[asyncio.subprocess.Process]) -> asyncio.sub
     task = asyncio.ensure_future(spawning)
     try:
         return await asyncio.shield(task)
+    except subprocess.SubprocessError as exc:  # from _set_rlimits, in the child before exec
+        raise SandboxUnavailable(f"cannot start the command: its memory cgroup or its limits "
+                                 f"could not be set ({exc})") from None
     except asyncio.CancelledError:
         while not task.done():  # a few milliseconds; asyncio.wait does not cancel what it waits on
             with contextlib.suppress(asyncio.CancelledError):

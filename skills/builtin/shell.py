@@ -54,7 +54,8 @@ class ShellSkill(Skill):
         if result.memory_exceeded:  # the cgroup's kill: all of its processes together
             limit = ctx.principal.limits.memory_bytes >> 20
             status += (f"; out of memory: its processes together went over the {limit} MB they "
-                       "may use (memory_mb), and the kernel killed processes of it")
+                       "may use (memory_mb; files in /tmp and /dev/shm count too), and the "
+                       "kernel killed processes of it")
             ctx.audit.detail = "; ".join(filter(None, [ctx.audit.detail, f"out of memory ({limit} MB)"]))
             ctx.audit.failed = True
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]
