@@ -6,7 +6,7 @@ a time that is past or ambiguous ("at 9": morning or evening?) rather than guess
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from skills.base import SkillError
@@ -21,6 +21,8 @@ _DURATION = re.compile(r"(?:\d+(?:\.\d+)?\s*[a-z]+(?:\s*,\s*|\s+and\s+|\s*))+")
 # "17:30", "17.30" (as written in much of Europe), "5pm", "9:45 am".
 _CLOCK = re.compile(r"(\d{1,2})(?:[:.](\d{2}))?\s*(am|pm)?")
 _CLOCK_WORDS = {"noon": "12:00", "midday": "12:00", "midnight": "0:00"}
+# "17.30" alone, where a line ends with "2.50" or "3.12" as often as with a time.
+_BARE_DOTTED = re.compile(r"\d{1,2}\.\d{2}")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _DAYS = "|".join(("today", "tomorrow", *_WEEKDAYS))
 _DAY = rf"(?:on\s+)?(?:next\s+)?(?:{_DAYS})"
@@ -40,12 +42,15 @@ _DATES = (re.compile(r"(?P<year>\d{4})-(?P<month>\d{1,2})-(?P<day>\d{1,2})"),
           re.compile(rf"(?:the\s+)?{_ORDINAL}\s+(?:of\s+)?(?P<month>{_MONTH})\.?{_YEAR}"))
 # The date and the time of day, in either order: "december 24 at 9am", "9am on dec 24".
 _DATE_FIRST = re.compile(r"(?:on\s+)?(.+?),?\s+(?:at\s+)?(\S+(?:\s*[ap]m)?)")
-_CLOCK_FIRST = re.compile(r"(?:at\s+)?(\S+(?:\s*[ap]m)?)\s+(?:on\s+)?(.+)")
+_CLOCK_FIRST = re.compile(r"((?:at\s+)?\S+(?:\s*[ap]m)?)\s+(?:on\s+)?(.+)")
 # "every day at 8:00" and the like: the repeat is read off the front of `when`.
 _SPOKEN_REPEAT = re.compile(
     rf"(?:(?P<daily>every ?day|each day|daily)|(?P<weekdays>every weekday|each weekday|on weekdays"
     rf"|weekdays)|every (?P<weekly>{'|'.join(_WEEKDAYS)})|(?P<week>every week|weekly))"
-    rf"(?:\s+at)?\s+(?P<rest>.+)")
+    rf"\s+(?P<rest>.+)")  # "at" stays in rest: "at 9" is a bare hour said as a time, "9" is not
+# The most words a time takes ("on the 24th of december, 2027 at 9:45 am", "in 1 week, 2 days,
+# 3 hours and 4 minutes"): split_request tries no longer ends, so a long line costs no more.
+MAX_WHEN_WORDS = 16
 WHEN_HELP = ("use a delay ('in 20 minutes', '2h30m'), a time ('17:30', '5pm', 'tomorrow 9:00', "
              "'friday at 8am', '9am tomorrow'), a date and time ('december 24 at 9am', "
              "'2026-12-24 09:00'), or a repeat ('every day at 8:00', 'every weekday at 7am', "
@@ -95,7 +100,7 @@ def split_request(request: str) -> tuple[str, str] | None:
     words = request.split()
     if words[:1] and words[0].lower() == "me":  # "/remind me in 5 minutes to ..."
         words = words[1:]
-    for k in range(len(words) - 1, 0, -1):
+    for k in range(min(len(words) - 1, MAX_WHEN_WORDS), 0, -1):
         # The time first ("in 5 minutes to X": the text keeps its last word, "turn it on") or
         # last ("X at 5pm"); of two readable ends, one that says it is a time ("in 5 min",
         # "at 3pm") beats a bare duration that may be part of the text ("5 min break at 3pm").
@@ -111,7 +116,12 @@ def split_request(request: str) -> tuple[str, str] | None:
 
 def local_time(moment: datetime, zone: ZoneInfo) -> str:
     """How a moment is said back to the user: 'Thu 24 Dec 2026 09:00', in their zone."""
-    return f"{moment.astimezone(zone):%a %d %b %Y %H:%M}"
+    local = moment.astimezone(zone)
+    try:  # a time the clock skips (02:30 when it jumps from 02:00 to 03:00) rings at 03:30: say so
+        local = local.astimezone(UTC).astimezone(zone)
+    except OverflowError:  # year 1 or 9999: said as it is
+        pass
+    return f"{local:%a %d %b %Y %H:%M}"
 
 
 def _trim(words: list[str], leading: tuple[str, ...], trailing: tuple[str, ...]) -> list[str]:
@@ -123,6 +133,8 @@ def _trim(words: list[str], leading: tuple[str, ...], trailing: tuple[str, ...])
 
 
 def _readable(when: str) -> bool:
+    if _BARE_DOTTED.fullmatch(when):  # "buy milk 2.50", "upgrade to 3.12"; "at 17.30" is a time
+        return False
     now = datetime.now().astimezone()
     try:
         parse_when(split_repeat(when)[1], now, ZoneInfo("UTC"))
@@ -153,7 +165,10 @@ def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
     day: date | None = None
     weekday = False
     local_now = now.astimezone(zone)
-    if (m := _CLOCK_AND_DAY.fullmatch(spoken)) and _wall(m[1].removeprefix("at "), True) is not None:
+    # A bare hour before the day is a time only after "at" ("at 8 tomorrow"): in "order 3 on
+    # monday" the 3 is the text's.
+    if ((m := _CLOCK_AND_DAY.fullmatch(spoken))
+            and _wall(m[1].removeprefix("at "), m[1].startswith("at ")) is not None):
         spoken = f"{m[2]} {m[1]}"
     if m := _DAY_AND_CLOCK.fullmatch(spoken):
         following, name, spoken = m.groups()
@@ -210,7 +225,10 @@ def _dated(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
         day = _calendar_day(day_words, today)
         if day is None:
             continue
-        wall = _wall(clock_words, said_at=True)
+        # After the date ("december 24 9") a bare hour is said as a time; before it, only after
+        # "at" ("at 9 on december 24", not "pay 2 on december 24").
+        wall = _wall(clock_words.removeprefix("at "),
+                     said_at=pattern is _DATE_FIRST or clock_words.startswith("at "))
         if wall is None:
             return None
         return _pass_ahead(datetime.combine(day, wall, tzinfo=zone), now)

@@ -12,8 +12,9 @@ from openclaw.reminders import Reminders
 from openclaw.store import Store
 from sandbox.policy import Policy
 from skills import SkillError
+from skills.builtin import spoken_time
 from skills.builtin.reminders import RemindersSkill
-from skills.builtin.spoken_time import parse_when, split_repeat, split_request
+from skills.builtin.spoken_time import local_time, parse_when, split_repeat, split_request
 from skills.executor import Executor
 from skills.registry import SkillRegistry
 
@@ -91,15 +92,21 @@ def test_in_the_hour_a_dst_change_repeats_a_time_still_ahead_is_its_second_pass(
 
 
 @pytest.mark.parametrize(("when", "split"), [
-    ("every day at 8:00", ("daily", "8:00")),
-    ("Every weekday at 7am", ("weekdays", "7am")),
-    ("every monday at 9:00", ("weekly", "monday 9:00")),  # first: the next Monday
+    ("every day at 8:00", ("daily", "at 8:00")),
+    ("Every weekday at 7am", ("weekdays", "at 7am")),
+    ("every monday at 9:00", ("weekly", "monday at 9:00")),  # first: the next Monday
+    ("every day at 9", ("daily", "at 9")),  # "at" kept: a bare hour said as a time, to be asked
     ("daily 18:30", ("daily", "18:30")),
     ("in 20 minutes", (None, "in 20 minutes")),
     ("every now and then", (None, "every now and then")),
 ])
 def test_a_repeat_said_in_when_is_read_off_its_front(when, split):
     assert split_repeat(when) == split
+
+
+def test_a_bare_hour_in_a_repeat_is_asked_about_like_any_other():
+    with pytest.raises(SkillError, match="could be 9am or 9pm"):
+        at(split_repeat("every day at 9")[1])
 
 
 @pytest.mark.parametrize(("request_", "split"), [
@@ -115,11 +122,27 @@ def test_a_repeat_said_in_when_is_read_off_its_front(when, split):
     ("9am tomorrow call the dentist", ("9am tomorrow", "call the dentist")),
     ("call mum on december 24 at 6pm", ("on december 24 at 6pm", "call mum")),
     ("water the plants at 8", ("at 8", "water the plants")),  # then refused: which 8?
+    ("take pills every day at 9", ("every day at 9", "take pills")),  # the repeat kept, 9 asked
+    # A number before a day is the text's ("order 3"), not a bare hour to ask about.
+    ("me at 5pm to order 3 on monday", ("at 5pm", "order 3 on monday")),
+    ("in 10 minutes to pay 2 on december 24", ("in 10 minutes", "pay 2 on december 24")),
+    # Without "at", a dotted number ending a line is a price or a version, not "17.30".
+    ("buy milk 2.50", None),
+    ("me to upgrade to python 3.12", None),
+    ("call mum at 17.30", ("at 17.30", "call mum")),
     ("in 20 minutes", None),  # no text
     ("stretch", None),  # no time
 ])
 def test_a_one_line_request_splits_into_when_and_what(request_, split):
     assert split_request(request_) == split
+
+
+def test_a_long_request_is_split_in_linear_time(monkeypatch):
+    # A time is a few words: only the ends of a long line are tried, not every split of it.
+    calls = []
+    monkeypatch.setattr(spoken_time, "_readable", lambda when: calls.append(when) or False)
+    assert split_request("buy 3 eggs " * 2000) is None
+    assert len(calls) <= 2 * spoken_time.MAX_WHEN_WORDS
 
 
 def test_an_explicit_offset_wins_over_the_zone():
@@ -133,6 +156,13 @@ def test_tomorrow_across_a_dst_change_keeps_the_wall_clock_time():
     # 10:00 EST on the eve of the US change: 9:00 is tomorrow, in summer time (13:00 UTC, not 14:00).
     eve = datetime(2026, 3, 7, 15, 0, tzinfo=UTC)
     assert at("9:00", eve, ZoneInfo("America/New_York")) == datetime(2026, 3, 8, 13, 0, tzinfo=UTC)
+
+
+def test_a_time_the_clock_skips_is_said_back_as_the_time_it_rings():
+    saturday = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)  # Paris skips 02:00-03:00 on Sunday
+    due = parse_when("tomorrow 2:30", saturday, PARIS)
+    assert due.astimezone(UTC) == datetime(2026, 3, 29, 1, 30, tzinfo=UTC)  # 03:30 summer time
+    assert local_time(due, PARIS) == "Sun 29 Mar 2026 03:30"  # not 02:30, which never shows
 
 
 @pytest.mark.parametrize(("when", "error"), [
@@ -159,6 +189,10 @@ def test_tomorrow_across_a_dst_change_keeps_the_wall_clock_time():
     ("tomorrow at 7", "could be 7am or 7pm"),
     ("at 8 tomorrow", "could be 8am or 8pm"),
     ("december 24 at 9", "could be 9am or 9pm"),
+    ("at 3 on monday", "could be 3am or 3pm"),
+    ("3 on monday", "cannot read"),  # no "at": a number, as in "order 3 on monday"
+    ("9 tomorrow", "cannot read"),
+    ("2 on december 24", "cannot read"),
     ("december 24", "no time of day"),
     ("february 30 at 9am", "not a day of the calendar"),
     ("2026-13-01 9:00", "not a day of the calendar"),
