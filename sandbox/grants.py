@@ -7,7 +7,8 @@ a writable share (`ln -s /etc alice`) would make the next run bind (and, as root
 the link names. Each folder is therefore opened one component at a time: a symlink is followed only
 outside the writable folders (the admin's own links, /srv -> /mnt/data), and one inside them is
 refused. bwrap then binds the descriptor (`--bind-fd`), not the path, so a swap after the check
-changes nothing; see `Grant.pinned` for the binds that must still go by path.
+changes nothing (sandbox.runner._binds: every granted folder, also where it is bound a second
+time, and why a destination inside a writable folder needs the system folders bound again).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import errno
 import os
 import stat
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup (ELOOP)
@@ -79,6 +80,23 @@ def open_folder(path: Path, writable: set[tuple[int, int]]) -> int:
         raise
 
 
+def _writable_now(paths: tuple[Path, ...]) -> set[tuple[int, int]]:
+    """(device, inode) of each folder of `paths` that can be opened now, shallower first, each
+    checked against those before it; one a command redirected adds a folder, and makes
+    Grants.open refuse more, not less."""
+    writable: set[tuple[int, int]] = set()
+    for path in sorted(paths, key=lambda p: len(Path(os.path.abspath(p)).parts)):
+        try:
+            fd = open_folder(path, writable)
+        except OSError:  # UnsafeGrant too: Grants.open says why
+            continue
+        try:
+            writable.add(_identity(os.fstat(fd)))
+        finally:
+            os.close(fd)
+    return writable
+
+
 def real_path(fd: int) -> Path:
     """Where the folder open as `fd` is now, every symlink resolved."""
     return Path(os.readlink(f"/proc/self/fd/{fd}"))
@@ -98,17 +116,22 @@ class Grants:
     workspace: Grant
     others: list[Grant]
 
+    # Descriptors of second binds of a folder (dup): bwrap closes each one it binds.
+    extra: list[int] = field(default_factory=list)
+
     @classmethod
     def open(cls, workspace: Path, read_write: tuple[Path, ...] = (),
              read_only: tuple[Path, ...] = ()) -> Grants:
-        """Writable folders first, the shallower before the deeper, so a writable folder given
-        through another one is checked like any other path inside it."""
-        writable: set[tuple[int, int]] = set()
+        """Which folders are writable is learnt first, from all of them as their paths lead now,
+        and only then is each opened: a writable folder given by a short path (through the admin's
+        link, /fam -> /mnt/disk1/exports/family) may lie inside one given by a longer one, and
+        must be checked as a path inside it. A link a command planted can only add to what is
+        treated as writable: it makes the check stricter, never looser."""
+        writable = _writable_now((workspace, *read_write))
         opened: list[Grant] = []
         found: Grant | None = None
         try:
             wanted = [(workspace, True, True), *((p, True, False) for p in read_write)]
-            wanted.sort(key=lambda item: len(Path(os.path.abspath(item[0])).parts))
             for path, is_writable, is_workspace in wanted + [(p, False, False) for p in read_only]:
                 try:
                     fd = open_folder(path, writable)
@@ -133,12 +156,18 @@ class Grants:
         assert found is not None
         return cls(found, [g for g in opened if g is not found])
 
+    def dup(self, fd: int) -> int:
+        """Another descriptor of the folder open as `fd`, closed with the others: bwrap closes a
+        descriptor once it has bound it, so a folder bound twice needs two."""
+        self.extra.append(os.dup(fd))
+        return self.extra[-1]
+
     @property
     def fds(self) -> tuple[int, ...]:
         return tuple(g.fd for g in (self.workspace, *self.others) if g.fd is not None)
 
     def close(self) -> None:
-        for fd in self.fds:
+        for fd in (*self.fds, *self.extra):
             with contextlib.suppress(OSError):
                 os.close(fd)
 

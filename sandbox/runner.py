@@ -226,7 +226,11 @@ def _binds(scope: Scope, grants: Grants | None = None) -> list[tuple[str, str, b
     folder inside the workspace is also re-bound read-only under /workspace, where the command sees
     the workspace. Every path is resolved first (symlinks, ".."; with `grants`, none that a command
     could have made, see sandbox.grants): nesting is decided on the real folders, as the kernel
-    sees them, and each granted folder is bound at its real path."""
+    sees them, and each granted folder is bound at its real path. With `grants` every bind goes by
+    descriptor, the second one of a folder too (a dup): by path, bwrap resolves the source
+    (realpath) well before it mounts, so a command running meanwhile that swaps a folder for a link
+    in between has bwrap mount what the link named (the daemon's config), or its own folder over
+    /usr/bin (see _inside_writable for what a descriptor leaves)."""
     if grants is None:
         workspace, workspace_fd = Path(os.path.realpath(scope.workspace)), None
         others = [(Path(os.path.realpath(p)), True, None) for p in scope.read_write]
@@ -238,26 +242,42 @@ def _binds(scope: Scope, grants: Grants | None = None) -> list[tuple[str, str, b
     for path, writable, fd in others:
         binds.append((str(path), str(path), not writable, fd))
         if not writable and path.is_relative_to(workspace) and path != workspace:
-            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(workspace)}", str(path), True, None))
-    return _by_path_inside_writable(sorted(binds, key=lambda b: (len(Path(b[0]).parts), b[2])))
+            again = None if grants is None or fd is None else grants.dup(fd)
+            binds.append((f"{WORKSPACE_MOUNT}/{path.relative_to(workspace)}", str(path), True, again))
+    return sorted(binds, key=lambda b: (len(Path(b[0]).parts), b[2]))
 
 
-def _by_path_inside_writable(binds: list[tuple[str, str, bool, int | None]]
-                             ) -> list[tuple[str, str, bool, int | None]]:
-    """A bind whose destination lies in an earlier writable bind goes by path, not descriptor:
-    bwrap reaches that destination through a folder a running command can change, and a source
-    pinned by descriptor could then be bound wherever the command points it (over /usr/bin, whose
-    setpriv bwrap runs as root). By path, source and destination go through the same folders and
-    end at the same place; sandbox.grants has refused a symlink there before the start."""
+def _inside_writable(binds: list[tuple[str, str, bool, int | None]]) -> bool:
+    """Whether a bind's destination lies in an earlier writable bind. bwrap reaches it through
+    folders a running command can change, after its own check, which compares only the folder
+    mounted with the descriptor: the granted folder is still the one bound, but a link put on the
+    way (`docs -> ../usr`) lands it over another of the sandbox's folders, such as /usr/bin,
+    whose setpriv bwrap runs as root. bwrap_argv then binds the system folders again after."""
     writable: list[Path] = []
-    result = []
-    for dest, source, read_only, fd in binds:
+    for dest, _, read_only, _ in binds:
         if any(Path(dest).is_relative_to(folder) for folder in writable):
-            fd = None
-        result.append((dest, source, read_only, fd))
+            return True
         if not read_only:
             writable.append(Path(dest))
-    return result
+    return False
+
+
+def _system_binds_again(binds: list[tuple[str, str, bool, int | None]],
+                        grants: Grants | None) -> list[str]:
+    """The system folders bound again, over whatever a redirected bind put in them (see
+    _inside_writable), then the granted folders inside them, which that hides (each by a
+    descriptor of its own, their destinations lying in folders no command can write)."""
+    again = [path for path in SYSTEM_DIRS if os.path.isdir(path) and not os.path.islink(path)]
+    args: list[str] = []
+    for path in again:
+        args += ["--ro-bind", path, path]
+    for dest, source, read_only, fd in binds:
+        if any(Path(dest).is_relative_to(path) for path in again):
+            if grants is not None and fd is not None:
+                args += ["--ro-bind-fd" if read_only else "--bind-fd", str(grants.dup(fd)), dest]
+            else:
+                args += ["--ro-bind" if read_only else "--bind", source, dest]
+    return args
 
 
 def _parent_dirs(destinations: list[str]) -> list[str]:
@@ -306,7 +326,8 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
     argv += link.bwrap_args if link else []
     argv += _mount_args(bwrap, limits)
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
-    binds = _binds(scope, grants if grants and _bwrap_binds_fds(bwrap) else None)
+    by_fd = grants if grants and _bwrap_binds_fds(bwrap) else None
+    binds = _binds(scope, by_fd)
     for folder in _parent_dirs([dest for dest, _, _, _ in binds]):
         argv += ["--perms", "0755", "--dir", folder]
     for dest, source, read_only, fd in binds:
@@ -314,6 +335,8 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
             argv += ["--ro-bind" if read_only else "--bind", source, dest]
         else:
             argv += ["--ro-bind-fd" if read_only else "--bind-fd", str(fd), dest]
+    if _inside_writable(binds):
+        argv += _system_binds_again(binds, by_fd)
     argv += ["--chdir", WORKSPACE_MOUNT]
     # bwrap's root is a scratch tmpfs the command could otherwise fill with files of its own, and
     # so is /dev, which an unprivileged daemon's command owns. Neither has a size; both go

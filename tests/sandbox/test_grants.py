@@ -91,3 +91,86 @@ def test_a_symlink_inside_a_writable_folder_is_refused_one_outside_followed(base
         assert [g.path for g in grants.others] == [base / "ws/real"]
     with pytest.raises(UnsafeGrant):
         Grants.open(base / "ws", read_only=(base / "ws/link",))
+
+
+async def test_a_share_given_by_its_real_path_still_guards_a_workspace_given_through_a_link(base):
+    # Writable folders were checked shallower-first by the path as configured: a workspace given
+    # through the admin's short link was opened before the (longer) share it lies in was known.
+    share = base / "mnt/disk1/exports/family"
+    (share / "alice").mkdir(parents=True)
+    for path in share.parents:
+        if path.is_relative_to(base):
+            path.chmod(0o755)
+    share.chmod(0o777)
+    (base / "fam").symlink_to(share)
+    system = base / "system"  # stands for /etc
+    system.mkdir()
+    scope = Scope(base / "fam/alice", read_write=(share,), uid=USER_UID)
+    planted = await run_command(f"cd {share} && mv alice old && ln -s {system} alice && echo ok",
+                                scope, LIMITS)
+    assert planted.stdout == "ok\n", planted.stderr
+    with pytest.raises(SandboxUnavailable, match="symlink"):
+        await run_command("touch mine", scope, LIMITS)
+    assert system.stat().st_uid == os.geteuid() and not (system / "mine").exists()
+
+
+def swapping_bwrap(base: Path, folder: Path, target: str) -> Path:
+    """A bwrap that, for a command run in `folder`'s scope, first swaps `folder` for a link to
+    `target`: what a command of the user's running meanwhile can do between the daemon's check and
+    bwrap's mounts (a race it wins now and then; here every time)."""
+    wrapper = base / "bwrap"
+    wrapper.write_text(f"""#!/bin/sh
+case "$*" in *{folder}*) mv {folder} {folder}.old && ln -s {target} {folder} ;; esac
+exec {shutil.which("bwrap")} "$@"
+""")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+async def test_a_folder_bound_twice_is_bound_by_descriptor_both_times(base):
+    # By path (its second bind, under /workspace), bwrap resolved the source long before it
+    # mounted: a link put there meanwhile had it mount the daemon's folder next to the workspace.
+    (base / "tmp/reference").mkdir(parents=True)  # the daemon's, beside the workspaces
+    (base / "tmp/reference/config.toml").write_text("bot_token = 'SECRET'\n")
+    for path in (base / "tmp", base / "tmp/reference"):
+        path.chmod(0o755)
+    workspace = base / "ws"
+    (workspace / "docs/reference").mkdir(parents=True)
+    (workspace / "docs/reference/keep.txt").write_text("keep\n")
+    scope = Scope(workspace, read_only=(workspace / "docs/reference",), uid=USER_UID)
+    bwrap = swapping_bwrap(base, workspace / "docs", "../tmp")
+    result = await run_command("cat /tmp/reference/*", scope, LIMITS, bwrap_path=str(bwrap))
+    assert "SECRET" not in result.stdout
+    assert result.stdout == "keep\n", result.stderr  # the granted folder, where the link led it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon's bwrap runs setpriv as root")
+async def test_a_bind_led_over_usr_bin_does_not_replace_the_setpriv_bwrap_runs_as_root(base):
+    family = base / "family"
+    (family / "alice/tools/bin").mkdir(parents=True)
+    family.chmod(0o777)
+    fake = family / "usr/bin"  # the share's, so any command of the family's may write it
+    fake.mkdir(parents=True)
+    for name in ("sh", "id"):
+        shutil.copy2(os.path.realpath(shutil.which("dash" if name == "sh" else name)), fake / name)
+    (fake / "setpriv").write_text("#!/bin/sh\nid -u > /workspace/ran-as\n")
+    (fake / "setpriv").chmod(0o755)
+    scope = Scope(family / "alice", read_write=(family,), read_only=(family / "alice/tools/bin",),
+                  uid=USER_UID)
+    bwrap = swapping_bwrap(base, family / "alice/tools", "../usr")
+    result = await run_command("id -u", scope, LIMITS, bwrap_path=str(bwrap))
+    assert not (family / "alice/ran-as").exists()
+    assert result.stdout == f"{USER_UID}\n", result.stderr
+
+
+async def test_no_descriptor_is_left_open_in_the_daemon(base):
+    workspace = base / "ws"
+    (workspace / "ref").mkdir(parents=True)
+    (workspace / "link").symlink_to(workspace / "ref")
+    before = sorted(os.listdir("/proc/self/fd"))
+    ok = Scope(workspace, read_only=(workspace / "ref",), uid=USER_UID)
+    for _ in range(3):
+        assert (await run_command("true", ok, LIMITS)).exit_status == 0
+    with pytest.raises(SandboxUnavailable):
+        await run_command("true", Scope(workspace, read_only=(workspace / "link",), uid=USER_UID), LIMITS)
+    assert sorted(os.listdir("/proc/self/fd")) == before
