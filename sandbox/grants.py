@@ -20,6 +20,7 @@ import stat
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup (ELOOP)
 _DIR = os.O_PATH | os.O_CLOEXEC
@@ -80,6 +81,12 @@ def open_folder(path: Path, writable: set[tuple[int, int]]) -> int:
         raise
 
 
+def writable_folders(scope: Any) -> set[tuple[int, int]]:
+    """(device, inode) of every folder a sandboxed command may write, as open_folder takes them:
+    the scope's own (workspace, read_write) and other principals' (its others_writable)."""
+    return _writable_now((scope.workspace, *scope.read_write, *scope.others_writable))
+
+
 def _writable_now(paths: tuple[Path, ...]) -> set[tuple[int, int]]:
     """(device, inode) of each folder of `paths` that can be opened now, shallower first, each
     checked against those before it; one a command redirected adds a folder, and makes
@@ -120,14 +127,22 @@ class Grants:
     extra: list[int] = field(default_factory=list)
 
     @classmethod
+    def of(cls, scope: Any) -> Grants:
+        """The folders of a sandbox.runner.Scope, open."""
+        return cls.open(scope.workspace, scope.read_write, scope.read_only,
+                        others_writable=scope.others_writable)
+
+    @classmethod
     def open(cls, workspace: Path, read_write: tuple[Path, ...] = (),
-             read_only: tuple[Path, ...] = ()) -> Grants:
+             read_only: tuple[Path, ...] = (), *, others_writable: tuple[Path, ...] = ()) -> Grants:
         """Which folders are writable is learnt first, from all of them as their paths lead now,
         and only then is each opened: a writable folder given by a short path (through the admin's
         link, /fam -> /mnt/disk1/exports/family) may lie inside one given by a longer one, and
         must be checked as a path inside it. A link a command planted can only add to what is
-        treated as writable: it makes the check stricter, never looser."""
-        writable = _writable_now((workspace, *read_write))
+        treated as writable: it makes the check stricter, never looser. `others_writable`: folders
+        other principals' commands may write (their workspaces, their roles' read_write), where a
+        link is no more this scope's admin's than in its own."""
+        writable = _writable_now((workspace, *read_write, *others_writable))
         opened: list[Grant] = []
         found: Grant | None = None
         try:

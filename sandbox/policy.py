@@ -7,6 +7,7 @@ from the messaging service, never of anything the model or a tool's output wrote
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Callable
@@ -79,11 +80,13 @@ class Principal:
     user: str  # "channel:id"
     role: Role
     workspace: Path
+    shared_writable: tuple[Path, ...] = ()  # Policy.shared_writable: what any principal may write
 
     @property
     def scope(self) -> Scope:
         return Scope(workspace=self.workspace, read_only=self.role.read_only,
-                     read_write=self.role.read_write, network=self.role.network, uid=sandbox_uid(self.user))
+                     read_write=self.role.read_write, network=self.role.network, uid=sandbox_uid(self.user),
+                     others_writable=self.shared_writable)
 
     @property
     def limits(self) -> Limits:
@@ -131,7 +134,24 @@ class Policy:
         resolved = self.role(role or self._role_of(user))
         workspace = self.workspace_path(user, resolved)
         workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return Principal(user, resolved, workspace)
+        return Principal(user, resolved, workspace, self.shared_writable)
+
+    @functools.cached_property
+    def shared_writable(self) -> tuple[Path, ...]:
+        """Every folder some principal's commands may write, as far as the config can say: each
+        role's read_write, and where workspaces live (the folder holding per-user ones: the
+        default <data_dir>/workspaces, a template's folder above its {user} part; a role's one
+        fixed workspace). A grant reached through a link in one of them may have been redirected
+        by another user's command, not only by this principal's (sandbox.grants)."""
+        found = [self.data_dir / "workspaces"]
+        for role in self.roles.values():
+            found += role.read_write
+            if role.workspace:
+                template = Path(role.workspace).expanduser()
+                parts = template.parts
+                user_part = next((i for i, part in enumerate(parts) if "{user}" in part), None)
+                found.append(template if user_part is None else Path(*parts[:user_part]))
+        return tuple(dict.fromkeys(found))
 
     def workspace_path(self, user: str, role: Role | None = None) -> Path:
         role = role or self.role(self._role_of(user))

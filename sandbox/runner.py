@@ -113,6 +113,9 @@ class Scope:
     read_write: tuple[Path, ...] = ()
     network: bool = False
     uid: int = SANDBOX_UID  # what commands run as when the daemon is root (gid the same number)
+    # Folders other principals' commands may write: other users' workspaces (the folder holding
+    # them), every role's read_write. A symlink there is never followed to a grant (sandbox.grants).
+    others_writable: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -451,7 +454,7 @@ def prepare_workspace(scope: Scope) -> None:
     it: a workspace inside a writable share that a command swapped for a symlink (to /etc) is
     refused (UnsafeGrant), never handed over."""
     try:
-        with Grants.open(scope.workspace, scope.read_write) as grants:
+        with Grants.of(scope) as grants:
             if not _is_root():
                 return
             # Only the top folder is handed over: the command can create files there; files the
@@ -645,7 +648,7 @@ async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limit
 def _open_grants(scope: Scope) -> Grants:
     """The scope's folders, open for bwrap to bind (sandbox.grants), or why the command cannot run."""
     try:
-        return Grants.open(scope.workspace, scope.read_write, scope.read_only)
+        return Grants.of(scope)
     except UnsafeGrant as exc:
         raise SandboxUnavailable(f"refused to run the command: {exc}") from None
     except OSError as exc:

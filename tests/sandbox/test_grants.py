@@ -174,3 +174,28 @@ async def test_no_descriptor_is_left_open_in_the_daemon(base):
     with pytest.raises(SandboxUnavailable):
         await run_command("true", Scope(workspace, read_only=(workspace / "link",), uid=USER_UID), LIMITS)
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon hands the workspace to a uid")
+async def test_a_workspace_another_roles_command_can_swap_is_not_handed_over(base):
+    # A "parents" role may write the family share; a kid's workspace is a folder in it. The kid's
+    # own scope has nothing writable there but its workspace: the policy knows who else writes it.
+    from sandbox.policy import Policy, Role
+
+    system = base / "system"  # stands for /etc
+    system.mkdir()
+    family = base / "family"
+    family.mkdir()
+    family.chmod(0o777)
+    roles = {"parents": Role("parents", skills=frozenset({"shell"}), read_write=(family,)),
+             "kids": Role("kids", skills=frozenset({"shell"}), workspace=f"{family}/{{user}}")}
+    policy = Policy(roles, base / "data", lambda user: "kids" if user == "kid" else "parents")
+    kid = policy.principal("kid")
+    await run_command("echo mine > f", kid.scope, LIMITS)  # the kid's workspace works
+    parent = policy.principal("mum")
+    planted = await run_command(f"cd {family} && mv kid old && ln -s {system} kid && echo ok",
+                                parent.scope, LIMITS)
+    assert planted.stdout == "ok\n", planted.stderr
+    with pytest.raises(SandboxUnavailable, match="symlink"):
+        await run_command("echo 'root::0:0' > passwd", kid.scope, LIMITS)
+    assert system.stat().st_uid == 0 and not (system / "passwd").exists()
