@@ -86,6 +86,10 @@ UNSIZED_TMPFS = ("WITHOUT a size limit on /tmp and /dev/shm: this bubblewrap has
                  "later), so a command can fill them with up to half of the host's RAM each; upgrade "
                  "bubblewrap")
 
+PATH_BINDS = ("granted folders bound BY PATH: this bubblewrap has no --bind-fd (0.8 and later), so a "
+              "command running beside another of its user's could swap a folder for a symlink "
+              "between the check and the mount; upgrade bubblewrap")
+
 FIX_HINT = (
     "Install bubblewrap (`apt-get install bubblewrap`) and make sure unprivileged user namespaces are "
     "enabled (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0, and no AppArmor "
@@ -392,6 +396,8 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
         what = f"bubblewrap ({bwrap}) with a seccomp filter ({seccomp.SUMMARY})"
     if not bwrap_sizes_tmpfs(bwrap):
         what += f"; {UNSIZED_TMPFS}"
+    if not _bwrap_binds_fds(bwrap):
+        what += f"; {PATH_BINDS}"
     return True, what
 
 
@@ -720,12 +726,14 @@ class Sandbox:
 
     def isolation(self) -> tuple[bool, str, bool]:
         """(usable, what, whole): whether commands can run, under which isolation, and whether it
-        has every layer this runner adds (a seccomp filter, sized /tmp and /dev/shm), for `doctor`:
+        has every layer this runner adds (a seccomp filter, sized /tmp and /dev/shm, folders bound
+        by descriptor), for `doctor`:
         usable but not whole is working, with a gap the admin should close."""
         ok, why = isolation_available(self.bwrap_path)
         if ok:
             bwrap = self.bwrap_path or shutil.which("bwrap") or "bwrap"
-            return True, why, seccomp.supported() and bwrap_sizes_tmpfs(bwrap)
+            return True, why, seccomp.supported() and bwrap_sizes_tmpfs(bwrap) and \
+                _bwrap_binds_fds(bwrap)
         if self.allow_unsandboxed:
             return True, f"NONE: commands run unsandboxed (allow_unsandboxed = true; {why})", False
         return False, f"unavailable: {why}", False

@@ -77,3 +77,26 @@ def test_how_commands_memory_is_bounded_is_shown_where_a_role_may_run_commands(t
     else:
         assert line.startswith("⚠ sandbox memory (a daemon started here): per process only"), out
         assert "openclaw service install" in out
+
+
+NO_BIND_FD = """#!/bin/sh
+# bubblewrap 0.7: --size, but no --bind-fd. Everything else is the real one's.
+if [ "$1" = --help ]; then
+    {bwrap} --help 2>&1 | grep -v -e --bind-fd -e --ro-bind-fd
+    exit 0
+fi
+exec {bwrap} "$@"
+"""
+
+
+def test_a_bubblewrap_that_binds_granted_folders_by_path_is_a_warning(tmp_path, capsys):
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap (bwrap) is not installed: run `apt-get install bubblewrap` or `make setup`")
+    old = tmp_path / "bwrap-0.7"
+    old.write_text(NO_BIND_FD.format(bwrap=shutil.which("bwrap")))
+    old.chmod(0o755)
+    code, out = doctor(tmp_path, f'[sandbox]\nbwrap_path = "{old}"\n', capsys)
+    line = next(line for line in out.splitlines() if "sandbox isolation" in line)
+    assert line.startswith("⚠ sandbox isolation: bubblewrap"), out
+    assert "granted folders bound BY PATH" in line and "upgrade bubblewrap" in line, out
+    assert code == 0, out  # commands still run
