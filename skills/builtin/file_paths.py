@@ -3,6 +3,12 @@ may use, resolving a caller's path into one of them (or denying it with the reas
 folders through descriptors so that the resolved path is the one worked on, and the checks and whole
 reads and writes done on those descriptors.
 
+The folders themselves are opened first, once a call, by sandbox.grants as the shell's are: a
+command can rename anything in the folders it may write, so a granted folder whose path leads through a
+symlink inside one of them (`mv docs old; mkdir docs; ln -s ~/.config/openclaw docs/reference`) is
+refused, never opened, and nothing below re-resolves a folder's path: all work starts from its
+descriptor.
+
 Containment has two layers. First every path is resolved to where it really is (symlinks and `..`
 followed, as the kernel would) and must lie inside one of the principal's folders; that check gives the
 denial its wording. Then the work is done through file descriptors opened one component at a time from
@@ -16,8 +22,10 @@ import errno
 import os
 import stat
 from dataclasses import dataclass
+from pathlib import Path
 
 from sandbox.fs_identity import as_daemon
+from sandbox.grants import Grants, UnsafeGrant
 from sandbox.policy import Principal
 from sandbox.runner import SANDBOX_UID, WORKSPACE_MOUNT
 from skills.base import SkillDenied, SkillError
@@ -33,6 +41,9 @@ class _Root:
     configured: str  # as the admin wrote it, for messages
     writable: bool
     workspace: bool
+    # O_PATH, opened by sandbox.grants and owned by the Folders it came from (None: the folder does
+    # not exist); every open below the folder starts here.
+    fd: int | None = None
 
     def shown(self) -> str:
         if self.workspace:
@@ -46,6 +57,9 @@ class Target:
     root: _Root  # the folder the resolved path lies in
     parts: tuple[str, ...]  # the resolved path below root.real, no symlinks, no dots
     uid: int = SANDBOX_UID  # the principal's sandbox uid: owner of what we create in its workspace
+    # (device, inode) of the read-only folders: a write is refused in one met on the way below a
+    # writable folder, however it got there (a command may move it after its path was checked).
+    read_only: frozenset[tuple[int, int]] = frozenset()
 
     def shown(self, parts: tuple[str, ...] | None = None) -> str:
         return _show(self.root, self.parts if parts is None else parts)
@@ -73,9 +87,71 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _roots(principal: Principal) -> list[_Root]:
-    return [_Root(_real(str(path)), str(path), writable, index == 0)
-            for index, (path, writable) in enumerate(principal.file_roots())]
+class Folders:
+    """The principal's folders, open for one call (see open_folders); close() when done."""
+
+    def __init__(self, principal: Principal, grants: Grants) -> None:
+        self.grants = grants
+        self.uid = principal.scope.uid
+        opened = [grants.workspace, *grants.others]  # workspace, read_write, read_only: as file_roots
+        configured = principal.file_roots()
+        # A missing folder's path is only resolved for the wording: it is never opened.
+        self.roots = [_Root(str(grant.path) if grant.fd is not None else _real(str(path)), str(path),
+                            writable, index == 0, grant.fd)
+                      for index, ((path, writable), grant) in enumerate(zip(configured, opened,
+                                                                              strict=True))]
+
+    @property
+    def read_only(self) -> frozenset[tuple[int, int]]:
+        """(device, inode) of the read-only folders that are not also writable ones."""
+        def ids(writable: bool) -> set[tuple[int, int]]:
+            return {_identity(os.fstat(root.fd)) for root in self.roots
+                    if root.fd is not None and root.writable == writable}
+        return frozenset(ids(False) - ids(True))
+
+    def close(self) -> None:
+        self.grants.close()
+
+    def __enter__(self) -> Folders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_folders(principal: Principal) -> Folders:
+    """The workspace and granted folders of `principal`, opened as its shell commands' are
+    (sandbox.grants, as the daemon: the admin's folders), or a SkillError saying why not. One that
+    leads through a symlink inside a folder commands may write refuses the whole call, as it
+    refuses every command: which folder a path lies in is only known with all of them."""
+    try:
+        with as_daemon():
+            grants = Grants.of(principal.scope)
+    except UnsafeGrant as exc:
+        raise SkillError(f"refused to open your folders: {exc}. Nothing was read or written; an admin "
+                         "must put the folder back (or take it out of the role) before the files "
+                         "skill or commands use it again") from None
+    except FileNotFoundError as exc:  # only the workspace: a missing granted folder is left open
+        raise SkillError(f"your workspace {exc.filename} does not exist; ask the admin") from None
+    except NotADirectoryError as exc:
+        raise SkillError(f"{exc.filename} is not a folder; ask the admin to fix the role") from None
+    try:
+        return Folders(principal, grants)
+    except BaseException:
+        grants.close()
+        raise
+
+
+def folder_path(root: _Root) -> Path:
+    """A path naming the folder open as root.fd itself (/proc's link to the descriptor), for code
+    that takes a path (the disk budget's measures): the folder's own path may lead elsewhere by now."""
+    if root.fd is None:
+        raise SkillError(f"the folder {root.configured} does not exist")
+    return Path(f"/proc/self/fd/{root.fd}")
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
 
 
 def _listing(roots: list[_Root]) -> str:
@@ -89,9 +165,10 @@ def _root_of(path: str, roots: list[_Root]) -> _Root | None:
     return max(holding, key=lambda root: len(root.real), default=None)
 
 
-def resolve(raw: str, principal: Principal) -> Target:
-    """Where `raw` leads: inside one of the principal's folders, or a SkillDenied saying how it leaves."""
-    roots = _roots(principal)
+def resolve(raw: str, folders: Folders) -> Target:
+    """Where `raw` leads: inside one of the principal's folders, or a SkillDenied saying how it
+    leaves. The Target is good while `folders` is open."""
+    roots = folders.roots
     if not raw.strip():
         raise SkillError("the path is empty; use \".\" for the workspace")
     if "\0" in raw:
@@ -113,7 +190,7 @@ def resolve(raw: str, principal: Principal) -> Target:
         raise SkillDenied(f"{q(raw)} {_how_it_leaves(joined, roots)} outside your folders "
                           f"({_listing(roots)})")
     parts = tuple(part for part in real[len(root.real):].split("/") if part)
-    return Target(raw, root, parts, uid=principal.scope.uid)
+    return Target(raw, root, parts, uid=folders.uid, read_only=folders.read_only)
 
 
 def _how_it_leaves(joined: str, roots: list[_Root]) -> str:
@@ -140,23 +217,20 @@ def _how_it_leaves(joined: str, roots: list[_Root]) -> str:
     return "leads"
 
 
-def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, hint: str = "") -> int:
+def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, hint: str = "",
+              writing: bool = False) -> int:
     """A descriptor for the folder root/parts, every component opened with O_NOFOLLOW from the one
     above it. With `create`, missing folders are made (and given to the sandbox uid in a workspace
     when we are root, so the sandboxed shell can change what we made). `hint` is added when the last
-    component turns out not to be a folder."""
+    component turns out not to be a folder. `writing`: a read-only folder on the way is refused."""
     chown = create and target.root.workspace and os.geteuid() == 0
-    try:
-        with as_daemon():  # the admin's folder, as configured; its parents are not the user's to walk
-            granted = os.open(target.root.real, DIR_FLAGS & ~os.O_NOFOLLOW)
-    except FileNotFoundError:
-        raise SkillError(f"the folder {target.root.configured} does not exist") from None
-    try:
-        # The folder itself opened again as whoever acts now: a descriptor opened as root would
-        # list a folder the user may not read (reads through it are not checked again).
-        fd = os.open(".", DIR_FLAGS, dir_fd=granted)
-    finally:
-        os.close(granted)
+    guard = target.read_only if writing and target.root.writable else frozenset()
+    if target.root.fd is None:
+        raise SkillError(f"the folder {target.root.configured} does not exist")
+    # The granted folder's descriptor (opened as the daemon: its parents are not the user's to
+    # walk), opened again as whoever acts now: a descriptor opened as root would list a folder the
+    # user may not read (reads through it are not checked again).
+    fd = os.open(".", DIR_FLAGS, dir_fd=target.root.fd)
     try:
         for index, part in enumerate(parts):
             where = parts[:index + 1]
@@ -177,6 +251,9 @@ def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, h
                 raise SkillError(f"{target.shown(where)} is not a folder{last}") from None
             os.close(fd)
             fd = child
+            if guard and _identity(os.fstat(fd)) in guard:
+                raise SkillDenied(f"{q(target.raw)} is in {target.shown(where)}, which is read-only for "
+                                  "you (one of your read-only folders, moved there)")
         return fd
     except BaseException:
         os.close(fd)
@@ -236,7 +313,8 @@ def open_file(target: Target, flags: int, *, create: bool = False) -> tuple[int,
     """(descriptor, whether we created the file) for the target file, through _open_dir."""
     if not target.parts:
         raise SkillError(f"{target.shown()} is a folder; use action \"list\"")
-    parent = _open_dir(target, target.parts[:-1], create=create)
+    parent = _open_dir(target, target.parts[:-1], create=create,
+                       writing=bool(flags & (os.O_WRONLY | os.O_RDWR)))
     name = target.parts[-1]
     try:
         if create:

@@ -15,20 +15,23 @@ import os
 import re
 import stat
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from sandbox.disk import BLOCK
 from sandbox.disk_budget import DiskFull, check_write
 from sandbox.fs_identity import acting_as, as_daemon
+from sandbox.grants import UnsafeGrant
+from sandbox.policy import Principal
 from sandbox.runner import prepare_workspace
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
     Target,
+    folder_path,
     give_to_sandbox,
     open_file,
     open_folder,
+    open_folders,
     pread_all,
     q,
     regular,
@@ -133,12 +136,10 @@ class FilesSkill(Skill):
         action = args["action"]
         _check_args(action, args)
         try:
-            target = await asyncio.to_thread(resolve, args["path"], ctx.principal)
-            if target.root.workspace:  # the user's own, as for their shell commands
-                await asyncio.to_thread(prepare_workspace, ctx.principal.scope)
             if action == "search" and args.get("regex") and args.get("pattern"):
-                return await self._search_regex(target, args, ctx)
-            return await asyncio.to_thread(_as_user, target, getattr(self, f"_{action}"), args, ctx)
+                return await self._search_regex(args, ctx)
+            return await asyncio.to_thread(_in_folders, args["path"], ctx.principal,
+                                           getattr(self, f"_{action}"), args, ctx)
         except OSError as exc:  # no space left, permission refused by the system: the model's business
             raise SkillError(f"{action} {q(args['path'])}: {exc.strerror or exc}") from None
 
@@ -256,15 +257,16 @@ class FilesSkill(Skill):
             os.close(fd)
         return _search_report(target, args, ctx, found, cap)
 
-    async def _search_regex(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
+    async def _search_regex(self, args: dict[str, Any], ctx: SkillContext) -> str:
         """A regular expression search runs in a child process the daemon can kill (see
-        file_search.search_in_child), handed the checked folder's descriptor."""
+        file_search.search_in_child), handed the checked folder's descriptor: it resolves no path."""
         glob, pattern, limit, cap = _search_options(args, ctx)
         try:
             re.compile(pattern)
         except re.error as exc:
             raise SkillError(f"pattern is not a valid regular expression: {exc}") from None
-        fd = await asyncio.to_thread(_as_user, target, open_folder)
+        # The target is used below only for its names: its folders are closed by then.
+        target, fd = await asyncio.to_thread(_in_folders, args["path"], ctx.principal, _open_for_search)
         try:
             found = await search_in_child(fd, glob, pattern, limit, cap,
                                           ctx.principal.limits.wall_seconds, uid=target.uid)
@@ -273,19 +275,33 @@ class FilesSkill(Skill):
         return _search_report(target, args, ctx, found, cap)
 
 
-def _as_user(target: Target, work, *args):
-    """`work(target, *args)` with the kernel checking every open, read and write as the user's
-    sandbox uid (when the daemon is root), as it does for their shell commands: root's override
-    of file permissions must not reach what the user's own commands could not."""
-    with acting_as(target.uid):
-        return work(target, *args)
+def _in_folders(raw: str, principal: Principal, work, *args):
+    """`work(target, *args)` for the path `raw`, with the principal's folders open (file_paths.
+    open_folders: none through a symlink a command could have put there) and the kernel checking
+    every open, read and write as the user's sandbox uid (when the daemon is root), as it does for
+    their shell commands: root's override of file permissions must not reach what the user's own
+    commands could not."""
+    with open_folders(principal) as folders:
+        target = resolve(raw, folders)
+        if target.root.workspace:  # the user's own, as for their shell commands
+            try:
+                prepare_workspace(principal.scope)
+            except UnsafeGrant as exc:  # swapped since open_folders: refused as it would have been
+                raise SkillError(f"refused to open your workspace: {exc}") from None
+        with acting_as(target.uid):
+            return work(target, *args)
+
+
+def _open_for_search(target: Target) -> tuple[Target, int]:
+    """The target folder's descriptor, for the regex search's child; the caller closes it."""
+    return target, open_folder(target)
 
 
 def _check_room(target: Target, ctx: SkillContext, growth: int) -> None:
     """The disk budget (sandbox.disk_budget) before a write that adds `growth` bytes: the
     workspace's quota, and the free space kept for everyone on the folder's filesystem. Measured
     as the daemon: a folder the user made unreadable must still count."""
-    root = Path(target.root.real)
+    root = folder_path(target.root)  # the folder open, not its path: that may lead elsewhere now
     try:
         with as_daemon():
             check_write(root, growth, workspace=root if target.root.workspace else None,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 
 from sandbox import disk
 from sandbox.policy import Policy, Principal, Role, sandbox_uid
-from sandbox.runner import Limits, Sandbox
+from sandbox.runner import Limits, Sandbox, isolation_available, run_command
 from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
 from skills.executor import Executor, Outcome, _for_audit
@@ -36,13 +38,15 @@ class Env:
     policy: Policy
     executor: Executor
     audit: list[dict] = field(default_factory=list)
+    role: str | None = None  # USER's, when not the tester role
 
     @property
     def principal(self) -> Principal:
-        return self.policy.principal(USER)
+        return self.policy.principal(USER, self.role)
 
     async def call(self, user: str = USER, **args) -> Outcome:
-        return await self.executor.call("files", args, self.policy.principal(user))
+        return await self.executor.call("files", args,
+                                        self.policy.principal(user, self.role if user == USER else None))
 
     async def ok(self, **args) -> str:
         outcome = await self.call(**args)
@@ -77,7 +81,8 @@ def mine(path: Path, user: str = USER) -> Path:
     return path
 
 
-def make_env(tmp: Path, settings: dict | None = None, sandbox: Sandbox | None = None) -> Env:
+def make_env(tmp: Path, settings: dict | None = None, sandbox: Sandbox | None = None,
+             roles: dict[str, Role] | None = None) -> Env:
     data = tmp / "data"
     data.mkdir(mode=0o700)  # as the daemon makes it: not the users' to walk through
     # What sits next to the workspaces in a real data dir, and must never be reachable.
@@ -93,7 +98,7 @@ def make_env(tmp: Path, settings: dict | None = None, sandbox: Sandbox | None = 
     (outside / "secret.txt").write_text(SECRET)
     roles = {"tester": Role("tester", skills=frozenset({"files"}), read_only=(ro,), read_write=(rw,),
                             limits=LIMITS),
-             "nofiles": Role("nofiles", skills=frozenset({"clock"}))}
+             "nofiles": Role("nofiles", skills=frozenset({"clock"})), **(roles or {})}
     policy = Policy(roles, data, role_of=lambda user: "nofiles" if user == NO_FILES_USER else "tester")
     (policy.principal(OTHER_USER).workspace / "diary.txt").write_text(SECRET)
     rows: list[dict] = []
@@ -567,6 +572,158 @@ async def test_a_symlink_swapped_in_after_the_check_is_not_followed(env, monkeyp
     await env.denied(f"dangling {why}", action="write", path="dangling", content="x")
     assert "no matches" in await env.ok(action="search", path=".", pattern="SECRET")
     untouched(env)
+
+
+# -- granted folders a command could have swapped (sandbox.grants) ---------------------------------
+
+COMMAND_LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_bytes=4096,
+                        file_size_bytes=1 << 20, processes=32, open_files=64)
+SWAPPED = ("leads through a symlink", "a command may have put it there", "Nothing was read or written")
+
+
+@pytest.fixture
+def walkable():
+    """A folder for tests that run real commands: under /tmp and walkable, not pytest's tmp_path
+    (0700, which a sandbox uid cannot walk through)."""
+    # `make test` installs bubblewrap; a missing one is a broken setup, not a reason to skip.
+    ok, why = isolation_available()
+    if not ok:
+        pytest.fail(f"bubblewrap is missing or cannot create namespaces ({why}): run `make setup`")
+    path = Path(tempfile.mkdtemp(prefix="openclaw-files-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def daemon_secret(base: Path) -> Path:
+    """A world-readable file in a folder only the daemon may enter, like its config in ~/.config:
+    the user's uid can read it only if something opens the way in for it as the daemon."""
+    private = base / "daemon"
+    (private / "conf").mkdir(parents=True)
+    (private / "conf/config.toml").write_text(f"bot_token = '{SECRET}'\n")
+    for path, mode in ((private / "conf", 0o755), (private / "conf/config.toml", 0o644), (private, 0o700)):
+        path.chmod(mode)
+    return private / "conf"
+
+
+async def test_a_read_only_folder_a_command_swapped_for_a_symlink_is_refused_not_followed(walkable):
+    secret = daemon_secret(walkable)
+    env = make_env(walkable)
+    reference = env.workspace / "docs/reference"
+    reference.mkdir(parents=True)
+    (reference / "keep.txt").write_text("keep\n")
+    env.policy.roles["coder"] = Role("coder", skills=frozenset({"files", "shell"}), read_only=(reference,),
+                                     limits=LIMITS)
+    env.role = "coder"
+    assert await env.ok(action="read", path="docs/reference/keep.txt") == "keep\n"
+    # The folder is a mount point in the sandbox, but the one above it can be renamed and rebuilt.
+    planted = await run_command(f"mv docs old && mkdir docs && ln -s {secret} docs/reference && echo ok",
+                                env.principal.scope, COMMAND_LIMITS)
+    assert planted.stdout == "ok\n", planted.stderr
+    before = sorted(os.listdir("/proc/self/fd"))
+    for args in ({"action": "read", "path": "docs/reference/config.toml"},
+                 {"action": "read", "path": str(reference / "config.toml")},
+                 {"action": "list", "path": "docs/reference"},
+                 {"action": "search", "path": "docs/reference", "pattern": "token"},
+                 {"action": "search", "path": str(reference), "pattern": "tok.n", "regex": True},
+                 {"action": "write", "path": "docs/reference/config.toml", "content": "pwned"},
+                 {"action": "read", "path": "notes.txt"}):  # which folder a path is in needs them all
+        text = await env.fails(*SWAPPED, str(reference), **args)
+        assert SECRET not in text, args
+    assert (secret / "config.toml").read_text() == f"bot_token = '{SECRET}'\n"
+    assert sorted(os.listdir("/proc/self/fd")) == before  # the folders opened were closed again
+
+
+@pytest.mark.parametrize("swapped", ["notes", "kid"])
+async def test_a_folder_in_a_share_another_roles_command_swapped_is_refused(walkable, swapped):
+    # Parents may write the family share; a kid's read_write folder, or its workspace, lies in it.
+    # The kid's own role writes nothing there but these: the policy knows who else does.
+    secret = daemon_secret(walkable)
+    family = walkable / "family"
+    (family / "notes").mkdir(parents=True)
+    family.chmod(0o777)
+    roles = {"parents": Role("parents", skills=frozenset({"shell"}), read_write=(family,)),
+             "kids": Role("kids", skills=frozenset({"files"}), read_write=(family / "notes",),
+                          workspace=f"{family}/{{user}}", limits=LIMITS)}
+    env = make_env(walkable, roles=roles)
+    env.role = "kids"
+    folder = env.policy.principal(USER, "kids").workspace if swapped == "kid" else family / "notes"
+    planted = await run_command(f"cd {family} && mv {folder.name} old && ln -s {secret} {folder.name} "
+                                "&& echo ok", env.policy.principal("mum", "parents").scope, COMMAND_LIMITS)
+    assert planted.stdout == "ok\n", planted.stderr
+    path = "config.toml" if swapped == "kid" else str(folder / "config.toml")
+    for args in ({"action": "read", "path": path},
+                 {"action": "search", "path": os.path.dirname(path) or ".", "pattern": "to.en",
+                  "regex": True},
+                 {"action": "write", "path": path, "content": "pwned"}):
+        text = await env.fails(*SWAPPED, str(folder), **args)
+        assert SECRET not in text, args
+    assert (secret / "config.toml").read_text() == f"bot_token = '{SECRET}'\n"
+    assert secret.stat().st_uid == os.geteuid()  # not handed over to the kid
+
+
+async def test_a_folder_swapped_after_it_was_opened_is_still_the_one_worked_in(walkable, monkeypatch):
+    # What a command running at the same time can do between the folders being opened and the
+    # work (a race it wins now and then; here every time): the work goes on from the descriptor.
+    secret = daemon_secret(walkable)
+    env = make_env(walkable)
+    docs, old = env.workspace / "docs", env.workspace / "old"
+    (docs / "reference").mkdir(parents=True)
+    (docs / "reference/keep.txt").write_text("keep\n")
+    env.policy.roles["coder"] = Role("coder", skills=frozenset({"files"}), read_only=(docs / "reference",),
+                                     limits=LIMITS)
+    env.role = "coder"
+    opened = file_paths.Grants.of
+
+    def open_then_swap(scope):
+        if old.exists():  # put back as it was before the call, then swapped again once opened
+            (docs / "reference").unlink()
+            docs.rmdir()
+            old.rename(docs)
+        grants = opened(scope)
+        docs.rename(old)
+        docs.mkdir()
+        (docs / "reference").symlink_to(secret)
+        return grants
+
+    monkeypatch.setattr(file_paths.Grants, "of", open_then_swap)
+    text = await env.denied("goes through docs/reference, a symbolic link that leads outside",
+                            action="read", path="docs/reference/config.toml")
+    assert SECRET not in text
+    # Where it went, it is still the read-only folder it was.
+    assert await env.ok(action="read", path="old/reference/keep.txt") == "keep\n"
+    await env.denied("which is read-only for you", action="write", path="old/reference/keep.txt",
+                     content="x")
+    assert (secret / "config.toml").read_text() == f"bot_token = '{SECRET}'\n"
+
+
+async def test_the_admins_own_symlinks_to_granted_folders_are_followed(tmp_path):
+    (tmp_path / "ro-link").symlink_to(tmp_path / "shared-ro")  # outside every writable folder
+    (tmp_path / "rw-link").symlink_to(tmp_path / "shared-rw")
+    roles = {"linked": Role("linked", skills=frozenset({"files"}), read_only=(tmp_path / "ro-link",),
+                            read_write=(tmp_path / "rw-link",), limits=LIMITS)}
+    env = make_env(tmp_path, roles=roles)
+    env.role = "linked"
+    manual = str(tmp_path / "ro-link/manual.txt")
+    assert await env.ok(action="read", path=manual) == "how to use the printer\n"
+    assert "manual.txt" in await env.ok(action="list", path=str(tmp_path / "ro-link"))
+    found = await env.ok(action="search", path=str(tmp_path / "ro-link"), pattern="print.r", regex=True)
+    assert found.splitlines()[0] == f"{env.ro}/manual.txt:1: how to use the printer"
+    await env.ok(action="write", path=str(tmp_path / "rw-link/out.txt"), content="done")
+    assert (env.rw / "out.txt").read_text() == "done"
+    await env.denied("read-only for you", action="write", path=manual, content="x")
+
+
+async def test_a_missing_read_only_folder_is_named_and_the_others_still_work(tmp_path):
+    gone = tmp_path / "gone"
+    roles = {"missing": Role("missing", skills=frozenset({"files"}), read_only=(gone,), limits=LIMITS)}
+    env = make_env(tmp_path, roles=roles)
+    env.role = "missing"
+    await env.fails(f"the folder {gone} does not exist", action="read", path=str(gone / "x.txt"))
+    await env.fails(f"the folder {gone} does not exist", action="list", path=str(gone))
+    await env.ok(action="write", path="notes.txt", content="still here")
+    assert await env.ok(action="read", path="notes.txt") == "still here"
+    assert not gone.exists()
 
 
 async def test_a_backtracking_regex_is_stopped_at_the_wall_limit_and_the_daemon_keeps_running(env):
