@@ -8,9 +8,10 @@ nothing else: access, storage and the agent live in `openclaw/`.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from openclaw.gateway_types import InboundMessage
@@ -77,8 +78,8 @@ class Connector(Protocol):
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None: ...
 
     # Optional: `async def fetch_attachment(self, ref, folder) -> (file name | None, note | None)`
-    # saves one of InboundMessage.attachments into `folder` (the user's workspace), or says why not;
-    # save_attachment below does all of it but the download itself.
+    # saves one of InboundMessage.attachments into `folder` (a Folder: the user's workspace, open),
+    # or says why not; save_attachment below does all of it but the download itself.
     # Optional: `async def draft(self, chat_id, text)` shows a reply while it is generated (the
     # whole text so far each call; the connector rate-limits its edits). Only called when the
     # channel's `stream_edits` is on.
@@ -155,7 +156,20 @@ def media_note(kind: str, text: str, *, with_files: bool = False) -> tuple[str, 
                 "Please type your message.")
 
 
-async def save_attachment(folder: Path, name: str, download: Callable[[Writer], Awaitable[object]],
+@dataclass(frozen=True)
+class Folder:
+    """Where save_attachment puts the files a user sends: their workspace, open. `fd` (an O_PATH
+    descriptor will do; the caller closes it) is the very folder the gateway checked
+    (sandbox.grants.open_folder), so a file is created in it, never through a path a command may
+    have redirected since (their workspace swapped for a link to /etc). `owner`: the uid (and gid)
+    each file is given, through the file's own descriptor (a root daemon: the user's sandbox uid);
+    None leaves it as created."""
+
+    fd: int
+    owner: int | None = None
+
+
+async def save_attachment(folder: Folder, name: str, download: Callable[[Writer], Awaitable[object]],
                           *, size: int | None, max_bytes: int, errors: tuple[type[Exception], ...],
                           channel: str, why: Callable[[BaseException], str] | None = None
                           ) -> tuple[str | None, str | None]:
@@ -169,24 +183,32 @@ async def save_attachment(folder: Path, name: str, download: Callable[[Writer], 
     if size is not None and size > max_bytes:
         return None, (f"[The user sent the file {name!r} ({size} bytes), too big for me "
                       f"to download: the limit is {max_bytes} bytes.]")
-    path, file = create_unique(folder, name)
+    saved_as, file = create_unique(folder, name)
     try:
         with file:
             await download(_BoundedWriter(file, max_bytes))
     except FileTooBig:
-        path.unlink(missing_ok=True)
+        _remove(folder, saved_as)
         log.warning("%s: %s is larger than the limit of %d bytes; not kept", channel, name, max_bytes)
         return None, (f"[The user sent the file {name!r}, too big for me to download: it is over "
                       f"the limit of {max_bytes} bytes.]")
     except errors as exc:
-        path.unlink(missing_ok=True)
+        _remove(folder, saved_as)
         reason = (why or reason_for)(exc)
         log.warning("%s: could not download %s: %s", channel, name, reason)
         return None, f"[The user sent the file {name!r}, but downloading it failed: {reason}]"
     except BaseException:  # /stop, shutdown, or a bug: still no half-written file
-        path.unlink(missing_ok=True)
+        _remove(folder, saved_as)
         raise
-    return path.name, None
+    return saved_as, None
+
+
+def _remove(folder: Folder, name: str) -> None:
+    """A half-saved file goes, by its name in the folder (never following a link put there)."""
+    try:
+        os.unlink(name, dir_fd=folder.fd)
+    except FileNotFoundError:  # the user's commands may have moved it meanwhile
+        pass
 
 
 def reason_for(exc: BaseException) -> str:
@@ -291,16 +313,38 @@ def safe_file_name(name: str | None, fallback: str) -> str:
     return f"{stem.rstrip() or 'file'}{dot}{ext}"
 
 
-def create_unique(folder: Path, name: str) -> tuple[Path, BinaryIO]:
-    """Create `name` in `folder`, or "stem-1.ext", "stem-2.ext"... if taken; never overwrites.
-    Exclusive creation also refuses a planted symlink rather than writing through it."""
+def create_unique(folder: Folder, name: str) -> tuple[str, BinaryIO]:
+    """Create `name` in `folder`, or "stem-1.ext", "stem-2.ext"... if taken: (the name it got, the
+    file open for writing; the caller closes it). Never overwrites; exclusive creation relative to
+    the folder's descriptor never writes through a symlink planted under the name, nor into a
+    folder other than the one opened. The file is given to `folder.owner` before anything is
+    written, through its descriptor: a name can be swapped meanwhile, the open file cannot."""
     stem, dot, ext = name.rpartition(".")
     if not stem:
         stem, dot, ext = name, "", ""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     number = 0
     while True:
-        path = folder / (name if number == 0 else f"{stem}-{number}{dot}{ext}")
+        candidate = name if number == 0 else f"{stem}-{number}{dot}{ext}"
         try:
-            return path, open(path, "xb")  # the caller closes it
+            fd = os.open(candidate, flags, 0o666, dir_fd=folder.fd)
         except FileExistsError:
             number += 1
+            continue
+        try:
+            if folder.owner is not None:
+                _give(fd, candidate, folder.owner)
+            return candidate, os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)
+            _remove(folder, candidate)
+            raise
+
+
+def _give(fd: int, name: str, owner: int) -> None:
+    """Hand the new file to the uid the user's commands run as, or they could read it but not
+    change it. A failure (a filesystem that refuses it) keeps the file, as the daemon's."""
+    try:
+        os.fchown(fd, owner, owner)
+    except OSError as exc:
+        log.warning("could not give the file %s to uid %d: %s", name, owner, exc)

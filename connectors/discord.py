@@ -22,7 +22,6 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import discord
 import yarl
@@ -34,6 +33,7 @@ from connectors.base import (
     DeliveryRefused,
     DownloadFailed,
     FileDownloads,
+    Folder,
     Handler,
     Writer,
     media_note,
@@ -214,7 +214,7 @@ class DiscordConnector:
             display_name=author.display_name, is_group=is_group, attachments=files,
             notice=notice), None))
 
-    async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
+    async def fetch_attachment(self, ref: str, folder: Folder) -> tuple[str | None, str | None]:
         """Download a file into the sender's workspace (called by the gateway for admitted users
         only) from its signed CDN URL, streamed: (its name in the folder, None) or (None, a note
         for the agent saying why not). The URL works for about a day; an expired one is not

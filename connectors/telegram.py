@@ -35,6 +35,7 @@ from connectors.base import (
     DeliveryRefused,
     DownloadFailed,
     FileDownloads,
+    Folder,
     Handler,
     Writer,
     media_note,
@@ -313,7 +314,7 @@ class TelegramConnector:
         text = re.sub(r"[ \t]{2,}", " ", mention.sub("", text))
         return text.strip().lstrip(",:;").strip()
 
-    async def fetch_attachment(self, ref: str, folder: Path) -> tuple[str | None, str | None]:
+    async def fetch_attachment(self, ref: str, folder: Folder) -> tuple[str | None, str | None]:
         """Download a document into the sender's workspace (called by the gateway for admitted
         users only): (its name in the folder, None) or (None, a note for the agent saying why not).
         getFile names the file; its body is streamed from the file server (base_file_url) through

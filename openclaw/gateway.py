@@ -15,9 +15,10 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from connectors.base import Connector, DeliveryRefused, chunk_text
+from connectors.base import Connector, DeliveryRefused, Folder, chunk_text
 from openclaw import access, reminders
 from openclaw.agent import Agent, Caller, TurnResult
 from openclaw.approvals import Approvals
@@ -28,6 +29,7 @@ from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store, UnknownUserError
 from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
 from sandbox.disk_budget import DiskFull, check_room
+from sandbox.grants import UnsafeGrant, open_folder, writable_folders
 from sandbox.policy import Policy, Principal, UnknownRole
 from skills.base import visible
 from skills.builtin.spoken_time import split_request
@@ -755,25 +757,36 @@ class Gateway:
         """Fetch the user's files into their workspace (only now: the user is admitted) and tell
         the agent where they are, or why one could not be fetched. Each is fetched only while the
         workspace is under its quota and the disk above the reserve, as a command is run (one
-        file, at most the connector's max_file_mb, may take it past)."""
+        file, at most the connector's max_file_mb, may take it past). The workspace is opened as
+        the sandbox opens it (sandbox.grants) and every file is created relative to that
+        descriptor: one a command swapped for a link (`mv alice old; ln -s /etc alice` in a
+        writable share) gets nothing, and the agent is told why."""
         if not refs:
             return ""
         fetch = getattr(connector, "fetch_attachment", None)
+        if fetch is None:  # the files are already in the workspace: the refs are their names
+            return f"\n\n[attached files, in your workspace: {', '.join(refs)}]"
+        try:  # a few opens, in the loop: a descriptor opened in a thread leaks if /stop comes
+            fd = open_folder(principal.workspace, writable_folders(principal.scope))
+        except OSError as exc:  # UnsafeGrant, or no folder there
+            return "\n\n" + _not_saved(principal, len(refs), exc)
+        folder = Folder(fd, principal.scope.uid if os.geteuid() == 0 else None)
         names, notes = [], []
-        for ref in refs:
-            if fetch:
+        try:
+            for ref in refs:
                 try:
-                    await asyncio.to_thread(check_room, principal.workspace, (self.config.data_dir,),
-                                            quota=principal.limits.disk_bytes,
+                    # The folder opened, through its descriptor, not the path (now maybe a link).
+                    await _to_thread_to_end(check_room, Path(f"/proc/self/fd/{fd}"),
+                                            (self.config.data_dir,), quota=principal.limits.disk_bytes,
                                             reserve=self.config.sandbox.min_free_disk_mb << 20)
                 except DiskFull as full:
                     notes.append(f"[The user sent a file, which was not saved: {full}.]")
                     continue
-            name, note = await fetch(ref, principal.workspace) if fetch else (ref, None)
-            if name and fetch:
-                _hand_to_sandbox(principal, name)
-            names += [name] if name else []
-            notes += [note] if note else []
+                name, note = await fetch(ref, folder)
+                names += [name] if name else []
+                notes += [note] if note else []
+        finally:
+            os.close(fd)
         parts = ([f"[attached files, in your workspace: {', '.join(names)}]"] if names else []) + notes
         return "\n\n" + "\n".join(parts)
 
@@ -840,18 +853,31 @@ class Gateway:
             await asyncio.sleep(0.05)
 
 
-def _hand_to_sandbox(principal: Principal, name: str) -> None:
-    """A daemon running as root wrote the file: give it to the uid the user's commands run as (as
-    the runner does the workspace), or they could read it but not change it. Not following a
-    symlink: the user's commands may be running in that folder meanwhile."""
-    if os.geteuid() != 0:
-        return
-    uid = principal.scope.uid
+def _not_saved(principal: Principal, count: int, exc: OSError) -> str:
+    """The agent's note, and the log's error, for files not saved because the workspace could not
+    be opened safely: nothing was written anywhere."""
+    log.error("not saving %d file(s) %s sent: their workspace %s cannot be opened safely: %s",
+              count, principal.user, principal.workspace, exc)
+    if isinstance(exc, UnsafeGrant):
+        why = ("the way to your workspace leads through a symbolic link inside a folder sandboxed "
+               "commands may write, which a command may have put there, so I write nothing into "
+               "it (your commands are refused too)")
+    else:
+        why = f"your workspace cannot be opened ({exc.strerror or exc})"
+    files = "a file, which was" if count == 1 else f"{count} files, which were"
+    return (f"[The user sent {files} not saved: {why}. The owner must check the workspace; "
+            "the daemon's log says which.]")
+
+
+async def _to_thread_to_end(func, /, *args, **kwargs):
+    """asyncio.to_thread, except that a cancel (/stop) returns only once `func` has: it may be
+    using a descriptor the caller closes as soon as this returns."""
+    running = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
     try:
-        os.chown(principal.workspace / name, uid, uid, follow_symlinks=False)
-    except OSError as exc:
-        log.warning("could not give %s in the workspace of %s to uid %d: %s", name, principal.user,
-                    uid, exc)
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await asyncio.wait([running])
+        raise
 
 
 def _lane_key(msg: InboundMessage) -> tuple[str, str, str]:
