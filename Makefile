@@ -38,3 +38,4 @@ bench: $(STAMP)
 	$(PY) bench/engine_cpu.py
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/tool_mask.py
+	$(PY) bench/sandbox_overhead.py
