@@ -45,7 +45,7 @@ from pathlib import Path
 
 from sandbox import cgroups, network, seccomp
 from sandbox.disk_budget import CommandWatch
-from sandbox.grants import Grants, UnsafeGrant
+from sandbox.grants import Grants, UnsafeGrant, open_folder, writable_folders
 
 log = logging.getLogger(__name__)
 
@@ -459,18 +459,23 @@ def prepare_workspace(scope: Scope) -> None:
     commands, and the files skill acting as them, can work in it. Found as sandbox.grants opens
     it: a workspace inside a writable share that a command swapped for a symlink (to /etc) is
     refused (UnsafeGrant), never handed over."""
+    # Only the workspace is opened (as Grants.open opens it first): a granted folder that cannot
+    # be opened is the runner's and the files skill's to report, not "create it first".
     try:
-        with Grants.of(scope) as grants:
-            if not _is_root():
-                return
-            # Only the top folder is handed over: the command can create files there; files the
-            # admin placed inside keep their owner and mode. Through the descriptor: the folder
-            # checked is the folder changed.
-            folder = f"/proc/self/fd/{grants.workspace.fd}"
-            if os.stat(folder).st_uid != scope.uid:
-                os.chown(folder, scope.uid, scope.uid)
+        fd = open_folder(scope.workspace, writable_folders(scope))
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise ValueError(f"{exc.filename} is not a directory; create it first") from None
+    try:
+        if not _is_root():
+            return
+        # Only the top folder is handed over: the command can create files there; files the
+        # admin placed inside keep their owner and mode. Through the descriptor: the folder
+        # checked is the folder changed.
+        folder = f"/proc/self/fd/{fd}"
+        if os.stat(folder).st_uid != scope.uid:
+            os.chown(folder, scope.uid, scope.uid)
+    finally:
+        os.close(fd)
 
 
 class _OutputBudget:

@@ -266,7 +266,7 @@ class FilesSkill(Skill):
         except re.error as exc:
             raise SkillError(f"pattern is not a valid regular expression: {exc}") from None
         # The target is used below only for its names: its folders are closed by then.
-        target, fd = await asyncio.to_thread(_in_folders, args["path"], ctx.principal, _open_for_search)
+        target, fd = await _opened_for_search(args["path"], ctx.principal)
         try:
             found = await search_in_child(fd, glob, pattern, limit, cap,
                                           ctx.principal.limits.wall_seconds, uid=target.uid)
@@ -295,6 +295,22 @@ def _in_folders(raw: str, principal: Principal, work, *args):
 def _open_for_search(target: Target) -> tuple[Target, int]:
     """The target folder's descriptor, for the regex search's child; the caller closes it."""
     return target, open_folder(target)
+
+
+async def _opened_for_search(raw: str, principal: Principal) -> tuple[Target, int]:
+    """_open_for_search in a worker thread, which goes on when its caller is cancelled (/stop, a
+    tool's timeout): the descriptor it then opens is closed here, as nobody else will have it."""
+    opening = asyncio.ensure_future(asyncio.to_thread(_in_folders, raw, principal, _open_for_search))
+    try:
+        return await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(_close_opened)
+        raise
+
+
+def _close_opened(opening: asyncio.Future) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        os.close(opening.result()[1])
 
 
 def _check_room(target: Target, ctx: SkillContext, growth: int) -> None:

@@ -199,3 +199,18 @@ async def test_a_workspace_another_roles_command_can_swap_is_not_handed_over(bas
     with pytest.raises(SandboxUnavailable, match="symlink"):
         await run_command("echo 'root::0:0' > passwd", kid.scope, LIMITS)
     assert system.stat().st_uid == 0 and not (system / "passwd").exists()
+
+
+async def test_a_granted_path_that_is_a_file_refuses_the_command_saying_so_and_leaves_no_descriptor(base):
+    # prepare_workspace opened every granted folder, and took a read-only grant that is a file
+    # for the workspace: a ValueError ("create it first") escaped run_command, not SandboxUnavailable.
+    workspace = base / "ws"
+    workspace.mkdir()
+    granted = base / "notes.txt"
+    granted.write_text("a file, not a folder\n")
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(SandboxUnavailable, match="notes.txt"):
+        await run_command("true", Scope(workspace, read_only=(granted,), uid=USER_UID), LIMITS)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    with pytest.raises(ValueError, match="create it first"):  # the workspace's own problem: as before
+        await run_command("true", Scope(granted, uid=USER_UID), LIMITS)

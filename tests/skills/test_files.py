@@ -8,6 +8,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -829,3 +830,26 @@ async def test_calls_and_denials_land_in_the_real_audit_table(env, tmp_path):
         assert "../../openclaw.toml is outside your folders" in last.detail
     finally:
         await store.close()
+
+
+async def test_a_regex_search_cancelled_while_its_folder_is_opened_leaves_no_descriptor(env, monkeypatch):
+    # The folder's descriptor was opened in a worker thread that goes on after a /stop: returned
+    # to a caller that was gone, it stayed open in the daemon, one more each time.
+    from skills.builtin import files
+
+    opened = files._open_for_search
+
+    def slowly(target):
+        time.sleep(0.05)
+        return opened(target)
+
+    monkeypatch.setattr(files, "_open_for_search", slowly)
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        search = asyncio.ensure_future(env.call(action="search", path=".", pattern="x+", regex=True))
+        await asyncio.sleep(0.01)
+        search.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await search
+    await asyncio.sleep(0.2)  # the threads finish
+    assert sorted(os.listdir("/proc/self/fd")) == before
