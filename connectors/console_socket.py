@@ -158,14 +158,17 @@ class ConsoleSocketConnector:
 
 
 async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[[str], None],
-                 interactive: bool, prompt: Callable[[], None] | None = None) -> bool:
+                 interactive: bool, prompt: Callable[[], None] | None = None, *,
+                 screen: bool | None = None) -> bool:
     """Chat through a running daemon's console socket. False if no daemon is listening there.
 
     What the daemon sends is shown as it comes, also while waiting for the next line (a reminder
     arrives on its own). A person's lines go as typed (a /stop must not wait for the reply it
     stops), and `prompt()` is shown when nothing is being answered; piped lines go one at a time,
     each once the daemon has answered the one before, and a daemon gone before the last answer
-    is a ConnectionError (a script must not pass for answered)."""
+    is a ConnectionError (a script must not pass for answered). `screen`: `out` shows on a
+    terminal (default: `interactive`; lines piped in may be answered on one), so the replies'
+    control characters are made visible (connectors.terminal.for_terminal)."""
     try:
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_LINE)
     except PermissionError as exc:
@@ -174,7 +177,8 @@ async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[
     except OSError:  # no socket, a stale one, or a path too long for one: no daemon to attach to
         return False
     waiting = _Unanswered(prompt if interactive else None)
-    showing = asyncio.create_task(_show(reader, out, interactive, waiting))
+    showing = asyncio.create_task(_show(reader, out, interactive, waiting,
+                                        interactive if screen is None else screen))
     try:
         while True:
             waiting.prompt_if_idle()
@@ -258,13 +262,13 @@ class _Unanswered:
 
 
 async def _show(reader: asyncio.StreamReader, out: Callable[[str], None], interactive: bool,
-                waiting: _Unanswered) -> None:
+                waiting: _Unanswered, screen: bool) -> None:
     shown = ""
     try:
         while raw := await reader.readline():
             message = json.loads(raw)
             kind, text = message.get("type"), str(message.get("text", ""))
-            if interactive:  # on a person's terminal: see for_terminal
+            if screen:  # on a person's terminal: see for_terminal
                 text = for_terminal(text)
             if kind == "done":
                 waiting.answered()

@@ -384,9 +384,20 @@ class TelegramConnector:
             except TelegramError:  # may work later: the retry should edit the draft, not add one
                 self._drafts.setdefault(chat_id, draft)
                 raise
-        message = await self._formatted(
-            lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode,
-                                                      message_thread_id=_topic(chat_id)), text)
+        topic = _topic(chat_id)
+        try:
+            message = await self._formatted(
+                lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode,
+                                                          message_thread_id=topic), text)
+        except BadRequest as exc:
+            # The topic was deleted (or Telegram lost it) since the question, say a reminder set
+            # there: the chat still takes the reply, in its General topic.
+            if topic is None or _THREAD_GONE not in str(exc).lower():
+                raise
+            log.info("telegram: topic %d of chat %s is gone (%s); replying in the chat's General "
+                     "topic", topic, _chat(chat_id), _why(exc))
+            message = await self._formatted(
+                lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode), text)
         return str(message.message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
@@ -556,6 +567,7 @@ def _retry_seconds(exc: RetryAfter) -> float:
 # What Telegram says (as a BadRequest) when the chat itself is gone for good. Not "not enough
 # rights to send": a group may restrict the bot for a while.
 _GONE_CHAT_ERRORS = ("chat not found", "chat was deactivated")
+_THREAD_GONE = "message thread not found"  # a forum topic deleted
 
 
 def _chat_gone(exc: TelegramError) -> bool:

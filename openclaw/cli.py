@@ -191,7 +191,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         def prompt() -> None:
             print("> ", end="", file=sys.stderr, flush=True)
 
-        return await attach(console_socket(data_dir), read_line, write, interactive, prompt)
+        # Also when the lines are piped in: replies shown on a terminal must not drive it.
+        screen = interactive or sys.stdout.isatty()
+        return await attach(console_socket(data_dir), read_line, write, interactive, prompt,
+                            screen=screen)
 
     try:
         if asyncio.run(attached()):

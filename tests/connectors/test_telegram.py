@@ -867,3 +867,15 @@ async def test_a_token_rejected_after_an_outage_stops_polling_and_is_never_logge
 
 if __name__ == "__main__":
     _serve(sys.argv[1], sys.argv[2])
+
+
+async def test_a_reply_to_a_topic_deleted_meanwhile_is_sent_to_the_chat_instead(env, fake):
+    # A reply waiting in the outbox, or a reminder set in a topic, outlives the topic: Telegram
+    # then refuses the thread ("message thread not found"), not the chat. The chat still gets it
+    # (in General, where every reply went before topics were told apart), not nobody.
+    daemon = await env.start(ScriptedModel(echo))
+    fake.fail_next("sendMessage", 400, "Bad Request: message thread not found")
+    fake.send(f"@{fake.username} hello", chat=FORUM, topic=TOPIC)
+    assert await env.replies(FORUM, 1) == ["re: hello"]
+    assert [m.topic for m in fake.bot_messages[FORUM]] == [None]
+    assert await daemon.store.pending_outbound() == []

@@ -346,3 +346,48 @@ async def test_a_second_chat_beside_an_in_terminal_one_is_told_at_once(tmp_path)
         assert status == 1 and b"another `openclaw chat`" in err and b"waiting" not in err
     finally:
         lock.close()
+
+
+async def test_a_piped_question_answered_on_a_terminal_cannot_drive_it(tmp_path):
+    # `cat mail.txt | openclaw chat`: the lines come from a pipe, the reply goes to a person's
+    # terminal, which the model's text (quoting the mail) must not retitle, erase or rewrite.
+    import asyncio
+    import os
+    import pty
+    import sys
+
+    from openclaw.cli import console_connector, console_socket
+
+    hostile = "ok\x1b]0;owned\x07\x1b[2J\x1b[1Ahidden\rend"
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: hostile))
+    daemon.connectors.append(console_connector(console_socket(daemon.config.data_dir), daemon))
+    await daemon.start()
+    screen, terminal = pty.openpty()
+    try:
+        env = {**os.environ, "HOME": str(tmp_path)}
+        env.pop("NOTIFY_SOCKET", None)
+        chat = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "openclaw.cli", "--config", str(tmp_path / "openclaw.toml"),
+            "chat", stdin=asyncio.subprocess.PIPE, stdout=terminal,
+            stderr=asyncio.subprocess.PIPE, env=env)
+        os.close(terminal)
+        terminal = None
+        try:
+            _, err = await asyncio.wait_for(chat.communicate(b"hi\n"), 60)
+        finally:
+            if chat.returncode is None:
+                chat.kill()
+        shown = b""
+        while True:
+            try:
+                shown += os.read(screen, 4096)
+            except OSError:  # EIO: the writer is gone and all was read
+                break
+        assert chat.returncode == 0, err
+        assert b"\x1b" not in shown and b"\x07" not in shown and b"hidden\rend" not in shown, shown
+        assert b"\\x1b]0;owned" in shown
+    finally:
+        os.close(screen)
+        if terminal is not None:
+            os.close(terminal)
+        await daemon.stop()
