@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import inspect
 import ipaddress
 import json
@@ -224,8 +225,8 @@ class AdminServer:
             name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
         name = name.rstrip(".").lower()
         # A page needs a name in public DNS, which has a dot; a one-word name is this machine's
-        # (/etc/hosts, a search domain), as is localhost.
-        if "." not in name or name.endswith(".localhost"):
+        # (/etc/hosts, a search domain), as is localhost, and so are its own names.
+        if "." not in name or name.endswith(".localhost") or name in _own_names():
             return False
         try:
             ipaddress.ip_address(name)
@@ -290,6 +291,13 @@ class AdminServer:
                     received += len(chunk)
         except TimeoutError:
             pass
+
+
+@functools.cache
+def _own_names() -> frozenset[str]:
+    """This machine's dotted names a local client may use for the loopback port: its host name
+    (no DNS look-up: that could stall the loop) and the usual /etc/hosts alias of 127.0.0.1."""
+    return frozenset({"localhost.localdomain", socket.gethostname().lower().rstrip(".")})
 
 
 def _is_loopback_address(address: str | None) -> bool:

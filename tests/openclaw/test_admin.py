@@ -300,7 +300,9 @@ async def test_a_loopback_port_refuses_requests_for_other_host_names(server: Adm
 
 
 @pytest.mark.parametrize("host", ["localhost", "localhost:9477", "127.0.0.1:9477", "[::1]:9477",
-                                  "prometheus.localhost", "LOCALHOST", "myhost:9477"])
+                                  "prometheus.localhost", "LOCALHOST", "myhost:9477",
+                                  "localhost.localdomain:9477",  # /etc/hosts' usual alias
+                                  f"{socket.gethostname()}:9477"])  # this machine's own name
 async def test_a_loopback_port_answers_to_loopback_names_and_addresses(server: AdminServer,
                                                                        host: str) -> None:
     status, _, _ = await exchange(server, f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
