@@ -6,7 +6,9 @@ inside the workspace (`mv a c; mkdir a; ln -s /root/.config/openclaw a/ref`), or
 a writable share (`ln -s /etc alice`) would make the next run bind (and, as root, chown) whatever
 the link names. Each folder is therefore opened one component at a time: a symlink is followed only
 outside the writable folders (the admin's own links, /srv -> /mnt/data), and one inside them is
-refused. bwrap then binds the descriptor (`--bind-fd`), not the path, so a swap after the check
+refused: a read_write folder (nested in another writable one) is left out of the command, which is
+told; the workspace or a read-only folder refuses it.
+bwrap then binds the descriptor (`--bind-fd`), not the path, so a swap after the check
 changes nothing (sandbox.runner._binds: every granted folder, also where it is bound a second
 time, and why a destination inside a writable folder needs the system folders bound again).
 """
@@ -112,8 +114,12 @@ def real_path(fd: int) -> Path:
 @dataclass(frozen=True)
 class Grant:
     path: Path  # its real path, as the kernel names it
-    fd: int | None  # None: it does not exist
+    fd: int | None  # None: it does not exist, or was refused
     writable: bool
+    # Why it is not to be bound or opened: its path leads through a symlink, or to nothing, inside
+    # a folder commands may write. Only a writable one (see Grants.open): the command still runs,
+    # without it, so a user who renamed the share holding it (`mv photos photos2`) can put it back.
+    refused: str | None = None
 
 
 @dataclass
@@ -150,6 +156,15 @@ class Grants:
             for path, is_writable, is_workspace in wanted + [(p, False, False) for p in read_only]:
                 try:
                     fd = open_folder(path, writable)
+                except UnsafeGrant as exc:
+                    # A writable folder nested in another is left out: whatever a rename put
+                    # there is writable through the outer one anyway. A read-only one refuses
+                    # the command: left out, the folder moved away (`mv docs old`) would be
+                    # writable where it now lies. So does the workspace.
+                    if is_workspace or not is_writable:
+                        raise
+                    opened.append(Grant(Path(os.path.abspath(path)), None, is_writable, str(exc)))
+                    continue
                 except FileNotFoundError:
                     if is_workspace:
                         raise
@@ -170,6 +185,11 @@ class Grants:
             raise
         assert found is not None
         return cls(found, [g for g in opened if g is not found])
+
+    @property
+    def refused(self) -> list[str]:
+        """Why each refused folder is left out (see Grant.refused)."""
+        return [g.refused for g in self.others if g.refused is not None]
 
     def dup(self, fd: int) -> int:
         """Another descriptor of the folder open as `fd`, closed with the others: bwrap closes a

@@ -137,6 +137,9 @@ class Result:
     # The kernel killed one of its processes for the memory of all of them together (the role's
     # memory_mb, through its cgroup; sandbox.cgroups).
     memory_exceeded: bool = False
+    # Granted folders it ran without, and why (sandbox.grants refused them: a symlink, or nothing,
+    # where a folder commands may write leads to them).
+    left_out: tuple[str, ...] = ()
 
 
 class SandboxUnavailable(Exception):
@@ -226,7 +229,8 @@ def _command_prefix(uid: int = SANDBOX_UID) -> list[str]:
             "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
 
 
-def _binds(scope: Scope, grants: Grants | None = None) -> list[tuple[str, str, bool, int | None]]:
+def _binds(scope: Scope, grants: Grants | None = None, by_fd: bool = True
+           ) -> list[tuple[str, str, bool, int | None]]:
     """(destination, source, read-only, descriptor to bind or None: by path) for the workspace and
     the granted paths, parents before children: a later bind over a parent would hide an earlier
     one below it, so a read-only folder inside a writable one must come after it. A read-only
@@ -237,14 +241,16 @@ def _binds(scope: Scope, grants: Grants | None = None) -> list[tuple[str, str, b
     descriptor, the second one of a folder too (a dup): by path, bwrap resolves the source
     (realpath) well before it mounts, so a command running meanwhile that swaps a folder for a link
     in between has bwrap mount what the link named (the daemon's config), or its own folder over
-    /usr/bin (see _inside_writable for what a descriptor leaves)."""
+    /usr/bin (see _inside_writable for what a descriptor leaves). Without `by_fd` (a bubblewrap
+    before 0.8), by path. A folder sandbox.grants refused is left out either way."""
     if grants is None:
         workspace, workspace_fd = Path(os.path.realpath(scope.workspace)), None
         others = [(Path(os.path.realpath(p)), True, None) for p in scope.read_write]
         others += [(Path(os.path.realpath(p)), False, None) for p in scope.read_only]
     else:
-        workspace, workspace_fd = grants.workspace.path, grants.workspace.fd
-        others = [(g.path, g.writable, g.fd) for g in grants.others]
+        workspace, workspace_fd = grants.workspace.path, grants.workspace.fd if by_fd else None
+        others = [(g.path, g.writable, g.fd if by_fd else None) for g in grants.others
+                  if g.refused is None]
     binds = [(WORKSPACE_MOUNT, str(workspace), False, workspace_fd)]
     for path, writable, fd in others:
         binds.append((str(path), str(path), not writable, fd))
@@ -334,7 +340,7 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
     argv += _mount_args(bwrap, limits)
     # Extra binds come after /tmp's tmpfs so a granted path under /tmp is not hidden by it.
     by_fd = grants if grants and _bwrap_binds_fds(bwrap) else None
-    binds = _binds(scope, by_fd)
+    binds = _binds(scope, grants, by_fd is not None)
     for folder in _parent_dirs([dest for dest, _, _, _ in binds]):
         argv += ["--perms", "0755", "--dir", folder]
     for dest, source, read_only, fd in binds:
@@ -600,10 +606,12 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         async with (network.Link(network.locate(slirp4netns_path)) if linked
                     else contextlib.nullcontext()) as link:
             if ok:
-                proc = await _start_bwrap(bwrap_path, command, scope, limits, clean_env, spawn, link)
+                proc, left_out = await _start_bwrap(bwrap_path, command, scope, limits, clean_env,
+                                                    spawn, link)
             else:
                 proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
                                           cwd=scope.workspace))
+                left_out = []
             # Our own readers, never communicate(): output survives a timeout, and a background child
             # that keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
             budget = _OutputBudget(limits.output_bytes)
@@ -639,21 +647,24 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
         return Result(exit_status=None if killed else proc.returncode, stdout=stdout, stderr=stderr,
                       timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
                       isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded,
-                      memory_exceeded=memory_exceeded)
+                      memory_exceeded=memory_exceeded, left_out=tuple(left_out))
 
 
 async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limits: Limits,
                        env: dict[str, str], spawn: Callable[..., Awaitable[asyncio.subprocess.Process]],
-                       link: network.Link | None) -> asyncio.subprocess.Process:
+                       link: network.Link | None) -> tuple[asyncio.subprocess.Process, list[str]]:
+    """The started bwrap, and why each granted folder left out of it was (Grants.refused)."""
     bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
     # bwrap has its own copies of the filter and the folders once started.
     with seccomp.program_fd() as filter_fd, _open_grants(scope) as grants:
+        for why in grants.refused:
+            log.warning("a command of %s runs without a granted folder: %s", scope.workspace, why)
         argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link, limits, grants)
         fds = _pass_fds(filter_fd) + (link.pass_fds if link else ()) + bound_fds(argv)
         proc = await _start(spawn(*argv, pass_fds=fds, stdin=link.stdin if link else subprocess.DEVNULL))
     if link is not None:
         link.spawned()
-    return proc
+    return proc, grants.refused
 
 
 def _open_grants(scope: Scope) -> Grants:

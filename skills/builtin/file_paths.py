@@ -42,8 +42,16 @@ class _Root:
     writable: bool
     workspace: bool
     # O_PATH, opened by sandbox.grants and owned by the Folders it came from (None: the folder does
-    # not exist); every open below the folder starts here.
+    # not exist, or was refused); every open below the folder starts here.
     fd: int | None = None
+    refused: str | None = None  # why sandbox.grants refused it (Grant.refused): never opened
+
+    def unavailable(self) -> SkillError:
+        """Why nothing can be done in this folder (it has no descriptor)."""
+        if self.refused:
+            return SkillError(f"the folder {self.configured} is left out: {self.refused}. Nothing "
+                              "was read or written there; put the folder back as it was")
+        return SkillError(f"the folder {self.configured} does not exist")
 
     def shown(self) -> str:
         if self.workspace:
@@ -96,8 +104,11 @@ class Folders:
         opened = [grants.workspace, *grants.others]  # workspace, read_write, read_only: as file_roots
         configured = principal.file_roots()
         # A missing folder's path is only resolved for the wording: it is never opened.
-        self.roots = [_Root(str(grant.path) if grant.fd is not None else _real(str(path)), str(path),
-                            writable, index == 0, grant.fd)
+        # A missing folder's path is only resolved for the wording, a refused one not even that
+        # (it leads where a command pointed it): neither is ever opened.
+        self.roots = [_Root(str(grant.path) if grant.fd is not None
+                            else os.path.abspath(path) if grant.refused else _real(str(path)),
+                            str(path), writable, index == 0, grant.fd, grant.refused)
                       for index, ((path, writable), grant) in enumerate(zip(configured, opened,
                                                                               strict=True))]
 
@@ -146,7 +157,7 @@ def folder_path(root: _Root) -> Path:
     """A path naming the folder open as root.fd itself (/proc's link to the descriptor), for code
     that takes a path (the disk budget's measures): the folder's own path may lead elsewhere by now."""
     if root.fd is None:
-        raise SkillError(f"the folder {root.configured} does not exist")
+        raise root.unavailable()
     return Path(f"/proc/self/fd/{root.fd}")
 
 
@@ -226,7 +237,7 @@ def _open_dir(target: Target, parts: tuple[str, ...], *, create: bool = False, h
     chown = create and target.root.workspace and os.geteuid() == 0
     guard = target.read_only if writing and target.root.writable else frozenset()
     if target.root.fd is None:
-        raise SkillError(f"the folder {target.root.configured} does not exist")
+        raise target.root.unavailable()
     # The granted folder's descriptor (opened as the daemon: its parents are not the user's to
     # walk), opened again as whoever acts now: a descriptor opened as root would list a folder the
     # user may not read (reads through it are not checked again).

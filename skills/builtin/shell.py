@@ -59,6 +59,9 @@ class ShellSkill(Skill):
             ctx.audit.detail = "; ".join(filter(None, [ctx.audit.detail, f"out of memory ({limit} MB)"]))
             ctx.audit.failed = True
         parts = [status + ("" if result.isolation == "bubblewrap" else " (NOT sandboxed)")]
+        # Said first: a folder missing from the command's view explains what it found, and the
+        # user can put it back (`mv docs2 docs`).
+        parts += [f"note: run without a granted folder: {why}" for why in result.left_out]
         if result.stdout:
             parts.append("stdout:\n" + result.stdout)
         if result.stderr:

@@ -214,3 +214,37 @@ async def test_a_granted_path_that_is_a_file_refuses_the_command_saying_so_and_l
     assert sorted(os.listdir("/proc/self/fd")) == before
     with pytest.raises(ValueError, match="create it first"):  # the workspace's own problem: as before
         await run_command("true", Scope(granted, uid=USER_UID), LIMITS)
+
+
+async def test_a_nested_writable_folder_renamed_away_is_left_out_and_can_be_put_back(base):
+    # A share, and a folder deep in it granted too. Renaming the folder between them takes the
+    # inner grant's path away: the next command runs without that bind (it is writable through
+    # the share anyway), says so, and can rename it back; a link put there is not followed.
+    share = base / "share"
+    (share / "albums/photos").mkdir(parents=True)
+    for folder in (share, share / "albums", share / "albums/photos"):
+        folder.chmod(0o777)
+    workspace = base / "ws"
+    workspace.mkdir()
+    scope = Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+    moved = await run_command(f"cd {share} && mv albums albums2 && ln -s {base} albums && echo ok",
+                              scope, LIMITS)
+    assert moved.stdout == "ok\n" and moved.left_out == (), moved.stderr
+    back = await run_command(f"cd {share} && rm albums && mv albums2 albums && echo back", scope, LIMITS)
+    assert back.stdout == "back\n", back.stderr
+    [why] = back.left_out
+    assert "albums/photos" in why and "symlink" in why
+    again = await run_command("echo ok", scope, LIMITS)
+    assert again.stdout == "ok\n" and again.left_out == ()
+
+
+async def test_a_read_only_folder_renamed_away_still_refuses_the_command(base):
+    # Left out, the read-only folder moved away would be writable where it now lies.
+    workspace = base / "ws"
+    (workspace / "docs/reference").mkdir(parents=True)
+    scope = Scope(workspace, read_only=(workspace / "docs/reference",), uid=USER_UID)
+    moved = await run_command("mv docs docs2 && echo ok", scope, LIMITS)
+    assert moved.stdout == "ok\n", moved.stderr
+    with pytest.raises(SandboxUnavailable, match="does not exist"):
+        await run_command("touch docs2/reference/changed", scope, LIMITS)
+    assert not (workspace / "docs2/reference/changed").exists()

@@ -657,7 +657,12 @@ async def test_a_folder_in_a_share_another_roles_command_swapped_is_refused(walk
                  {"action": "search", "path": os.path.dirname(path) or ".", "pattern": "to.en",
                   "regex": True},
                  {"action": "write", "path": path, "content": "pwned"}):
-        text = await env.fails(*SWAPPED, str(folder), **args)
+        if swapped == "kid":  # the workspace: nothing can be done without it
+            text = await env.fails(*SWAPPED, str(folder), **args)
+        else:  # a read_write folder is left out (sandbox.grants): its path now leads outside
+            outcome = await env.call(**args)
+            assert not outcome.ok and "outside your folders" in outcome.text, outcome.text
+            text = outcome.text
         assert SECRET not in text, args
     assert (secret / "config.toml").read_text() == f"bot_token = '{SECRET}'\n"
     assert secret.stat().st_uid == os.geteuid()  # not handed over to the kid

@@ -279,3 +279,25 @@ def test_the_approval_prompt_shows_hidden_characters():
 
     shown = ShellSkill().describe({"command": "echo safe\u202e;rm -rf ~ #\nls"})
     assert shown == "run the shell command: echo safe\\u202e;rm -rf ~ #\\u000als"
+
+
+async def test_a_granted_folder_the_command_runs_without_is_said_to_the_model(daemon_parts):
+    # A share, and a folder deep in it granted too; renaming the folder between them takes the
+    # inner grant's path away (sandbox.grants): the next command runs without it, and says so.
+    from sandbox.policy import Role
+
+    _, store, config = daemon_parts
+    share = config.data_dir.parent / "share"
+    (share / "albums/photos").mkdir(parents=True)
+    for folder in (share, share / "albums", share / "albums/photos"):
+        folder.chmod(0o777)
+    policy = config.policy()
+    policy.roles["sharer"] = Role("sharer", skills=frozenset({"shell"}),
+                                  read_write=(share, share / "albums/photos"))
+    principal = policy.principal("telegram:9", "sharer")
+    executor = executor_for(config, configured_skills(config), store.add_audit)
+    moved = await executor.call("shell", {"command": f"mv {share}/albums {share}/albums2"}, principal)
+    assert moved.ok and "note:" not in moved.text, moved.text
+    out = await executor.call("shell", {"command": "echo hi"}, principal)
+    assert out.ok and "stdout:\nhi" in out.text, out.text
+    assert f"note: run without a granted folder: {share}/albums/photos does not exist" in out.text
