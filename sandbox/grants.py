@@ -38,7 +38,8 @@ def _identity(st: os.stat_result) -> tuple[int, int]:
 
 def open_folder(path: Path, writable: set[tuple[int, int]]) -> int:
     """An O_PATH descriptor of `path` as the kernel would resolve it, except that a symlink met
-    inside a folder of `writable` (device, inode), or below one, raises UnsafeGrant."""
+    inside a folder of `writable` (device, inode), or below one, raises UnsafeGrant; so does a
+    folder missing there, or a file in its place."""
     parts = deque(os.path.abspath(path).split("/"))  # no normpath: ".." as the kernel takes it
     fd = os.open("/", _DIR | os.O_DIRECTORY)
     inside, links = _identity(os.fstat(fd)) in writable, 0
@@ -76,7 +77,15 @@ def open_folder(path: Path, writable: set[tuple[int, int]]) -> int:
         if inside and isinstance(exc, FileNotFoundError):
             # bwrap would look it up again, by then maybe through a symlink a command put there.
             raise UnsafeGrant(f"{path} does not exist (inside a folder sandboxed commands may "
-                              "write); create it, or take it out of the role") from None
+                              "write); put back what was moved or renamed on its way (a new "
+                              "empty folder there would hide where its files went), or ask the "
+                              "admin to take it out of the role") from None
+        if inside:
+            # A file where the folder (or one on its way) was: a command may have put it there
+            # (`mv albums albums2; touch albums`) as well as a link, and is as refused: a
+            # read_write folder left out, not every command until an admin steps in.
+            raise UnsafeGrant(f"{path} is not a folder (a file in its place, inside a folder "
+                              "sandboxed commands may write); a command may have put it there") from None
         raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         os.close(fd)

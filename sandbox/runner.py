@@ -580,8 +580,9 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     except UnsafeGrant as exc:
         raise SandboxUnavailable(f"refused to run the command: {exc}") from None
     # The one walk of the workspace a command costs (none without a quota); raises DiskFull.
-    watch = await asyncio.to_thread(CommandWatch, scope.workspace, scope.read_write, protected,
-                                    quota=limits.disk_bytes, reserve=min_free_bytes)
+    watch = await asyncio.to_thread(lambda: CommandWatch(
+        scope.workspace, _writable_bound(scope), protected, quota=limits.disk_bytes,
+        reserve=min_free_bytes))
     home = WORKSPACE_MOUNT if ok else str(scope.workspace)
     clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
 
@@ -665,6 +666,18 @@ async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limit
     if link is not None:
         link.spawned()
     return proc, grants.refused
+
+
+def _writable_bound(scope: Scope) -> tuple[Path, ...]:
+    """The read_write folders the command will have, where they really are: the disk budget
+    watches their filesystems. Not the configured paths, which a link put where a left-out folder
+    was (sandbox.grants) would lead to another filesystem, and a near-full one would refuse the
+    command in that folder's name. (Grants refused here are refused again, and said, at the start.)"""
+    try:
+        with Grants.of(scope) as grants:
+            return tuple(g.path for g in grants.others if g.writable and g.fd is not None)
+    except OSError:
+        return ()
 
 
 def _open_grants(scope: Scope) -> Grants:

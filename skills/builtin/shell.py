@@ -62,6 +62,9 @@ class ShellSkill(Skill):
         # Said first: a folder missing from the command's view explains what it found, and the
         # user can put it back (`mv docs2 docs`).
         parts += [f"note: run without a granted folder: {why}" for why in result.left_out]
+        if result.left_out:  # the audit log says so too: the admin's record of what ran, and how
+            ctx.audit.detail = "; ".join(filter(None, [ctx.audit.detail, *(
+                f"run without a granted folder: {why}" for why in result.left_out)]))
         if result.stdout:
             parts.append("stdout:\n" + result.stdout)
         if result.stderr:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.disk import free_bytes
 from sandbox.grants import Grants, UnsafeGrant
 from sandbox.runner import SandboxUnavailable, Scope, run_command
 from tests.sandbox.test_runner import LIMITS
@@ -248,3 +249,50 @@ async def test_a_read_only_folder_renamed_away_still_refuses_the_command(base):
     with pytest.raises(SandboxUnavailable, match="does not exist"):
         await run_command("touch docs2/reference/changed", scope, LIMITS)
     assert not (workspace / "docs2/reference/changed").exists()
+
+
+async def test_a_nested_writable_folder_a_file_took_the_place_of_is_left_out_too(base):
+    # A file put where a folder on the way was (`mv albums albums2; touch albums`) is a command's
+    # doing as much as a link: the inner grant is left out, not every command refused until an
+    # admin steps in; a read-only folder below it still refuses.
+    share = base / "share"
+    (share / "albums/photos").mkdir(parents=True)
+    for folder in (share, share / "albums", share / "albums/photos"):
+        folder.chmod(0o777)
+    workspace = base / "ws"
+    workspace.mkdir()
+    scope = Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+    moved = await run_command(f"cd {share} && mv albums albums2 && touch albums && echo ok", scope, LIMITS)
+    assert moved.stdout == "ok\n" and moved.left_out == (), moved.stderr
+    back = await run_command(f"cd {share} && rm albums && mv albums2 albums && echo back", scope, LIMITS)
+    assert back.stdout == "back\n", back.stderr
+    [why] = back.left_out
+    assert "albums/photos is not a folder" in why
+    assert (await run_command("true", scope, LIMITS)).left_out == ()
+    (share / "albums").rename(share / "albums2")
+    (share / "albums").write_text("")
+    with pytest.raises(SandboxUnavailable, match="not a folder"):
+        await run_command("true", Scope(workspace, read_write=(share,),
+                                        read_only=(share / "albums/photos",), uid=USER_UID), LIMITS)
+
+
+async def test_a_link_where_a_left_out_folder_was_does_not_steer_the_disk_budget(base):
+    # The disk budget watches the filesystems of the folders the command has, not of paths a
+    # link now leads from: one to a nearly full filesystem would refuse the command in the
+    # left-out folder's name. Here the link leads to /dev/shm, with less free than the reserve.
+    if os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize >= free_bytes(base):
+        pytest.skip("/dev/shm has as much free space as /tmp here")
+    share = base / "share"
+    (share / "albums/photos").mkdir(parents=True)
+    for folder in (share, share / "albums", share / "albums/photos"):
+        folder.chmod(0o777)
+    workspace = base / "ws"
+    workspace.mkdir()
+    scope = Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+    planted = await run_command(f"cd {share} && mv albums a2 && mkdir albums && "
+                                "ln -s /dev/shm albums/photos && echo ok", scope, LIMITS)
+    assert planted.stdout == "ok\n", planted.stderr
+    shm_free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
+    reserve = (shm_free + free_bytes(base)) // 2  # above /dev/shm's free space, below the disk's
+    result = await run_command("echo ran", scope, LIMITS, min_free_bytes=reserve)
+    assert result.stdout == "ran\n" and len(result.left_out) == 1, result.stderr

@@ -301,3 +301,7 @@ async def test_a_granted_folder_the_command_runs_without_is_said_to_the_model(da
     out = await executor.call("shell", {"command": "echo hi"}, principal)
     assert out.ok and "stdout:\nhi" in out.text, out.text
     assert f"note: run without a granted folder: {share}/albums/photos does not exist" in out.text
+    # And the audit log, where the admin looks: the command ran, without that folder.
+    [row] = [row for row in await store.list_audit() if row.arguments == {"command": "echo hi"}]
+    assert row.decision == "allowed" and row.exit_status == 0
+    assert f"run without a granted folder: {share}/albums/photos does not exist" in (row.detail or "")
