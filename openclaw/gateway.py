@@ -31,6 +31,7 @@ from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, pars
 from sandbox.disk_budget import DiskFull, check_room
 from sandbox.grants import UnsafeGrant, open_folder, writable_folders
 from sandbox.policy import Policy, Principal, UnknownRole
+from sandbox.to_end import run_to_end
 from skills.base import visible
 from skills.builtin.spoken_time import split_request
 
@@ -775,10 +776,12 @@ class Gateway:
         try:
             for ref in refs:
                 try:
-                    # The folder opened, through its descriptor, not the path (now maybe a link).
-                    await _to_thread_to_end(check_room, Path(f"/proc/self/fd/{fd}"),
-                                            (self.config.data_dir,), quota=principal.limits.disk_bytes,
-                                            reserve=self.config.sandbox.min_free_disk_mb << 20)
+                    # The folder opened, through its descriptor, not the path (now maybe a link);
+                    # to its end on /stop: it uses the descriptor closed below.
+                    await run_to_end(asyncio.to_thread(
+                        check_room, Path(f"/proc/self/fd/{fd}"), (self.config.data_dir,),
+                        quota=principal.limits.disk_bytes,
+                        reserve=self.config.sandbox.min_free_disk_mb << 20))
                 except DiskFull as full:
                     notes.append(f"[The user sent a file, which was not saved: {full}.]")
                     continue
@@ -867,17 +870,6 @@ def _not_saved(principal: Principal, count: int, exc: OSError) -> str:
     files = "a file, which was" if count == 1 else f"{count} files, which were"
     return (f"[The user sent {files} not saved: {why}. The owner must check the workspace; "
             "the daemon's log says which.]")
-
-
-async def _to_thread_to_end(func, /, *args, **kwargs):
-    """asyncio.to_thread, except that a cancel (/stop) returns only once `func` has: it may be
-    using a descriptor the caller closes as soon as this returns."""
-    running = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
-    try:
-        return await asyncio.shield(running)
-    except asyncio.CancelledError:
-        await asyncio.wait([running])
-        raise
 
 
 def _lane_key(msg: InboundMessage) -> tuple[str, str, str]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.mounts import mounts
+from sandbox.to_end import run_to_end
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,9 @@ async def command_group(memory_bytes: int) -> AsyncIterator[CommandGroup | None]
     refused for a passing error (EAGAIN, ENOMEM) would be a worse default than one per-process
     bounded."""
     try:
-        group = await _created(memory_bytes)
+        # In a thread that goes on if we are cancelled: what it made then is removed at once.
+        group = await run_to_end(asyncio.to_thread(default.create, memory_bytes),
+                                 lambda made: made and made.remove())
     except OSError as exc:
         log.warning("no memory cgroup for this command (its memory is bounded per process "
                     "only): %s", exc)
@@ -107,21 +110,6 @@ async def command_group(memory_bytes: int) -> AsyncIterator[CommandGroup | None]
     finally:
         if group is not None:  # in a thread: it may wait for the last processes to go
             await asyncio.shield(asyncio.to_thread(group.remove))
-
-
-async def _created(memory_bytes: int) -> CommandGroup | None:
-    """default.create in a thread, which goes on when its caller is cancelled (/stop, a tool's
-    timeout): the group it then makes is removed here, as nobody else will know of it."""
-    making = asyncio.ensure_future(asyncio.to_thread(default.create, memory_bytes))
-    try:
-        return await asyncio.shield(making)
-    except asyncio.CancelledError:
-        while not making.done():  # mkdir and a few writes; asyncio.wait does not cancel it
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({making})
-        if not making.cancelled() and making.exception() is None and making.result() is not None:
-            await asyncio.shield(asyncio.to_thread(making.result().remove))
-        raise
 
 
 def join(procs_path: bytes) -> None:

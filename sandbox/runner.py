@@ -45,7 +45,8 @@ from pathlib import Path
 
 from sandbox import cgroups, network, seccomp
 from sandbox.disk_budget import CommandWatch
-from sandbox.grants import Grants, UnsafeGrant, open_folder, writable_folders
+from sandbox.grants import Grants, UnsafeGrant
+from sandbox.to_end import run_to_end
 
 log = logging.getLogger(__name__)
 
@@ -460,28 +461,16 @@ def _set_rlimits(limits: Limits, nproc: int, cgroup_procs: bytes | None = None) 
     set_limit(resource.RLIMIT_CORE, 0)
 
 
-def prepare_workspace(scope: Scope) -> None:
-    """Hand the workspace's top folder to the user's sandbox uid (when we are root), so their
-    commands, and the files skill acting as them, can work in it. Found as sandbox.grants opens
-    it: a workspace inside a writable share that a command swapped for a symlink (to /etc) is
-    refused (UnsafeGrant), never handed over."""
-    # Only the workspace is opened (as Grants.open opens it first): a granted folder that cannot
-    # be opened is the runner's and the files skill's to report, not "create it first".
-    try:
-        fd = open_folder(scope.workspace, writable_folders(scope))
-    except (FileNotFoundError, NotADirectoryError) as exc:
-        raise ValueError(f"{exc.filename} is not a directory; create it first") from None
-    try:
-        if not _is_root():
-            return
-        # Only the top folder is handed over: the command can create files there; files the
-        # admin placed inside keep their owner and mode. Through the descriptor: the folder
-        # checked is the folder changed.
-        folder = f"/proc/self/fd/{fd}"
-        if os.stat(folder).st_uid != scope.uid:
-            os.chown(folder, scope.uid, scope.uid)
-    finally:
-        os.close(fd)
+def hand_over(workspace_fd: int, uid: int) -> None:
+    """Hand the workspace's top folder, open as `workspace_fd` (sandbox.grants: never through a
+    link a command put on the way to it, such as one to /etc), to the user's sandbox uid when we are
+    root, so their commands, and the files skill acting as them, can work in it. Only the top
+    folder: files the admin placed inside keep their owner and mode."""
+    if not _is_root():
+        return
+    folder = f"/proc/self/fd/{workspace_fd}"  # the folder checked is the folder changed
+    if os.stat(folder).st_uid != uid:
+        os.chown(folder, uid, uid)
 
 
 class _OutputBudget:
@@ -575,109 +564,103 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     linked = ok and scope.network
     if linked and (lacking := network.missing(slirp4netns_path)):
         raise SandboxUnavailable(f"cannot run commands with network: {lacking}. {network.INSTALL_HINT}")
-    try:
-        prepare_workspace(scope)
-    except UnsafeGrant as exc:
-        raise SandboxUnavailable(f"refused to run the command: {exc}") from None
-    # The one walk of the workspace a command costs (none without a quota); raises DiskFull.
-    watch = await asyncio.to_thread(lambda: CommandWatch(
-        scope.workspace, _writable_bound(scope), protected, quota=limits.disk_bytes,
-        reserve=min_free_bytes))
-    home = WORKSPACE_MOUNT if ok else str(scope.workspace)
-    clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
+    # Opened once, and kept open while it runs: handed over, measured and bound as they are now
+    # (sandbox.grants), whatever a command running meanwhile renames. Closed if we are cancelled
+    # while the thread opens them.
+    with await run_to_end(asyncio.to_thread(_open_grants, scope), Grants.close) as grants:
+        await asyncio.to_thread(hand_over, grants.workspace.fd, scope.uid)
+        # The read_write folders it will have, where they really are: not the configured paths,
+        # which a link put where a left-out folder was would lead to another filesystem's free
+        # space. Then the one walk of the workspace a command costs (none without a quota);
+        # raises DiskFull.
+        writable = tuple(g.path for g in grants.others if g.writable and g.fd is not None)
+        watch = await asyncio.to_thread(CommandWatch, scope.workspace, writable, protected,
+                                        quota=limits.disk_bytes, reserve=min_free_bytes)
+        home = WORKSPACE_MOUNT if ok else str(scope.workspace)
+        clean_env = {"PATH": SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", **(env or {})}
 
-    # RLIMIT_NPROC counts every task of the uid. As root the command gets a uid of its own; as an
-    # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count. A
-    # snapshot: tasks of ours that start while the command runs (Python 3.11's waitpid thread for
-    # this very process, say) come out of its budget, and ones that end add to it.
-    nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid())
-                                # slirp4netns, started after this count, runs as our uid too
-                                + (1 if linked else 0))
-    # The command's memory, all of its processes together (sandbox.cgroups); removed after it.
-    async with cgroups.command_group(limits.memory_bytes) as group:
-        spawn = functools.partial(
-            asyncio.create_subprocess_exec, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=clean_env, start_new_session=True,
-            preexec_fn=functools.partial(_set_rlimits, limits, nproc, group and group.procs_path))
-        started = time.monotonic()
-        # One deadline for all of the run: a network's setup takes its time out of wall_seconds.
-        deadline = started + limits.wall_seconds
-        # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
-        # run ends: normally, at the wall limit, on an error or a cancellation.
-        async with (network.Link(network.locate(slirp4netns_path)) if linked
-                    else contextlib.nullcontext()) as link:
-            if ok:
-                proc, left_out = await _start_bwrap(bwrap_path, command, scope, limits, clean_env,
-                                                    spawn, link)
-            else:
-                proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
-                                          cwd=scope.workspace))
-                left_out = []
-            # Our own readers, never communicate(): output survives a timeout, and a background child
-            # that keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
-            budget = _OutputBudget(limits.output_bytes)
-            readers = [asyncio.create_task(budget.drain(proc.stdout)),
-                       asyncio.create_task(budget.drain(proc.stderr))]
-            try:
-                # connect() is False when bwrap failed in its setup: its stderr is then the answer.
-                if link is not None:
-                    await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
-                exited, disk_exceeded = await _ended_within(proc, deadline - time.monotonic(), watch)
-                timed_out = not exited and disk_exceeded is None
-                killed = not exited
-            except network.NetworkUnavailable as exc:
-                for task in readers:
-                    task.cancel()
-                raise SandboxUnavailable(f"cannot run commands with network: {exc}. {exc.hint}") from None
-            finally:
-                # Also on normal exit: whatever the command left running in its group
-                # (`sleep 1000 &`) goes too.
-                _kill_group(proc.pid)
-        memory_exceeded = group is not None and group.out_of_memory()
-        if disk_exceeded is None and watch.active:
-            # Once more, with nothing of the command left to race the measure: one quicker than the
-            # watch's first look, or one that hid from its walks, is reported (the next is refused).
-            disk_exceeded = await asyncio.to_thread(watch.after)
-        if disk_exceeded:
-            log.warning("a command in %s went over its disk budget%s: %s", scope.workspace,
-                        " (killed)" if killed else "", disk_exceeded)
-        done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
-        for task in pending:
-            task.cancel()
-        stdout, stderr = (task.result() if task in done else "" for task in readers)
-        return Result(exit_status=None if killed else proc.returncode, stdout=stdout, stderr=stderr,
-                      timed_out=timed_out, truncated=budget.truncated, duration_s=time.monotonic() - started,
-                      isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded,
-                      memory_exceeded=memory_exceeded, left_out=tuple(left_out))
+        # RLIMIT_NPROC counts every task of the uid. As root the command gets a uid of its own; as an
+        # unprivileged daemon it shares ours, whose threads (the engine's, asyncio's) must not count. A
+        # snapshot: tasks of ours that start while the command runs (Python 3.11's waitpid thread for
+        # this very process, say) come out of its budget, and ones that end add to it.
+        nproc = limits.processes + (0 if _is_root() else await asyncio.to_thread(_tasks_of_uid, os.getuid())
+                                    # slirp4netns, started after this count, runs as our uid too
+                                    + (1 if linked else 0))
+        # The command's memory, all of its processes together (sandbox.cgroups); removed after it.
+        async with cgroups.command_group(limits.memory_bytes) as group:
+            spawn = functools.partial(
+                asyncio.create_subprocess_exec, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=clean_env,
+                start_new_session=True,
+                preexec_fn=functools.partial(_set_rlimits, limits, nproc, group and group.procs_path))
+            started = time.monotonic()
+            # One deadline for all of the run: a network's setup takes its time out of wall_seconds.
+            deadline = started + limits.wall_seconds
+            # The link (and the slirp4netns it starts) is closed after the sandbox is killed, however the
+            # run ends: normally, at the wall limit, on an error or a cancellation.
+            async with (network.Link(network.locate(slirp4netns_path)) if linked
+                        else contextlib.nullcontext()) as link:
+                if ok:
+                    proc = await _start_bwrap(bwrap_path, command, scope, limits, clean_env, spawn,
+                                              link, grants)
+                    left_out = grants.refused
+                else:
+                    proc = await _start(spawn(*_command_prefix(scope.uid), "/bin/sh", "-c", command,
+                                              cwd=scope.workspace))
+                    left_out = []
+                # Our own readers, never communicate(): output survives a timeout, and a background child
+                # that keeps the pipe open cannot make us wait forever (see NOTES.md, Sandboxing).
+                budget = _OutputBudget(limits.output_bytes)
+                readers = [asyncio.create_task(budget.drain(proc.stdout)),
+                           asyncio.create_task(budget.drain(proc.stderr))]
+                try:
+                    # connect() is False when bwrap failed in its setup: its stderr is then the answer.
+                    if link is not None:
+                        await link.connect(lambda: proc.returncode is None, deadline - time.monotonic())
+                    exited, disk_exceeded = await _ended_within(proc, deadline - time.monotonic(), watch)
+                    timed_out = not exited and disk_exceeded is None
+                    killed = not exited
+                except network.NetworkUnavailable as exc:
+                    for task in readers:
+                        task.cancel()
+                    raise SandboxUnavailable(f"cannot run commands with network: {exc}. {exc.hint}") from None
+                finally:
+                    # Also on normal exit: whatever the command left running in its group
+                    # (`sleep 1000 &`) goes too.
+                    _kill_group(proc.pid)
+            memory_exceeded = group is not None and group.out_of_memory()
+            if disk_exceeded is None and watch.active:
+                # Once more, with nothing of the command left to race the measure: one quicker than the
+                # watch's first look, or one that hid from its walks, is reported (the next is refused).
+                disk_exceeded = await asyncio.to_thread(watch.after)
+            if disk_exceeded:
+                log.warning("a command in %s went over its disk budget%s: %s", scope.workspace,
+                            " (killed)" if killed else "", disk_exceeded)
+            done, pending = await asyncio.wait(readers, timeout=DRAIN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            stdout, stderr = (task.result() if task in done else "" for task in readers)
+            return Result(exit_status=None if killed else proc.returncode, stdout=stdout,
+                          stderr=stderr, timed_out=timed_out, truncated=budget.truncated,
+                          duration_s=time.monotonic() - started,
+                          isolation="bubblewrap" if ok else "none", disk_exceeded=disk_exceeded,
+                          memory_exceeded=memory_exceeded, left_out=tuple(left_out))
 
 
 async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limits: Limits,
                        env: dict[str, str], spawn: Callable[..., Awaitable[asyncio.subprocess.Process]],
-                       link: network.Link | None) -> tuple[asyncio.subprocess.Process, list[str]]:
-    """The started bwrap, and why each granted folder left out of it was (Grants.refused)."""
+                       link: network.Link | None, grants: Grants) -> asyncio.subprocess.Process:
     bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
+    for why in grants.refused:
+        log.warning("a command of %s runs without a granted folder: %s", scope.workspace, why)
     # bwrap has its own copies of the filter and the folders once started.
-    with seccomp.program_fd() as filter_fd, _open_grants(scope) as grants:
-        for why in grants.refused:
-            log.warning("a command of %s runs without a granted folder: %s", scope.workspace, why)
+    with seccomp.program_fd() as filter_fd:
         argv = bwrap_argv(bwrap, command, scope, env, filter_fd, link, limits, grants)
         fds = _pass_fds(filter_fd) + (link.pass_fds if link else ()) + bound_fds(argv)
         proc = await _start(spawn(*argv, pass_fds=fds, stdin=link.stdin if link else subprocess.DEVNULL))
     if link is not None:
         link.spawned()
-    return proc, grants.refused
-
-
-def _writable_bound(scope: Scope) -> tuple[Path, ...]:
-    """The read_write folders the command will have, where they really are: the disk budget
-    watches their filesystems. Not the configured paths, which a link put where a left-out folder
-    was (sandbox.grants) would lead to another filesystem, and a near-full one would refuse the
-    command in that folder's name. (Grants refused here are refused again, and said, at the start.)"""
-    try:
-        with Grants.of(scope) as grants:
-            return tuple(g.path for g in grants.others if g.writable and g.fd is not None)
-    except OSError:
-        return ()
+    return proc
 
 
 def _open_grants(scope: Scope) -> Grants:
@@ -686,6 +669,11 @@ def _open_grants(scope: Scope) -> Grants:
         return Grants.of(scope)
     except UnsafeGrant as exc:
         raise SandboxUnavailable(f"refused to run the command: {exc}") from None
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        if exc.filename != str(scope.workspace):
+            raise SandboxUnavailable(f"cannot open the granted folder {exc.filename}: "
+                                     f"{exc.strerror}; create it, or take it out of the role") from None
+        raise ValueError(f"{exc.filename} is not a directory; create it first") from None
     except OSError as exc:
         raise SandboxUnavailable(f"cannot open the granted folder {exc.filename}: {exc.strerror}; "
                                  "create it, or take it out of the role") from None
@@ -694,21 +682,13 @@ def _open_grants(scope: Scope) -> Grants:
 async def _start(spawning: Awaitable[asyncio.subprocess.Process]) -> asyncio.subprocess.Process:
     """Start the process even when cancelled meanwhile (/stop, a tool timeout). A cancellation that
     lands inside create_subprocess_exec leaves the child running where nobody will kill it, and
-    can hang the caller (python/cpython#103847), so the start is shielded; a process started for a
-    cancelled caller is killed, with its group, at once."""
-    task = asyncio.ensure_future(spawning)
+    can hang the caller (python/cpython#103847), so the start runs to its end; a process started
+    for a cancelled caller is killed, with its group, at once."""
     try:
-        return await asyncio.shield(task)
+        return await run_to_end(spawning, lambda proc: _kill_group(proc.pid))
     except subprocess.SubprocessError as exc:  # from _set_rlimits, in the child before exec
         raise SandboxUnavailable(f"cannot start the command: its memory cgroup or its limits "
                                  f"could not be set ({exc})") from None
-    except asyncio.CancelledError:
-        while not task.done():  # a few milliseconds; asyncio.wait does not cancel what it waits on
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({task})
-        if task.exception() is None:  # it started: kill it and its group (asyncio reaps it)
-            _kill_group(task.result().pid)
-        raise
 
 
 @dataclass(frozen=True)

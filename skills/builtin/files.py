@@ -20,9 +20,9 @@ from typing import Any
 from sandbox.disk import BLOCK
 from sandbox.disk_budget import DiskFull, check_write
 from sandbox.fs_identity import acting_as, as_daemon
-from sandbox.grants import UnsafeGrant
 from sandbox.policy import Principal
-from sandbox.runner import prepare_workspace
+from sandbox.runner import hand_over
+from sandbox.to_end import run_to_end
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
@@ -284,10 +284,7 @@ def _in_folders(raw: str, principal: Principal, work, *args):
     with open_folders(principal) as folders:
         target = resolve(raw, folders)
         if target.root.workspace:  # the user's own, as for their shell commands
-            try:
-                prepare_workspace(principal.scope)
-            except UnsafeGrant as exc:  # swapped since open_folders: refused as it would have been
-                raise SkillError(f"refused to open your workspace: {exc}") from None
+            hand_over(folders.grants.workspace.fd, principal.scope.uid)
         with acting_as(target.uid):
             return work(target, *args)
 
@@ -299,18 +296,9 @@ def _open_for_search(target: Target) -> tuple[Target, int]:
 
 async def _opened_for_search(raw: str, principal: Principal) -> tuple[Target, int]:
     """_open_for_search in a worker thread, which goes on when its caller is cancelled (/stop, a
-    tool's timeout): the descriptor it then opens is closed here, as nobody else will have it."""
-    opening = asyncio.ensure_future(asyncio.to_thread(_in_folders, raw, principal, _open_for_search))
-    try:
-        return await asyncio.shield(opening)
-    except asyncio.CancelledError:
-        opening.add_done_callback(_close_opened)
-        raise
-
-
-def _close_opened(opening: asyncio.Future) -> None:
-    if not opening.cancelled() and opening.exception() is None:
-        os.close(opening.result()[1])
+    tool's timeout): the descriptor it then opens is closed at once, as nobody else will have it."""
+    return await run_to_end(asyncio.to_thread(_in_folders, raw, principal, _open_for_search),
+                            lambda opened: os.close(opened[1]))
 
 
 def _check_room(target: Target, ctx: SkillContext, growth: int) -> None:

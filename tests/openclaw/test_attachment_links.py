@@ -15,11 +15,13 @@ from connectors.base import Folder, create_unique
 from sandbox.grants import open_folder
 from sandbox.policy import sandbox_uid
 from sandbox.runner import isolation_available, run_command
-from tests.connectors.test_telegram import ADA, Env, echo
-from tests.fakes.telegram_api import FakeTelegram
+from tests.connectors import test_telegram
+from tests.connectors.test_telegram import ADA, echo
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.sandbox.test_runner import LIMITS
 
+# The Telegram tests' fixtures: a fake Bot API server, and a daemon on it (Env).
+fake, env = test_telegram.fake, test_telegram.env
 PARENT = "telegram:2002"  # never writes to the bot: only their commands run here
 
 
@@ -36,21 +38,6 @@ def base():
     (path / "family").chmod(0o777)
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-async def fake():
-    server = FakeTelegram()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def env(tmp_path, fake):
-    environment = Env(tmp_path, fake)
-    yield environment
-    await environment.stop()
 
 
 def family_roles(base: Path) -> str:

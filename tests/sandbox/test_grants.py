@@ -203,7 +203,7 @@ async def test_a_workspace_another_roles_command_can_swap_is_not_handed_over(bas
 
 
 async def test_a_granted_path_that_is_a_file_refuses_the_command_saying_so_and_leaves_no_descriptor(base):
-    # prepare_workspace opened every granted folder, and took a read-only grant that is a file
+    # The workspace's hand-over opened every granted folder, and took a read-only grant that is a file
     # for the workspace: a ValueError ("create it first") escaped run_command, not SandboxUnavailable.
     workspace = base / "ws"
     workspace.mkdir()
@@ -217,17 +217,23 @@ async def test_a_granted_path_that_is_a_file_refuses_the_command_saying_so_and_l
         await run_command("true", Scope(granted, uid=USER_UID), LIMITS)
 
 
-async def test_a_nested_writable_folder_renamed_away_is_left_out_and_can_be_put_back(base):
-    # A share, and a folder deep in it granted too. Renaming the folder between them takes the
-    # inner grant's path away: the next command runs without that bind (it is writable through
-    # the share anyway), says so, and can rename it back; a link put there is not followed.
+def nested_share(base: Path) -> tuple[Path, Path, Scope]:
+    """(share, workspace, scope): a share everyone may write, and a folder deep in it
+    (albums/photos) granted too, read-write: renaming albums takes the inner grant's path away."""
     share = base / "share"
     (share / "albums/photos").mkdir(parents=True)
     for folder in (share, share / "albums", share / "albums/photos"):
         folder.chmod(0o777)
     workspace = base / "ws"
     workspace.mkdir()
-    scope = Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+    return share, workspace, Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+
+
+async def test_a_nested_writable_folder_renamed_away_is_left_out_and_can_be_put_back(base):
+    # A share, and a folder deep in it granted too. Renaming the folder between them takes the
+    # inner grant's path away: the next command runs without that bind (it is writable through
+    # the share anyway), says so, and can rename it back; a link put there is not followed.
+    share, workspace, scope = nested_share(base)
     moved = await run_command(f"cd {share} && mv albums albums2 && ln -s {base} albums && echo ok",
                               scope, LIMITS)
     assert moved.stdout == "ok\n" and moved.left_out == (), moved.stderr
@@ -255,13 +261,7 @@ async def test_a_nested_writable_folder_a_file_took_the_place_of_is_left_out_too
     # A file put where a folder on the way was (`mv albums albums2; touch albums`) is a command's
     # doing as much as a link: the inner grant is left out, not every command refused until an
     # admin steps in; a read-only folder below it still refuses.
-    share = base / "share"
-    (share / "albums/photos").mkdir(parents=True)
-    for folder in (share, share / "albums", share / "albums/photos"):
-        folder.chmod(0o777)
-    workspace = base / "ws"
-    workspace.mkdir()
-    scope = Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+    share, workspace, scope = nested_share(base)
     moved = await run_command(f"cd {share} && mv albums albums2 && touch albums && echo ok", scope, LIMITS)
     assert moved.stdout == "ok\n" and moved.left_out == (), moved.stderr
     back = await run_command(f"cd {share} && rm albums && mv albums2 albums && echo back", scope, LIMITS)
@@ -280,19 +280,13 @@ async def test_a_link_where_a_left_out_folder_was_does_not_steer_the_disk_budget
     # The disk budget watches the filesystems of the folders the command has, not of paths a
     # link now leads from: one to a nearly full filesystem would refuse the command in the
     # left-out folder's name. Here the link leads to /dev/shm, with less free than the reserve.
-    if os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize >= free_bytes(base):
+    shm_free = free_bytes(Path("/dev/shm"))
+    if shm_free >= free_bytes(base):
         pytest.skip("/dev/shm has as much free space as /tmp here")
-    share = base / "share"
-    (share / "albums/photos").mkdir(parents=True)
-    for folder in (share, share / "albums", share / "albums/photos"):
-        folder.chmod(0o777)
-    workspace = base / "ws"
-    workspace.mkdir()
-    scope = Scope(workspace, read_write=(share, share / "albums/photos"), uid=USER_UID)
+    share, workspace, scope = nested_share(base)
     planted = await run_command(f"cd {share} && mv albums a2 && mkdir albums && "
                                 "ln -s /dev/shm albums/photos && echo ok", scope, LIMITS)
     assert planted.stdout == "ok\n", planted.stderr
-    shm_free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
     reserve = (shm_free + free_bytes(base)) // 2  # above /dev/shm's free space, below the disk's
     result = await run_command("echo ran", scope, LIMITS, min_free_bytes=reserve)
     assert result.stdout == "ran\n" and len(result.left_out) == 1, result.stderr
