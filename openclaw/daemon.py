@@ -151,8 +151,14 @@ class Daemon:
             from engine import AsyncLLM
 
             log.info("loading the model (%s)", cfg.engine.model or "embedded SmolLM2-135M-Instruct")
-            self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
-                                                 **cfg.engine.as_engine_kwargs())
+            try:
+                self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
+                                                     **cfg.engine.as_engine_kwargs())
+            except (FileNotFoundError, ValueError) as exc:
+                # [engine] names a model, device or dtype this machine cannot use: a config error
+                # (exit status 2, which the unit does not restart every 5 s), said in one line.
+                log.debug("the model did not load", exc_info=True)
+                raise ConfigError(cfg.source, [f"[engine]: {exc}"]) from exc
         self.reminders = Reminders(self.store)
         executor = executor_for(cfg, skills, self.store.add_audit, self.reminders)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)

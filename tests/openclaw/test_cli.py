@@ -70,6 +70,19 @@ def test_a_malformed_config_names_the_key_and_refuses_to_start(tmp_path):
     assert "access.dm_policy" in proc.stderr and "everyone" in proc.stderr
 
 
+def test_a_model_that_is_not_there_is_a_config_error_the_unit_does_not_restart(tmp_path):
+    # Exit status 2 is the unit's RestartPreventExitStatus: restarting every 5 s cannot fix it.
+    (tmp_path / "folder").mkdir()  # a folder without config.json is no model either
+    for model in (tmp_path / "missing.gguf", tmp_path / "folder"):
+        config = tmp_path / "c.toml"
+        config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                          f'[engine]\nmodel = "{model}"\n')
+        proc = run(["--config", str(config), "run"], tmp_path, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines()[-1].startswith(f"{config}: [engine]: "), proc.stderr
+        assert str(model) in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_init_writes_a_starter_config_that_doctor_accepts(tmp_path):
     config = tmp_path / "openclaw.toml"
     assert run(["--config", str(config), "init"], tmp_path, timeout=60).returncode == 0
