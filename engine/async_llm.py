@@ -59,11 +59,13 @@ class AsyncLLM:
         *,
         tools: list[dict] | None = None,
         priority: int = 0,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Stream outputs (each with the new delta_text) until one has finished=True.
         `prompt` is text, token ids, or chat messages. Leaving the loop early aborts the request.
         `tools`: shown to the model in a chat prompt, and its calls constrained per
-        `params.tool_choice` ("auto" by default; "none" shows no tools and constrains nothing)."""
+        `params.tool_choice` ("auto" by default; "none" shows no tools and constrains nothing).
+        `cache_salt`: the prefix cache serves this request only blocks cached under the same salt."""
         if self._closed:
             raise EngineDeadError("the engine is shut down")
         params = params or SamplingParams()
@@ -75,7 +77,7 @@ class AsyncLLM:
             raise ValueError(f"request id {rid!r} is already in use")
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[rid] = (asyncio.get_running_loop(), stream)
-        self._commands.put(("add", rid, stream, prompt, params, priority, tools))
+        self._commands.put(("add", rid, stream, prompt, params, priority, tools, cache_salt))
         finished = False
         try:
             while True:
@@ -94,10 +96,10 @@ class AsyncLLM:
 
     async def chat(self, messages: list[dict], params: SamplingParams | None = None,
                    tools: list[dict] | None = None, request_id: str | None = None,
-                   priority: int = 0) -> ChatResponse:
+                   priority: int = 0, cache_salt: str | None = None) -> ChatResponse:
         final = None
         async for out in self.generate(messages, params, request_id, tools=tools,
-                                       priority=priority):
+                                       priority=priority, cache_salt=cache_salt):
             final = out
         assert final is not None
         return to_chat_response(final)
@@ -150,12 +152,13 @@ class AsyncLLM:
 
     def _handle(self, cmd: tuple) -> None:
         if cmd[0] == "add":
-            _, rid, stream, prompt, params, priority, tools = cmd
+            _, rid, stream, prompt, params, priority, tools, cache_salt = cmd
             target = self._streams.get(rid)
             if target is None or target[1] is not stream:  # its caller already left: no work
                 return
             try:
-                self.engine.add_request(rid, prompt, params, priority, tools=tools)
+                self.engine.add_request(rid, prompt, params, priority, tools=tools,
+                                        cache_salt=cache_salt)
             except Exception as exc:
                 self._deliver(rid, exc, stream)
                 return

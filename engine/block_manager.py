@@ -28,6 +28,15 @@ def block_key(parent: bytes | None, tokens: TokenIds[int]) -> bytes:
     return hashlib.blake2b((parent or b"") + data, digest_size=16).digest()
 
 
+def salt_key(cache_salt: str | None) -> bytes | None:
+    """The parent key of a request's first block. Requests share cached blocks only when their
+    salts match (vLLM's `cache_salt`): otherwise a user could time their own prompts to learn
+    whether another user's conversation (a guessed first message, say) sits in the cache."""
+    if cache_salt is None:
+        return None
+    return hashlib.blake2b(cache_salt.encode(), digest_size=16, person=b"cache-salt").digest()
+
+
 @dataclass(eq=False)
 class Block:
     id: int
@@ -81,7 +90,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         keys: list[bytes] = []
-        parent: bytes | None = None
+        parent = seq.cache_root
         for i in range((seq.num_tokens - 1) // self.block_size):
             parent = block_key(parent, seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
             keys.append(parent)
@@ -137,7 +146,7 @@ class BlockManager:
         full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
         for i in range(len(seq.block_hashes), full):
             tokens = tuple(seq.token_ids[i * self.block_size : (i + 1) * self.block_size])
-            parent = seq.block_hashes[i - 1] if i else None
+            parent = seq.block_hashes[i - 1] if i else seq.cache_root
             key = block_key(parent, tokens)
             seq.block_hashes.append(key)
             block = self.blocks[seq.block_table[i]]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.block_manager import BlockManager
+from engine.block_manager import BlockManager, salt_key
 from engine.chat import ChatFormatter
 from engine.config import EngineConfig
 from engine.constrained import ToolCallMatcher, ToolConstraints, constrains
@@ -83,9 +83,11 @@ class LLMEngine:
         return self.chat_formatter.encode(messages, tools=tools)
 
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
-                    priority: int = 0, tools: list[dict] | None = None) -> None:
+                    priority: int = 0, tools: list[dict] | None = None,
+                    cache_salt: str | None = None) -> None:
         """`tools`: the tools offered to this request (OpenAI shape); `params.tool_choice` says
-        how the request's tool calls are constrained ("auto" when tools are given)."""
+        how the request's tool calls are constrained ("auto" when tools are given).
+        `cache_salt`: prefix-cache hits only among requests with the same salt (say, one user's)."""
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
@@ -99,7 +101,8 @@ class LLMEngine:
         eos = frozenset(params.stop_token_ids) | (
             frozenset() if params.ignore_eos or self.chat_formatter is None
             else frozenset(self.chat_formatter.stop_token_ids))
-        seq = Sequence(request_id, ids, params, priority=priority, max_total_tokens=limit)
+        seq = Sequence(request_id, ids, params, priority=priority, max_total_tokens=limit,
+                       cache_root=salt_key(cache_salt))
         seq.generator = make_generator(params.seed, self.device)
         seq.constraint = self._tool_matcher(params, tools, eos)  # the runner masks its logits
         detok = IncrementalDetokenizer(self.tokenizer, ids, params) if self.tokenizer else None

@@ -27,9 +27,11 @@ class LLM:
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         priority: int = 0,
         tools: list[dict] | None = None,
+        cache_salt: str | None = None,
     ) -> list[RequestOutput]:
         """Run every prompt to completion, batched; outputs in the order of `prompts`.
-        `tools`: offered to every prompt; their calls are constrained per `tool_choice`."""
+        `tools`: offered to every prompt; their calls are constrained per `tool_choice`.
+        `cache_salt`: these prompts share cached prefixes only with requests of the same salt."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
@@ -39,7 +41,8 @@ class LLM:
         ids = [f"gen-{next(self._ids)}" for _ in prompts]
         try:
             for rid, prompt, p in zip(ids, prompts, params_list, strict=True):
-                self.engine.add_request(rid, prompt, p, priority, tools=tools)
+                self.engine.add_request(rid, prompt, p, priority, tools=tools,
+                                        cache_salt=cache_salt)
             return self._run(ids)
         except BaseException:
             for rid in ids:  # leave the engine clean for the next call

@@ -36,6 +36,7 @@ class Sequence:
     # sampling and follows the tokens appended. Its state depends only on the output tokens, so a
     # preempted sequence keeps it.
     constraint: Any = None
+    cache_root: bytes | None = None  # block_manager.salt_key of the request's cache_salt
     arrival: int = field(default_factory=lambda: next(_arrivals))
 
     def __post_init__(self) -> None:

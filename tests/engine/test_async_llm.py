@@ -106,3 +106,16 @@ async def test_a_request_id_reused_after_leaving_early_streams_only_its_own_requ
     assert [o.finish_reason for o in outs] == [None] * (len(outs) - 1) + ["length"]
     assert [t for o in outs for t in o.delta_token_ids] == expected.token_ids
     assert outs[-1].token_ids == expected.token_ids
+
+
+async def test_a_cache_salt_keeps_prefix_hits_within_the_same_salt(engine):
+    prompt = list(range(1, 70))  # four full blocks of 16, and a last token to run
+    outs = {}
+    for rid, salt in [("ann-1", "ann"), ("bob", "bob"), ("ann-2", "ann"), ("none", None)]:
+        async for out in engine.generate(prompt, PARAMS, rid, cache_salt=salt):
+            outs[rid] = out
+    assert outs["ann-1"].num_cached_tokens == 0
+    assert outs["bob"].num_cached_tokens == 0  # Ann's cached prompt is not Bob's to hit
+    assert outs["ann-2"].num_cached_tokens == 64  # her own next prompt is
+    assert outs["none"].num_cached_tokens == 0
+    assert len({tuple(o.token_ids) for o in outs.values()}) == 1  # the same answer every time

@@ -8,17 +8,17 @@ import builtins
 import pytest
 
 import engine.block_manager as block_manager_module
-from engine.block_manager import BlockManager
+from engine.block_manager import BlockManager, salt_key
 from engine.sequence import Sequence
 
 BS = 4  # block size in every test below
 
 
-def seq_of(*tokens: int | range) -> Sequence:
+def seq_of(*tokens: int | range, salt: str | None = None) -> Sequence:
     ids: list[int] = []
     for t in tokens:
         ids.extend(t if isinstance(t, range) else [t])
-    return Sequence("r", ids)
+    return Sequence("r", ids, cache_root=salt_key(salt))
 
 
 def compute(bm: BlockManager, seq: Sequence, cached: list[int] | None = None) -> None:
@@ -284,3 +284,26 @@ def test_with_prefix_caching_disabled_nothing_is_ever_a_hit() -> None:
 def test_a_pool_needs_at_least_one_block() -> None:
     with pytest.raises(ValueError, match="at least one block"):
         BlockManager(0, BS)
+
+
+def test_a_cache_salt_shares_blocks_only_with_the_same_salt() -> None:
+    bm = BlockManager(16, BS)
+    ann = seq_of(range(13), salt="telegram:1")
+    compute(bm, ann)
+    anns = ann.block_table[:3]
+    bm.free(ann)
+    # The same tokens under another salt, or none, find nothing: no one learns what Ann sent.
+    assert bm.find_cached_prefix(seq_of(range(13), salt="telegram:2")) == []
+    assert bm.find_cached_prefix(seq_of(range(13))) == []
+    # Ann's next prompt, which starts with the same tokens, reuses all three full blocks; so
+    # does a preempted request of hers, whose keys are made again from its salt.
+    again = seq_of(range(13), 99, salt="telegram:1")
+    assert bm.find_cached_prefix(again) == anns
+    # A request without a salt caches under the unsalted keys, apart from Ann's.
+    plain = seq_of(range(13))
+    compute(bm, plain)
+    plains = plain.block_table[:3]
+    assert set(plains).isdisjoint(anns)
+    bm.free(plain)
+    assert bm.find_cached_prefix(seq_of(range(13), 7)) == plains
+    assert bm.find_cached_prefix(seq_of(range(13), 7, salt="telegram:1")) == anns
