@@ -15,6 +15,7 @@ from openclaw import access
 from openclaw.store.records import parse_user_key
 from openclaw.users_cli import with_store
 from skills.base import visible
+from skills.builtin.reminders import MAX_NUMBER
 
 TEXT_SHOWN = 60  # characters of each reminder's text in a listing
 
@@ -47,6 +48,13 @@ def _chat(value: str) -> tuple[str, str]:
         raise ValueError('a chat is "channel:chat id", e.g. "telegram:-1001234567890"') from None
 
 
+def _in_chat(channel: str, chat_id: str, chat: tuple[str, str]) -> bool:
+    """Whether a reminder for (channel, chat_id) goes to `chat`. A Telegram forum topic is its
+    group's id, "/", the topic's ("-100555/7", connectors/telegram.py): naming the group takes in
+    its topics too, or a group its owner left kept posting in them after `cancel --chat`."""
+    return channel == chat[0] and (chat_id == chat[1] or chat_id.startswith(chat[1] + "/"))
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     try:
         user = access.check_user(args.user) if args.user else None
@@ -55,7 +63,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"openclaw reminders list: {exc}", file=sys.stderr)
         return 2
     reminders = [r for r in with_store(args, lambda store: store.active_reminders(user))
-                 if chat is None or (r.channel, r.chat_id) == chat]
+                 if chat is None or _in_chat(r.channel, r.chat_id, chat)]
     if not reminders:
         print("no active reminders")
     for r in reminders:
@@ -67,12 +75,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cancel_chat(store, chat: tuple[str, str]) -> list:
+    """Every active reminder for `chat` and, a group's, for its forum topics (see _in_chat)."""
+    chat_ids = {chat[1]} | {r.chat_id for r in await store.active_reminders()
+                            if _in_chat(r.channel, r.chat_id, chat)}
+    return [r for chat_id in sorted(chat_ids)
+            for r in await store.cancel_chat_reminders(chat[0], chat_id)]
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         if args.chat and args.user is None:
-            channel, chat_id = _chat(args.chat)
-            cancelled = with_store(args, lambda store: store.cancel_chat_reminders(channel, chat_id))
-            print(f"cancelled {len(cancelled)} reminder(s) delivered to {channel}:{chat_id}")
+            chat = _chat(args.chat)
+            cancelled = with_store(args, lambda store: _cancel_chat(store, chat))
+            print(f"cancelled {len(cancelled)} reminder(s) delivered to {chat[0]}:{chat[1]}")
             return 0
         if args.chat or args.user is None or args.number is None:
             raise ValueError("give USER NUMBER, or --chat CHANNEL:CHAT_ID alone")
@@ -80,7 +96,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openclaw reminders cancel: {exc}", file=sys.stderr)
         return 2
-    done = with_store(args, lambda store: store.cancel_reminder(user, args.number))
+    # Numbers count from 1; one past SQLite's 64-bit integers made the store raise OverflowError
+    # (a traceback): no reminder has it.
+    done = (with_store(args, lambda store: store.cancel_reminder(user, args.number))
+            if 0 < args.number <= MAX_NUMBER else None)
     if done is None:
         print(f"openclaw reminders cancel: {user} has no active reminder #{args.number} "
               "(see openclaw reminders list)", file=sys.stderr)

@@ -16,6 +16,7 @@ from skills.base import ReminderBook, Skill, SkillContext, SkillError, visible
 from skills.builtin.spoken_time import WHEN_HELP, local_time, parse_when, split_repeat
 
 MAX_TEXT_CHARS = 1000
+MAX_NUMBER = 2**63 - 1  # the largest a database integer column holds
 
 
 class RemindersSkill(Skill):
@@ -57,7 +58,9 @@ class RemindersSkill(Skill):
             number = args.get("number")
             if not isinstance(number, int):
                 raise SkillError("cancel needs the reminder's number (list shows them)")
-            done = await book.cancel(ctx.user, number)
+            # Numbers count from 1; one past SQLite's 64-bit integers made the store raise
+            # OverflowError ("/reminders cancel 99999999999999999999"): no reminder has it.
+            done = await book.cancel(ctx.user, number) if 0 < number <= MAX_NUMBER else None
             if done is None:
                 raise SkillError(f"you have no active reminder #{number}; list shows them")
             if done.chat_id != ctx.chat_id:  # this chat may be a group: not the text of another's
@@ -87,6 +90,11 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
     repeat = args.get("repeat") or "none"
     if repeat == "none" and spoken_repeat:
         repeat = spoken_repeat
+    elif spoken_repeat and repeat != spoken_repeat:
+        # The user's words ("every monday at 9am") and the model's repeat=daily disagree: which
+        # one the user meant is theirs to say, not ours to pick (either was silently daily).
+        raise SkillError(f"when={args.get('when')!r} repeats {spoken_repeat} but repeat={repeat}: "
+                         f"give the repeat the user asked for once, in when or in repeat")
     due = parse_when(when, now, zone)
     moved = ""
     if repeat == "weekdays" and due.astimezone(zone).weekday() >= 5:  # starts on the next Monday

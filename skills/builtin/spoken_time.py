@@ -110,8 +110,26 @@ def split_request(request: str) -> tuple[str, str] | None:
         found.sort(key=lambda pair: pair[0][0].lower() not in _TIME_MARKERS)  # stable: first wins ties
         if found:
             when, text = found[0]
+            if when is last[0]:  # the time said last
+                when, text = _day_said_first(when, text)
             return " ".join(when), " ".join(text)
     return None
+
+
+def _day_said_first(when: list[str], text: list[str]) -> tuple[list[str], list[str]]:
+    """A day (or date, or repeat) that opens the text is the day of a time of day said at the
+    end, which names none: "friday call bob at 10am" was 10am today, "friday" left in the text.
+    (when, text) as they were when the text opens with no day."""
+    try:
+        if _wall(" ".join(when).lower().removeprefix("at "), said_at=True) is None:
+            return when, text  # the end names a day itself ("tomorrow at 10am"), or is a delay
+    except SkillError:  # "at 8": a bare hour, asked about once it has its day
+        pass
+    for n in range(min(len(text) - 1, MAX_WHEN_WORDS - len(when)), 0, -1):
+        rest = _trim(text[n:], ("to", "that"), ())
+        if rest and _readable(" ".join(text[:n] + when)):
+            return text[:n] + when, rest
+    return when, text
 
 
 def local_time(moment: datetime, zone: ZoneInfo) -> str:
@@ -182,6 +200,8 @@ def _clock_time(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
     wall = _wall(spoken.removeprefix("at "), said_at=spoken.startswith("at ") or day is not None)
     if wall is None:
         return None
+    if day is not None and _is_midnight(spoken):
+        day, weekday = _midnight_day(day, local_now.date()), False
     local = _pass_ahead(datetime.combine(day or local_now.date(), wall, tzinfo=zone), now)
     if local <= now and (day is None or weekday):  # passed today: the next one
         local = datetime.combine(local.date() + timedelta(days=7 if weekday else 1), wall,
@@ -231,8 +251,31 @@ def _dated(spoken: str, now: datetime, zone: ZoneInfo) -> datetime | None:
                      said_at=pattern is _DATE_FIRST or clock_words.startswith("at "))
         if wall is None:
             return None
+        if _is_midnight(clock_words):
+            day = _midnight_day(day, today)
         return _pass_ahead(datetime.combine(day, wall, tzinfo=zone), now)
     return None
+
+
+def _is_midnight(clock_words: str) -> bool:
+    return clock_words.removeprefix("at ") == "midnight"
+
+
+def _midnight_day(day: date, today: date) -> date:
+    """The day whose 00:00 is meant by 'midnight' said with `day` ("friday at midnight").
+    Decided: on a later day it is asked about, as a bare "at 9" is. A calendar reads "december 31
+    at midnight" as 00:00 starting Dec 31, most people mean New Year's (00:00 ending it), and a
+    wrong guess is a reminder a whole day early or late. On today ("today at midnight", "monday
+    at midnight" said on a Monday) the start is gone: the coming midnight, tonight's, is meant.
+    "00:00" and "12am" are clock times, read as a calendar reads them (the start of the day)."""
+    end = day + timedelta(days=1)
+    if day <= today:
+        return end
+    # A weekday's name says the same within the week ahead (and keeps "every friday" a repeat).
+    named = f" (or '{_WEEKDAYS[end.weekday()]} at 00:00')" if end - today < timedelta(days=7) else ""
+    raise SkillError(f"'midnight' could be the start of {day:%a %d %b %Y} or its end (00:00 on "
+                     f"{end:%a %d %b}): ask the user which, then say '{day} 00:00' or '{end} "
+                     f"00:00'{named}")
 
 
 def _pass_ahead(local: datetime, now: datetime) -> datetime:

@@ -55,7 +55,6 @@ def test_delays_count_from_now(when, after):
     ("today at 18:00", datetime(2026, 11, 30, 18, 0)),
     ("friday at 8am", datetime(2026, 12, 4, 8, 0)),
     ("noon", datetime(2026, 11, 30, 12, 0)),
-    ("tomorrow at midnight", datetime(2026, 12, 1, 0, 0)),
     ("on Monday 11:00", datetime(2026, 11, 30, 11, 0)),  # today, still ahead
     ("monday 9:00", datetime(2026, 12, 7, 9, 0)),  # today's has passed: next week's
     ("next monday 11:00", datetime(2026, 12, 7, 11, 0)),  # "next": never today's
@@ -81,6 +80,35 @@ def test_delays_count_from_now(when, after):
 ])
 def test_clock_times_and_dates_are_wall_clock_time_in_the_users_zone(when, local):
     assert at(when) == local.replace(tzinfo=PARIS).astimezone(UTC)
+
+
+@pytest.mark.parametrize(("when", "local"), [
+    # Midnight with no day named, or on a day whose start is gone: the coming one, tonight's.
+    ("midnight", datetime(2026, 12, 1, 0, 0)),
+    ("at midnight", datetime(2026, 12, 1, 0, 0)),
+    ("today at midnight", datetime(2026, 12, 1, 0, 0)),
+    ("monday at midnight", datetime(2026, 12, 1, 0, 0)),  # said on a Monday: tonight
+    ("november 30 at midnight", datetime(2026, 12, 1, 0, 0)),  # today's date: tonight
+    # A clock time is read as a calendar reads it: 00:00 and 12am start the day they are on.
+    ("december 31 at 00:00", datetime(2026, 12, 31, 0, 0)),
+    ("december 31 at 12am", datetime(2026, 12, 31, 0, 0)),
+])
+def test_midnight_is_the_coming_one_unless_a_later_day_is_named(when, local):
+    assert at(when) == local.replace(tzinfo=PARIS).astimezone(UTC)
+
+
+@pytest.mark.parametrize("when", [
+    "december 31 at midnight", "midnight on december 31", "friday midnight",
+    "at midnight on friday", "tomorrow at midnight", "next monday at midnight",
+    split_repeat("every friday at midnight")[1],
+])
+def test_midnight_on_a_later_day_is_asked_about_start_or_end(when):
+    # "December 31 at midnight" is New Year's to most people and Dec 31 00:00 to a calendar: a
+    # wrong guess is a reminder a day early or late, so the model asks, as for "at 9".
+    with pytest.raises(SkillError, match="could be the start of .* or its end") as refused:
+        at(when)
+    if when.startswith("december 31"):
+        assert "'2026-12-31 00:00' or '2027-01-01 00:00'" in str(refused.value)
 
 
 def test_in_the_hour_a_dst_change_repeats_a_time_still_ahead_is_its_second_pass():
@@ -129,12 +157,27 @@ def test_a_bare_hour_in_a_repeat_is_asked_about_like_any_other():
     # Without "at", a dotted number ending a line is a price or a version, not "17.30".
     ("buy milk 2.50", None),
     ("me to upgrade to python 3.12", None),
+    # A day said first and the time last belong together (not 10am today with "friday" as text).
+    ("friday call bob at 10am", ("friday at 10am", "call bob")),
+    ("me on friday to call bob at 10am", ("on friday at 10am", "call bob")),
+    ("next friday call bob at 10am", ("next friday at 10am", "call bob")),
+    ("tomorrow call bob at 10am", ("tomorrow at 10am", "call bob")),
+    ("December 31 call bob at 9am", ("December 31 at 9am", "call bob")),
+    ("every monday call bob at 10am", ("every monday at 10am", "call bob")),
+    ("friday call bob at 8", ("friday at 8", "call bob")),  # then asked: which 8?
+    ("friday call bob tomorrow at 10am", ("tomorrow at 10am", "friday call bob")),  # a day each
     ("call mum at 17.30", ("at 17.30", "call mum")),
     ("in 20 minutes", None),  # no text
     ("stretch", None),  # no time
 ])
 def test_a_one_line_request_splits_into_when_and_what(request_, split):
     assert split_request(request_) == split
+
+
+def test_a_day_said_before_the_text_sets_the_day_of_the_time_after_it():
+    when, text = split_request("friday call bob at 10am")
+    assert at(when) == datetime(2026, 12, 4, 9, 0, tzinfo=UTC)  # Friday 10:00 in Paris
+    assert text == "call bob"
 
 
 def test_a_long_request_is_split_in_linear_time(monkeypatch):
@@ -299,6 +342,42 @@ async def test_the_users_words_for_a_repeat_set_it(book, tmp_path):
     assert added.text.endswith("(in 21 h 45 min), then weekdays: pills"), added.text
     [kept] = await book.pending("telegram:1")
     assert (kept.repeat, kept.local_time) == ("weekdays", "08:00:00")
+
+
+async def test_a_number_no_reminder_can_have_is_no_active_reminder(book, tmp_path):
+    # "/reminders cancel 99999999999999999999" reached SQLite, which cannot hold it: OverflowError.
+    run, policy = executor(book, tmp_path)
+    ada = policy.principal("telegram:1")
+    assert (await run.call("reminders", {"action": "add", "text": "tea", "when": "5pm"}, ada,
+                           chat_id="1")).ok
+    for number in (10**20, 2**63, -(2**63) - 1, 0, -1):
+        outcome = await run.call("reminders", {"action": "cancel", "number": number}, ada, chat_id="1")
+        assert not outcome.ok and f"no active reminder #{number}" in outcome.text, outcome.text
+    assert [r.text for r in await book.pending("telegram:1")] == ["tea"]
+
+
+@pytest.mark.parametrize(("when", "repeat"), [
+    ("every monday at 9am", "daily"),
+    ("every day at 8:00", "weekdays"),
+    ("every weekday at 7am", "weekly"),
+])
+async def test_a_repeat_in_the_users_words_that_the_model_contradicts_is_refused(book, tmp_path,
+                                                                                when, repeat):
+    # The user said "every monday"; a model that also sent repeat=daily set a daily reminder.
+    run, policy = executor(book, tmp_path)
+    outcome = await run.call("reminders", {"action": "add", "text": "x", "when": when,
+                                           "repeat": repeat}, policy.principal("telegram:1"),
+                             chat_id="1")
+    assert not outcome.ok and f"but repeat={repeat}" in outcome.text, outcome.text
+    assert await book.pending("telegram:1") == []
+
+
+async def test_a_repeat_said_both_ways_alike_is_set_once(book, tmp_path):
+    run, policy = executor(book, tmp_path)
+    outcome = await run.call("reminders", {"action": "add", "text": "x", "when": "every monday at 9am",
+                                           "repeat": "weekly"}, policy.principal("telegram:1"),
+                             chat_id="1")
+    assert outcome.ok and outcome.text.endswith(", then weekly: x"), outcome.text
 
 
 async def test_mistakes_come_back_to_the_model_and_store_nothing(book, tmp_path):
