@@ -289,19 +289,38 @@ async def _run_daemon(config, terminal) -> int:
 
 
 def cmd_service_install(args: argparse.Namespace) -> int:
-    from openclaw.service import install_unit
+    from openclaw.service import install_unit, service_user, unreadable_config
 
     config = load_config(args.config, tokens=False)  # the unit gives the service its own
     exe = _this_openclaw()
     config_path = (args.config or default_config_path()).expanduser().resolve()
+    data_dir, run_as = config.data_dir, args.run_as
+    if args.system:
+        run_as = service_user(args.run_as)
+        try:
+            home = Path(pwd.getpwnam(run_as).pw_dir)
+        except KeyError:
+            print(f"service install: there is no user {run_as} on this machine; create it first "
+                  f"(e.g. useradd --system --create-home {shlex.quote(run_as)}), then run this "
+                  "again", file=sys.stderr)
+            return 1
+        # systemd gives the service its user's HOME, not this shell's: the default data_dir
+        # (and a data_dir written "~/...") is under that home.
+        data_dir = data_dir_of(args.config, home=home)
     try:
-        path, instructions = install_unit(exe, config_path, args.run_as, config.data_dir,
+        path, instructions = install_unit(exe, config_path, run_as, data_dir,
                                           system=args.system, force=args.force)
     except (FileExistsError, ValueError) as exc:
         print(f"service install: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {path}\n{instructions}")
-    for what, where in (("the config file", config_path), ("data_dir", config.data_dir)):
+    if not config_path.is_file():
+        print(f"warning: there is no config file at {config_path}, which the service is told to "
+              "read: create it (`openclaw init`) before starting the service", file=sys.stderr)
+    elif args.system and (why := unreadable_config(config_path, run_as)):
+        print(f"warning: the service runs as {run_as}, who cannot read {config_path}: {why}",
+              file=sys.stderr)
+    for what, where in (("the config file", config_path), ("data_dir", data_dir)):
         if any(where.absolute().is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
             print(f"warning: {what} {where} is under /tmp, which the service does not see "
                   "(PrivateTmp=yes gives it an empty one): keep it elsewhere before starting it",

@@ -865,16 +865,21 @@ def _read_toml(path: str | Path | None) -> tuple[Path, dict[str, Any] | None]:
         raise ConfigError(file, [_toml_problem(exc)]) from None
 
 
-def data_dir_of(path: str | Path | None = None) -> Path:
+def data_dir_of(path: str | Path | None = None, *, home: Path | None = None) -> Path:
     """The data_dir the config names, the rest of the file unchecked: what a command that only
     looks for the running daemon needs, run from a shell that may not hold the secrets the file
-    names (`env:`, `file:` readable by the service only)."""
+    names (`env:`, `file:` readable by the service only).
+
+    `home`: the data_dir of a daemon whose HOME that is (a system service's `User=`, whose HOME
+    systemd sets), not this shell's: the default and a leading `~/` are under it."""
     file, data = _read_toml(path)
     if data is None or "data_dir" not in data:
-        return default_data_dir()
+        return default_data_dir() if home is None else home / ".local" / "share" / "openclaw"
+    value = data["data_dir"]
+    if home is not None and isinstance(value, str) and (value == "~" or value.startswith("~/")):
+        value = str(home / value[2:])
     try:
-        return TypeAdapter(ConfigPath).validate_python(data["data_dir"],
-                                                       context={"base_dir": file.parent})
+        return TypeAdapter(ConfigPath).validate_python(value, context={"base_dir": file.parent})
     except ValidationError as exc:
         raise ConfigError(file, [f"data_dir: {exc.errors()[0]['msg']}"]) from None
 
@@ -1189,16 +1194,33 @@ enabled = false
 
 # Roles: what each role may do. Built in: "admin" (every enabled skill, network) and "user"
 # (clock, reminders and files in the user's own workspace); a [roles.admin] or [roles.user]
-# table changes only the keys it sets.
+# table changes only the keys it sets. The values below are the defaults of a new role, except
+# where a comment says otherwise.
 # [roles.family]
-# e.g. skills = ["clock", "files", "shell"]
-# e.g. network = false
+# e.g. skills = ["clock", "files", "shell"]   # "*": every enabled skill (default: none)
+# The user's folder; unset: <data_dir>/workspaces/<user>, <user> written "telegram-1001".
+# e.g. workspace = "/srv/openclaw/{user}"
+# Extra folders, read-only or read-write (commands see them at the same path).
 # e.g. read_only = ["/srv/media"]
-# e.g. approval = ["shell"]
-# e.g. email_recipients = ["me@example.org"]
-# e.g. email_read = false   # list and read the one mailbox of [skills.email] (admin: true)
-# e.g. daily_tokens = 200000  # per user and UTC day, prompt + answer (0: no limit)
+# e.g. read_write = []
+# Network for shell commands (through slirp4netns, never the host's loopback).
+# e.g. network = false
+# Limits of each command (built-in admin: cpu_seconds 120, memory_mb 4096, wall_seconds 300).
+# e.g. cpu_seconds = 30
+# e.g. memory_mb = 1024
+# e.g. wall_seconds = 60
+# e.g. output_bytes = 65536
+# e.g. file_size_mb = 64   # the largest file a command or the files skill may write
+# e.g. processes = 64
 # e.g. disk_mb = 1024  # what the user's workspace may hold (built in: user 1024, admin 0 = no quota)
+# Who the email skill may send to ("*": anyone), and whether it may read the shared mailbox.
+# e.g. email_recipients = ["me@example.org"]
+# e.g. email_domains = ["example.org"]
+# e.g. email_read = false   # list and read the one mailbox of [skills.email] (admin: true)
+# Skills whose every call the user must /approve, and how long to wait (no answer: denied).
+# e.g. approval = ["shell"]
+# e.g. approval_timeout_s = 300
+# e.g. daily_tokens = 200000  # per user and UTC day, prompt + answer (default 0: no limit)
 '''
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 import re
 import shlex
 import shutil
+import stat
 from pathlib import Path
 
 UNIT_NAME = "openclaw.service"
@@ -140,8 +142,8 @@ def install_unit(exec_path: str, config_path: Path, user: str | None, data_dir: 
     """
     if user is not None and not system:
         raise ValueError(f"--user {user} needs --system: a user unit always runs as its owner")
-    if system and user is None:
-        user = os.environ.get("SUDO_USER") or getpass.getuser()
+    if system:
+        user = service_user(user)
     if unit_dir is None:
         unit_dir = SYSTEM_UNIT_DIR if system else Path.home() / ".config" / "systemd" / "user"
     path = unit_dir / UNIT_NAME
@@ -159,6 +161,43 @@ def install_unit(exec_path: str, config_path: Path, user: str | None, data_dir: 
     partial.chmod(0o644)  # systemd (and `systemctl cat`) read it; it holds no secrets
     os.replace(partial, path)  # a reader never sees a half-written unit
     return path, _instructions(system, user, data_dir)
+
+
+def service_user(user: str | None = None) -> str:
+    """The user a system unit runs as: `user`, else the user who ran sudo, else this one."""
+    return user or os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def unreadable_config(config: Path, user: str) -> str | None:
+    """Why `user` (a system unit's User=) cannot read the config file, which the service then
+    stops at once for; None when they can, or when the file's or a folder's ACL decides (not
+    judged here). `openclaw init` makes the file 0600 and a new folder for it 0700, its maker's."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    if entry.pw_uid == 0:
+        return None
+    groups = set(os.getgrouplist(user, entry.pw_gid))
+
+    def allowed(path: Path, bit: int) -> bool:
+        st = path.stat()
+        if "system.posix_acl_access" in os.listxattr(path):
+            return True
+        shift = 6 if st.st_uid == entry.pw_uid else 3 if st.st_gid in groups else 0
+        return bool(st.st_mode >> shift & bit)
+
+    try:
+        for folder in reversed(config.parents):  # "/" first
+            if not allowed(folder, 1):
+                return (f"{folder} is closed to them: `chown {user} {folder}` if it is the "
+                        "config's own folder, else keep the config in one they may enter")
+        if not allowed(config, 4):
+            return (f"the file is mode {stat.S_IMODE(config.stat().st_mode):04o}, not theirs: "
+                    f"chown {user} {config} (keep it 0600: it may hold tokens)")
+    except OSError:
+        return None  # not there: the caller says so
+    return None
 
 
 def _instructions(system: bool, user: str | None, data_dir: Path) -> str:

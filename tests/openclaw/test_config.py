@@ -14,6 +14,7 @@ import pytest
 from openclaw.config import (
     Config,
     ConfigError,
+    RoleConfig,
     Secret,
     default_config_path,
     exposed_secrets,
@@ -563,6 +564,16 @@ def test_starter_config_documents_every_key():
                 assert re.search(rf"(?m)^#?( e\.g\.)? ?{key} = ", text), f"{section}.{key} undocumented"
     assert 'token = "env:TELEGRAM_BOT_TOKEN"' in text and 'token = "env:DISCORD_BOT_TOKEN"' in text
     assert "[roles." in text
+
+
+def test_starter_config_shows_every_role_key_and_data_dir():
+    # The README promises that `openclaw init` writes every key: a role's limits, folders,
+    # recipients and approval timeout are keys an admin looks for there too.
+    text = starter_config()
+    assert re.search(r"(?m)^# data_dir = ", text)
+    roles = text[text.index("# [roles."):]
+    for key in RoleConfig.model_fields:
+        assert re.search(rf"(?m)^# e\.g\. {key} = ", roles), f"roles.NAME.{key} undocumented"
 
 
 def test_write_starter_config_creates_a_private_file_and_refuses_to_overwrite(tmp_path: Path):

@@ -295,3 +295,108 @@ def test_a_config_mistake_stops_the_service_instead_of_restarting_it_every_few_s
     assert "agent.max_steps" in run.stderr
     assert str(run.returncode) in prevented, (run.returncode, prevented)
     assert one(unit, "Service", "Restart") == "on-failure"  # a crash is still restarted
+
+
+# --- a system unit, by the CLI: the service's user, their home, their view of the config ------
+
+
+def _nobody() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwnam("nobody").pw_name
+    except KeyError:
+        pytest.skip("no user 'nobody' on this machine")
+
+
+def _system_install(config: Path, user: str, units: Path, monkeypatch, capsys) -> tuple[int, str, str]:
+    from openclaw.cli import main
+
+    monkeypatch.setattr("openclaw.service.SYSTEM_UNIT_DIR", units)  # never /etc/systemd/system
+    code = main(["--config", str(config), "service", "install", "--system", "--user", user])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_system_unit_keeps_data_dir_in_its_users_home_not_the_installers(
+        tmp_path: Path, home: Path, monkeypatch, capsys) -> None:
+    import pwd
+
+    # `sudo openclaw service install --system --user NAME` with the starter file's default
+    # data_dir: systemd gives the service NAME's HOME, so its daemon keeps its database under
+    # ~NAME, and that is what ReadWritePaths= and the printed `install -d` must name, not root's.
+    user = _nobody()
+    their_home = Path(pwd.getpwnam(user).pw_dir)
+    config = tmp_path / "openclaw.toml"
+    config.write_text("[agent]\nmax_steps = 8\n")
+    code, out, err = _system_install(config, user, tmp_path / "units", monkeypatch, capsys)
+    assert code == 0, err
+    expected = their_home / ".local" / "share" / "openclaw"
+    unit = parse_unit((tmp_path / "units" / "openclaw.service").read_text())
+    assert one(unit, "Service", "ReadWritePaths") == str(expected)
+    assert f"install -d -m 0700 -o {user} {expected}" in out
+    assert str(home) not in (tmp_path / "units" / "openclaw.service").read_text()
+
+    config.write_text('data_dir = "~/agent"\n')  # "~" is the service's home too
+    monkeypatch.setattr("openclaw.service.SYSTEM_UNIT_DIR", tmp_path / "units2")
+    code, out, err = _system_install(config, user, tmp_path / "units2", monkeypatch, capsys)
+    assert code == 0, err
+    unit = parse_unit((tmp_path / "units2" / "openclaw.service").read_text())
+    assert one(unit, "Service", "ReadWritePaths") == str(their_home / "agent")
+
+
+def test_a_system_unit_for_a_user_that_does_not_exist_is_refused(tmp_path: Path, monkeypatch,
+                                                                  capsys) -> None:
+    config = tmp_path / "openclaw.toml"
+    config.write_text("")
+    code, _, err = _system_install(config, "no-such-user-oc", tmp_path / "units", monkeypatch, capsys)
+    assert code == 1
+    assert "there is no user no-such-user-oc" in err and "useradd" in err
+    assert not (tmp_path / "units").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the file to another user (chown)")
+def test_a_system_unit_says_when_its_user_cannot_read_the_config(tmp_path: Path, monkeypatch,
+                                                                  capsys) -> None:
+    import tempfile
+
+    from openclaw.config import write_starter_config
+
+    # `sudo openclaw init --config /etc/openclaw/openclaw.toml` makes the file 0600 and its
+    # folder 0700, root's: a service running as another user would stop at once on both.
+    user = _nobody()
+    trial = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path lies in a folder closed to them
+    try:
+        trial.chmod(0o755)
+        config = write_starter_config(trial / "etc" / "openclaw" / "openclaw.toml")
+        (trial / "etc").chmod(0o755)
+        code, _, err = _system_install(config, user, tmp_path / "units", monkeypatch, capsys)
+        assert code == 0
+        assert f"{user}, who cannot read {config}: {config.parent} is closed to them" in err
+
+        config.parent.chmod(0o755)
+        monkeypatch.setattr("openclaw.service.SYSTEM_UNIT_DIR", tmp_path / "units2")
+        code, _, err = _system_install(config, user, tmp_path / "units2", monkeypatch, capsys)
+        assert f"{user}, who cannot read {config}: the file is mode 0600" in err
+        assert f"chown {user} {config}" in err
+
+        os.chown(config, pwd_uid(user), -1)
+        code, _, err = _system_install(config, user, tmp_path / "units3", monkeypatch, capsys)
+        assert code == 0 and "cannot read" not in err
+    finally:
+        shutil.rmtree(trial)
+
+
+def pwd_uid(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid
+
+
+def test_a_unit_for_a_config_file_that_is_not_there_says_to_create_it(tmp_path: Path, home: Path,
+                                                                       capsys) -> None:
+    from openclaw.cli import main
+
+    assert main(["service", "install"]) == 0  # no file at the default path: the defaults load
+    err = capsys.readouterr().err
+    assert f"there is no config file at {home / '.config/openclaw/openclaw.toml'}" in err
