@@ -1,28 +1,32 @@
-"""`clock`: the current date and time, optionally in a named time zone. Harmless by design."""
+"""`clock`: the current date and time, in the configured time zone or a named one. Harmless by
+design."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from skills.base import Skill, SkillContext, SkillError
+from skills.base import Skill, SkillContext
+from skills.builtin.zones import timezone_setting_problems, zone_name
 
 
 class ClockSkill(Skill):
     name = "clock"
-    description = "Get the current date and time (ISO 8601, weekday), in UTC or a given time zone."
+    description = ("Get the current date and time (ISO 8601, weekday), in the user's time zone or "
+                   "a given one.")
     parameters = {
         "type": "object",
         "properties": {"timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris"}},
     }
 
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> list[str]:
+        return timezone_setting_problems(cls.name, settings)
+
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
-        name = args.get("timezone") or ctx.settings.get("timezone") or "UTC"
-        try:
-            zone = UTC if name == "UTC" else ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise SkillError(f"unknown time zone {name!r}; use an IANA name such as "
-                             "'Europe/Paris'") from exc
-        now = datetime.now(zone)
+        # The same default as reminders' ([skills.clock] timezone, else this machine's zone): the
+        # model reads the time here to say "at 9am" there.
+        name = zone_name(args, ctx.settings)
+        now = datetime.now(ZoneInfo(name))
         return f"{now.isoformat(timespec='seconds')} ({now:%A}, {name})"

@@ -6,14 +6,14 @@ misunderstanding shows at once."""
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from skills.base import ReminderBook, Skill, SkillContext, SkillError, visible
 from skills.builtin.spoken_time import WHEN_HELP, local_time, parse_when, split_repeat
+from skills.builtin.zones import timezone_setting_problems
+from skills.builtin.zones import zone_name as zone_name_of
 
 MAX_TEXT_CHARS = 1000
 MAX_NUMBER = 2**63 - 1  # the largest a database integer column holds
@@ -42,10 +42,7 @@ class RemindersSkill(Skill):
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:
-        zone = settings.get("timezone")
-        if zone is not None and _zone(zone) is None:
-            return [f"timezone: unknown time zone {zone!r}; use an IANA name such as 'Europe/Paris'"]
-        return []
+        return timezone_setting_problems(cls.name, settings)
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         book = ctx.reminders
@@ -83,7 +80,7 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
         raise SkillError(f"the text is {len(text)} characters; at most {MAX_TEXT_CHARS}")
     if not ctx.chat_id:
         raise SkillError("a reminder needs a chat to be delivered to, and this call has none")
-    zone_name = _zone_name(args, ctx)
+    zone_name = zone_name_of(args, ctx.settings)
     zone = ZoneInfo(zone_name)
     now = book.now()
     spoken_repeat, when = split_repeat(str(args.get("when") or ""))
@@ -114,7 +111,7 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
 async def _list(book: ReminderBook, ctx: SkillContext) -> str:
     """The user's reminders for this chat. Those set elsewhere are only counted: this chat may be
     a group, and a reminder set in a private chat is nobody else's business."""
-    zone_name = _zone_name({}, ctx)
+    zone_name = zone_name_of({}, ctx.settings)
     now = book.now()
     lines = [f"Now: {local_time(now, ZoneInfo(zone_name))} {zone_name}."]
     reminders = await book.pending(ctx.user)
@@ -128,35 +125,6 @@ async def _list(book: ReminderBook, ctx: SkillContext) -> str:
     if elsewhere := len(reminders) - len(here):
         lines.append(f"({elsewhere} more in other chats: ask there to see them.)")
     return "\n".join(lines)
-
-
-def _zone_name(args: dict[str, Any], ctx: SkillContext) -> str:
-    name = args.get("timezone") or ctx.settings.get("timezone") or local_zone_name()
-    if _zone(name) is None:
-        raise SkillError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris'")
-    return name
-
-
-def _zone(name: Any) -> ZoneInfo | None:
-    try:
-        return ZoneInfo(name) if isinstance(name, str) and name else None
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
-def local_zone_name() -> str:
-    """This machine's zone as an IANA name (TZ, /etc/timezone, or the /etc/localtime link), so a
-    reminder repeats at the same wall-clock time across DST changes; "UTC" when none is found."""
-    candidates = [os.environ.get("TZ", "").lstrip(":")]
-    with_timezone = Path("/etc/timezone")
-    if with_timezone.is_file():
-        candidates.append(with_timezone.read_text().strip())
-    localtime = Path("/etc/localtime")
-    if localtime.is_symlink():
-        target = str(localtime.resolve())
-        if "zoneinfo/" in target:
-            candidates.append(target.split("zoneinfo/", 1)[1])
-    return next((c for c in candidates if _zone(c) is not None), "UTC")
 
 
 def _span(delta: timedelta) -> str:

@@ -219,11 +219,13 @@ def test_settings_errors_name_the_key(tmp_path, plugin_package):
         unit = "K"
         [skills.clock]
         timezone = 3
+        timzone = "Europe/Paris"
         [skills.shell]
         timeout = 3
     """) == [
         "skills.weather.unit: expected \"C\" or \"F\", got 'K'",
-        "skills.clock.timezone: unknown setting (clock takes none)",  # not silently ignored
+        "skills.clock.timzone: unknown setting (clock takes only timezone)",  # not silently ignored
+        "skills.clock.timezone: unknown time zone 3; use an IANA name such as 'Europe/Paris'",
         "skills.shell: settings for a skill that is not enabled (enabled: weather, clock); "
         "add it to [skills] enabled, or remove the [skills.shell] table",
     ]

@@ -415,6 +415,9 @@ def test_a_bad_timezone_setting_names_the_key():
     assert RemindersSkill.check_settings({"timezone": "Nowhere/Else"}) == [
         "timezone: unknown time zone 'Nowhere/Else'; use an IANA name such as 'Europe/Paris'"]
     assert RemindersSkill.check_settings({"timezone": "Asia/Tokyo"}) == []
+    # A typo is said, not left to set every reminder in the machine's zone instead.
+    assert RemindersSkill.check_settings({"timzone": "Asia/Tokyo"}) == [
+        "timzone: unknown setting (reminders takes only timezone)"]
 
 
 def test_the_approval_prompt_shows_the_text_on_one_line_as_written():

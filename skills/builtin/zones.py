@@ -1,0 +1,56 @@
+"""Time zones for the skills that read or say a time of day (clock, reminders): one default, the
+`timezone` setting of their [skills.NAME] table, else this machine's zone, so both say the same
+wall-clock time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from skills.base import SkillError
+
+
+def zone(name: Any) -> ZoneInfo | None:
+    """The zone an IANA name ("Europe/Paris", "UTC") names; None for anything else."""
+    try:
+        return ZoneInfo(name) if isinstance(name, str) and name else None
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def local_zone_name() -> str:
+    """This machine's zone as an IANA name (TZ, /etc/timezone, or the /etc/localtime link), so a
+    reminder repeats at the same wall-clock time across DST changes; "UTC" when none is found."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    with_timezone = Path("/etc/timezone")
+    if with_timezone.is_file():
+        candidates.append(with_timezone.read_text().strip())
+    localtime = Path("/etc/localtime")
+    if localtime.is_symlink():
+        target = str(localtime.resolve())
+        if "zoneinfo/" in target:
+            candidates.append(target.split("zoneinfo/", 1)[1])
+    return next((c for c in candidates if zone(c) is not None), "UTC")
+
+
+def zone_name(args: dict[str, Any], settings: dict[str, Any]) -> str:
+    """The zone a call means: its own `timezone` argument, the skill's setting, this machine's."""
+    name = args.get("timezone") or settings.get("timezone") or local_zone_name()
+    if zone(name) is None:
+        raise SkillError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris'")
+    return name
+
+
+def timezone_setting_problems(skill: str, settings: dict[str, Any]) -> list[str]:
+    """Problems with a [skills.NAME] table whose one setting is `timezone`, each naming the key:
+    an unknown zone, and any other key (a typo such as `timzone` would otherwise leave the machine's
+    zone in use without a word)."""
+    problems = [f"{key}: unknown setting ({skill} takes only timezone)"
+                for key in settings if key != "timezone"]
+    name = settings.get("timezone")
+    if name is not None and zone(name) is None:
+        problems.append(f"timezone: unknown time zone {name!r}; use an IANA name such as "
+                        "'Europe/Paris'")
+    return problems
