@@ -752,9 +752,13 @@ class Config(_Section):
         roles = {name: table.to_role(name, BUILTIN_ROLES.get(name)) for name, table in self.roles.items()}
         return Policy(roles, self.data_dir, self.user_role)
 
-    def skill_settings(self) -> dict[str, dict[str, Any]]:
+    def skill_settings(self, secrets: bool = True) -> dict[str, dict[str, Any]]:
         """Each [skills.NAME] table with its credential references resolved; ConfigError if one
-        cannot be (an unset variable, an unreadable file)."""
+        cannot be (an unset variable, an unreadable file). `secrets=False`: the references left
+        as written, for what only describes the skills (the service's environment may be the only
+        one to hold them)."""
+        if not secrets:
+            return {name: dict(table) for name, table in self.skills.settings.items()}
         base = self._source.parent if self._source else None
         settings, problems = {}, []
         for name, table in self.skills.settings.items():

@@ -36,7 +36,7 @@ def add_commands(sub, common_sub) -> None:
 
 def cmd_skills_list(args: argparse.Namespace) -> int:
     config = load_config(args.config, tokens=False)
-    registry = configured_skills(config)
+    registry = configured_skills(config, secrets=False)  # listed, never run
     policy = config.policy()
     for name in registry.names:
         skill = registry.get(name)

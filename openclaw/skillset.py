@@ -12,11 +12,13 @@ from skills import Executor, SkillLoadError, SkillRegistry, load_skills
 from skills.base import ReminderBook
 
 
-def configured_skills(config: Config) -> SkillRegistry:
+def configured_skills(config: Config, secrets: bool = True) -> SkillRegistry:
     """The skills of `[skills]`; ConfigError naming the key when one cannot be loaded, with every
-    problem of [skills] and of the roles' skill lists in one report."""
+    problem of [skills] and of the roles' skill lists in one report. `secrets=False`: the skills'
+    `env:`/`file:` settings unread (Config.skill_settings), for a registry that is only listed."""
     try:
-        registry = load_skills(config.skills.enabled, config.skills.dirs, config.skill_settings())
+        registry = load_skills(config.skills.enabled, config.skills.dirs,
+                               config.skill_settings(secrets))
         problems: list[str] = []
         unresolved: list[str] = []
     except SkillLoadError as exc:

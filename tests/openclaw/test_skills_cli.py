@@ -59,6 +59,20 @@ def test_skills_list_shows_origin_permissions_and_roles(tmp_path):
     assert "roles: admin, dev, careful (approval needed: careful)" in shell
 
 
+def test_skills_list_needs_no_secret_that_only_the_service_holds(tmp_path):
+    path = tmp_path / "openclaw.toml"
+    path.write_text(f'data_dir = "{tmp_path}/data"\n[skills]\nenabled = ["clock", "email"]\n'
+                    '[skills.email]\nsmtp_host = "127.0.0.1"\nsmtp_username = "me"\n'
+                    'smtp_password = "env:OPENCLAW_TEST_SMTP"\nfrom_address = "me@example.org"\n')
+    listed = run(["--config", str(path), "skills", "list"], tmp_path)  # the variable is not set
+    assert listed.returncode == 0, listed.stderr
+    assert "\nemail\n" in listed.stdout
+    # Running the skill does need it, and says which.
+    ran = run(["--config", str(path), "skills", "run", "email", "--as", "terminal:local",
+               "--args", '{"action": "list"}'], tmp_path)
+    assert ran.returncode == 2 and "OPENCLAW_TEST_SMTP" in ran.stderr, ran.stderr
+
+
 def test_skills_run_as_a_user_goes_through_policy_sandbox_and_audit(tmp_path):
     args = setup(tmp_path)
     ok = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", '{"command": "id -u; pwd"}'],
