@@ -23,7 +23,19 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 # and nothing outside the machine can be reached (no hub look-ups that wait on a network timeout).
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
-PY=${PYTHON:-python3}
+# The interpreter that has torch and triton (python3 on the image; `python` where only that has them).
+# find_spec imports nothing: no seconds spent importing torch just to pick the interpreter.
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for candidate in python3 python; do
+        if "$candidate" -c 'import importlib.util as u, sys
+sys.exit(0 if u.find_spec("torch") and u.find_spec("triton") else 1)' >/dev/null 2>&1; then
+            PY=$candidate
+            break
+        fi
+    done
+    PY=${PY:-python3}
+fi
 : > "$OUT/status.txt"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   "$PY" -c 'import sys, numpy, torch, triton, transformers; print(sys.version.split()[0], "torch", torch.__version__,

@@ -411,8 +411,12 @@ def _prefill_tiles(head_dim_p: int, dtype: torch.dtype) -> tuple[int, int]:
 
 
 def _needs_64bit_offsets(k_cache: torch.Tensor) -> bool:
-    # Fixed per pool, so a constexpr costs one compile per model, not one per step.
-    return k_cache.numel() >= 2**31
+    # Fixed per pool, so a constexpr costs one compile per model, not one per step. The kernels add
+    # block * stride(0) + offset * stride(1) + head * stride(2) + dim to the pool's pointer: what
+    # decides is the largest such offset, which a strided view (K and V interleaved per block, say)
+    # reaches with fewer elements than it spans. For a contiguous pool it is numel() - 1.
+    reach = sum((size - 1) * stride for size, stride in zip(k_cache.shape, k_cache.stride(), strict=True))
+    return k_cache.numel() > 0 and reach >= 2**31 - 1
 
 
 def _padded_head_dim(head_dim: int) -> int:

@@ -250,6 +250,80 @@ def test_int32_slots_and_block_tables_give_the_same_result(monkeypatch, offsets_
     assert torch.equal(got, want) and torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
 
 
+def test_64_bit_offsets_follow_the_largest_offset_the_pool_reaches():
+    # Shapes and strides only (meta tensors): the kernels add block * stride(0) + ... to the pool's
+    # pointer, so what counts is the largest offset, not the element count.
+    needs = _kernels()._needs_64bit_offsets
+    per_block = 16 * 8 * 128  # block size 16, 8 KV heads of 128 (Qwen3-0.6B, Llama-3-8B)
+    just_fits = torch.empty(2, 2**31 // per_block - 1, 16, 8, 128, device="meta")[0]
+    assert not needs(just_fits)
+    past = torch.empty(2, 2**31 // per_block, 16, 8, 128, device="meta")  # 2**31 elements per layer
+    assert needs(past[0]) and needs(past[1])
+    # K and V interleaved per block: each view holds under 2**31 elements but spans more.
+    interleaved = torch.empty(2**31 // (2 * per_block) + 1, 2, 16, 8, 128, device="meta")
+    assert interleaved[:, 0].numel() < 2**31 and needs(interleaved[:, 0])
+
+
+@pytest.mark.parametrize("layout", ["engine", "interleaved"])
+def test_blocks_past_2_31_elements_into_the_pool_are_read_and_written_where_they_are(layout):
+    """A real pool of more than 2**31 elements, used only at its far end: 32-bit offsets would wrap
+    there and read or write somewhere else (under the interpreter: a crash). On an H200 a model of
+    up to ~14 layers gets such a pool (120 GB of KV over 14 layers is 2.1e9 bf16 elements per K).
+    The storage is allocated without being touched: on the CPU only the used blocks' pages are
+    ever committed, on CUDA it is 4-8 GiB."""
+    kv_heads, head_dim, bs, heads = 2, 64, 16, 8
+    per_block = bs * kv_heads * head_dim
+    dtype = torch.float16  # what the interpreter computes right; on CUDA as good as bf16 here
+    if layout == "engine":  # the model runner's [2, blocks, ...] per layer: K and V each past 2**31
+        num_blocks = 2**31 // per_block + 2
+        pool = torch.empty(2, num_blocks, bs, kv_heads, head_dim, dtype=dtype, device=DEVICE)
+        k_cache, v_cache = pool[0], pool[1]
+    else:  # K and V interleaved per block: each under 2**31 elements, spanning past it
+        num_blocks = 2**31 // (2 * per_block) + 2
+        pool = torch.empty(num_blocks, 2, bs, kv_heads, head_dim, dtype=dtype, device=DEVICE)
+        k_cache, v_cache = pool[:, 0], pool[:, 1]
+    assert _kernels()._needs_64bit_offsets(k_cache)
+    far = [num_blocks - 1, 3, num_blocks - 2, num_blocks - 4]  # physical blocks, in table order
+    gen = torch.Generator().manual_seed(11)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(device=DEVICE, dtype=dtype)
+
+    for b in far:  # only these blocks are ever read or written
+        k_cache[b], v_cache[b] = randn(bs, kv_heads, head_dim), randn(bs, kv_heads, head_dim)
+    # One decode (context 50: the far blocks) and a 12-token chunk over a 28-token cached prefix.
+    seqs = [(50, 1), (40, 12)]
+    tables = [far, [far[2], far[0], far[3]]]
+    q, k, v = randn(13, heads, head_dim), randn(13, kv_heads, head_dim), randn(13, kv_heads, head_dim)
+    small_ids = {b: i for i, b in enumerate(far)}  # the same blocks in a small pool, for the reference
+    small_k = torch.stack([k_cache[b] for b in far]).float()
+    small_v = torch.stack([v_cache[b] for b in far]).float()
+
+    def meta(remap) -> AttentionMetadata:
+        slots, lens = [], []
+        for (ctx, new), table in zip(seqs, tables, strict=True):
+            slots += [remap(table[p // bs]) * bs + p % bs for p in range(ctx - new, ctx)]
+            lens.append(ctx)
+        return AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=DEVICE),
+            block_tables=torch.tensor([[remap(b) for b in t] + [0] * (4 - len(t)) for t in tables],
+                                      dtype=torch.int64, device=DEVICE),
+            context_lens=torch.tensor(lens, dtype=torch.int64, device=DEVICE),
+            query_start=[0, 1, 13], context_lens_host=lens, num_decodes=1)
+
+    for partition in (None, 16):  # the decode in one partition, then split and reduced
+        got = TritonAttentionBackend(decode_partition=partition, decode_block_n=16, prefill_block_m=4,
+                                     prefill_block_n=16).forward(q, k, v, k_cache, v_cache,
+                                                                 meta(lambda b: b), 0.125)
+        want_k, want_v = small_k.clone(), small_v.clone()
+        want = TorchAttentionBackend().forward(q.float(), k.float(), v.float(), want_k, want_v,
+                                               meta(small_ids.__getitem__), 0.125)
+        assert (got.float() - want).abs().max().item() <= TOL[dtype]
+        written_k = torch.stack([k_cache[b] for b in far]).float()
+        written_v = torch.stack([v_cache[b] for b in far]).float()
+        assert torch.equal(written_k, want_k) and torch.equal(written_v, want_v), "KV written elsewhere"
+
+
 def test_backend_choice_follows_device_and_environment(monkeypatch):
     monkeypatch.delenv("OPENCLAW_ATTENTION", raising=False)
     assert isinstance(get_backend(torch.device("cpu")), TorchAttentionBackend)
