@@ -156,14 +156,18 @@ class Gateway:
     async def handle(self, msg: InboundMessage) -> None:
         """Called by connectors. Returns once the message is stored (or deliberately dropped)."""
         if not self._accepting:
+            # Refused, so a connector whose service delivers it again does not confirm it. But an
+            # admitted user's message is kept first, 'received' as the queued ones are, for the
+            # next start to answer (a redelivery is then recognised): Discord never delivers a
+            # message again, and one refused during a drain (up to 30 s) was lost. No pairing
+            # code here: a refused update comes back again and again while the drain lasts.
+            if await self._still_allowed(msg.user):
+                await self._record(msg)
             raise RuntimeError("the daemon is shutting down")  # the connector must not ack it
         self.metrics.inc("openclaw_inbound_messages_total", channel=msg.channel)
         if not await self._admit(msg):
             return
-        event, is_new = await self.store.record_inbound(
-            msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
-            payload={"display_name": msg.display_name, "attachments": msg.attachments,
-                     "notice": msg.notice, "is_group": msg.is_group})
+        event, is_new = await self._record(msg)
         if not is_new:
             log.info("ignoring redelivered message %s:%s", msg.channel, msg.message_id)
             return
@@ -178,6 +182,12 @@ class Gateway:
         if not lane.busy and lane.queue.empty():
             self._fresh.add(event.id)
         lane.queue.put_nowait((msg, event, False))
+
+    async def _record(self, msg: InboundMessage) -> tuple[InboundEvent, bool]:
+        return await self.store.record_inbound(
+            msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
+            payload={"display_name": msg.display_name, "attachments": msg.attachments,
+                     "notice": msg.notice, "is_group": msg.is_group})
 
     async def recover(self) -> int:
         """Re-queue messages stored but never answered (the daemon stopped in between)."""
