@@ -91,7 +91,7 @@ def cmd_pairing_answer(args: argparse.Namespace) -> int:
     if user is None:
         print(f"no pending pairing code {args.code!r} (expired, used, or mistyped)", file=sys.stderr)
         return 1
-    name = f"{user.key} ({user.display_name or 'no name'})"
+    name = f"{user.key} ({visible(user.display_name or '') or 'no name'})"  # a stranger's to choose
     print(f"approved {name}" if approve else
           f"denied {name}: blocked; `openclaw users allow {user.key}` admits them after all")
     return 0

@@ -114,6 +114,26 @@ def test_doctor_names_users_whose_sandbox_uids_coincide(tmp_path):
             "telegram:7573)") in doctor.stdout, doctor.stdout
 
 
+def test_pairing_approve_and_deny_show_a_strangers_name_escaped(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n')
+    name = "\x1b[2J\x1b[Happroved telegram:1 (Admin)\n"  # clears the screen, fakes a line
+
+    async def request_codes():
+        async with await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db") as store:
+            codes = []
+            for user in ("1002", "1003"):
+                await store.ensure_user("telegram", user, name)
+                codes.append(await store.create_pairing_code(f"telegram:{user}"))
+            return codes
+
+    for code, answer in zip(asyncio.run(request_codes()), ("approve", "deny"), strict=True):
+        said = run(["--config", str(config), "pairing", answer, code], tmp_path, timeout=60)
+        assert said.returncode == 0, said.stderr
+        assert "\x1b" not in said.stdout and said.stdout.count("\n") == 1, said.stdout
+        assert "\\u001b[2J" in said.stdout
+
+
 def test_pairing_list_and_approve_admit_a_user(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(f'data_dir = "{tmp_path}/data"\n')
