@@ -50,6 +50,9 @@ HELP = (
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
             "/reminders", "/pairing")
+# The reminders skill's words for the model, said to the person who typed /remind or /reminders.
+TO_THE_PERSON = (("list shows them", "/reminders shows them"),
+                 ("ask the user which, then say", "which one? Write"))
 REMIND_NOT_REPEATED = ("I restarted before answering your /remind, so I did not repeat it: see "
                        "/reminders, and send it again if it is not there.")
 REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
@@ -402,8 +405,12 @@ class Gateway:
                 return REMIND_USAGE
             args = {"action": "add", "when": request[0], "text": request[1]}
         outcome = await executor.call("reminders", args, principal, chat_id=msg.chat_id)
-        # The skill speaks to the model ("list shows them"); a person typed a command.
-        return outcome.text.removeprefix("error: ").replace("list shows them", "/reminders shows them")
+        # The skill speaks to the model ("list shows them", "ask the user which"); a person typed
+        # a command.
+        text = outcome.text.removeprefix("error: ")
+        for to_model, to_person in TO_THE_PERSON:
+            text = text.replace(to_model, to_person)
+        return text
 
     def _no_reminders_text(self, user: str, role: str) -> str:
         """Why /remind is refused: the skill is not enabled (what the owner can do about it), or

@@ -316,6 +316,9 @@ async def test_remind_and_reminders_commands_work_without_the_model(tmp_path):
         # Audited like a model's calls: the refused one (newest first) with why.
         assert [(a.skill, a.user) for a in adds] == [("reminders", "terminal:local")] * 2
         assert "in the past" in adds[0].detail and adds[1].detail is None
+        # Asked of the person who typed it, not of "the user" as the model is.
+        assert await command("/remind at 9 dentist") == (
+            "'9' could be 9am or 9pm: which one? Write '9am' or '9pm' (or '21:00')")
     finally:
         await daemon.stop()
 
