@@ -79,7 +79,10 @@ class ContextBuilder:
         self._cache.move_to_end(conversation_id)
         return cached
 
-    async def build(self, conversation_id: int, tools: list[dict] | None) -> list[dict]:
+    async def build(self, conversation_id: int, tools: list[dict] | None,
+                    cache_salt: str | None = None) -> list[dict]:
+        """The prompt for the conversation's next model call, older turns compacted into a summary
+        where they no longer fit. `cache_salt`: the user's, for the summarising calls too."""
         while True:
             summary, history = await self.history(conversation_id)
             prompt = self._prompt(summary.content if summary else None, history)
@@ -92,7 +95,8 @@ class ContextBuilder:
                 raise PromptTooLong(
                     f"the newest message and the results of its tools do not fit the model's "
                     f"context ({self.budget.prompt_tokens} tokens for the prompt)")
-            await self._compact(conversation_id, summary.content if summary else None, history[:cut])
+            await self._compact(conversation_id, summary.content if summary else None, history[:cut],
+                                cache_salt)
             self._cache.pop(conversation_id, None)  # re-read from the new summary on
 
     def _shorten_tool_results(self, prompt: list[dict], tools: list[dict] | None) -> list[dict] | None:
@@ -116,7 +120,8 @@ class ContextBuilder:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
         return [{"role": "system", "content": system}, *_answered(history)]
 
-    async def _compact(self, conversation_id: int, previous: str | None, old: list[Any]) -> None:
+    async def _compact(self, conversation_id: int, previous: str | None, old: list[Any],
+                       cache_salt: str | None) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too
         long for one call is summarised in front-to-back pieces, each stored as it completes."""
         while old:
@@ -124,7 +129,7 @@ class ContextBuilder:
             while take > 1 and self.count(self._summary_prompt(previous, old[:take])) > (
                     self.budget.prompt_tokens - self.budget.summary_tokens):
                 take = max(1, take // 2)
-            text = await self._summarise(self._summary_prompt(previous, old[:take]))
+            text = await self._summarise(self._summary_prompt(previous, old[:take]), cache_salt)
             last = old[take - 1]
             tokens = self.count([{"role": "system", "content": text}])
             await self.store.add_summary(conversation_id, last.id, text, tokens)
@@ -146,10 +151,10 @@ class ContextBuilder:
         return [{"role": "system", "content": SUMMARY_INSTRUCTIONS},
                 {"role": "user", "content": transcript}]
 
-    async def _summarise(self, prompt: list[dict]) -> str:
+    async def _summarise(self, prompt: list[dict], cache_salt: str | None) -> str:
         params = SamplingParams(temperature=0.0, max_tokens=self.budget.summary_tokens)
         text = ""
-        async for out in self.model.generate(prompt, params):
+        async for out in self.model.generate(prompt, params, cache_salt=cache_salt):
             text = out.text
         return text.strip() or "(no summary)"
 

@@ -124,9 +124,11 @@ class Agent:
                                         top_p=self.settings.top_p,
                                         max_tokens=self.settings.reply_max_tokens,
                                         tool_choice="auto" if tools else "none")
-                prompt = await self.context.build(conversation_id, tools)
+                # Each user's prompts share cached prefixes only with their own: by timing theirs,
+                # one user could otherwise tell what another's conversation holds.
+                prompt = await self.context.build(conversation_id, tools, caller.user)
                 content, calls, errors, out = await self._generate(
-                    prompt, params, tools, f"{run_id}-{step}", sink, result)
+                    prompt, params, tools, f"{run_id}-{step}", sink, result, caller.user)
                 await self.context.add(
                     conversation_id, "assistant", content, token_count=len(out.token_ids),
                     tool_calls=[_call_json(c) for c in calls] or None)
@@ -170,13 +172,14 @@ class Agent:
         return False
 
     async def _generate(self, prompt, params, tools, request_id, sink: ReplySink,
-                        result: TurnResult):
+                        result: TurnResult, cache_salt: str):
         parser = StreamingToolParser()
         out = None
         await sink.typing()
         started = time.monotonic()
         try:
-            async for out in self.model.generate(prompt, params, request_id, tools=tools):
+            async for out in self.model.generate(prompt, params, request_id, tools=tools,
+                                                 cache_salt=cache_salt):
                 if started is not None:
                     self.metrics.observe("openclaw_time_to_first_token_seconds",
                                          time.monotonic() - started)

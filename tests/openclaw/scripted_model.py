@@ -20,6 +20,7 @@ class ScriptedModel:
         self.max_model_len = max_model_len
         self.chunk, self.delay = chunk, delay
         self.prompts: list[list[dict]] = []  # every prompt it was given, in order
+        self.cache_salts: list[str | None] = []  # and the cache_salt of each
         self.aborted: list[str] = []
         self.gate: asyncio.Event | None = None  # when set, streams wait for it after one chunk
         self.generated = 0
@@ -31,8 +32,9 @@ class ScriptedModel:
 
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
-                       priority: int = 0) -> AsyncIterator[RequestOutput]:
+                       priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[RequestOutput]:
         self.prompts.append(prompt)
+        self.cache_salts.append(cache_salt)
         text = self.reply(prompt)
         ids = self.encode_chat(prompt, tools)
         sent = ""

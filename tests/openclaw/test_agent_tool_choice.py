@@ -13,9 +13,11 @@ class RecordingModel(ScriptedModel):
         super().__init__(*args, **kwargs)
         self.requests: list[tuple] = []
 
-    def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0):
+    def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0,
+                 cache_salt=None):
         self.requests.append((params, tools))
-        return super().generate(prompt, params, request_id, tools=tools, priority=priority)
+        return super().generate(prompt, params, request_id, tools=tools, priority=priority,
+                                cache_salt=cache_salt)
 
 
 async def test_agent_offers_tools_with_tool_choice_auto(tmp_path):

@@ -149,6 +149,9 @@ async def test_history_over_budget_is_compacted_into_a_summary_and_kept_in_the_s
     assert "SUMMARY" in last_prompt[0]["content"]  # the summary stands in for old turns
     assert "number 0 " not in json.dumps(last_prompt)
     assert model.encode_chat(last_prompt).__len__() <= 200 - 40
+    # The summarising calls too share cached prefixes only with the user's own prompts.
+    assert any("You write the memory" in p[0]["content"] for p in model.prompts)
+    assert set(model.cache_salts) == {"terminal:local"}
     await daemon.stop()
 
 
@@ -171,6 +174,9 @@ async def test_conversations_run_in_parallel_and_each_stays_ordered(tmp_path):
     await daemon.gateway.wait_idle()
     assert conn.texts("local") == ["re: a1 a1 a1 a1 a1", "re: a2"]
     assert tg.texts("4242") == ["re: b1"]
+    # Each user's prompts go to the engine under their own prefix-cache salt.
+    assert {last_user(p): salt for p, salt in zip(model.prompts, model.cache_salts, strict=True)} == {
+        "a1 a1 a1 a1 a1": "terminal:local", "a2": "terminal:local", "b1": "telegram:4242"}
     await daemon.stop()
 
 
@@ -439,7 +445,8 @@ async def test_every_answered_message_is_marked_processed(tmp_path, status):
 class EngineLikeModel(ScriptedModel):
     """Refuses a prompt that does not fit, as engine.add_request does."""
 
-    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0):
+    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0,
+                       cache_salt=None):
         if len(self.encode_chat(prompt, tools)) >= self.max_model_len:
             raise ValueError("the prompt has too many tokens")
         async for out in super().generate(prompt, params, request_id, tools=tools):

@@ -51,7 +51,8 @@ class OfferedTools(ScriptedModel):
         super().__init__(lambda messages: "ok")
         self.offered: dict[str, list[str]] = {}
 
-    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0):
+    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0,
+                       cache_salt=None):
         self.offered[prompt[-1]["content"]] = sorted(t["function"]["name"] for t in tools or [])
         async for out in super().generate(prompt, params, request_id, tools=tools):
             yield out

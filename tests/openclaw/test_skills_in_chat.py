@@ -163,7 +163,8 @@ async def test_the_model_only_sees_the_tools_its_user_may_use(tmp_path):
     seen: dict[str, list[str]] = {}
 
     class Recording(ScriptedModel):
-        async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0):
+        async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0,
+                       cache_salt=None):
             seen[prompt[-1]["content"]] = sorted(t["function"]["name"] for t in tools or [])
             async for out in super().generate(prompt, params, request_id, tools=tools):
                 yield out
