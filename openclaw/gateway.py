@@ -129,6 +129,9 @@ class Gateway:
         # Messages admitted into an idle lane: their turn starts at once, so the admission's look
         # at the store still holds (a query costs ~0.6 ms); one that waited is looked at again.
         self._fresh: set[int] = set()
+        # Each user's turns now running (their TurnResults, filled as they go): what they spent
+        # is in the store only once they end, and the daily cap must count it before.
+        self._spending: dict[str, list[TurnResult]] = {}
         # Chats that moved to a new id while running, (channel, old id) -> new id: a turn queued
         # under the old id goes on in the lane and the conversation that moved.
         self._moved_chats: dict[tuple[str, str], str] = {}
@@ -433,7 +436,7 @@ class Gateway:
                 f"Conversations answering: {busy}, queued messages: {queued}\n"
                 f"Engine: {stats.get('num_running', 0)} running, {stats.get('num_waiting', 0)} "
                 f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
-                f"Tokens used today: you {await self.store.tokens_today(user)}{limit}"
+                f"Tokens used today: you {await self._tokens_today(user)}{limit}"
                 # What others use is the owner's business, not every user's, nor a group's.
                 + (f", everyone {await self.store.tokens_today()}"
                    if access.is_owner(self.config, user) and not in_group else ""))
@@ -566,7 +569,8 @@ class Gateway:
             return
         caller = Caller(principal, msg.chat_id, approver=self._approver(msg),
                         still_allowed=functools.partial(self._still_allowed, msg.user),
-                        principal_now=functools.partial(self._principal_now, msg.user))
+                        principal_now=functools.partial(self._principal_now, msg.user),
+                        has_tokens=functools.partial(self._has_tokens, msg.user))
         # Drafts are one per chat: in a group two users' answers could stream into the same one.
         stream = (bool(getattr(getattr(self.config, msg.channel, None), "stream_edits", False))
                   and not msg.is_group) or msg.channel == "terminal"
@@ -574,6 +578,8 @@ class Gateway:
         started = time.monotonic()
         # Filled as the turn goes, so what a turn cut short (/stop, /new) spent is counted too.
         result = TurnResult(text="", steps=0)
+        spending = self._spending.setdefault(msg.user, [])
+        spending.append(result)
 
         async def answer():  # one task for /stop to cancel: fetching the files, then the turn
             note = await self._attachments_note(connector, msg.attachments, principal)
@@ -601,8 +607,14 @@ class Gateway:
             # ended: stopped, failed, cut by shutdown.
             self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
             self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-            await asyncio.shield(self.store.add_usage(
-                msg.user, result.prompt_tokens, result.completion_tokens, conversation_id=conversation_id))
+            try:
+                await asyncio.shield(self.store.add_usage(
+                    msg.user, result.prompt_tokens, result.completion_tokens,
+                    conversation_id=conversation_id))
+            finally:  # in the store now (or lost with it): no longer counted as running
+                spending[:] = [r for r in spending if r is not result]  # this one, not an equal one
+                if not spending and self._spending.get(msg.user) is spending:
+                    del self._spending[msg.user]
 
     async def _deliver_turn(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
                             result: TurnResult, conversation_id: int) -> None:
@@ -620,12 +632,22 @@ class Gateway:
             await self._send(msg.channel, msg.chat_id, result.text,
                              conversation_id=conversation_id, event=event)
 
+    async def _tokens_today(self, user: str) -> int:
+        """The user's tokens today: stored, and spent so far by their turns still running."""
+        running = sum(r.prompt_tokens + r.completion_tokens for r in self._spending.get(user, ()))
+        return await self.store.tokens_today(user) + running
+
+    async def _has_tokens(self, user: str) -> bool:
+        """Whether the user's role, as the config says now, leaves them tokens today."""
+        limit = self.policy.role(self.config.user_role(user)).daily_tokens
+        return not limit or await self._tokens_today(user) < limit
+
     async def _out_of_tokens(self, principal: Principal, msg: InboundMessage,
                              event: InboundEvent) -> bool:
         """Whether the user's role caps their tokens a day and today's are spent; if so they are
         told, and the model is not asked."""
         limit = principal.role.daily_tokens
-        if not limit or (used := await self.store.tokens_today(msg.user)) < limit:
+        if not limit or (used := await self._tokens_today(msg.user)) < limit:
             return False
         log.info("message %d not answered: %s has used %d of their %d tokens today", event.id,
                  msg.user, used, limit)

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from engine import SamplingParams
 from openclaw.agent.model import ChatModel
+
+Spent = Callable[[int, int], None]  # a model call's prompt and completion tokens
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +83,10 @@ class ContextBuilder:
         return cached
 
     async def build(self, conversation_id: int, tools: list[dict] | None,
-                    cache_salt: str | None = None) -> list[dict]:
+                    cache_salt: str | None = None, spent: Spent | None = None) -> list[dict]:
         """The prompt for the conversation's next model call, older turns compacted into a summary
-        where they no longer fit. `cache_salt`: the user's, for the summarising calls too."""
+        where they no longer fit. `cache_salt`: the user's, for the summarising calls too;
+        `spent(prompt_tokens, completion_tokens)` is told what each summarising call used."""
         while True:
             summary, history = await self.history(conversation_id)
             prompt = self._prompt(summary.content if summary else None, history)
@@ -96,7 +100,7 @@ class ContextBuilder:
                     f"the newest message and the results of its tools do not fit the model's "
                     f"context ({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut],
-                                cache_salt)
+                                cache_salt, spent)
             self._cache.pop(conversation_id, None)  # re-read from the new summary on
 
     def _shorten_tool_results(self, prompt: list[dict], tools: list[dict] | None) -> list[dict] | None:
@@ -121,7 +125,7 @@ class ContextBuilder:
         return [{"role": "system", "content": system}, *_answered(history)]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Any],
-                       cache_salt: str | None) -> None:
+                       cache_salt: str | None, spent: Spent | None) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too
         long for one call is summarised in front-to-back pieces, each stored as it completes."""
         while old:
@@ -129,7 +133,8 @@ class ContextBuilder:
             while take > 1 and self.count(self._summary_prompt(previous, old[:take])) > (
                     self.budget.prompt_tokens - self.budget.summary_tokens):
                 take = max(1, take // 2)
-            text = await self._summarise(self._summary_prompt(previous, old[:take]), cache_salt)
+            text = await self._summarise(self._summary_prompt(previous, old[:take]), cache_salt,
+                                         spent)
             last = old[take - 1]
             tokens = self.count([{"role": "system", "content": text}])
             await self.store.add_summary(conversation_id, last.id, text, tokens)
@@ -151,12 +156,17 @@ class ContextBuilder:
         return [{"role": "system", "content": SUMMARY_INSTRUCTIONS},
                 {"role": "user", "content": transcript}]
 
-    async def _summarise(self, prompt: list[dict], cache_salt: str | None) -> str:
+    async def _summarise(self, prompt: list[dict], cache_salt: str | None,
+                         spent: Spent | None) -> str:
         params = SamplingParams(temperature=0.0, max_tokens=self.budget.summary_tokens)
-        text = ""
-        async for out in self.model.generate(prompt, params, cache_salt=cache_salt):
-            text = out.text
-        return text.strip() or "(no summary)"
+        last = None
+        try:
+            async for out in self.model.generate(prompt, params, cache_salt=cache_salt):
+                last = out
+        finally:  # also when cut short: the engine did that work for this user
+            if last is not None and spent is not None:
+                spent(len(last.prompt_token_ids), len(last.token_ids))
+        return (last.text.strip() if last is not None else "") or "(no summary)"
 
 
 def _args(call: dict) -> str:

@@ -4,6 +4,7 @@ until it replies in plain text or hits the step limit. Every message is stored a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -48,6 +49,10 @@ async def _always_allowed() -> bool:
     return True
 
 
+TOKENS_SPENT = ("I have used today's tokens partway through this answer, so I stopped here. I can "
+                "go on after 00:00 UTC.")
+
+
 @dataclass
 class Caller:
     """Who this turn acts for, as the gateway established it from the messaging service and the
@@ -62,6 +67,10 @@ class Caller:
     # The principal as the config says now, asked at each tool call: a reload during the turn
     # (a skill, a folder, the network taken away) applies to its next call. None: `principal`.
     principal_now: Callable[[], Principal] | None = None
+    # Whether the caller's daily tokens (with what their running turns spent) still allow a model
+    # call, asked before each one that follows tool results: a cap checked only as a turn began
+    # was overshot by each of its steps, and by the turns running in the caller's other chats.
+    has_tokens: Callable[[], Awaitable[bool]] = _always_allowed
 
     @property
     def user(self) -> str:
@@ -126,7 +135,8 @@ class Agent:
                                         tool_choice="auto" if tools else "none")
                 # Each user's prompts share cached prefixes only with their own: by timing theirs,
                 # one user could otherwise tell what another's conversation holds.
-                prompt = await self.context.build(conversation_id, tools, caller.user)
+                prompt = await self.context.build(conversation_id, tools, caller.user,
+                                                  spent=functools.partial(_spend, result))
                 content, calls, errors, out = await self._generate(
                     prompt, params, tools, f"{run_id}-{step}", sink, result, caller.user)
                 await self.context.add(
@@ -144,9 +154,13 @@ class Agent:
                     output = await self._call_tool(call, caller)
                     await self.context.add(conversation_id, "tool", output, tool_call_id=call.id)
                 # Before the next model call (or the step-limit message). The first model call
-                # needs no look: the gateway admitted the caller just before the turn.
+                # needs no look: the gateway admitted the caller, and counted their tokens, just
+                # before the turn.
                 if not await caller.still_allowed():
                     return _refused(result)
+                if step + 1 < max_steps and not await caller.has_tokens():
+                    result.text = TOKENS_SPENT
+                    return result
             result.text = (f"I stopped after {max_steps} tool steps without a final "
                            "answer. Tell me how to continue, or ask again more narrowly.")
             return result
@@ -190,8 +204,7 @@ class Agent:
             # Also when cut short (/stop, /new, an error): the engine did that work, and a cap
             # that counted only finished answers would be dodged by stopping each one near its end.
             if out is not None:
-                result.prompt_tokens += len(out.prompt_token_ids)
-                result.completion_tokens += len(out.token_ids)
+                _spend(result, len(out.prompt_token_ids), len(out.token_ids))
         parsed = parser.finish()
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
@@ -206,6 +219,12 @@ class Agent:
         outcome = await self.executor.call(call.name, call.arguments, principal,
                                            chat_id=caller.chat_id, approver=caller.approver)
         return outcome.text
+
+
+def _spend(result: TurnResult, prompt_tokens: int, completion_tokens: int) -> None:
+    """Count a model call's tokens to the turn: its steps, and the summaries its history needed."""
+    result.prompt_tokens += prompt_tokens
+    result.completion_tokens += completion_tokens
 
 
 def _refused(result: TurnResult) -> TurnResult:

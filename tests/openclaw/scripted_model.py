@@ -21,6 +21,7 @@ class ScriptedModel:
         self.chunk, self.delay = chunk, delay
         self.prompts: list[list[dict]] = []  # every prompt it was given, in order
         self.cache_salts: list[str | None] = []  # and the cache_salt of each
+        self.spent: list[tuple[int, int]] = []  # (prompt, output) tokens each call streamed
         self.aborted: list[str] = []
         self.gate: asyncio.Event | None = None  # when set, streams wait for it after one chunk
         self.generated = 0
@@ -53,6 +54,9 @@ class ScriptedModel:
         except (asyncio.CancelledError, GeneratorExit):
             self.aborted.append(request_id or "r")
             raise
+        finally:
+            if sent:
+                self.spent.append((len(ids), len(sent)))
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

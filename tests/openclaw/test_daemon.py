@@ -152,6 +152,8 @@ async def test_history_over_budget_is_compacted_into_a_summary_and_kept_in_the_s
     # The summarising calls too share cached prefixes only with the user's own prompts.
     assert any("You write the memory" in p[0]["content"] for p in model.prompts)
     assert set(model.cache_salts) == {"terminal:local"}
+    # Every model call counts against the user's tokens, the summarising ones too.
+    assert await store.tokens_today("terminal:local") == sum(p + o for p, o in model.spent)
     await daemon.stop()
 
 

@@ -5,10 +5,14 @@ SQLite; a scripted model."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+
+from openclaw.agent.loop import TOKENS_SPENT
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, msg
+from tests.openclaw.test_daemon import RecordingConnector, msg, until
 
 CONFIG = """
 data_dir = "{data}"
@@ -21,7 +25,40 @@ roles = {{ "telegram:1" = "kid" }}
 [roles.kid]
 skills = ["clock"]
 daily_tokens = {cap}
+[skills]
+enabled = ["clock"]
 """
+
+CLOCK = '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
+
+
+class HeldAfterTools(ScriptedModel):
+    """Calls the clock until told otherwise; a call that reads a tool's result first waits for
+    `hold` (None: it does not wait)."""
+
+    def __init__(self, reply) -> None:
+        super().__init__(reply, chunk=1000)
+        self.hold: asyncio.Event | None = None
+        self.held = 0
+
+    async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0,
+                       cache_salt=None):
+        if prompt[-1]["role"] == "tool" and self.hold is not None:
+            self.held += 1
+            await self.hold.wait()
+        async for out in super().generate(prompt, params, request_id, tools=tools,
+                                          priority=priority, cache_salt=cache_salt):
+            yield out
+
+
+async def started(tmp_path, cap: int, model) -> tuple[Daemon, RecordingConnector]:
+    path = tmp_path / "openclaw.toml"
+    path.write_text(CONFIG.format(data=tmp_path / "data", cap=cap))
+    conn = RecordingConnector()
+    conn.name = "telegram"
+    daemon = Daemon(load_config(path), model=model, connectors=[conn])
+    await daemon.start()
+    return daemon, conn
 
 
 async def test_a_user_past_their_roles_daily_tokens_is_told_and_the_model_not_asked(tmp_path):
@@ -54,5 +91,54 @@ async def test_a_user_past_their_roles_daily_tokens_is_told_and_the_model_not_as
         path.write_text(CONFIG.format(data=tmp_path / "data", cap=10_000))
         assert (await daemon.reload()).applied == ["roles"]
         assert await say("third question", "1") == "an answer of six words here"
+    finally:
+        await daemon.stop()
+
+
+async def test_a_turn_that_reaches_the_cap_between_its_steps_stops_there(tmp_path):
+    model = HeldAfterTools(lambda messages: CLOCK)  # would call the clock for all 8 steps
+    daemon, conn = await started(tmp_path, 60, model)  # one step's prompt alone passes 60
+    try:
+        await conn.handler(msg("what time is it", user="1", channel="telegram"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("1") == [TOKENS_SPENT]
+        assert len(model.prompts) == 1  # the clock ran once, and the model was not asked again
+        conv = await daemon.store.active_conversation("telegram:1", "1", "telegram")
+        roles = [m.role for m in await daemon.store.list_messages(conv.id)]
+        assert roles == ["user", "assistant", "tool"]
+        assert await daemon.store.tokens_today("telegram:1") > 60  # that step was counted
+    finally:
+        await daemon.stop()
+
+
+async def test_turns_running_in_a_users_other_chats_count_against_the_cap(tmp_path):
+    def reply(messages):  # the clock once, then an answer
+        return "done" if messages[-1]["role"] == "tool" else CLOCK
+
+    model = HeldAfterTools(reply)
+    model.hold = asyncio.Event()
+    daemon, conn = await started(tmp_path, 100_000, model)
+    try:
+        # Chat A: one step done, its next waits. What it spent is not in the store yet.
+        await conn.handler(msg("time please", user="1", chat="A", channel="telegram"))
+        await until(lambda: model.held == 1)
+        await conn.handler(msg("/status", user="1", chat="A", channel="telegram"))
+        await until(lambda: conn.texts("A"))
+        running = int(re.search(r"you (\d+) of", conn.texts("A")[-1])[1])
+        assert running > 0 and await daemon.store.tokens_today("telegram:1") == 0
+        # A cap that chat A's running turn and one more step pass together.
+        (tmp_path / "openclaw.toml").write_text(CONFIG.format(data=tmp_path / "data",
+                                                              cap=running + 1))
+        assert (await daemon.reload()).applied == ["roles"]
+        await conn.handler(msg("time please", user="1", chat="B", channel="telegram"))
+        await until(lambda: conn.texts("B") or model.held == 2)
+        model.hold.set()
+        await daemon.gateway.wait_idle()
+        assert conn.texts("B") == [TOKENS_SPENT]  # its own step plus chat A's passed the cap
+        assert conn.texts("A")[-1] == "done"  # the turn that began within it ends normally
+        # And with both in the store, a new message is told at once.
+        await conn.handler(msg("again", user="1", chat="C", channel="telegram"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("C")[0].startswith(f"You have used today's {running + 1} tokens")
     finally:
         await daemon.stop()
