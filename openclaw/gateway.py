@@ -351,6 +351,7 @@ class Gateway:
                 lane.queue.put_nowait(job)
             else:
                 dropped.append(job[1])
+                self._fresh.discard(job[1].id)  # its turn never starts to take it out
         stopped = len(dropped)
         if lane.current and not lane.current.done():
             lane.current.cancel()
