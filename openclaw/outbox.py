@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
 import weakref
@@ -47,6 +48,10 @@ class Outbox:
         self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
         self._closed = False
         self.on_chat_refused: ChatRefused | None = None
+        # Retries run in the context the outbox was made in, not in that of the message whose
+        # send happened to start one: a connector may keep per-message state there (Discord: the
+        # slash command a send answers), which a later retry of other replies must not inherit.
+        self._context = contextvars.copy_context()
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
                    answers: int | None) -> None:
@@ -124,7 +129,8 @@ class Outbox:
     def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
         if key not in self._retrying and not self._closed:
             self._wake[key] = asyncio.Event()  # from now on retry_now reaches this retry
-            self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}")
+            self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}",
+                                                      context=self._context.copy())
 
     async def _pause(self, key: ChatKey, seconds: float) -> None:
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives as

@@ -4,6 +4,7 @@ with backoff in their order, and go out once it is back; a refusal for good is n
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 
 import pytest
@@ -358,5 +359,40 @@ async def test_a_sender_waiting_for_a_chat_keeps_its_lock_and_goes_in_turn(tmp_p
         await asyncio.gather(first, second, third)
         assert conn.texts("local") == ["first", "second", "third"]
         assert len(outbox._locks) == 0
+    finally:
+        await daemon.stop()
+
+
+ANSWERING: contextvars.ContextVar[str | None] = contextvars.ContextVar("answering", default=None)
+
+
+async def test_a_retry_does_not_inherit_the_context_of_the_send_that_started_it(tmp_path):
+    """A connector may keep per-message state in a context variable (Discord: the slash command
+    a send answers). A retry the outbox starts during that send sends other replies later, so it
+    must not see it."""
+
+    class Contextual(FlakyConnector):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str | None] = []
+
+        async def send_text(self, chat_id: str, text: str) -> str:
+            self.seen.append(ANSWERING.get())
+            return await super().send_text(chat_id, text)
+
+    conn = Contextual()
+    daemon = await start(tmp_path, conn)
+    try:
+        conn.down = True
+        token = ANSWERING.set("/status of user 1")
+        try:  # the send fails, and starts the chat's retry from within this context
+            await daemon.gateway.outbox.send("terminal", "local", ["an answer"],
+                                             conversation_id=None, answers=None)
+        finally:
+            ANSWERING.reset(token)
+        assert conn.seen == ["/status of user 1"]
+        conn.down = False
+        await until(lambda: conn.texts("local"))
+        assert conn.seen[1:] == [None]  # the retry's send answers no slash command
     finally:
         await daemon.stop()
