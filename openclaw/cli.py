@@ -291,7 +291,8 @@ async def _run_daemon(config, terminal) -> int:
 def cmd_service_install(args: argparse.Namespace) -> int:
     from openclaw.service import install_unit, service_user, unreadable_config
 
-    config = load_config(args.config, tokens=False)  # the unit gives the service its own
+    # No secret: the unit gives the service its own environment, and this opens nothing.
+    config = load_config(args.config, tokens=False, store=False)
     exe = _this_openclaw()
     config_path = (args.config or default_config_path()).expanduser().resolve()
     data_dir, run_as = config.data_dir, args.run_as

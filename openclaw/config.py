@@ -338,6 +338,9 @@ class StoreConfig(_Section):
     def _url(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
             return None
+        context = info.context if isinstance(info.context, dict) else {}
+        if not context.get("read_store_url", True) and _require_str(value).startswith(("env:", "file:")):
+            return value  # left unread, as written (load_config's store=False)
         url, _ = _resolve_reference(_require_str(value), info)
         scheme, sep, rest = url.partition("://")
         if not sep or scheme not in STORE_SCHEMES:
@@ -888,18 +891,21 @@ def data_dir_of(path: str | Path | None = None, *, home: Path | None = None) -> 
         raise ConfigError(file, [f"data_dir: {exc.errors()[0]['msg']}"]) from None
 
 
-def load_config(path: str | Path | None = None, *, tokens: bool = True) -> Config:
+def load_config(path: str | Path | None = None, *, tokens: bool = True, store: bool = True) -> Config:
     """Read and validate the config. None means the default path, where a missing file is fine.
 
     `tokens=False` leaves the `env:` / `file:` references of the connectors' tokens unread (their
     `get()` raises): for commands that never connect (pairing, users, db...), which an admin runs
-    from a shell that lacks the variables and credential files only the service is given."""
+    from a shell that lacks the variables and credential files only the service is given.
+    `store=False` leaves an `env:` / `file:` `[store] url` as written, for what never opens the
+    store either (`service install`)."""
     file, data = _read_toml(path)
     if data is None:
         return Config()
     try:
         config = Config.model_validate(data, context={"base_dir": file.parent,
-                                                      "read_tokens": tokens})
+                                                      "read_tokens": tokens,
+                                                      "read_store_url": store})
     except ValidationError as exc:
         errors = exc.errors()
         found = [line for err in errors for line in _problem(err).split("\n")]

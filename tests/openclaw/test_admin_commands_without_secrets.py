@@ -63,3 +63,18 @@ def test_run_and_doctor_still_refuse_a_token_they_cannot_read_naming_the_key(tmp
     assert "discord.token" in run.stderr and "cannot read secret file" in run.stderr
     doctor = openclaw([*cfg, "doctor", "--skip-model"], tmp_path)
     assert doctor.returncode == 1 and "TELEGRAM_BOT_TOKEN is not set" in doctor.stdout
+
+
+def test_service_install_needs_no_store_password_only_the_service_holds(tmp_path, service_config):
+    """A PostgreSQL URL (it holds a password) given to the service alone: writing its unit opens
+    no store, so it does not need it; the commands that open the store still do, and say which."""
+    service_config.write_text(service_config.read_text().replace(
+        "[admin]", '[store]\nurl = "env:OPENCLAW_TEST_STORE_URL"\n[admin]'))
+    cfg = ["--config", str(service_config)]
+    installed = openclaw([*cfg, "service", "install"], tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    unit = (tmp_path / ".config/systemd/user/openclaw.service").read_text()
+    assert f"--config {service_config}" in unit
+    listing = openclaw([*cfg, "pairing", "list"], tmp_path)
+    assert listing.returncode == 2 and "store.url" in listing.stderr, listing.stderr
+    assert "OPENCLAW_TEST_STORE_URL is not set" in listing.stderr
