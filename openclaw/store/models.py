@@ -175,6 +175,7 @@ class InboundEventRow(Base):
         _one_of("status", InboundStatus),
         Index("ix_inbound_events_status_id", "status", "id"),
         Index("ix_inbound_events_status_processed_at", "status", "processed_at"),  # retention.py's age limit
+        Index("ix_inbound_events_user_key", "user_key"),  # forget_user
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -196,6 +197,9 @@ class OutboundMessageRow(Base):
         _one_of("status", OutboundStatus),
         Index("ix_outbound_messages_status_id", "status", "id"),
         Index("ix_outbound_messages_status_updated_at", "status", "updated_at"),  # retention.py's age limit
+        # One chat's replies: its pending ones in order (pending_outbound, move_chat), all of them
+        # (forget_user).
+        Index("ix_outbound_messages_channel_chat_id_status_id", "channel", "chat_id", "status", "id"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)

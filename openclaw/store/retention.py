@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, select
+from sqlalchemy import and_, delete, exists, func, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from openclaw.store.models import (
@@ -110,6 +110,9 @@ class _Step:
     kind: str
     table: Any  # an ORM class with an integer `id`
     where: ColumnElement[bool]
+    # A column set to NULL in the chosen rows, which stay: a step that is no kind of its own (not
+    # counted, skipped by a dry run) and only spreads the next step's ON DELETE SET NULL over batches.
+    unlink: str | None = None
 
 
 def _not_newest(table: Any) -> ColumnElement[bool]:
@@ -148,7 +151,15 @@ def _steps(r: Retention, now: datetime) -> list[_Step]:
         steps += [
             _Step("their messages", MessageRow, MessageRow.conversation_id.in_(old)),
             _Step("their summaries", SummaryRow, SummaryRow.conversation_id.in_(old)),
-            # Their usage rows and replies keep their row, unlinked (ON DELETE SET NULL, indexed).
+            # Their usage rows and replies keep their row, unlinked. ON DELETE SET NULL would do
+            # it, but inside the conversations' own batch: 500 conversations and every usage row
+            # and reply still linked to them, which is all of them where usage or the journal is
+            # kept forever (a year's: 1.6 s of SQLite's write lock in bench/store_scale.py
+            # --keep-forever). So they are unlinked first, in batches of their own.
+            _Step("their usage rows", UsageRow, UsageRow.conversation_id.in_(old),
+                  unlink="conversation_id"),
+            _Step("their replies", OutboundMessageRow, OutboundMessageRow.conversation_id.in_(old),
+                  unlink="conversation_id"),
             _Step("archived conversations", ConversationRow, ConversationRow.id.in_(old)),
         ]
     return steps
@@ -182,6 +193,10 @@ async def prune(store: Store, retention: Retention, *, kept_users: Iterable[str]
     for step in _steps(retention, now):
         if stopped():
             break
+        if step.unlink is not None:  # not counted: the rows stay
+            if not dry_run:
+                await _delete(store, step, batch, pause_s, stopped)
+            continue
         if dry_run:
             counts[step.kind] = await _count(store, step)
         else:
@@ -199,12 +214,14 @@ async def _count(store: Store, step: _Step) -> int:
 
 async def _delete(store: Store, step: _Step, batch: int, pause_s: float,
                   stopped: Callable[[], bool]) -> int:
+    """Delete the step's rows (or unlink them, `_Step.unlink`), `batch` at a time; how many."""
     table, total = step.table, 0
     # No ORDER BY: the planner picks the age index; which old rows go first does not matter.
     chosen = select(table.id).where(step.where).limit(batch).correlate(None)
+    change = delete(table) if step.unlink is None else update(table).values({step.unlink: None})
     while True:
         async with store.engine.begin() as conn:
-            gone = (await conn.execute(delete(table).where(table.id.in_(chosen)))).rowcount
+            gone = (await conn.execute(change.where(table.id.in_(chosen)))).rowcount
         total += gone
         if gone < batch or stopped():
             return total

@@ -267,6 +267,51 @@ async def test_conversations_are_kept_unless_keep_archived_days_is_set(store):
                                  .where(OutboundMessageRow.conversation_id.is_(None))) == 1
 
 
+async def test_an_old_conversations_usage_and_replies_are_unlinked_in_batches_before_it_goes(store):
+    # Kept forever, they would all be unlinked (ON DELETE SET NULL) in the conversations' own
+    # batch: a year of them in one transaction. They are unlinked `batch` at a time first.
+    await allowed(store, ADA)
+    for n in range(3):
+        await answered(store, ADA, str(n), f"question {n}")
+    old = await store.active_conversation(ADA, "1001")
+    for _ in range(2):
+        await store.add_usage(ADA, 10, 5, conversation_id=old.id)
+    await store.archive_conversation(old.id)
+    newer = await store.active_conversation(ADA, "1001")  # the newest is never deleted
+    await store.add_usage(ADA, 10, 5, conversation_id=newer.id)
+    await age(store, ConversationRow, [old.id], 100, "archived_at")
+    usage, replies = await ids(store, UsageRow), await ids(store, OutboundMessageRow)
+    keep_all_but_archived = Retention(0, 0, 0, 0, 30)
+
+    async def linked(table) -> dict[int, int | None]:
+        async with store.engine.connect() as conn:
+            return dict((await conn.execute(select(table.id, table.conversation_id))).all())
+
+    expected = {**NOTHING, "archived conversations": 1, "their messages": 6}
+    assert await prune(store, keep_all_but_archived, dry_run=True) == expected
+    assert set((await linked(UsageRow)).values()) == {old.id, newer.id}  # a dry run changes nothing
+
+    changed: list[tuple[str, int]] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.startswith("UPDATE"):
+            changed.append((statement.split()[1], cursor.rowcount))
+
+    sqlalchemy.event.listen(store.engine.sync_engine, "after_cursor_execute", seen)
+    try:
+        assert await prune(store, keep_all_but_archived, batch=2) == expected
+    finally:
+        sqlalchemy.event.remove(store.engine.sync_engine, "after_cursor_execute", seen)
+    assert changed == [("usage", 2), ("usage", 2), ("usage", 1), ("outbound_messages", 2),
+                       ("outbound_messages", 1)]
+    assert await ids(store, ConversationRow) == {newer.id}
+    # Every usage row and reply stays; the old conversation's unlinked, the newer one's not.
+    assert await ids(store, UsageRow) == usage and await ids(store, OutboundMessageRow) == replies
+    assert sorted((await linked(UsageRow)).values(), key=lambda c: c or 0) == [None] * 5 + [newer.id]
+    assert set((await linked(OutboundMessageRow)).values()) == {None}
+    assert await store.tokens_today(ADA) == 6 * 15
+
+
 async def test_the_newest_conversation_is_never_deleted_so_sqlite_never_gives_its_id_again(store):
     await allowed(store, ADA)
     conv = await store.active_conversation(ADA, "1001")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.exc import IntegrityError
@@ -47,6 +48,7 @@ from openclaw.store import (
     upgrade,
 )
 from openclaw.store import engine as store_engine
+from openclaw.store.migrate import alembic_config
 from openclaw.store.models import Base, ConversationRow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -165,7 +167,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0004"
+    assert await store.schema_revision() == head_revision() == "0005"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
@@ -202,7 +204,7 @@ async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
         "INSERT INTO users (channel, external_id, status, created_at, updated_at) "
         "VALUES ('telegram', '7', 'allowed', '2025-01-01 00:00:00', '2025-01-01 00:00:00')", ()))
     async with await Store.open(sqlite_url) as store:
-        assert await store.schema_revision() == "0004"
+        assert await store.schema_revision() == "0005"
         assert (await store.get_user("telegram", 7)).status is UserStatus.ALLOWED
         assert await store.active_reminders() == []
 
@@ -226,6 +228,33 @@ async def test_upgrade_numbers_existing_reminders_per_user_in_the_order_they_wer
         async with store.engine.begin() as conn:
             with pytest.raises(IntegrityError):  # NOT NULL now, and unique per user
                 await conn.exec_driver_sql("UPDATE reminders SET number = 1 WHERE id = 3")
+
+
+async def _index_names(store: Store, table: str) -> set[str]:
+    async with store.engine.connect() as conn:
+        return {row[1] for row in (await conn.exec_driver_sql(f"PRAGMA index_list({table})")).all()}
+
+
+async def test_upgrade_to_0005_adds_the_user_and_chat_indexes_and_a_downgrade_removes_them(sqlite_url: str):
+    await left_at_revision(sqlite_url, "0004", (
+        "INSERT INTO inbound_events (channel, message_id, user_key, chat_id, text, status, received_at) "
+        "VALUES ('telegram', '1', 'telegram:7', '7', 'hi', 'processed', '2025-01-01 00:00:00')", ()), (
+        "INSERT INTO outbound_messages (inbound_event_id, channel, chat_id, text, status, attempts, "
+        "created_at, updated_at) VALUES (1, 'telegram', '7', 'hello', 'pending', 0, "
+        "'2025-01-01 00:00:00', '2025-01-01 00:00:00')", ()))
+    new = {("inbound_events", "ix_inbound_events_user_key"),
+           ("outbound_messages", "ix_outbound_messages_channel_chat_id_status_id")}
+    async with await Store.open(sqlite_url) as store:
+        assert await store.schema_revision() == "0005"
+        for table, index in new:
+            assert index in await _index_names(store, table)
+        assert [o.text for o in await store.pending_outbound("telegram", "7")] == ["hello"]
+    await asyncio.to_thread(command.downgrade, alembic_config(sqlite_url), "0004")
+    async with await Store.open(sqlite_url, migrate_schema=False) as store:
+        assert await store.schema_revision() == "0004"
+        for table, index in new:
+            assert index not in await _index_names(store, table)
+        assert [o.text for o in await store.pending_outbound("telegram", "7")] == ["hello"]
 
 
 async def test_migrated_schema_matches_the_orm_models(store: Store):
@@ -537,6 +566,22 @@ async def test_outbound_delivery_attempts_and_status_transitions(store: Store):
     assert await store.pending_outbound() == []
     with pytest.raises(LookupError):
         await store.mark_outbound(10_000, "sent")
+
+
+async def test_one_chats_pending_replies_come_in_the_order_stored_and_no_other_chats(store: Store):
+    first = await store.add_reply("telegram", 7, ["one", "two"])
+    await store.add_reply("telegram", 8, ["another chat"])
+    await store.add_reply("discord", 7, ["the same id on another app"])
+    [sent] = await store.add_reply("telegram", 7, ["sent already"])
+    await store.mark_outbound(sent.id, "sent", external_message_id=1)
+    [failed] = await store.add_reply("telegram", 7, ["given up"])
+    await store.mark_outbound(failed.id, "failed", error="chat not found")
+    later = await store.add_reply("telegram", "7", ["three"])
+    assert [(o.id, o.text) for o in await store.pending_outbound("telegram", "7")] == [
+        (o.id, o.text) for o in first + later]
+    assert [o.text for o in await store.pending_outbound("telegram", "7", limit=1)] == ["one"]
+    assert [o.text for o in await store.pending_outbound("discord", "7")] == ["the same id on another app"]
+    assert await store.pending_outbound("telegram", "9") == []
 
 
 async def test_audit_log_lists_newest_first(store: Store):
