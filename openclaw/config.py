@@ -760,13 +760,18 @@ class Config(_Section):
         cannot be (an unset variable, an unreadable file). `secrets=False`: the references left
         as written, for what only describes the skills (the service's environment may be the only
         one to hold them)."""
+        from skills.builtin.zones import one_zone
+
+        settings: dict[str, dict[str, Any]] = {}
+        problems: list[str] = []
         if not secrets:
-            return {name: dict(table) for name, table in self.skills.settings.items()}
-        base = self._source.parent if self._source else None
-        settings, problems = {}, []
-        for name, table in self.skills.settings.items():
-            settings[name], found = _resolve_skill_secrets(name, table, base)
-            problems += found
+            settings = {name: dict(table) for name, table in self.skills.settings.items()}
+        else:
+            base = self._source.parent if self._source else None
+            for name, table in self.skills.settings.items():
+                settings[name], found = _resolve_skill_secrets(name, table, base)
+                problems += found
+        problems += one_zone(settings, self.skills.enabled)
         if problems:
             raise ConfigError(self._source, problems)
         return settings

@@ -48,6 +48,9 @@ _SPOKEN_REPEAT = re.compile(
     rf"(?:(?P<daily>every ?day|each day|daily)|(?P<weekdays>every weekday|each weekday|on weekdays"
     rf"|weekdays)|every (?P<weekly>{'|'.join(_WEEKDAYS)})|(?P<week>every week|weekly))"
     rf"\s+(?P<rest>.+)")  # "at" stays in rest: "at 9" is a bare hour said as a time, "9" is not
+# Repeat words that are also what a reminder is about ("weekly report", "daily standup"): a
+# repeat said first must say so ("every day", "each monday", "on weekdays").
+_BARE_REPEATS = frozenset({"daily", "weekly", "weekdays"})
 # The most words a time takes ("on the 24th of december, 2027 at 9:45 am", "in 1 week, 2 days,
 # 3 hours and 4 minutes"): split_request tries no longer ends, so a long line costs no more.
 MAX_WHEN_WORDS = 16
@@ -125,6 +128,8 @@ def _day_said_first(when: list[str], text: list[str]) -> tuple[list[str], list[s
             return when, text  # the end names a day itself ("tomorrow at 10am"), or is a delay
     except SkillError:  # "at 8": a bare hour, asked about once it has its day
         pass
+    if text[0].lower() in _BARE_REPEATS:  # "weekly report at 5pm": a report, not a repeat
+        return when, text
     for n in range(min(len(text) - 1, MAX_WHEN_WORDS - len(when)), 0, -1):
         rest = _trim(text[n:], ("to", "that"), ())
         if rest and _readable(" ".join(text[:n] + when)):

@@ -1,6 +1,6 @@
-"""Time zones for the skills that read or say a time of day (clock, reminders): one default, the
-`timezone` setting of their [skills.NAME] table, else this machine's zone, so both say the same
-wall-clock time."""
+"""Time zones for the skills that read or say a time of day (clock, reminders): one zone for both,
+the `timezone` setting of either's [skills.NAME] table (one_zone), else this machine's, so both say
+the same wall-clock time."""
 
 from __future__ import annotations
 
@@ -54,3 +54,25 @@ def timezone_setting_problems(skill: str, settings: dict[str, Any]) -> list[str]
         problems.append(f"timezone: unknown time zone {name!r}; use an IANA name such as "
                         "'Europe/Paris'")
     return problems
+
+
+# The model reads the clock to say when a reminder rings ("at 9am"): they must agree on the zone.
+SAME_ZONE = ("clock", "reminders")
+
+
+def one_zone(settings: dict[str, dict[str, Any]], enabled: list[str]) -> list[str]:
+    """Give every enabled skill of SAME_ZONE the `timezone` one of them sets (in `settings`, the
+    [skills.NAME] tables); problems, naming the keys, when they set different ones."""
+    named = {name: settings[name]["timezone"] for name in SAME_ZONE
+             if "timezone" in settings.get(name, {})}
+    if len(set(named.values())) > 1:
+        keys = " and ".join(f"skills.{name}.timezone ({zone!r})" for name, zone in named.items())
+        return [f"{keys} differ: the model reads the clock to say when a reminder rings; set one "
+                "zone, in either table"]
+    for name_of_zone in named.values():
+        if zone(name_of_zone) is None:  # said once, by the skill whose key it is
+            continue
+        for name in SAME_ZONE:
+            if name in enabled:
+                settings.setdefault(name, {}).setdefault("timezone", name_of_zone)
+    return []

@@ -157,6 +157,10 @@ def test_a_bare_hour_in_a_repeat_is_asked_about_like_any_other():
     # Without "at", a dotted number ending a line is a price or a version, not "17.30".
     ("buy milk 2.50", None),
     ("me to upgrade to python 3.12", None),
+    # A repeat word that is what the reminder is about stays in the text.
+    ("weekly report at 5pm", ("at 5pm", "weekly report")),
+    ("daily standup at 9am", ("at 9am", "daily standup")),
+    ("every monday standup at 9am", ("every monday at 9am", "standup")),
     # A day said first and the time last belong together (not 10am today with "friday" as text).
     ("friday call bob at 10am", ("friday at 10am", "call bob")),
     ("me on friday to call bob at 10am", ("on friday at 10am", "call bob")),
