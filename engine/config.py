@@ -109,6 +109,9 @@ class EngineConfig:
             dev = torch.device(self.device)
             if dev.type == "cuda" and not torch.cuda.is_available():
                 raise ValueError(f"engine config device={self.device!r}: no CUDA device is available")
+            if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+                raise ValueError(f"engine config device={self.device!r}: this machine has "
+                                 f"{torch.cuda.device_count()} CUDA device(s)")
         if dev.type == "cuda" and dev.index is None:
             # Pinned to the device current now: the step thread (AsyncLLM) has a current device of
             # its own, so a bare "cuda" could mean another GPU there than where the weights went.

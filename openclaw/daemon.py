@@ -154,9 +154,11 @@ class Daemon:
             try:
                 self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
                                                      **cfg.engine.as_engine_kwargs())
-            except (FileNotFoundError, ValueError) as exc:
-                # [engine] names a model, device or dtype this machine cannot use: a config error
-                # (exit status 2, which the unit does not restart every 5 s), said in one line.
+            except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                    ValueError) as exc:
+                # [engine] names a model (not there, unreadable, not a model), device or dtype
+                # this machine cannot use: a config error (exit status 2, which the unit does not
+                # restart every 5 s), said in one line.
                 log.debug("the model did not load", exc_info=True)
                 raise ConfigError(cfg.source, [f"[engine]: {exc}"]) from exc
         self.reminders = Reminders(self.store)

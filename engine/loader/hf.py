@@ -18,8 +18,13 @@ def open_hf_folder(path: Path) -> Checkpoint:
     cfg_file = path / "config.json"
     if not cfg_file.exists():
         raise FileNotFoundError(f"{path}: no config.json, so this is not a Hugging Face model folder")
-    raw = json.loads(cfg_file.read_text())
-    config = ModelConfig.from_hf(raw)
+    try:
+        raw = json.loads(cfg_file.read_text())
+        config = ModelConfig.from_hf(raw)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        # A config.json that is not JSON, or lacks a key the model needs, is a bad model folder.
+        what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{cfg_file}: not a config.json this engine can read ({what})") from exc
     shards = sorted(path.glob("*.safetensors"))
     if not shards:
         raise FileNotFoundError(f"{path}: no *.safetensors weights (.bin checkpoints are not read)")

@@ -73,7 +73,12 @@ def test_a_malformed_config_names_the_key_and_refuses_to_start(tmp_path):
 def test_a_model_that_is_not_there_is_a_config_error_the_unit_does_not_restart(tmp_path):
     # Exit status 2 is the unit's RestartPreventExitStatus: restarting every 5 s cannot fix it.
     (tmp_path / "folder").mkdir()  # a folder without config.json is no model either
-    for model in (tmp_path / "missing.gguf", tmp_path / "folder"):
+    for name, config_json in [("keyless", '{"architectures": ["LlamaForCausalLM"]}'),
+                              ("garbled", "{not json")]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(config_json)
+    for model in (tmp_path / "missing.gguf", tmp_path / "folder", tmp_path / "keyless",
+                  tmp_path / "garbled"):
         config = tmp_path / "c.toml"
         config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
                           f'[engine]\nmodel = "{model}"\n')
