@@ -132,6 +132,9 @@ class Gateway:
         # Each user's turns now running (their TurnResults, filled as they go): what they spent
         # is in the store only once they end, and the daily cap must count it before.
         self._spending: dict[str, list[TurnResult]] = {}
+        # Held while a turn's usage is written and handed from `_spending` to the store, and while
+        # both are read: a look in between would count that turn twice.
+        self._usage = asyncio.Lock()
         # Chats that moved to a new id while running, (channel, old id) -> new id: a turn queued
         # under the old id goes on in the lane and the conversation that moved.
         self._moved_chats: dict[tuple[str, str], str] = {}
@@ -439,7 +442,7 @@ class Gateway:
                 f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
                 f"Tokens used today: you {await self._tokens_today(user)}{limit}"
                 # What others use is the owner's business, not every user's, nor a group's.
-                + (f", everyone {await self.store.tokens_today()}"
+                + (f", everyone {await self._tokens_today()}"
                    if access.is_owner(self.config, user) and not in_group else ""))
 
     # ---- lanes ---------------------------------------------------------------------------
@@ -608,14 +611,15 @@ class Gateway:
             # ended: stopped, failed, cut by shutdown.
             self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
             self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-            try:
-                await asyncio.shield(self.store.add_usage(
-                    msg.user, result.prompt_tokens, result.completion_tokens,
-                    conversation_id=conversation_id))
-            finally:  # in the store now (or lost with it): no longer counted as running
-                spending[:] = [r for r in spending if r is not result]  # this one, not an equal one
-                if not spending and self._spending.get(msg.user) is spending:
-                    del self._spending[msg.user]
+            async with self._usage:
+                try:
+                    await asyncio.shield(self.store.add_usage(
+                        msg.user, result.prompt_tokens, result.completion_tokens,
+                        conversation_id=conversation_id))
+                finally:  # in the store now (or lost with it): no longer counted as running
+                    spending[:] = [r for r in spending if r is not result]  # this one, not an equal
+                    if not spending and self._spending.get(msg.user) is spending:
+                        del self._spending[msg.user]
 
     async def _deliver_turn(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
                             result: TurnResult, conversation_id: int) -> None:
@@ -633,10 +637,15 @@ class Gateway:
             await self._send(msg.channel, msg.chat_id, result.text,
                              conversation_id=conversation_id, event=event)
 
-    async def _tokens_today(self, user: str) -> int:
-        """The user's tokens today: stored, and spent so far by their turns still running."""
-        running = sum(r.prompt_tokens + r.completion_tokens for r in self._spending.get(user, ()))
-        return await self.store.tokens_today(user) + running
+    async def _tokens_today(self, user: str | None = None) -> int:
+        """The user's tokens today (everyone's: None): stored, and spent so far by turns still
+        running."""
+        async with self._usage:
+            running = [r for u, results in self._spending.items() if user in (None, u)
+                       for r in results]
+            stored = await self.store.tokens_today(user)
+            # Summed after the read: what they spent meanwhile counts too.
+            return stored + sum(r.prompt_tokens + r.completion_tokens for r in running)
 
     async def _has_tokens(self, user: str) -> bool:
         """Whether the user's role, as the config says now, leaves them tokens today."""

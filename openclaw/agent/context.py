@@ -11,14 +11,26 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from engine import SamplingParams
 from openclaw.agent.model import ChatModel
 
-Spent = Callable[[int, int], None]  # a model call's prompt and completion tokens
+
+class Meter(Protocol):
+    """A turn's model calls against the user's daily tokens (agent.loop's _TurnMeter)."""
+
+    async def may_call(self) -> bool:
+        """Whether another model call may start (and count it)."""
+
+    def spent(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """What a model call used."""
+
+
+class TokensSpent(Exception):
+    """The user's daily tokens ran out before a summarising call the prompt needed."""
+
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +95,11 @@ class ContextBuilder:
         return cached
 
     async def build(self, conversation_id: int, tools: list[dict] | None,
-                    cache_salt: str | None = None, spent: Spent | None = None) -> list[dict]:
+                    cache_salt: str | None = None, meter: Meter | None = None) -> list[dict]:
         """The prompt for the conversation's next model call, older turns compacted into a summary
         where they no longer fit. `cache_salt`: the user's, for the summarising calls too;
-        `spent(prompt_tokens, completion_tokens)` is told what each summarising call used."""
+        `meter`: each summarising call is asked of it first (TokensSpent when refused) and told to
+        it after."""
         while True:
             summary, history = await self.history(conversation_id)
             prompt = self._prompt(summary.content if summary else None, history)
@@ -100,7 +113,7 @@ class ContextBuilder:
                     f"the newest message and the results of its tools do not fit the model's "
                     f"context ({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut],
-                                cache_salt, spent)
+                                cache_salt, meter)
             self._cache.pop(conversation_id, None)  # re-read from the new summary on
 
     def _shorten_tool_results(self, prompt: list[dict], tools: list[dict] | None) -> list[dict] | None:
@@ -125,7 +138,7 @@ class ContextBuilder:
         return [{"role": "system", "content": system}, *_answered(history)]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Any],
-                       cache_salt: str | None, spent: Spent | None) -> None:
+                       cache_salt: str | None, meter: Meter | None) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too
         long for one call is summarised in front-to-back pieces, each stored as it completes."""
         while old:
@@ -134,7 +147,7 @@ class ContextBuilder:
                     self.budget.prompt_tokens - self.budget.summary_tokens):
                 take = max(1, take // 2)
             text = await self._summarise(self._summary_prompt(previous, old[:take]), cache_salt,
-                                         spent)
+                                         meter)
             last = old[take - 1]
             tokens = self.count([{"role": "system", "content": text}])
             await self.store.add_summary(conversation_id, last.id, text, tokens)
@@ -157,15 +170,17 @@ class ContextBuilder:
                 {"role": "user", "content": transcript}]
 
     async def _summarise(self, prompt: list[dict], cache_salt: str | None,
-                         spent: Spent | None) -> str:
+                         meter: Meter | None) -> str:
         params = SamplingParams(temperature=0.0, max_tokens=self.budget.summary_tokens)
+        if meter is not None and not await meter.may_call():
+            raise TokensSpent
         last = None
         try:
             async for out in self.model.generate(prompt, params, cache_salt=cache_salt):
                 last = out
         finally:  # also when cut short: the engine did that work for this user
-            if last is not None and spent is not None:
-                spent(len(last.prompt_token_ids), len(last.token_ids))
+            if last is not None and meter is not None:
+                meter.spent(len(last.prompt_token_ids), len(last.token_ids))
         return (last.text.strip() if last is not None else "") or "(no summary)"
 
 

@@ -4,7 +4,6 @@ until it replies in plain text or hits the step limit. Every message is stored a
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import time
@@ -14,7 +13,7 @@ from typing import Any, Protocol
 
 from engine import SamplingParams
 from engine.tool_parser import StreamingToolParser, ToolCall
-from openclaw.agent.context import Budget, ContextBuilder, PromptTooLong
+from openclaw.agent.context import Budget, ContextBuilder, PromptTooLong, TokensSpent
 from openclaw.agent.model import ChatModel
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
@@ -125,6 +124,7 @@ class Agent:
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
+        meter = _TurnMeter(result, caller.has_tokens)
         try:
             for step in range(max_steps):
                 result.steps = step + 1
@@ -135,10 +135,12 @@ class Agent:
                                         tool_choice="auto" if tools else "none")
                 # Each user's prompts share cached prefixes only with their own: by timing theirs,
                 # one user could otherwise tell what another's conversation holds.
-                prompt = await self.context.build(conversation_id, tools, caller.user,
-                                                  spent=functools.partial(_spend, result))
+                prompt = await self.context.build(conversation_id, tools, caller.user, meter)
+                if not await meter.may_call():
+                    result.text = TOKENS_SPENT
+                    return result
                 content, calls, errors, out = await self._generate(
-                    prompt, params, tools, f"{run_id}-{step}", sink, result, caller.user)
+                    prompt, params, tools, f"{run_id}-{step}", sink, meter, caller.user)
                 await self.context.add(
                     conversation_id, "assistant", content, token_count=len(out.token_ids),
                     tool_calls=[_call_json(c) for c in calls] or None)
@@ -154,18 +156,17 @@ class Agent:
                     output = await self._call_tool(call, caller)
                     await self.context.add(conversation_id, "tool", output, tool_call_id=call.id)
                 # Before the next model call (or the step-limit message). The first model call
-                # needs no look: the gateway admitted the caller, and counted their tokens, just
-                # before the turn.
+                # needs no look: the gateway admitted the caller just before the turn.
                 if not await caller.still_allowed():
                     return _refused(result)
-                if step + 1 < max_steps and not await caller.has_tokens():
-                    result.text = TOKENS_SPENT
-                    return result
             result.text = (f"I stopped after {max_steps} tool steps without a final "
                            "answer. Tell me how to continue, or ask again more narrowly.")
             return result
         except PromptTooLong as exc:
             result.text, result.failed = f"Sorry, that message is too long for me: {exc}.", True
+            return result
+        except TokensSpent:  # before a summary its history needed
+            result.text = TOKENS_SPENT
             return result
         except asyncio.CancelledError:
             raise
@@ -186,7 +187,7 @@ class Agent:
         return False
 
     async def _generate(self, prompt, params, tools, request_id, sink: ReplySink,
-                        result: TurnResult, cache_salt: str):
+                        meter: _TurnMeter, cache_salt: str):
         parser = StreamingToolParser()
         out = None
         await sink.typing()
@@ -204,7 +205,7 @@ class Agent:
             # Also when cut short (/stop, /new, an error): the engine did that work, and a cap
             # that counted only finished answers would be dodged by stopping each one near its end.
             if out is not None:
-                _spend(result, len(out.prompt_token_ids), len(out.token_ids))
+                meter.spent(len(out.prompt_token_ids), len(out.token_ids))
         parsed = parser.finish()
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
@@ -221,10 +222,23 @@ class Agent:
         return outcome.text
 
 
-def _spend(result: TurnResult, prompt_tokens: int, completion_tokens: int) -> None:
-    """Count a model call's tokens to the turn: its steps, and the summaries its history needed."""
-    result.prompt_tokens += prompt_tokens
-    result.completion_tokens += completion_tokens
+@dataclass
+class _TurnMeter:
+    """A turn's model calls (its steps, and the summaries its history needs) against the caller's
+    daily tokens. The first call is the gateway's to allow (it looked as the turn began); each
+    later one asks `has_tokens`, so the cap is passed by at most one call per running turn."""
+
+    result: TurnResult
+    has_tokens: Callable[[], Awaitable[bool]] = _always_allowed
+    calls: int = 0
+
+    async def may_call(self) -> bool:
+        self.calls += 1
+        return self.calls == 1 or await self.has_tokens()
+
+    def spent(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.result.prompt_tokens += prompt_tokens
+        self.result.completion_tokens += completion_tokens
 
 
 def _refused(result: TurnResult) -> TurnResult:

@@ -142,3 +142,111 @@ async def test_turns_running_in_a_users_other_chats_count_against_the_cap(tmp_pa
         assert conn.texts("C")[0].startswith(f"You have used today's {running + 1} tokens")
     finally:
         await daemon.stop()
+
+
+CAPPED = """
+data_dir = "{data}"
+[admin]
+enabled = false
+[access]
+admins = ["telegram:9"]
+allow = ["telegram:1"]
+roles = {{ "telegram:1" = "kid" }}
+[roles.kid]
+skills = ["clock"]
+daily_tokens = {cap}
+[skills]
+enabled = ["clock"]
+[agent]
+reply_max_tokens = 40
+compaction_keep_messages = 2
+"""
+
+
+async def _daemon(tmp_path, model, cap: int) -> tuple[Daemon, RecordingConnector]:
+    path = tmp_path / "openclaw.toml"
+    path.write_text(CAPPED.format(data=tmp_path / "data", cap=cap))
+    conn = RecordingConnector("telegram")
+    daemon = Daemon(load_config(path), model=model, connectors=[conn])
+    await daemon.start()
+    return daemon, conn
+
+
+async def test_a_turn_ending_is_never_counted_twice_while_its_usage_is_written(tmp_path):
+    """The turn's tokens leave the running count as they enter the store, under one lock: a
+    look taken while its usage row is written (/status, the cap) counts them once, never twice."""
+    model = ScriptedModel(lambda messages: "an answer of a few words", chunk=1000)
+    daemon, conn = await _daemon(tmp_path, model, cap=10**9)
+    gw, seen, stop = daemon.gateway, [], asyncio.Event()
+
+    async def poll() -> None:
+        while not stop.is_set():
+            seen.append(await gw._tokens_today("telegram:1"))
+
+    try:
+        for i in range(8):
+            stop.clear()
+            poller = asyncio.create_task(poll())
+            await conn.handler(msg(f"question {i}", user="1", channel="telegram"))
+            await gw.wait_idle()
+            stop.set()
+            await poller
+            spent = await daemon.store.tokens_today("telegram:1")
+            assert max(seen) <= spent, f"looked {max(seen)} while only {spent} were ever spent"
+    finally:
+        await daemon.stop()
+
+
+async def test_status_everyone_counts_the_running_turns_as_you_does(tmp_path):
+    """/status for the owner: 'everyone' counts the running turns as 'you' does, so it is never
+    below it."""
+    def reply(messages):
+        return "done" if messages[-1]["role"] == "tool" else CLOCK
+
+    model = HeldAfterTools(reply)
+    model.hold = asyncio.Event()
+    daemon, conn = await _daemon(tmp_path, model, cap=10**9)
+    try:
+        await conn.handler(msg("time please", user="9", chat="A", channel="telegram"))
+        await until(lambda: model.held == 1)
+        await conn.handler(msg("/status", user="9", chat="9", channel="telegram"))
+        await until(lambda: conn.texts("9"))
+        status = conn.texts("9")[-1]
+        you = int(re.search(r"you (\d+)", status)[1])
+        everyone = int(re.search(r"everyone (\d+)", status)[1])
+        model.hold.set()
+        await daemon.gateway.wait_idle()
+        assert everyone >= you, status
+    finally:
+        await daemon.stop()
+
+
+async def test_summaries_a_turn_needs_are_model_calls_the_cap_stops_too(tmp_path):
+    """The summarising calls a turn's history needs are model calls like its steps: a turn admitted
+    just under the cap makes one call (whichever comes first), and no call starts past the cap."""
+    def reply(messages):
+        if "You write the memory" in messages[0]["content"]:
+            return "SUMMARY: many words were said " * 3
+        return "an answer"
+
+    model = ScriptedModel(reply, max_model_len=200, chunk=1000)
+    daemon, conn = await _daemon(tmp_path, model, cap=1)  # 0 used < 1: the turn is admitted
+    try:
+        store = daemon.store
+        await store.ensure_user("telegram", "1", None)
+        conv = await store.active_conversation("telegram:1", "1", "telegram")
+        for i in range(20):  # a history well past the 160-token prompt budget
+            await store.add_message(conv.id, "user" if i % 2 == 0 else "assistant",
+                                    f"message {i} " + "word " * 9, token_count=14)
+        await conn.handler(msg("and now?", user="1", channel="telegram"))
+        await daemon.gateway.wait_idle()
+        used, calls_past_cap = 0, 0
+        for prompt_tokens, output_tokens in model.spent:  # in the order the calls were made
+            if used >= 1:
+                calls_past_cap += 1  # a call started with the cap already reached
+            used += prompt_tokens + output_tokens
+        assert calls_past_cap == 0, (f"{len(model.spent)} model calls, {calls_past_cap} of them "
+                                     "started with the day's tokens already spent")
+        assert len(model.spent) == 1 and conn.texts("1") == [TOKENS_SPENT]
+    finally:
+        await daemon.stop()
