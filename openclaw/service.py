@@ -182,8 +182,11 @@ def unreadable_config(config: Path, user: str) -> str | None:
 
     def allowed(path: Path, bit: int) -> bool:
         st = path.stat()
-        if "system.posix_acl_access" in os.listxattr(path):
-            return True
+        try:
+            if "system.posix_acl_access" in os.listxattr(path):
+                return True
+        except OSError:  # a filesystem without extended attributes has no ACLs either
+            pass
         shift = 6 if st.st_uid == entry.pw_uid else 3 if st.st_gid in groups else 0
         return bool(st.st_mode >> shift & bit)
 
