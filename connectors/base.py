@@ -50,6 +50,16 @@ class DeliveryRefused(Exception):
         self.chat_gone, self.moved_to = chat_gone, moved_to
 
 
+class RetryLater(Exception):
+    """The service asked to wait `seconds` before the next message (a rate limit). The connector
+    raises it at once instead of sleeping, so the wait is the gateway's: it keeps the message and
+    retries it in the background, in order, while other chats and the next updates go on."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class FileTooBig(Exception):
     """A download wrote more than its limit (whatever size the service had stated)."""
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from connectors.base import DeliveryRefused
+from connectors.base import DeliveryRefused, RetryLater
 from openclaw.metrics import Metrics
 from openclaw.store import Store
 from openclaw.store.records import OutboundMessage, OutboundStatus
@@ -69,12 +69,12 @@ class Outbox:
             if key in self._retrying:  # an earlier reply is still waiting: it goes first
                 return
             try:
-                delivered = await self._deliver(stored)
+                wait = await self._deliver(stored)
             except BaseException:  # cancelled mid-send (/stop, shutdown): what is left is retried
                 self._start_retry(key)
                 raise
-            if not delivered:
-                self._start_retry(key)
+            if wait is not None:
+                self._start_retry(key, after=wait)
 
     async def recover(self) -> int:
         """Send what an earlier run left pending (it stopped or crashed before the service took it)."""
@@ -126,10 +126,13 @@ class Outbox:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    def _start_retry(self, key: ChatKey, immediately: bool = False) -> None:
+    def _start_retry(self, key: ChatKey, immediately: bool = False, after: float = 0.0) -> None:
+        """Retry the chat's pending replies in the background: at once, or after the backoff's
+        first delay (at least `after`, what the service asked to wait)."""
         if key not in self._retrying and not self._closed:
             self._wake[key] = asyncio.Event()  # from now on retry_now reaches this retry
-            self._retrying[key] = asyncio.create_task(self._retry(key, immediately), name=f"outbox {key}",
+            self._retrying[key] = asyncio.create_task(self._retry(key, immediately, after),
+                                                      name=f"outbox {key}",
                                                       context=self._context.copy())
 
     async def _pause(self, key: ChatKey, seconds: float) -> None:
@@ -139,11 +142,11 @@ class Outbox:
             async with asyncio.timeout(seconds):
                 await self._wake[key].wait()
 
-    async def _retry(self, key: ChatKey, immediately: bool) -> None:
+    async def _retry(self, key: ChatKey, immediately: bool, after: float = 0.0) -> None:
         delay = self.first_delay_s
         try:
             if not immediately:
-                await self._pause(key, _jitter(delay))
+                await self._pause(key, max(_jitter(delay), after))
             while True:
                 async with self._lock(key):
                     self._wake[key].clear()  # a wake from now on asks for another attempt
@@ -154,10 +157,10 @@ class Outbox:
                         self._retrying.pop(key, None)
                         self._wake.pop(key, None)
                         return
-                    delivered = await self._deliver(pending)
-                if not delivered:
+                    wait = await self._deliver(pending)
+                if wait is not None:
                     delay = min(delay * 2, self.max_delay_s)
-                    await self._pause(key, _jitter(delay))
+                    await self._pause(key, max(_jitter(delay), wait))
         except asyncio.CancelledError:
             raise
         except Exception:  # e.g. the database went away: log it; the next start resends
@@ -174,8 +177,9 @@ class Outbox:
                                        f"{self.max_age_s:.0f} s: {item.error}")
         return True
 
-    async def _deliver(self, items: list[OutboundMessage]) -> bool:
-        """Send in order; stop at the first failure (False), leaving it and the rest pending."""
+    async def _deliver(self, items: list[OutboundMessage]) -> float | None:
+        """Send in order. None: all done; at the first failure, how long the service asked to
+        wait before the next try (0: it did not say), leaving that one and the rest pending."""
         for item in items:
             connector = self.connectors.get(item.channel)
             if connector is None:
@@ -189,7 +193,7 @@ class Outbox:
                 if exc.moved_to and await self._tell(item, exc):
                     # This reply and the rest of `items` are pending under the new id now, and
                     # sent from there: nothing is left here.
-                    return True
+                    return None
                 await self.store.mark_outbound(item.id, OutboundStatus.FAILED, error=str(exc))
                 if exc.chat_gone:
                     await self._tell(item, exc)
@@ -199,10 +203,10 @@ class Outbox:
                 log.log(logging.WARNING if item.attempts == 0 else logging.INFO,
                         "sending to %s:%s failed (will retry): %s", item.channel, item.chat_id, exc)
                 await self.store.mark_outbound(item.id, OutboundStatus.PENDING, error=str(exc)[:500])
-                return False
+                return exc.seconds if isinstance(exc, RetryLater) else 0.0
             await self.store.mark_outbound(item.id, OutboundStatus.SENT, external_message_id=external_id)
             self.metrics.inc("openclaw_outbound_messages_total", channel=item.channel)
-        return True
+        return None
 
     async def _tell(self, item: OutboundMessage, refusal: DeliveryRefused) -> bool:
         """Hand a refusal of the whole chat to `on_chat_refused`; whether it was handled."""

@@ -9,7 +9,7 @@ import gc
 
 import pytest
 
-from connectors.base import DeliveryRefused
+from connectors.base import DeliveryRefused, RetryLater
 from openclaw.daemon import Daemon
 from openclaw.store.records import OutboundStatus
 from tests.openclaw.scripted_model import ScriptedModel
@@ -394,5 +394,38 @@ async def test_a_retry_does_not_inherit_the_context_of_the_send_that_started_it(
         conn.down = False
         await until(lambda: conn.texts("local"))
         assert conn.seen[1:] == [None]  # the retry's send answers no slash command
+    finally:
+        await daemon.stop()
+
+
+async def test_a_rate_limit_is_waited_out_in_the_background_for_at_least_what_was_asked(tmp_path):
+    """A connector that is told to wait (Telegram's 429 retry_after) raises RetryLater at once:
+    the send returns with the reply kept, other chats go on, and the retry comes no sooner than
+    the service asked, even though the backoff's own first delay is shorter."""
+
+    class RateLimited(FlakyConnector):
+        def __init__(self) -> None:
+            super().__init__()
+            self.limited = {"local"}
+
+        async def send_text(self, chat_id: str, text: str) -> str:
+            if chat_id in self.limited:
+                self.limited.discard(chat_id)
+                raise RetryLater("Flood control exceeded. Retry in 1 seconds", 1.0)
+            return await super().send_text(chat_id, text)
+
+    conn = RateLimited()
+    daemon = await start(tmp_path, conn)  # a backoff of 0.02 s
+    outbox = daemon.gateway.outbox
+    try:
+        await outbox.send("terminal", "local", ["first"], conversation_id=None, answers=None)
+        await outbox.send("terminal", "other", ["elsewhere"], conversation_id=None, answers=None)
+        assert conn.texts("other") == ["elsewhere"] and conn.texts("local") == []
+        [kept] = [o for o in await daemon.store.list_outbound() if o.chat_id == "local"]
+        assert kept.status is OutboundStatus.PENDING and "Flood control" in kept.error
+        await asyncio.sleep(0.5)  # past the backoff's 0.02 s, within the 1 s asked
+        assert conn.texts("local") == []  # not retried yet
+        await until(lambda: conn.texts("local"), timeout=5)
+        assert conn.texts("local") == ["first"]
     finally:
         await daemon.stop()
