@@ -56,6 +56,11 @@ NUMBERED_COMMANDS = {
     "deny": "Refuse the tool call with this number",
 }
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
+# A draft that nothing updated for this long is forgotten (its message stays as it is): a turn that
+# ends with no reply (its user blocked, revoked or forgotten meanwhile) left it here for ever, one
+# per such channel over the months. Longer than a turn waits between two pieces of its answer; a
+# draft forgotten all the same only means that its reply comes as a new message.
+DRAFT_IDLE_S = 3600.0
 # Discord's JSON error codes: an unknown channel or message; a user who closed their DMs or
 # blocked the bot, and a channel the bot lost access to.
 _UNKNOWN_CHANNEL, _UNKNOWN_MESSAGE, _CANNOT_DM, _MISSING_ACCESS = 10003, 10008, 50007, 50001
@@ -95,6 +100,7 @@ class DiscordConnector:
         self._stopping = False
         self._failures = 0  # failed attempts since the last successful connection
         self._drafts: dict[str, _Draft] = {}
+        self._drafts_swept = float("-inf")  # time.monotonic() of the last look for forgotten ones
         self._cdn = FileDownloads("Discord's CDN")  # attached files; its session made on first use
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -341,11 +347,25 @@ class DiscordConnector:
         text = _fit(text, self.max_message_len)
         if not text.strip():
             return
+        now = time.monotonic()
+        self._forget_idle_drafts(now)
         draft = self._drafts.setdefault(chat_id, _Draft())
-        draft.wanted = text
+        draft.wanted, draft.touched = text, now
         if draft.flush is None or draft.flush.done():
             with self._using_endpoints():  # the task inherits them
                 draft.flush = asyncio.create_task(self._flush_draft(chat_id, draft))
+
+    def _forget_idle_drafts(self, now: float) -> None:
+        """Drop the drafts nothing updated for DRAFT_IDLE_S (see there), at most a few times per
+        DRAFT_IDLE_S: the connector keeps the drafts of channels active lately, not of every
+        channel whose turn ever ended without a reply."""
+        if now - self._drafts_swept < DRAFT_IDLE_S / 4:
+            return
+        self._drafts_swept = now
+        for chat_id, draft in list(self._drafts.items()):
+            if now - draft.touched > DRAFT_IDLE_S and not draft.lock.locked() and (
+                    draft.flush is None or draft.flush.done()):
+                del self._drafts[chat_id]
 
     async def _flush_draft(self, chat_id: str, draft: _Draft) -> None:
         """Bring the draft message up to date with the latest text, then end."""
@@ -528,6 +548,7 @@ class _Draft:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     flush: asyncio.Task | None = None
     finished: bool = False
+    touched: float = float("-inf")  # time.monotonic() of the latest draft() for it
 
     def cancel_flush(self) -> None:
         if self.flush is not None:

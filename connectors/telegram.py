@@ -77,6 +77,14 @@ class Backoff:
         return min(self.maximum, self.initial * 2 ** max(failures - 1, 0)) * random.uniform(0.5, 1.0)
 
 
+# A draft that nothing updated for this long is forgotten (its message stays as it is). A chat's
+# draft ends when its reply is sent; a turn that ends with no reply (its user blocked, revoked or
+# forgotten meanwhile) left its draft here for ever, one per such chat over the months. Longer
+# than a turn waits between two pieces of its answer (a tool call, a user's /approve); a draft
+# forgotten all the same only means that its reply comes as a new message.
+DRAFT_IDLE_S = 3600.0
+
+
 @dataclass
 class _Draft:
     """A reply being streamed into one message of a chat."""
@@ -89,6 +97,7 @@ class _Draft:
     in_flight: bool = False  # a send or edit is on the wire: its result (the id) is needed
     closed: bool = False
     failed: bool = False
+    touched: float = float("-inf")  # loop time of the latest draft() for it
 
 
 class TelegramConnector:
@@ -117,6 +126,7 @@ class TelegramConnector:
         self._offset: int | None = None  # the next update id wanted; all below are handled
         self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
         self._drafts: dict[str, _Draft] = {}
+        self._drafts_swept = float("-inf")  # loop time of the last look for forgotten drafts
         self.connected = False  # the Bot API answered the last call (for /healthz, reminders)
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -439,12 +449,27 @@ class TelegramConnector:
     async def draft(self, chat_id: str, text: str) -> None:
         """Show the reply so far: the first call sends a message, later ones edit it, at most once
         per draft_interval (the latest text wins). Never waits for the network."""
+        now = asyncio.get_running_loop().time()
+        self._forget_idle_drafts(now)
         draft = self._drafts.setdefault(chat_id, _Draft())
+        draft.touched = now
         if draft.failed:
             return
         draft.text = _draft_view(text, self.max_message_len)
         if draft.task is None or draft.task.done():
             draft.task = asyncio.create_task(self._show_draft(chat_id, draft), name="telegram draft")
+
+    def _forget_idle_drafts(self, now: float) -> None:
+        """Drop the drafts nothing updated for DRAFT_IDLE_S (see there), at most a few times per
+        DRAFT_IDLE_S: the connector keeps the drafts of chats active lately, not of every chat
+        whose turn ever ended without a reply."""
+        if now - self._drafts_swept < DRAFT_IDLE_S / 4:
+            return
+        self._drafts_swept = now
+        for chat_id, draft in list(self._drafts.items()):
+            if now - draft.touched > DRAFT_IDLE_S and not draft.in_flight and (
+                    draft.task is None or draft.task.done()):
+                del self._drafts[chat_id]
 
     async def _show_draft(self, chat_id: str, draft: _Draft) -> None:
         loop = asyncio.get_running_loop()
