@@ -14,6 +14,7 @@ import os
 import re
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signa
 # and go, and each lane kept would cost memory and a look at every /metrics, /status and stop. The
 # next message of its chat makes a new one, which looks its conversation up again.
 LANE_IDLE_S = 600.0
+WARNED_KEPT = 1024  # reminder ids remembered as warned about (see Gateway._warn_no_channel)
 
 
 @dataclass
@@ -138,7 +140,9 @@ class Gateway:
         # Chats that moved to a new id while running, (channel, old id) -> new id: a turn queued
         # under the old id goes on in the lane and the conversation that moved.
         self._moved_chats: dict[tuple[str, str], str] = {}
-        self._warned_no_channel: set[int] = set()  # reminders due on a channel not running here
+        # Reminders due on a channel not running here, warned about once each; the newest
+        # WARNED_KEPT, so a daemon that runs for months does not keep every one ever due.
+        self._warned_no_channel: OrderedDict[int, None] = OrderedDict()
 
     def reconfigure(self, config: Config) -> None:
         """Serve from now on with a reloaded config (its access lists and roles; the agent was
@@ -530,7 +534,16 @@ class Gateway:
             return False
         if self._lanes.get(lane.key) is lane:
             del self._lanes[lane.key]
+        self._forget_moves(lane.key[0])
         return True
+
+    def _forget_moves(self, channel: str) -> None:
+        """Forget the channel's chat moves that no lane needs any more: a move is looked up only
+        for jobs queued under the old id before it, which sit in lanes of the old or new id."""
+        chats = {key[1] for key in self._lanes if key[0] == channel}
+        for (moved_channel, old), new in list(self._moved_chats.items()):
+            if moved_channel == channel and old not in chats and new not in chats:
+                del self._moved_chats[(moved_channel, old)]
 
     async def _conversation(self, lane: Lane, user: str, chat_id: str, channel: str) -> int:
         conversation_id = lane.conversation_id
@@ -698,7 +711,9 @@ class Gateway:
         once per reminder, not at every look the scheduler takes."""
         if r.id in self._warned_no_channel:
             return
-        self._warned_no_channel.add(r.id)
+        self._warned_no_channel[r.id] = None
+        if len(self._warned_no_channel) > WARNED_KEPT:
+            self._warned_no_channel.popitem(last=False)
         log.warning("reminder id %d is due but cannot be sent: the %s channel is not enabled in the "
                     "config; enable [%s] and restart, or cancel it with `openclaw reminders cancel "
                     "%s %d`", r.id, r.channel, r.channel, r.user, r.number)

@@ -134,8 +134,6 @@ gateway_url = "{fake.gateway_url}"
 # ---- the gateway's own maps (openclaw/gateway.py: reported, fixed by its owners) ---------------
 
 
-@pytest.mark.xfail(strict=True, reason="openclaw/gateway.py keeps every chat move in _moved_chats "
-                   "for ever (needed only while turns queued under the old id remain)")
 async def test_the_gateway_forgets_chat_moves_once_their_lanes_are_gone(tmp_path, monkeypatch):
     """Each Telegram group upgraded to a supergroup left (channel, old id) -> new id in the
     gateway for the daemon's whole life, though only turns queued under the old id (before the
@@ -162,16 +160,18 @@ async def test_the_gateway_forgets_chat_moves_once_their_lanes_are_gone(tmp_path
         await daemon.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="openclaw/gateway.py keeps the id of every reminder it "
-                   "warned about (its channel not enabled) in _warned_no_channel for ever, also "
-                   "once the reminder is cancelled or gone")
-async def test_the_gateway_forgets_warnings_about_reminders_that_are_gone(tmp_path):
+async def test_the_gateway_keeps_only_the_newest_warnings_about_reminders_it_cannot_send(
+        tmp_path, monkeypatch):
     """A reminder due on a channel this daemon does not run is warned about once, and its id
     kept so as not to warn again; cancelled (`openclaw reminders cancel`), or forgotten with its
-    user, its id stays in the set for the daemon's life: one per such reminder ever due."""
+    user, its id stayed in the set for the daemon's life: one per such reminder ever due."""
     from datetime import timedelta
 
+    from openclaw import gateway as gateway_module
+
     from .test_daemon import started
+
+    monkeypatch.setattr(gateway_module, "WARNED_KEPT", 10)
 
     daemon, _ = await started(tmp_path, ScriptedModel(lambda m: "ok"),
                               '[skills]\nenabled = ["reminders"]\n[roles.user]\nskills = ["reminders"]')
@@ -187,6 +187,6 @@ async def test_the_gateway_forgets_warnings_about_reminders_that_are_gone(tmp_pa
             assert await daemon.gateway.remind(reminder) is False  # warned: cannot be sent here
             await store.cancel_reminder(user, reminder.number)
         assert await store.active_reminders() == []
-        assert len(daemon.gateway._warned_no_channel) <= 1, len(daemon.gateway._warned_no_channel)
+        assert len(daemon.gateway._warned_no_channel) == 10
     finally:
         await daemon.stop()
