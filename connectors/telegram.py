@@ -37,6 +37,7 @@ from connectors.base import (
     FileDownloads,
     Folder,
     Handler,
+    RetryLater,
     Writer,
     media_note,
     reason_for,
@@ -106,8 +107,7 @@ class TelegramConnector:
 
     def __init__(self, token: str, *, base_url: str | None = None, base_file_url: str | None = None,
                  poll_timeout: float = 30.0, backoff: Backoff = Backoff(),
-                 max_file_bytes: int = MAX_FILE_BYTES, send_attempts: int = 3,
-                 max_retry_after: float = 60.0, draft_interval: float = 1.0,
+                 max_file_bytes: int = MAX_FILE_BYTES, draft_interval: float = 1.0,
                  file_read_timeout: float = 60.0) -> None:
         keep_token_out_of_logs()  # before Bot(), which logs its URLs
         urls = {k: v for k, v in (("base_url", base_url), ("base_file_url", base_file_url)) if v}
@@ -118,7 +118,6 @@ class TelegramConnector:
                                     read_timeout=file_read_timeout)
         self._poll_timeout, self._backoff = poll_timeout, backoff
         self._max_file_bytes = max_file_bytes
-        self._send_attempts, self._max_retry_after = send_attempts, max_retry_after
         self._draft_interval = draft_interval
         self._handler: Handler | None = None
         self.on_chat_moved: ChatMoved | None = None  # set by the gateway
@@ -391,7 +390,7 @@ class TelegramConnector:
                 return str(draft.message_id)
             except BadRequest as exc:  # deleted by the user meanwhile, say: send it anew
                 log.info("telegram: could not turn the draft into the reply (%s)", _why(exc))
-            except TelegramError:  # may work later: the retry should edit the draft, not add one
+            except (TelegramError, RetryLater):  # may work later: the retry edits it, adds none
                 self._drafts.setdefault(chat_id, draft)
                 raise
         topic = _topic(chat_id)
@@ -432,17 +431,16 @@ class TelegramConnector:
             return await self._retrying(lambda: call(text, None))
 
     async def _retrying(self, op: Callable[[], Awaitable[Any]]) -> Any:
-        """`op()`, waiting out 429s a bounded number of times. A wait longer than max_retry_after
-        is not slept through here: the error goes to the gateway, which keeps the message."""
-        for attempt in range(1, self._send_attempts + 1):
-            try:
-                return await op()
-            except RetryAfter as exc:
-                wait = _retry_seconds(exc)
-                if attempt == self._send_attempts or wait > self._max_retry_after:
-                    raise
-                log.info("telegram: rate limited; retrying in %.0f s", wait)
-                await asyncio.sleep(wait)
+        """`op()`; a 429 becomes RetryLater at once, not a sleep here. A send runs while this chat's
+        reply, or an update being handed over (a pairing code, a command's answer), waits for it:
+        slept through, one chat's flood limit (up to a minute) held up every other chat's replies
+        and the next updates. The gateway's outbox keeps the message and waits in the background."""
+        try:
+            return await op()
+        except RetryAfter as exc:
+            wait = _retry_seconds(exc)
+            log.info("telegram: rate limited; the reply waits %.0f s", wait)
+            raise RetryLater(f"telegram: flood control, retry in {wait:.0f} s", wait) from exc
 
     # ---- streamed drafts ----------------------------------------------------------------------
 

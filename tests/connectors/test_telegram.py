@@ -271,6 +271,21 @@ async def test_a_429_on_send_message_delays_the_reply_but_it_arrives(env, fake):
     assert served.at - refused.at >= 1.0  # retry_after was honoured
 
 
+async def test_one_chats_rate_limit_holds_up_no_other_chat(env, fake):
+    """A stranger's pairing code, sent while their update is handed over, meets a 429 that asks
+    for 8 s: the wait is the outbox's, in the background, so the next update (the owner's) is
+    read and answered meanwhile; before, every chat waited the 8 s out behind it."""
+    await env.start(ScriptedModel(echo))
+    fake.fail_next("sendMessage", 429, retry_after=8)
+    fake.send("hi", user=BOB)
+    await until(lambda: fake.calls_to("sendMessage"))  # the pairing code met the 429
+    fake.send("hello", user=ADA)
+    assert await env.replies(ADA, 1) == ["re: hello"]
+    assert fake.texts(BOB) == []  # the stranger's code still waits its 8 s out
+    await until(lambda: fake.texts(BOB), timeout=20)
+    assert "pairing code" in fake.texts(BOB)[0]
+
+
 async def test_polling_survives_errors_and_the_service_going_away_and_coming_back(env, fake, caplog):
     caplog.set_level(logging.WARNING, logger="connectors.telegram")
     await env.start(ScriptedModel(echo))
