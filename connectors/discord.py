@@ -94,7 +94,12 @@ class DiscordConnector:
         self.max_ratelimit_wait, self.max_file_bytes = max_ratelimit_wait, max_file_bytes
         self._client: _Client | None = None
         self._handler: Handler | None = None
-        self._inbox: asyncio.Queue[tuple[InboundMessage, discord.Interaction | None]] = asyncio.Queue()
+        # Messages waiting to be handed to the gateway, per channel, each with a task that hands
+        # them over in order and ends when they are all taken: a send that waits out one
+        # channel's rate limit (up to max_ratelimit_wait) holds up no other channel.
+        self._inboxes: dict[str, list[tuple[InboundMessage, discord.Interaction | None]]] = {}
+        self._handing: dict[str, asyncio.Task] = {}
+        self._context: contextvars.Context | None = None
         self._tasks: list[asyncio.Task] = []
         self._first_outcome: asyncio.Future[Exception | None] | None = None
         self._stopping = False
@@ -111,10 +116,9 @@ class DiscordConnector:
         in the background, so a network outage does not keep the daemon from starting."""
         self._handler = handler
         self._first_outcome = asyncio.get_running_loop().create_future()
-        context = contextvars.copy_context()  # every task of the client sees our endpoints
+        context = self._context = contextvars.copy_context()  # every task of ours sees our endpoints
         context.run(_endpoints.set, self._endpoints)
-        self._tasks = [asyncio.create_task(self._run(), name="discord client", context=context),
-                       asyncio.create_task(self._deliver(), name="discord inbox", context=context)]
+        self._tasks = [asyncio.create_task(self._run(), name="discord client", context=context)]
         try:
             outcome = await asyncio.wait_for(asyncio.shield(self._first_outcome), self.connect_timeout)
         except TimeoutError:
@@ -129,12 +133,15 @@ class DiscordConnector:
         self._stopping = True
         if self._client is not None:
             await self._client.close()
-        for task in self._tasks:
+        handing = list(self._handing.values())
+        for task in [*self._tasks, *handing]:
             task.cancel()
         for draft in self._drafts.values():
             draft.cancel_flush()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *handing, return_exceptions=True)
         self._tasks = []
+        self._inboxes.clear()
+        self._handing.clear()
         await self._cdn.close()
 
     @property
@@ -215,10 +222,10 @@ class DiscordConnector:
             return
         author = message.author
         is_group = not isinstance(message.channel, discord.DMChannel)
-        self._inbox.put_nowait((InboundMessage(
+        self._queue(InboundMessage(
             "discord", str(author.id), str(message.channel.id), str(message.id), text,
             display_name=author.display_name, is_group=is_group, attachments=files,
-            notice=notice), None))
+            notice=notice), None)
 
     async def fetch_attachment(self, ref: str, folder: Folder) -> tuple[str | None, str | None]:
         """Download a file into the sender's workspace (called by the gateway for admitted users
@@ -277,18 +284,36 @@ class DiscordConnector:
             # The command's name only: its options are the user's words, which are never logged.
             log.warning("discord: could not acknowledge /%s (interaction %s): %s",
                         text.lstrip("/").split(" ", 1)[0], interaction.id, exc)
-            self._inbox.put_nowait((msg, None))
+            self._queue(msg, None)
             return
-        self._inbox.put_nowait((msg, interaction))
+        self._queue(msg, interaction)
 
-    async def _deliver(self) -> None:
-        """Hand queued messages to the gateway one at a time, in arrival order."""
-        while True:
-            msg, interaction = await self._inbox.get()
-            try:
-                await self._hand_over(msg, interaction)
-            except Exception:
-                log.exception("discord: could not hand over message %s", msg.message_id)
+    def _queue(self, msg: InboundMessage, interaction: discord.Interaction | None) -> None:
+        """Hand `msg` to the gateway after the ones of its channel before it."""
+        waiting = self._inboxes.get(msg.chat_id)
+        if waiting is not None:  # its channel's task is at work and takes it in turn
+            waiting.append((msg, interaction))
+            return
+        self._inboxes[msg.chat_id] = [(msg, interaction)]
+        self._handing[msg.chat_id] = asyncio.create_task(
+            self._deliver(msg.chat_id), name=f"discord inbox {msg.chat_id}", context=self._context)
+
+    async def _deliver(self, chat_id: str) -> None:
+        """Hand a channel's queued messages to the gateway one at a time, in arrival order; end
+        when none is left (no await between that look and the end: a message queued after it
+        starts a new task)."""
+        waiting = self._inboxes[chat_id]
+        try:
+            while waiting:
+                msg, interaction = waiting.pop(0)
+                try:
+                    await self._hand_over(msg, interaction)
+                except Exception:
+                    log.exception("discord: could not hand over message %s", msg.message_id)
+        finally:
+            if self._inboxes.get(chat_id) is waiting:
+                del self._inboxes[chat_id]
+                self._handing.pop(chat_id, None)
 
     async def _hand_over(self, msg: InboundMessage, interaction: discord.Interaction | None) -> None:
         reply = _InteractionReply(interaction) if interaction is not None else None

@@ -458,6 +458,20 @@ async def test_a_429_on_sending_is_waited_out_and_the_reply_arrives_once(fake, d
     assert fake.texts(fake.dm_channel_id(ADA)) == ["re: hello"]
 
 
+async def test_one_channels_rate_limit_holds_up_no_other_channel(fake, daemon_with):
+    """A stranger's pairing code, sent while their message is handed over, waits out a 429 of
+    4 s inside discord.py: messages are handed over per channel, so the owner's, in another
+    channel, is taken and answered meanwhile; before, every channel waited behind it."""
+    await daemon_with(ScriptedModel(echo))
+    fake.fail("POST /channels/*/messages", 429, retry_after=4)
+    fake.send_dm(BOB, "hi")
+    await until(lambda: fake.requests_to("POST", "/channels/*/messages"))  # the code met the 429
+    assert await dm(fake, ADA, "hello") == "re: hello"
+    assert fake.texts(fake.dm_channel_id(BOB)) == []  # the stranger's code still waits
+    await until(lambda: fake.texts(fake.dm_channel_id(BOB)), timeout=20)
+    assert "pairing code" in fake.texts(fake.dm_channel_id(BOB))[0]
+
+
 async def test_a_dropped_websocket_resumes_and_the_message_sent_meanwhile_is_answered_once(
         fake, daemon_with):
     model = ScriptedModel(echo)
