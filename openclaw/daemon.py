@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -162,7 +163,7 @@ class Daemon:
                 log.debug("the model did not load", exc_info=True)
                 raise ConfigError(cfg.source, [f"[engine]: {exc}"]) from exc
         self.reminders = Reminders(self.store)
-        executor = executor_for(cfg, skills, self.store.add_audit, self.reminders)
+        executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         self._register_gauges()
@@ -230,6 +231,24 @@ class Daemon:
         m.gauge("openclaw_tokens_per_second",
                 lambda: stats()["generated_tokens"] / max(time.time() - started, 1e-9),
                 "average generation rate since start")
+        m.gauge("openclaw_prefix_cache_hit_ratio",
+                lambda: stats()["prefix_cache_hits"] / max(stats()["prefix_cache_queries"], 1),
+                "prompt tokens served by the prefix cache, of those looked up, since start")
+        m.histogram("openclaw_time_to_first_token_seconds", help_text="a model call's first token")
+        m.histogram("openclaw_turn_seconds", help_text="a message's whole answer, tools included")
+        m.histogram("openclaw_tool_seconds", help_text="a tool call, approval wait included")
+
+    def _audit(self, registry: Any) -> Callable[..., Awaitable[Any]]:
+        """The executor's audit: the store's row, and the tool-call metrics."""
+        async def audit(user: str, skill: str, arguments: Any, decision: str, **fields: Any) -> Any:
+            # The model names the skill: a label takes only the enabled ones, or it is unbounded.
+            known = skill if skill in registry.names else "(unknown)"
+            self.metrics.inc("openclaw_tool_calls_total", skill=known, decision=decision)
+            if fields.get("duration_ms") is not None:
+                self.metrics.observe("openclaw_tool_seconds", fields["duration_ms"] / 1000)
+            return await self.store.add_audit(user, skill, arguments, decision, **fields)
+
+        return audit
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -276,7 +295,7 @@ class Daemon:
             loaded = load_config(self.config.source)
             config, applied, waiting = merge(self.config, loaded)
             skills = configured_skills(config)
-            executor = executor_for(config, skills, self.store.add_audit, self.reminders)
+            executor = executor_for(config, skills, self._audit(skills), self.reminders)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
             return Outcome(False, problems=exc.problems, source=source)

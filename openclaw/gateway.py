@@ -612,12 +612,15 @@ class Gateway:
             except asyncio.CancelledError:
                 if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
                     raise
+                self.metrics.inc("openclaw_turns_total", result="stopped")
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
                 return
             finally:
                 lane.current = None
                 typing.cancel()
             self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
+            self.metrics.inc("openclaw_turns_total", result="refused" if result.refused else
+                             "failed" if result.failed else "answered")
             await self._deliver_turn(msg, event, caller, result, conversation_id)
         finally:
             # After the send (the user does not wait for this write), and however the turn

@@ -1,21 +1,37 @@
-"""Counters, sums and gauges, rendered in Prometheus' text format for the admin port's /metrics.
+"""Counters, histograms and gauges, rendered in Prometheus' text format for the admin port's
+/metrics.
 
 Small on purpose: a dict of series, no client library. Gauges are read from callbacks at scrape
-time (queue length, KV usage), so they are never stale.
+time (queue length, KV usage), so they are never stale. A value observed under a name registered
+with `histogram` goes into its buckets (for latency percentiles in Prometheus); under any other
+name it is a summary of count and sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 Labels = tuple[tuple[str, str], ...]
+
+# Seconds, for what a user waits on: a first token (tens of ms on a GPU), a tool, a whole turn.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass
+class _Histogram:
+    bounds: tuple[float, ...]  # upper bounds, ascending; +Inf is implied
+    counts: list[int]  # per bucket (not cumulative), the last one for +Inf
+    total: float = 0.0
 
 
 @dataclass
 class Metrics:
     counters: dict[tuple[str, Labels], float] = field(default_factory=dict)
     summaries: dict[str, list[float]] = field(default_factory=dict)  # name -> [count, sum]
+    histograms: dict[str, _Histogram] = field(default_factory=dict)
     gauges: dict[str, Callable[[], float]] = field(default_factory=dict)
     help: dict[str, str] = field(default_factory=dict)
 
@@ -23,7 +39,21 @@ class Metrics:
         key = (name, tuple(sorted(labels.items())))
         self.counters[key] = self.counters.get(key, 0.0) + value
 
+    def histogram(self, name: str, buckets: Sequence[float] = LATENCY_BUCKETS,
+                  help_text: str = "") -> None:
+        """Observe `name` into these buckets from now on (again: nothing changes)."""
+        if name not in self.histograms:
+            bounds = tuple(sorted(buckets))
+            self.histograms[name] = _Histogram(bounds, [0] * (len(bounds) + 1))
+        if help_text:
+            self.help[name] = help_text
+
     def observe(self, name: str, value: float) -> None:
+        hist = self.histograms.get(name)
+        if hist is not None:
+            hist.counts[bisect.bisect_left(hist.bounds, value)] += 1  # le: a bound is inclusive
+            hist.total += value
+            return
         count_sum = self.summaries.setdefault(name, [0.0, 0.0])
         count_sum[0] += 1
         count_sum[1] += value
@@ -39,21 +69,32 @@ class Metrics:
     def render(self) -> str:
         lines: list[str] = []
         for name in sorted({n for n, _ in self.counters}):
-            lines.append(f"# TYPE {name} counter")
+            lines += self._header(name, "counter")
             for (n, labels), value in sorted(self.counters.items()):
                 if n == name:
                     lines.append(f"{name}{_labels(labels)} {value:g}")
         for name, (count, total) in sorted(self.summaries.items()):
-            lines += [f"# TYPE {name} summary", f"{name}_count {count:g}", f"{name}_sum {total:g}"]
+            lines += [*self._header(name, "summary"), f"{name}_count {count:g}",
+                      f"{name}_sum {total:g}"]
+        for name, hist in sorted(self.histograms.items()):
+            lines += self._header(name, "histogram")
+            cumulative = 0
+            for bound, count in zip((*hist.bounds, math.inf), hist.counts, strict=True):
+                cumulative += count
+                le = "+Inf" if bound == math.inf else repr(float(bound))  # "1.0", as Prometheus writes it
+                lines.append(f'{name}_bucket{{le="{le}"}} {cumulative}')
+            lines += [f"{name}_count {cumulative}", f"{name}_sum {hist.total:g}"]
         for name, read in sorted(self.gauges.items()):
-            if name in self.help:
-                lines.append(f"# HELP {name} {self.help[name]}")
             try:
                 value = float(read())
             except Exception:  # a gauge that cannot be read is left out, not a failed scrape
                 continue
-            lines += [f"# TYPE {name} gauge", f"{name} {value:g}"]
+            lines += [*self._header(name, "gauge"), f"{name} {value:g}"]
         return "\n".join(lines) + "\n"
+
+    def _header(self, name: str, kind: str) -> list[str]:
+        help_line = [f"# HELP {name} {self.help[name]}"] if name in self.help else []
+        return [*help_line, f"# TYPE {name} {kind}"]
 
 
 def _labels(labels: Labels) -> str:

@@ -63,7 +63,8 @@ class ScriptedModel:
 
     def stats(self) -> dict[str, Any]:
         return {"model": "scripted", "device": "cpu", "num_running": 0, "num_waiting": 0,
-                "kv_usage": 0.0, "generated_tokens": self.generated}
+                "kv_usage": 0.0, "generated_tokens": self.generated, "prefix_cache_queries": 0,
+                "prefix_cache_hits": 0}
 
     def shutdown(self) -> None:
         pass

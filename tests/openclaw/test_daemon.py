@@ -524,7 +524,12 @@ async def test_a_context_budget_with_no_room_for_a_prompt_stops_the_start(tmp_pa
 
 
 async def test_admin_port_serves_health_and_metrics_after_a_turn(tmp_path):
-    model = ScriptedModel(lambda m: "fine")
+    def reply(messages):  # the clock, a tool the model made up, then an answer
+        return {"user": '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
+                        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'}.get(
+            messages[-1]["role"], "fine")
+
+    model = ScriptedModel(reply)
     cfg = config(tmp_path)
     cfg = cfg.model_copy(update={"admin": cfg.admin.model_copy(update={"enabled": True, "port": 0})})
     conn = RecordingConnector()
@@ -543,7 +548,14 @@ async def test_admin_port_serves_health_and_metrics_after_a_turn(tmp_path):
     health = await get("/healthz")
     assert " 200 " in health.splitlines()[0] and '"status": "ok"' in health
     metrics = await get("/metrics")
-    for series in ("openclaw_inbound_messages_total", "openclaw_time_to_first_token_seconds_count 1",
+    for series in ("openclaw_inbound_messages_total", "openclaw_time_to_first_token_seconds_count 2",
+                   'openclaw_time_to_first_token_seconds_bucket{le="+Inf"} 2',
+                   'openclaw_turn_seconds_bucket{le="+Inf"} 1',
+                   'openclaw_turns_total{result="answered"} 1',
+                   'openclaw_tool_calls_total{decision="allowed",skill="clock"} 1',
+                   # A name the model made up is no label of its own: the set stays bounded.
+                   'openclaw_tool_calls_total{decision="unknown",skill="(unknown)"} 1',
+                   "openclaw_tool_seconds_count 1", "openclaw_prefix_cache_hit_ratio",
                    "openclaw_queue_length 0", "openclaw_kv_cache_usage", "openclaw_tokens_per_second"):
         assert series in metrics, series
     await daemon.stop()
