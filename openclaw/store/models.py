@@ -92,8 +92,46 @@ def _one_of(column: str, enum: type[StrEnum]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({values})", name=column)
 
 
+def _without_nul(value: Any) -> Any:
+    """`value` with U+0000 made U+FFFD, in strings and inside JSON. PostgreSQL's text and jsonb
+    refuse it, where SQLite keeps it: a command's binary output, a name or message holding one
+    failed its write there (a message, then redelivered, failed for ever). Both backends now keep
+    the same."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+class FreeText(TypeDecorator[str]):
+    """Text from people, models and programs (see _without_nul)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return _without_nul(value)
+
+
+class FreeString(FreeText):
+    """A bounded FreeText: FreeString(256)."""
+
+    impl = String
+    cache_ok = True
+
+
+class FreeJson(FreeText):
+    """JSON of free text (see _without_nul)."""
+
+    impl = JSON
+    cache_ok = True
+
+
 # JSON columns keep Python None as SQL NULL, not the JSON text 'null'.
-Json = JSON(none_as_null=True)
+Json = FreeJson(none_as_null=True)
 
 
 class Base(DeclarativeBase):
@@ -110,7 +148,7 @@ class UserRow(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     channel: Mapped[str] = mapped_column(String(32))
     external_id: Mapped[str] = mapped_column(String(128))
-    display_name: Mapped[str | None] = mapped_column(String(256))
+    display_name: Mapped[str | None] = mapped_column(FreeString(256))
     status: Mapped[UserStatus] = mapped_column(EnumText(UserStatus))
     role: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -160,7 +198,7 @@ class MessageRow(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     conversation_id: Mapped[int] = mapped_column(Id, ForeignKey("conversations.id", ondelete="CASCADE"))
     role: Mapped[MessageRole] = mapped_column(EnumText(MessageRole))
-    content: Mapped[str] = mapped_column(Text)
+    content: Mapped[str] = mapped_column(FreeText)
     tool_calls: Mapped[Any | None] = mapped_column(Json)
     tool_call_id: Mapped[str | None] = mapped_column(String(255))
     token_count: Mapped[int | None] = mapped_column(Integer)
@@ -183,10 +221,10 @@ class InboundEventRow(Base):
     message_id: Mapped[str] = mapped_column(String(128))
     user: Mapped[str] = mapped_column("user_key", String(160))
     chat_id: Mapped[str] = mapped_column(String(128))
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(FreeText)
     payload: Mapped[Any | None] = mapped_column(Json)
     status: Mapped[InboundStatus] = mapped_column(EnumText(InboundStatus))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(FreeText)
     received_at: Mapped[datetime] = mapped_column(UTCDateTime())
     processed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
@@ -209,11 +247,11 @@ class OutboundMessageRow(Base):
         Id, ForeignKey("inbound_events.id", ondelete="SET NULL"), index=True)
     channel: Mapped[str] = mapped_column(String(32))
     chat_id: Mapped[str] = mapped_column(String(128))
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(FreeText)
     status: Mapped[OutboundStatus] = mapped_column(EnumText(OutboundStatus))
     attempts: Mapped[int] = mapped_column(Integer)
     external_message_id: Mapped[str | None] = mapped_column(String(128))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(FreeText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -227,7 +265,7 @@ class SummaryRow(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     conversation_id: Mapped[int] = mapped_column(Id, ForeignKey("conversations.id", ondelete="CASCADE"))
     up_to_message_id: Mapped[int] = mapped_column(Id)
-    content: Mapped[str] = mapped_column(Text)
+    content: Mapped[str] = mapped_column(FreeText)
     token_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
@@ -248,7 +286,7 @@ class AuditRow(Base):
     exit_status: Mapped[int | None] = mapped_column(Integer)
     duration_ms: Mapped[int | None] = mapped_column(Integer)
     output_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    detail: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(FreeText)
 
 
 class UsageRow(Base):
@@ -285,7 +323,7 @@ class ReminderRow(Base):
     user: Mapped[str] = mapped_column("user_key", String(160))
     channel: Mapped[str] = mapped_column(String(32))
     chat_id: Mapped[str] = mapped_column(String(128))
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(FreeText)
     due_at: Mapped[datetime] = mapped_column(UTCDateTime())
     repeat: Mapped[str | None] = mapped_column(String(16))
     timezone: Mapped[str] = mapped_column(String(64))

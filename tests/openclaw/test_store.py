@@ -708,3 +708,21 @@ async def test_concurrent_adds_of_one_user_get_distinct_numbers(store: Store, cl
     for user in ("telegram:1", "telegram:2"):
         numbers = [r.number for r in added if r.user == user]
         assert sorted(numbers) == list(range(1, 13)), numbers
+
+
+# A command's binary output, a name or message pasted from a file: PostgreSQL's text and jsonb
+# refuse U+0000, which SQLite keeps; both now store it as U+FFFD.
+NUL_TEXT = "before\x00after"
+
+
+async def test_text_with_nul_characters_is_stored_on_every_backend(store: Store) -> None:
+    await store.ensure_user("telegram", "1", "A\x00da")
+    conv = await store.active_conversation("telegram:1", "1", "telegram")
+    event, _ = await store.record_inbound("telegram", "m1", "telegram:1", "1", NUL_TEXT,
+                                          payload={"display_name": "A\x00da"})
+    await store.add_message(conv.id, "user", NUL_TEXT, token_count=3)
+    await store.add_message(conv.id, "tool", NUL_TEXT, tool_call_id="c1")
+    await store.add_reply("telegram", "1", [NUL_TEXT], conversation_id=conv.id, answers=event.id)
+    await store.add_audit("telegram:1", "shell", {"command": NUL_TEXT}, "allowed", detail=NUL_TEXT)
+    texts = [m.content for m in await store.list_messages(conv.id)]
+    assert texts == ["before\ufffdafter"] * 2  # the same on both
