@@ -296,7 +296,9 @@ class DiscordConnector:
             return
         self._inboxes[msg.chat_id] = [(msg, interaction)]
         self._handing[msg.chat_id] = asyncio.create_task(
-            self._deliver(msg.chat_id), name=f"discord inbox {msg.chat_id}", context=self._context)
+            self._deliver(msg.chat_id), name=f"discord inbox {msg.chat_id}",
+            # A copy each: the slash command being answered (_replying) is one channel's task's.
+            context=None if self._context is None else self._context.copy())
 
     async def _deliver(self, chat_id: str) -> None:
         """Hand a channel's queued messages to the gateway one at a time, in arrival order; end

@@ -236,7 +236,7 @@ class Daemon:
                 "prompt tokens served by the prefix cache, of those looked up, since start")
         m.histogram("openclaw_time_to_first_token_seconds", help_text="a model call's first token")
         m.histogram("openclaw_turn_seconds", help_text="a message's whole answer, tools included")
-        m.histogram("openclaw_tool_seconds", help_text="a tool call, approval wait included")
+        m.histogram("openclaw_tool_seconds", help_text="a tool call's run, after any approval")
 
     def _audit(self, registry: Any) -> Callable[..., Awaitable[Any]]:
         """The executor's audit: the store's row, and the tool-call metrics."""

@@ -92,7 +92,7 @@ def _one_of(column: str, enum: type[StrEnum]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({values})", name=column)
 
 
-def _without_nul(value: Any) -> Any:
+def without_nul(value: Any) -> Any:
     """`value` with U+0000 made U+FFFD, in strings and inside JSON. PostgreSQL's text and jsonb
     refuse it, where SQLite keeps it: a command's binary output, a name or message holding one
     failed its write there (a message, then redelivered, failed for ever). Both backends now keep
@@ -100,20 +100,20 @@ def _without_nul(value: Any) -> Any:
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+        return {without_nul(k): without_nul(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_without_nul(v) for v in value]
+        return [without_nul(v) for v in value]
     return value
 
 
 class FreeText(TypeDecorator[str]):
-    """Text from people, models and programs (see _without_nul)."""
+    """Text from people, models and programs (see without_nul)."""
 
     impl = Text
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        return _without_nul(value)
+        return without_nul(value)
 
 
 class FreeString(FreeText):
@@ -124,7 +124,7 @@ class FreeString(FreeText):
 
 
 class FreeJson(FreeText):
-    """JSON of free text (see _without_nul)."""
+    """JSON of free text (see without_nul)."""
 
     impl = JSON
     cache_ok = True
@@ -280,7 +280,7 @@ class AuditRow(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime())
     user: Mapped[str] = mapped_column("user_key", String(160))
-    skill: Mapped[str] = mapped_column(String(128))
+    skill: Mapped[str] = mapped_column(FreeString(128))  # the name the model gave, made up too
     arguments: Mapped[Any | None] = mapped_column(Json)
     decision: Mapped[str] = mapped_column(String(32))
     exit_status: Mapped[int | None] = mapped_column(Integer)

@@ -34,6 +34,7 @@ from openclaw.store.models import (
     SummaryRow,
     UsageRow,
     UserRow,
+    without_nul,
 )
 from openclaw.store.records import (
     AuditEntry,
@@ -95,6 +96,9 @@ def _insert_statement(model: type) -> Any:
     # Built once: a statement made per call spends more on construction and its cache key than on
     # the INSERT; the values go in as parameters.
     return insert(model.__table__)
+
+
+AUDIT_SKILL_CHARS = 128  # the audit column's width
 
 
 class _NoRoom(Exception):
@@ -213,7 +217,7 @@ class Store:
                               status=status, role=None, created_at=now, updated_at=now)
                 session.add(row)
                 await session.flush()
-            elif display_name is not None and display_name != row.display_name:
+            elif display_name is not None and without_nul(display_name) != row.display_name:
                 row.display_name, row.updated_at = display_name, now
             return _record(User, row)
 
@@ -702,6 +706,7 @@ class Store:
     async def add_audit(self, user: str, skill: str, arguments: Any | None, decision: str, *,
                         exit_status: int | None = None, duration_ms: int | None = None,
                         output_bytes: int | None = None, detail: str | None = None) -> AuditEntry:
+        skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
         async with self._tx() as session:
             return await _insert(session, AuditRow, AuditEntry, at=self.now(), user=user, skill=skill,
                                  arguments=arguments, decision=decision, exit_status=exit_status,

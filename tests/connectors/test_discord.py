@@ -678,3 +678,43 @@ async def test_a_tool_call_is_approved_with_the_slash_command(fake, daemon_with,
     fake.slash(ADA, "approve", options={"number": number})
     await until(lambda: fake.texts(channel)[-1].startswith("RESULT: exit status 0"))
     assert (daemon.config.policy().principal(f"discord:{ADA}").workspace / "proof.txt").exists()
+
+
+async def test_discord_slash_commands_in_two_channels_each_answered_in_their_interaction(
+        fake):
+    """Each channel's hand-over runs in a context of its own: the slash command being answered
+    (`_replying`) is its channel's. Shared, A's reset wiped B's interaction (both answers went
+    out plainly, both "thinking..." responses deleted) and left A's stale one behind."""
+    connector = DiscordConnector(fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url)
+    gates: dict[str, asyncio.Event] = {}
+    entered: set[str] = set()
+
+    async def handler(msg: InboundMessage) -> None:
+        gate = gates.setdefault(msg.chat_id, asyncio.Event())
+        entered.add(msg.chat_id)
+        await gate.wait()
+        await connector.send_text(msg.chat_id, f"answer for {msg.user_id}")
+
+    await connector.start(handler)
+    try:
+        chat_a, chat_b = str(fake.dm_channel_id(ADA)), str(fake.dm_channel_id(BOB))
+        a = fake.slash(ADA, "help")
+        await until(lambda: chat_a in entered)
+        b = fake.slash(BOB, "help")
+        await until(lambda: chat_b in entered)
+        gates[chat_a].set()
+        await until(lambda: fake.texts(int(chat_a)))
+        await asyncio.sleep(0.1)
+        gates[chat_b].set()
+        await until(lambda: fake.texts(int(chat_b)))
+        await asyncio.sleep(0.3)  # the hand-over's close() of B's reply
+        answered = {name: [m for m in fake.messages[int(chat)]
+                           if m.get("interaction_metadata", {}).get("id") == slash["id"]]
+                    for name, chat, slash in (("A", chat_a, a), ("B", chat_b, b))}
+        deleted = {name: bool(fake.interactions[int(slash["id"])].get("deleted"))
+                   for name, slash in (("A", a), ("B", b))}
+        # Each answer edits its own command's "thinking..." response, which stays.
+        assert {k: len(v) for k, v in answered.items()} == {"A": 1, "B": 1}, (answered, deleted)
+        assert deleted == {"A": False, "B": False}
+    finally:
+        await connector.stop()

@@ -726,3 +726,24 @@ async def test_text_with_nul_characters_is_stored_on_every_backend(store: Store)
     await store.add_audit("telegram:1", "shell", {"command": NUL_TEXT}, "allowed", detail=NUL_TEXT)
     texts = [m.content for m in await store.list_messages(conv.id)]
     assert texts == ["before\ufffdafter"] * 2  # the same on both
+
+
+async def test_a_display_name_with_nul_is_not_rewritten_at_every_message(store: Store,
+                                                                          clock: FakeClock) -> None:
+    """The name is compared as stored (U+FFFD): unchanged, the row is not rewritten at every
+    message of such a user."""
+    first = await store.ensure_user("telegram", "1", "A\x00da")
+    clock.advance(3600)
+    await store.ensure_user("telegram", "1", "A\x00da")  # the same name, the next message
+    again = await store.get_user("telegram", "1")
+    assert again.updated_at == first.updated_at
+
+
+async def test_an_audit_row_of_a_made_up_tool_name_with_nul_is_stored(store: Store) -> None:
+    """The skill column holds the name the model gave, made up ones too (an unknown tool is
+    audited): free text like the rest, and cut to the column's width."""
+    await store.add_audit("telegram:1", "she\x00ll", {"command": "ls"}, "unknown",
+                          detail="error: there is no tool named 'she\\x00ll'")
+    await store.add_audit("telegram:1", "x" * 500, None, "unknown")
+    made_up, with_nul = await store.list_audit()
+    assert with_nul.skill == "she\ufffdll" and made_up.skill == "x" * 128
