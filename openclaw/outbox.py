@@ -135,18 +135,25 @@ class Outbox:
                                                       name=f"outbox {key}",
                                                       context=self._context.copy())
 
-    async def _pause(self, key: ChatKey, seconds: float) -> None:
+    async def _pause(self, key: ChatKey, seconds: float, at_least: float = 0.0) -> None:
+        """Wait `seconds`, or less if woken (retry_now, redeliver), but never less than
+        `at_least`: what the service asked (a rate limit) is not hurried by a wake, which would
+        only meet another 429 and double the backoff."""
+        loop = asyncio.get_running_loop()
+        earliest = loop.time() + at_least
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives as
         # the event is set (retry_now, then close), and this retry would go on forever.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await self._wake[key].wait()
+        if (left := earliest - loop.time()) > 0:
+            await asyncio.sleep(left)
 
     async def _retry(self, key: ChatKey, immediately: bool, after: float = 0.0) -> None:
         delay = self.first_delay_s
         try:
             if not immediately:
-                await self._pause(key, max(_jitter(delay), after))
+                await self._pause(key, max(_jitter(delay), after), at_least=after)
             while True:
                 async with self._lock(key):
                     self._wake[key].clear()  # a wake from now on asks for another attempt
@@ -160,7 +167,7 @@ class Outbox:
                     wait = await self._deliver(pending)
                 if wait is not None:
                     delay = min(delay * 2, self.max_delay_s)
-                    await self._pause(key, max(_jitter(delay), wait))
+                    await self._pause(key, max(_jitter(delay), wait), at_least=wait)
         except asyncio.CancelledError:
             raise
         except Exception:  # e.g. the database went away: log it; the next start resends
