@@ -507,6 +507,7 @@ class Gateway:
                 await self._turn(lane, msg, event, resumed)
             except Exception:
                 log.exception("turn for %s failed", msg.user)
+                self.metrics.inc("openclaw_turns_total", result="failed")
                 try:
                     await self.store.mark_inbound(event.id, InboundStatus.FAILED, "internal error")
                 except Exception:  # the lane must outlive a store hiccup
@@ -570,6 +571,7 @@ class Gateway:
         conversation_id = await self._conversation(lane, msg.user, msg.chat_id, msg.channel)
         if lane.stop_requested:
             lane.stop_requested = False
+            self.metrics.inc("openclaw_turns_total", result="stopped")
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
             return
         role = self.config.user_role(msg.user)  # now, not at admission: a reload may change it
