@@ -9,6 +9,7 @@ crash is recognised by the gateway through a message id stable across deliveries
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import logging
@@ -22,7 +23,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from telegram import Bot, BotCommand, Message, MessageEntity, Update
+from telegram import (
+    Bot,
+    BotCommand,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    MessageEntity,
+    Update,
+)
 from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
@@ -44,7 +54,7 @@ from connectors.base import (
     safe_file_name,
     save_attachment,
 )
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway_types import APPROVAL_ASKED, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +186,7 @@ class TelegramConnector:
         while True:
             try:
                 updates = await self._bot.get_updates(offset=self._offset, timeout=self._poll_timeout,
-                                                      allowed_updates=["message"])
+                                                      allowed_updates=["message", "callback_query"])
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))
                 continue
@@ -280,6 +290,8 @@ class TelegramConnector:
     async def _inbound(self, update: Update) -> InboundMessage | None:
         """The update as the gateway's message; None for what is not for the agent (edits,
         button presses, membership changes, other bots, group talk not addressed to us)."""
+        if update.callback_query is not None:
+            return await self._tapped(update.callback_query)
         msg = update.message
         if msg is None or msg.from_user is None or msg.from_user.is_bot:
             return None
@@ -305,6 +317,20 @@ class TelegramConnector:
                               f"{msg.chat.id}:{msg.message_id}", text,
                               display_name=msg.from_user.full_name, is_group=is_group,
                               attachments=attachments, notice=notice)
+
+    async def _tapped(self, query: CallbackQuery) -> InboundMessage | None:
+        """A tap on an Approve or Deny button (see _buttons) as the command it stands for, from
+        the user who tapped: the gateway lets only the user the call acts for answer it, as when
+        they type it. Anything else is answered (the client's spinner stops) and dropped."""
+        with contextlib.suppress(TelegramError):
+            await self._bot.answer_callback_query(query.id)
+        msg, data = query.message, query.data or ""
+        if (not isinstance(msg, Message) or query.from_user is None or query.from_user.is_bot
+                or not re.fullmatch(r"/(approve|deny) \d+", data)):
+            return None
+        return InboundMessage("telegram", str(query.from_user.id), _chat_key(msg), f"tap:{query.id}",
+                              data, display_name=query.from_user.full_name,
+                              is_group=msg.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP))
 
     def _addressed(self, msg: Message, text: str) -> str | None:
         """A group message's text without the mention, if it is for us: it mentions the bot, replies
@@ -397,7 +423,8 @@ class TelegramConnector:
         try:
             message = await self._formatted(
                 lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode,
-                                                          message_thread_id=topic), text)
+                                                          message_thread_id=topic,
+                                                          reply_markup=_buttons(text)), text)
         except BadRequest as exc:
             # The topic was deleted (or Telegram lost it) since the question, say a reminder set
             # there: the chat still takes the reply, in its General topic.
@@ -406,13 +433,15 @@ class TelegramConnector:
             log.info("telegram: topic %d of chat %s is gone (%s); replying in the chat's General "
                      "topic", topic, _chat(chat_id), _why(exc))
             message = await self._formatted(
-                lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode), text)
+                lambda body, mode: self._bot.send_message(_chat(chat_id), body, parse_mode=mode,
+                                                          reply_markup=_buttons(text)), text)
         return str(message.message_id)
 
     async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
         try:
             await self._formatted(lambda body, mode: self._bot.edit_message_text(
-                body, _chat(chat_id), int(message_id), parse_mode=mode), text)
+                body, _chat(chat_id), int(message_id), parse_mode=mode,
+                reply_markup=_buttons(text)), text)
         except BadRequest as exc:
             if "not modified" not in str(exc).lower():  # the same text again: already done
                 raise
@@ -558,6 +587,17 @@ def _draft_view(text: str, limit: int) -> str:
     # Telegram trims trailing spaces, so an edit adding only a space would be "not modified".
     text = text.rstrip()
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _buttons(text: str) -> InlineKeyboardMarkup | None:
+    """Approve and Deny as taps under a request to approve a tool call (its last line names the
+    request's number); none under anything else."""
+    asked = APPROVAL_ASKED.search(text)
+    if asked is None:
+        return None
+    number = asked[1]
+    return InlineKeyboardMarkup([[InlineKeyboardButton("Approve", callback_data=f"/approve {number}"),
+                                  InlineKeyboardButton("Deny", callback_data=f"/deny {number}")]])
 
 
 def _chat_key(msg: Message) -> str:

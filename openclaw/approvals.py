@@ -9,6 +9,8 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from openclaw.gateway_types import approval_asked
+
 
 @dataclass
 class _Request:
@@ -33,8 +35,7 @@ class Approvals:
         request = _Request(user, skill, asyncio.get_running_loop().create_future())
         self._pending[number] = request
         try:
-            await send(f"Approval needed ({skill}): {summary}\n"
-                       f"Reply /approve {number} to allow it or /deny {number} to refuse.")
+            await send(f"Approval needed ({skill}): {summary}\n{approval_asked(number)}")
             return await request.future
         finally:
             self._pending.pop(number, None)

@@ -3,7 +3,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+# The last line of a request to approve a tool call (openclaw.approvals): a connector that can show
+# buttons finds the request's number here and offers "/approve N" and "/deny N" as taps.
+APPROVAL_ASKED = re.compile(r"Reply /approve (\d+) to allow it or /deny \1 to refuse\.\Z")
+
+
+def approval_asked(number: int) -> str:
+    """The line that ends a request to approve a tool call (see APPROVAL_ASKED)."""
+    return f"Reply /approve {number} to allow it or /deny {number} to refuse."
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,54 @@ async def test_new_and_stop_commands(env, fake):
     assert model.aborted
 
 
+def clock_then_late(messages: list[dict]) -> str:
+    """The clock, then an answer; with CLOCK_NEEDS_APPROVAL the call waits for /approve."""
+    if messages[-1]["role"] == "tool":
+        return "it is late"
+    return '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
+
+
+CLOCK_NEEDS_APPROVAL = '[roles.admin]\napproval = ["clock"]\n'
+
+
+async def test_a_tool_call_waiting_for_approval_is_answered_with_a_tap(env, fake):
+    await env.start(ScriptedModel(clock_then_late), CLOCK_NEEDS_APPROVAL)
+    fake.send("what time is it?")
+    await until(lambda: any(m.buttons for m in fake.bot_messages[ADA]))
+    [prompt] = [m for m in fake.bot_messages[ADA] if m.buttons]
+    assert prompt.shown.startswith("Approval needed (clock)")
+    [[approve, deny]] = prompt.buttons
+    number = approve["callback_data"].removeprefix("/approve ")
+    assert (approve["text"], deny["text"], deny["callback_data"]) == ("Approve", "Deny",
+                                                                        f"/deny {number}")
+    # A tap that is not one of our buttons' (a modified client) is answered and dropped.
+    fake.tap(ADA, prompt.message_id, "/new")
+    fake.tap(ADA, prompt.message_id, approve["callback_data"])
+    await until(lambda: "it is late" in fake.texts(ADA))
+    texts = fake.texts(ADA)
+    assert f"Approved: clock #{number} runs now." in texts
+    assert "Started a new conversation." not in texts
+    assert len(fake.answered_taps) == 2  # each tap's spinner stopped
+    # Only the request's own message has buttons: the answer and the rest do not.
+    assert [bool(m.buttons) for m in fake.bot_messages[ADA]].count(True) == 1
+
+
+async def test_in_a_group_only_the_user_the_call_acts_for_can_approve_it_with_a_tap(env, fake):
+    await env.start(ScriptedModel(clock_then_late), CLOCK_NEEDS_APPROVAL)
+    fake.send("@openclaw_test_bot what time is it?", user=ADA, chat=GROUP)
+    await until(lambda: any(m.buttons for m in fake.bot_messages[GROUP]))
+    [prompt] = [m for m in fake.bot_messages[GROUP] if m.buttons]
+    [[approve, _]] = prompt.buttons
+    fake.tap(GROUP, prompt.message_id, approve["callback_data"], user=BOB, first_name="Bob")
+    await until(lambda: len(fake.answered_taps) == 1)  # a stranger's tap: dropped
+    fake.tap(GROUP, prompt.message_id, approve["callback_data"], user=ADA)
+    await until(lambda: "it is late" in fake.texts(GROUP))
+    texts = fake.texts(GROUP)
+    # Ada's tap approved it: had Bob's, hers would have found no request waiting.
+    assert sum(t.startswith("Approved: clock") for t in texts) == 1
+    assert not any(t.startswith("There is no request") for t in texts), texts
+
+
 # ---- rate limits, outages, crashes --------------------------------------------------------------
 
 

@@ -113,6 +113,7 @@ class BotMessage:
     shown: str  # the visible text after markup
     edits: int = 0
     topic: int | None = None  # the forum topic it was sent to (None: the chat, or its General)
+    buttons: list[list[dict]] | None = None  # its inline keyboard's rows, as sent
 
 
 @dataclass
@@ -131,6 +132,7 @@ class FakeTelegram:
         self.confirmed = 0  # every update id below this was confirmed by an offset
         self.bot_messages: dict[int, list[BotMessage]] = defaultdict(list)
         self.actions: list[tuple[int, str]] = []  # sendChatAction (chat, action)
+        self.answered_taps: list[str] = []  # answerCallbackQuery, by callback query id
         self.commands: list[dict] = []  # from setMyCommands
         self.reject_formatting = False  # answer any parse_mode with 400 "can't parse entities"
         self.blocked_by: set[int] = set()  # chats whose user blocked the bot (or removed it)
@@ -253,6 +255,16 @@ class FakeTelegram:
             file_path = str(local.resolve())
         self._files[file_id] = (file_path, content)
         return file_id
+
+    def tap(self, chat: int, message_id: int, data: str, user: int = 1001, *,
+            first_name: str = "Ada") -> int:
+        """A user taps an inline button whose callback data is `data`, under the bot's message
+        `message_id` of `chat`; returns the update's id."""
+        sent = next(m for m in self.bot_messages[chat] if m.message_id == message_id)
+        return self.add_update({"callback_query": {
+            "id": f"tap-{next(self._update_ids)}", "chat_instance": f"ci{chat}", "data": data,
+            "from": {"id": user, "is_bot": False, "first_name": first_name},
+            "message": self._message_json(chat, sent)}})
 
     def add_update(self, update: dict) -> int:
         """Queue any update (e.g. {"edited_message": ...}); returns its update_id."""
@@ -422,7 +434,8 @@ class FakeTelegram:
         message_id = next(self._message_ids[chat])
         # Without message_thread_id a message to a forum goes to its General topic.
         topic = int(params["message_thread_id"]) if params.get("message_thread_id") else None
-        sent = BotMessage(message_id, text, parse_mode, shown, topic=topic)
+        sent = BotMessage(message_id, text, parse_mode, shown, topic=topic,
+                          buttons=_inline_keyboard(params))
         self.bot_messages[chat].append(sent)
         message = self._message_json(chat, sent)
         self._history[chat][message_id] = message
@@ -442,8 +455,13 @@ class FakeTelegram:
                                 "and reply markup are exactly the same as a current content and "
                                 "reply markup of the message")
         target.text, target.parse_mode, target.shown = text, parse_mode, shown
+        target.buttons = _inline_keyboard(params)  # an edit without one removes the keyboard
         target.edits += 1
         return self._message_json(chat, target)
+
+    async def _m_answerCallbackQuery(self, params: dict) -> bool:
+        self.answered_taps.append(str(params.get("callback_query_id")))
+        return True
 
     async def _m_sendChatAction(self, params: dict) -> bool:
         chat = _chat_id(params)
@@ -482,6 +500,8 @@ class FakeTelegram:
                    "from": self._me(), "text": sent.shown}
         if sent.topic is not None:
             message.update(message_thread_id=sent.topic, is_topic_message=True)
+        if sent.buttons:
+            message["reply_markup"] = {"inline_keyboard": sent.buttons}
         return message
 
     def _wake(self) -> None:
@@ -510,6 +530,11 @@ async def _params(request: web.Request) -> dict[str, Any]:
             except ValueError:
                 params[key] = value
     return params
+
+
+def _inline_keyboard(params: dict) -> list[list[dict]] | None:
+    markup = params.get("reply_markup")
+    return markup.get("inline_keyboard") if isinstance(markup, dict) else None
 
 
 def _open(request: web.Request) -> bool:
