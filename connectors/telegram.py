@@ -452,14 +452,14 @@ class TelegramConnector:
 
     async def _formatted(self, call: Callable[[str, str | None], Awaitable[Any]], text: str) -> Any:
         try:
-            return await self._retrying(lambda: call(markdown_to_html(text), ParseMode.HTML))
+            return await self._rate_limit_raised(lambda: call(markdown_to_html(text), ParseMode.HTML))
         except BadRequest as exc:
             if "can't parse entities" not in str(exc).lower():
                 raise
             log.info("telegram: formatting rejected (%s); sending plain text", exc)
-            return await self._retrying(lambda: call(text, None))
+            return await self._rate_limit_raised(lambda: call(text, None))
 
-    async def _retrying(self, op: Callable[[], Awaitable[Any]]) -> Any:
+    async def _rate_limit_raised(self, op: Callable[[], Awaitable[Any]]) -> Any:
         """`op()`; a 429 becomes RetryLater at once, not a sleep here. A send runs while this chat's
         reply, or an update being handed over (a pairing code, a command's answer), waits for it:
         slept through, one chat's flood limit (up to a minute) held up every other chat's replies

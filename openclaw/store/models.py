@@ -130,6 +130,8 @@ class FreeJson(FreeText):
     cache_ok = True
 
 
+AUDIT_SKILL_CHARS = 128  # the audit's skill column: Store.add_audit cuts a longer name to it
+
 # JSON columns keep Python None as SQL NULL, not the JSON text 'null'.
 Json = FreeJson(none_as_null=True)
 
@@ -280,7 +282,7 @@ class AuditRow(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime())
     user: Mapped[str] = mapped_column("user_key", String(160))
-    skill: Mapped[str] = mapped_column(FreeString(128))  # the name the model gave, made up too
+    skill: Mapped[str] = mapped_column(FreeString(AUDIT_SKILL_CHARS))  # the model's name, made up too
     arguments: Mapped[Any | None] = mapped_column(Json)
     decision: Mapped[str] = mapped_column(String(32))
     exit_status: Mapped[int | None] = mapped_column(Integer)

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
 from openclaw.store.migrate import current_revision, migrate
 from openclaw.store.models import (
+    AUDIT_SKILL_CHARS,
     AuditRow,
     ConversationRow,
     InboundEventRow,
@@ -96,9 +97,6 @@ def _insert_statement(model: type) -> Any:
     # Built once: a statement made per call spends more on construction and its cache key than on
     # the INSERT; the values go in as parameters.
     return insert(model.__table__)
-
-
-AUDIT_SKILL_CHARS = 128  # the audit column's width
 
 
 class _NoRoom(Exception):

@@ -19,7 +19,7 @@ data_dir = "{data}"
 [admin]
 enabled = false
 [access]
-admins = ["terminal:local"]
+admins = ["telegram:9"]
 allow = ["telegram:1", "telegram:2"]
 roles = {{ "telegram:1" = "kid" }}
 [roles.kid]
@@ -27,6 +27,9 @@ skills = ["clock"]
 daily_tokens = {cap}
 [skills]
 enabled = ["clock"]
+[agent]
+reply_max_tokens = 40
+compaction_keep_messages = 2
 """
 
 CLOCK = '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
@@ -51,24 +54,20 @@ class HeldAfterTools(ScriptedModel):
             yield out
 
 
-async def started(tmp_path, cap: int, model) -> tuple[Daemon, RecordingConnector]:
+async def started(tmp_path, model, cap: int) -> tuple[Daemon, RecordingConnector]:
+    """The daemon with a Telegram-named connector, `telegram:1` on a role of `cap` tokens a day."""
     path = tmp_path / "openclaw.toml"
     path.write_text(CONFIG.format(data=tmp_path / "data", cap=cap))
-    conn = RecordingConnector()
-    conn.name = "telegram"
+    conn = RecordingConnector("telegram")
     daemon = Daemon(load_config(path), model=model, connectors=[conn])
     await daemon.start()
     return daemon, conn
 
 
 async def test_a_user_past_their_roles_daily_tokens_is_told_and_the_model_not_asked(tmp_path):
-    path = tmp_path / "openclaw.toml"
-    path.write_text(CONFIG.format(data=tmp_path / "data", cap=40))
     model = ScriptedModel(lambda messages: "an answer of six words here")
-    conn = RecordingConnector()
-    conn.name = "telegram"
-    daemon = Daemon(load_config(path), model=model, connectors=[conn])
-    await daemon.start()
+    daemon, conn = await started(tmp_path, model, 40)
+    path = tmp_path / "openclaw.toml"
 
     async def say(text: str, user: str) -> str:
         await conn.handler(msg(text, user=user, channel="telegram"))
@@ -97,7 +96,7 @@ async def test_a_user_past_their_roles_daily_tokens_is_told_and_the_model_not_as
 
 async def test_a_turn_that_reaches_the_cap_between_its_steps_stops_there(tmp_path):
     model = HeldAfterTools(lambda messages: CLOCK)  # would call the clock for all 8 steps
-    daemon, conn = await started(tmp_path, 60, model)  # one step's prompt alone passes 60
+    daemon, conn = await started(tmp_path, model, 60)  # one step's prompt alone passes 60
     try:
         await conn.handler(msg("what time is it", user="1", channel="telegram"))
         await daemon.gateway.wait_idle()
@@ -117,7 +116,7 @@ async def test_turns_running_in_a_users_other_chats_count_against_the_cap(tmp_pa
 
     model = HeldAfterTools(reply)
     model.hold = asyncio.Event()
-    daemon, conn = await started(tmp_path, 100_000, model)
+    daemon, conn = await started(tmp_path, model, 100_000)
     try:
         # Chat A: one step done, its next waits. What it spent is not in the store yet.
         await conn.handler(msg("time please", user="1", chat="A", channel="telegram"))
@@ -144,39 +143,11 @@ async def test_turns_running_in_a_users_other_chats_count_against_the_cap(tmp_pa
         await daemon.stop()
 
 
-CAPPED = """
-data_dir = "{data}"
-[admin]
-enabled = false
-[access]
-admins = ["telegram:9"]
-allow = ["telegram:1"]
-roles = {{ "telegram:1" = "kid" }}
-[roles.kid]
-skills = ["clock"]
-daily_tokens = {cap}
-[skills]
-enabled = ["clock"]
-[agent]
-reply_max_tokens = 40
-compaction_keep_messages = 2
-"""
-
-
-async def _daemon(tmp_path, model, cap: int) -> tuple[Daemon, RecordingConnector]:
-    path = tmp_path / "openclaw.toml"
-    path.write_text(CAPPED.format(data=tmp_path / "data", cap=cap))
-    conn = RecordingConnector("telegram")
-    daemon = Daemon(load_config(path), model=model, connectors=[conn])
-    await daemon.start()
-    return daemon, conn
-
-
 async def test_a_turn_ending_is_never_counted_twice_while_its_usage_is_written(tmp_path):
     """The turn's tokens leave the running count as they enter the store, under one lock: a
     look taken while its usage row is written (/status, the cap) counts them once, never twice."""
     model = ScriptedModel(lambda messages: "an answer of a few words", chunk=1000)
-    daemon, conn = await _daemon(tmp_path, model, cap=10**9)
+    daemon, conn = await started(tmp_path, model, cap=10**9)
     gw, seen, stop = daemon.gateway, [], asyncio.Event()
 
     async def poll() -> None:
@@ -205,7 +176,7 @@ async def test_status_everyone_counts_the_running_turns_as_you_does(tmp_path):
 
     model = HeldAfterTools(reply)
     model.hold = asyncio.Event()
-    daemon, conn = await _daemon(tmp_path, model, cap=10**9)
+    daemon, conn = await started(tmp_path, model, cap=10**9)
     try:
         await conn.handler(msg("time please", user="9", chat="A", channel="telegram"))
         await until(lambda: model.held == 1)
@@ -230,7 +201,7 @@ async def test_summaries_a_turn_needs_are_model_calls_the_cap_stops_too(tmp_path
         return "an answer"
 
     model = ScriptedModel(reply, max_model_len=200, chunk=1000)
-    daemon, conn = await _daemon(tmp_path, model, cap=1)  # 0 used < 1: the turn is admitted
+    daemon, conn = await started(tmp_path, model, cap=1)  # 0 used < 1: the turn is admitted
     try:
         store = daemon.store
         await store.ensure_user("telegram", "1", None)

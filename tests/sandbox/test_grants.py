@@ -51,6 +51,14 @@ async def test_a_read_only_folder_in_the_workspace_cannot_be_pointed_at_the_daem
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon hands the workspace to a uid")
+async def swap_for_link(folder: Path, target: Path, scope: Scope, limits=LIMITS) -> None:
+    """What a command may do in a writable share: move `folder` aside and put a link to `target`
+    in its place, for the next command to be handed or bound (a command run with `scope`)."""
+    planted = await run_command(f"cd {folder.parent} && mv {folder.name} old && "
+                                f"ln -s {target} {folder.name} && echo ok", scope, limits)
+    assert planted.stdout == "ok\n", planted.stderr
+
+
 async def test_a_workspace_in_a_writable_share_swapped_for_a_symlink_is_not_handed_over(base):
     system = base / "system"  # stands for /etc
     system.mkdir()
@@ -59,9 +67,7 @@ async def test_a_workspace_in_a_writable_share_swapped_for_a_symlink_is_not_hand
     (family / "alice").mkdir(parents=True)
     family.chmod(0o777)
     scope = Scope(family / "alice", read_write=(family,), uid=USER_UID)
-    planted = await run_command(f"cd {family} && mv alice old && ln -s {system} alice && echo ok",
-                                scope, LIMITS)
-    assert planted.stdout == "ok\n", planted.stderr
+    await swap_for_link(family / "alice", system, scope)
     with pytest.raises(SandboxUnavailable, match="symlink"):
         await run_command("rm -f passwd; echo 'root::0:0' > passwd", scope, LIMITS)
     assert system.stat().st_uid == 0 and (system / "passwd").read_text() == "root:x:0:0\n"
@@ -107,9 +113,7 @@ async def test_a_share_given_by_its_real_path_still_guards_a_workspace_given_thr
     system = base / "system"  # stands for /etc
     system.mkdir()
     scope = Scope(base / "fam/alice", read_write=(share,), uid=USER_UID)
-    planted = await run_command(f"cd {share} && mv alice old && ln -s {system} alice && echo ok",
-                                scope, LIMITS)
-    assert planted.stdout == "ok\n", planted.stderr
+    await swap_for_link(share / "alice", system, scope)
     with pytest.raises(SandboxUnavailable, match="symlink"):
         await run_command("touch mine", scope, LIMITS)
     assert system.stat().st_uid == os.geteuid() and not (system / "mine").exists()
@@ -194,9 +198,7 @@ async def test_a_workspace_another_roles_command_can_swap_is_not_handed_over(bas
     kid = policy.principal("kid")
     await run_command("echo mine > f", kid.scope, LIMITS)  # the kid's workspace works
     parent = policy.principal("mum")
-    planted = await run_command(f"cd {family} && mv kid old && ln -s {system} kid && echo ok",
-                                parent.scope, LIMITS)
-    assert planted.stdout == "ok\n", planted.stderr
+    await swap_for_link(family / "kid", system, parent.scope)
     with pytest.raises(SandboxUnavailable, match="symlink"):
         await run_command("echo 'root::0:0' > passwd", kid.scope, LIMITS)
     assert system.stat().st_uid == 0 and not (system / "passwd").exists()

@@ -21,6 +21,7 @@ from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
 from skills.executor import Executor, Outcome, _for_audit
 from skills.registry import SkillLoadError, load_skills
+from tests.sandbox.test_grants import swap_for_link
 
 USER, OTHER_USER, NO_FILES_USER = "telegram:42", "telegram:43", "telegram:7"
 LIMITS = Limits(file_size_bytes=4096, wall_seconds=1)
@@ -649,9 +650,7 @@ async def test_a_folder_in_a_share_another_roles_command_swapped_is_refused(walk
     env = make_env(walkable, roles=roles)
     env.role = "kids"
     folder = env.policy.principal(USER, "kids").workspace if swapped == "kid" else family / "notes"
-    planted = await run_command(f"cd {family} && mv {folder.name} old && ln -s {secret} {folder.name} "
-                                "&& echo ok", env.policy.principal("mum", "parents").scope, COMMAND_LIMITS)
-    assert planted.stdout == "ok\n", planted.stderr
+    await swap_for_link(folder, secret, env.policy.principal("mum", "parents").scope, COMMAND_LIMITS)
     path = "config.toml" if swapped == "kid" else str(folder / "config.toml")
     for args in ({"action": "read", "path": path},
                  {"action": "search", "path": os.path.dirname(path) or ".", "pattern": "to.en",
