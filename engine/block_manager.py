@@ -120,11 +120,6 @@ class BlockManager:
         new = self.blocks_needed(total) - len(seq.block_table) - len(cached)
         if max(new, 0) + revived > len(self._free):
             return False
-        if cached:
-            self.stats.queries += seq.num_tokens
-            self.stats.hits += len(cached) * self.block_size
-        elif seq.num_computed_tokens == 0:
-            self.stats.queries += seq.num_tokens
         for block_id in cached:
             block = self.blocks[block_id]
             if block.ref_count == 0:
@@ -132,8 +127,14 @@ class BlockManager:
             block.ref_count += 1
             seq.block_table.append(block_id)
             seq.block_hashes.append(block.hash)
-        if seq.num_computed_tokens == 0:  # an admission: record what the cache served
+        if seq.num_computed_tokens == 0 and seq.num_preemptions == 0:
+            # The first admission: record the prompt tokens the cache served, for the request
+            # and the hit ratio. A re-admission after preemption is neither: its hit covers the
+            # request's own earlier output too (it could exceed the prompt's length), which the
+            # cache did not "serve", and counted it would lift the ratio under memory pressure.
             seq.num_cached_tokens = len(cached) * self.block_size
+            self.stats.queries += seq.num_tokens
+            self.stats.hits += seq.num_cached_tokens
         seq.num_computed_tokens += len(cached) * self.block_size
         for _ in range(new):
             seq.block_table.append(self._take_free_block())
