@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
+import logging
 import os
 import pwd
 import shutil
@@ -389,6 +390,33 @@ async def test_ten_concurrent_identical_deliveries_make_exactly_one_new_event(st
     assert sum(is_new for _, is_new in results) == 1
     assert len({event.id for event, _ in results}) == 1
     assert len(await store.pending_inbound()) == 1
+
+
+async def test_a_call_whose_caller_is_cancelled_twice_still_ends_whole_on_its_connection(
+        store: Store, caplog: pytest.LogCaptureFixture):
+    """A /stop and then a drain cancel the same turn while it writes: each call it had begun
+    commits whole, no connection is torn down and replaced, and nothing is logged as an error
+    (SQLAlchemy logged "Exception closing connection" and asyncio "Task was destroyed")."""
+    await store.ensure_user("telegram", 1, status="allowed")
+    conv = await store.active_conversation("telegram:1", 1)
+    opened = []
+    sqlalchemy.event.listen(store.engine.sync_engine, "connect", lambda *_: opened.append(1))
+    for round_ in range(40):
+        writes = [asyncio.create_task(store.add_message(conv.id, "user", f"{round_}-{i}"))
+                  for i in range(3)]
+        for _ in range(1 + round_ % 4):  # into the middle of the statements, a trip each
+            await asyncio.sleep(0)
+        for _twice in range(2):
+            for write in writes:
+                write.cancel()
+            await asyncio.sleep(0)
+        assert all(w.cancelled() for w in writes)
+        while store._calls:  # the begun calls end by themselves (a closing store waits for them)
+            await asyncio.sleep(0.001)
+    stored = [m.content for m in await store.list_messages(conv.id)]
+    assert len(stored) == len(set(stored)) and 0 < len(stored) <= 120
+    assert len(opened) <= 3  # one for each call at a time, none to replace a terminated one
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 # -- users and conversations -------------------------------------------------------------------------
