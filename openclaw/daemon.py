@@ -170,6 +170,8 @@ class Daemon:
         for connector in self.connectors:
             self.gateway.add_connector(connector)
         # Older pending replies first: recovered turns and notices queue behind them per chat.
+        # But not the approval requests among them: void now, asked again by the turns resumed.
+        await self.gateway.void_stale_requests()
         await self.gateway.outbox.recover()
         await self.gateway.recover()
         for connector in self.connectors:

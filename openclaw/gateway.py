@@ -22,13 +22,20 @@ from typing import Any
 from connectors.base import Connector, DeliveryRefused, Folder, chunk_text
 from openclaw import access, reminders
 from openclaw.agent import Agent, Caller, TurnResult
+from openclaw.agent.resume import take_up
 from openclaw.approvals import Approvals
 from openclaw.config import Config
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway_types import APPROVAL_ASKED, InboundMessage
 from openclaw.metrics import Metrics
 from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store, UnknownUserError
-from openclaw.store.records import InboundEvent, InboundStatus, UserStatus, parse_user_key
+from openclaw.store.records import (
+    InboundEvent,
+    InboundStatus,
+    OutboundStatus,
+    UserStatus,
+    parse_user_key,
+)
 from sandbox.disk_budget import DiskFull, check_room
 from sandbox.grants import UnsafeGrant, open_folder, writable_folders
 from sandbox.policy import Policy, Principal, UnknownRole
@@ -64,6 +71,7 @@ TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signa
 # next message of its chat makes a new one, which looks its conversation up again.
 LANE_IDLE_S = 600.0
 WARNED_KEPT = 1024  # reminder ids remembered as warned about (see Gateway._warn_no_channel)
+STALE_REQUEST = "not sent: an approval request of an earlier run, void since it ended"
 
 
 @dataclass
@@ -201,6 +209,31 @@ class Gateway:
             msg.channel, msg.message_id, msg.user, msg.chat_id, msg.text,
             payload={"display_name": msg.display_name, "attachments": msg.attachments,
                      "notice": msg.notice, "is_group": msg.is_group})
+
+    async def void_stale_requests(self) -> int:
+        """Before the outbox sends what an earlier run left pending (Daemon.start): that run's
+        approval requests are not sent. Their waits ended with it (Approvals lives in memory), and
+        the turns it left are taken up again, asking anew under new numbers; an old one sent now
+        would only be answered with "no request N". One Telegram took just before a crash, which
+        the run never recorded, is not sent a second time either. How many pieces were voided."""
+        voided = 0
+        pending = await self.store.pending_outbound()
+        for at, item in enumerate(pending):
+            if not APPROVAL_ASKED.search(item.text):
+                continue
+            # The request's earlier pieces, if its summary was long: stored right before it.
+            first = at
+            while first > 0 and (prev := pending[first - 1]).id == pending[first].id - 1 \
+                    and (prev.channel, prev.chat_id) == (item.channel, item.chat_id) \
+                    and prev.created_at == item.created_at:
+                first -= 1
+            for piece in pending[first:at + 1]:
+                await self.store.mark_outbound(piece.id, OutboundStatus.FAILED, error=STALE_REQUEST)
+                voided += 1
+        if voided:
+            log.info("not sending %d piece(s) of approval requests an earlier run left pending",
+                     voided)
+        return voided
 
     async def recover(self) -> int:
         """Re-queue messages stored but never answered (the daemon stopped in between)."""
@@ -601,10 +634,21 @@ class Gateway:
         spending.append(result)
 
         async def answer():  # one task for /stop to cancel: fetching the files, then the turn
-            note = await self._attachments_note(connector, msg.attachments, principal)
+            taken_up = await take_up(
+                self.agent.context, self.store, self.agent.executor, principal, conversation_id,
+                functools.partial(_stored_as, msg), event.received_at) if resumed else None
+            if taken_up is not None and taken_up.answer is not None:
+                result.text = taken_up.answer  # the turn had ended: its answer, not a second run
+                return result
+            if taken_up is not None:  # as stored: its files are not fetched (and saved) again
+                text = taken_up.text
+            else:
+                note = await self._attachments_note(connector, msg.attachments, principal)
+                text = (msg.text + note).strip()
             return await self.agent.run_turn(
-                conversation_id, caller, (msg.text + note).strip(), sink,
-                run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", resumed=resumed, result=result)
+                conversation_id, caller, text, sink,
+                run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", stored=taken_up is not None,
+                result=result)
 
         typing = asyncio.create_task(self._keep_typing(sink))
         try:
@@ -630,10 +674,10 @@ class Gateway:
             self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
             self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
             async with self._usage:
-                try:
-                    await asyncio.shield(self.store.add_usage(
-                        msg.user, result.prompt_tokens, result.completion_tokens,
-                        conversation_id=conversation_id))
+                try:  # a store call ends whole even if the turn is cancelled meanwhile
+                    await self.store.add_usage(msg.user, result.prompt_tokens,
+                                               result.completion_tokens,
+                                               conversation_id=conversation_id)
                 finally:  # in the store now (or lost with it): no longer counted as running
                     spending[:] = [r for r in spending if r is not result]  # this one, not an equal
                     if not spending and self._spending.get(msg.user) is spending:
@@ -939,6 +983,15 @@ def _not_saved(principal: Principal, count: int, exc: OSError) -> str:
     files = "a file, which was" if count == 1 else f"{count} files, which were"
     return (f"[The user sent {files} not saved: {why}. The owner must check the workspace; "
             "the daemon's log says which.]")
+
+
+def _stored_as(msg: InboundMessage, stored: str) -> bool:
+    """Whether `stored` is `msg` as a turn stores it: its text, then the note on its files."""
+    if not msg.attachments:
+        return stored == msg.text.strip()
+    text = msg.text.lstrip()  # (text + note).strip(): the note starts with "\n\n"
+    note = stored[len(text):] if stored.startswith(text) else ""
+    return note.startswith("\n\n[") or (not text.strip() and stored.startswith("["))
 
 
 def _lane_key(msg: InboundMessage) -> tuple[str, str, str]:

@@ -37,7 +37,7 @@ AuditSink = Callable[..., Awaitable[Any]]
 class Outcome:
     text: str  # what the model (or the admin) reads
     ok: bool
-    decision: str  # allowed | denied | invalid | rejected | timeout | unknown
+    decision: str  # allowed | denied | invalid | rejected | timeout | unknown (| interrupted: audit)
 
 
 async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
@@ -49,6 +49,13 @@ class Executor:
                  timeout_s: float = 60.0, reminders: ReminderBook | None = None) -> None:
         self.registry, self.sandbox, self._audit, self.timeout_s = registry, sandbox, audit, timeout_s
         self.reminders = reminders
+
+    async def record_interrupted(self, principal: Principal, name: str, args: Any,
+                                 detail: str) -> None:
+        """Audit a call that an earlier run of the daemon began and never ended (it crashed): the
+        row the call's end would have written, with decision "interrupted"."""
+        if self._audit is not None:
+            await self._audit(principal.user, name, _for_audit(args), "interrupted", detail=detail)
 
     def available(self, principal: Principal) -> list[str]:
         """The skills this principal may call: enabled here and granted by its role."""

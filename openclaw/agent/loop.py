@@ -102,11 +102,11 @@ class Agent:
         self.context.system_prompt, self.context.budget = settings.system_prompt, budget
 
     async def run_turn(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
-                       run_id: str, resumed: bool = False,
+                       run_id: str, stored: bool = False,
                        result: TurnResult | None = None) -> TurnResult:
         """Store the user's message and answer it. Cancelling the task (/stop) aborts the model
-        and any running tool; what was stored before stays stored. `resumed`: a message stored
-        before a restart, whose turn may already have stored the user's text. `result`: filled as
+        and any running tool; what was stored before stays stored. `stored`: the user's text is
+        stored already (a turn taken up after a restart: see agent.resume). `result`: filled as
         the turn goes, so its caller still has the tokens spent when the turn is cancelled."""
         tools = self.executor.registry.tool_specs(self.executor.available(caller.principal)) or None
         result = result if result is not None else TurnResult(text="", steps=0)
@@ -118,7 +118,7 @@ class Agent:
                 f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
                 "tokens at most, with my instructions). Please shorten it or split it."), True
             return result
-        if not (resumed and await self._already_stored(conversation_id, text)):
+        if not stored:
             tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
             await self.context.add(conversation_id, "user", text, token_count=tokens)
         # "auto": the engine constrains every call the model opens, so it parses; the error path
@@ -174,17 +174,6 @@ class Agent:
             log.exception("turn %s failed", run_id)
             result.text, result.failed = APOLOGY, True
             return result
-
-    async def _already_stored(self, conversation_id: int, text: str) -> bool:
-        """A re-run turn (after a restart) stored the user's text already if the last user
-        message is this text and only tool steps follow it."""
-        _, history = await self.context.history(conversation_id)
-        for message in reversed(history):
-            if message.role == "user":
-                return message.content == text
-            if not (message.role == "tool" or (message.role == "assistant" and message.tool_calls)):
-                return False
-        return False
 
     async def _generate(self, prompt, params, tools, request_id, sink: ReplySink,
                         meter: _TurnMeter, cache_salt: str):

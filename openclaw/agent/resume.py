@@ -1,0 +1,111 @@
+"""Taking up a turn that an earlier run of the daemon began and never answered (it crashed, or its
+stop could not wait), from what that run stored of it.
+
+Running such a turn again from the start would call its tools again (a mail sent twice), and its
+unfinished calls, left bare, read "not run" in the prompt (agent.context): true after /stop, not
+after a crash, where a call may have done its work. So the turn goes on from its stored steps, and
+each call without a result gets one that says what is known.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from openclaw.agent.context import ContextBuilder
+from sandbox.policy import Principal
+from skills import Executor
+
+log = logging.getLogger(__name__)
+
+# The result a call gets when the daemon stopped before it ended, by whether the user must approve
+# the skill: then calling it again is safe (they are asked again).
+INTERRUPTED = {
+    False: "error: interrupted: I restarted while this call was running, so it may have done its "
+           "work, wholly or partly; its output is lost. Check whether it did before doing it again.",
+    True: "error: interrupted: I restarted before this call ended: it was waiting for the user's "
+          "approval, or had been approved and may have run, wholly or partly. If it is still "
+          "needed, call it again: the user is asked to approve it again.",
+}
+INTERRUPTED_AUDIT = {
+    False: "the daemon stopped before this call ended (a crash, or a stop that could not wait); "
+           "it may have run, wholly or partly. Recorded at the next start.",
+    True: "the daemon stopped before this call ended (a crash, or a stop that could not wait), "
+          "while it waited for approval or ran after it. Recorded at the next start.",
+}
+
+
+@dataclass(frozen=True)
+class TakenUp:
+    """A turn an earlier run began: its message as stored, and its answer when that run had it
+    and only the reply was not stored."""
+
+    text: str
+    answer: str | None = None
+
+
+async def take_up(context: ContextBuilder, store: Any, executor: Executor, principal: Principal,
+                  conversation_id: int, is_message: Callable[[str], bool],
+                  received_at: datetime) -> TakenUp | None:
+    """The turn of the message received at `received_at`, as an earlier run stored it; None when
+    it stored nothing (the turn starts afresh). `is_message`: whether a stored user text is that
+    message as a turn stores it (with the note on its files, which are then not fetched again).
+
+    With the model's final answer stored (a crash between it and the reply), that answer. Else
+    each call of the last model step without a result gets INTERRUPTED, and an audit row, unless
+    the executor wrote one (a call a stop cut short has it; a crash leaves none)."""
+    _, history = await context.history(conversation_id)
+    starts = [i for i, m in enumerate(history) if m.role == "user"]
+    # This message's turn stored it after it came: an equal one stored before (a repeated "yes")
+    # is another's, already answered. (Two equal ones both waiting behind a third turn remain
+    # alike: the second may be sent the first's answer again.)
+    if not starts or history[starts[-1]].created_at < received_at \
+            or not is_message(text := history[starts[-1]].content):
+        return None
+    steps = history[starts[-1] + 1:]
+    if not all(m.role == "tool" or (m.role == "assistant" and m.tool_calls) for m in steps[:-1]):
+        return None  # not this turn's steps: tool calls, their results, maybe the answer
+    last = steps[-1] if steps else None
+    if last is not None and last.role == "assistant" and not last.tool_calls:
+        # The final answer. (Not when empty: a reply the model spoilt with a malformed call is
+        # stored so too, its error right after; running the turn again is the lesser harm.)
+        return TakenUp(text, last.content if last.content.strip() else None)
+    at = max((i for i, m in enumerate(steps) if m.role == "assistant"), default=None)
+    if at is None:
+        return TakenUp(text)
+    calling = steps[at]  # the latest model step: only its calls can lack a result
+    answered = {m.tool_call_id for m in steps[at + 1:]}
+    unended = [c for c in calling.tool_calls if c.get("id") and c["id"] not in answered]
+    if not unended:
+        return TakenUp(text)
+    # Rows the executor wrote for this step's calls, less those of the calls with results.
+    audited = Counter(row.skill for row in await store.list_audit(50, principal.user)
+                      if row.at >= calling.created_at)
+    audited.subtract(c["function"]["name"] for c in calling.tool_calls if c.get("id") in answered)
+    for call in unended:
+        name = call["function"]["name"]
+        asked = principal.needs_approval(name)
+        log.warning("%s: the %s call %s of conversation %d did not end before the daemon stopped; "
+                    "the model is told it may have run", principal.user, name, call["id"],
+                    conversation_id)
+        if audited[name] > 0:
+            audited[name] -= 1
+        else:
+            await executor.record_interrupted(principal, name, _arguments(call),
+                                              INTERRUPTED_AUDIT[asked])
+        await context.add(conversation_id, "tool", INTERRUPTED[asked], tool_call_id=call["id"])
+    return TakenUp(text)
+
+
+def _arguments(call: dict) -> Any:
+    """A stored call's arguments: the JSON object the model wrote, or its text if it was not one."""
+    arguments = call["function"].get("arguments") or "{}"
+    try:
+        return json.loads(arguments)
+    except (TypeError, ValueError):
+        return arguments
