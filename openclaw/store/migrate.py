@@ -3,7 +3,8 @@
 No alembic.ini: an ini's `fileConfig` would disable the daemon's loggers. The store hands Alembic
 an open connection (Alembic's "connection sharing" recipe), so migrations run through the same
 engine, pragmas and transaction as everything else, and in one transaction where the database
-allows transactional DDL (SQLite and PostgreSQL both do).
+allows transactional DDL (SQLite and PostgreSQL both do; on SQLite, migrations/env.py has to begin
+it itself).
 """
 
 from __future__ import annotations
