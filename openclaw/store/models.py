@@ -6,6 +6,7 @@ These classes stay inside `openclaw.store`: the Store turns rows into the frozen
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -92,28 +93,33 @@ def _one_of(column: str, enum: type[StrEnum]) -> CheckConstraint:
     return CheckConstraint(f"{column} IN ({values})", name=column)
 
 
-def without_nul(value: Any) -> Any:
-    """`value` with U+0000 made U+FFFD, in strings and inside JSON. PostgreSQL's text and jsonb
-    refuse it, where SQLite keeps it: a command's binary output, a name or message holding one
-    failed its write there (a message, then redelivered, failed for ever). Both backends now keep
-    the same."""
+# U+0000, which PostgreSQL's text and jsonb refuse, and lone surrogates (U+D800-U+DFFF), which
+# no UTF-8 encoder takes (SQLite's neither): a str holds one after json.loads of a "\ud800"
+# escape, or decoding with errors="surrogateescape".
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """`value` with what no backend can store made U+FFFD, in strings and inside JSON: a
+    command's binary output, a name or message holding such a character failed its write (a
+    message, then redelivered, failed for ever). Both backends now keep the same."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
     if isinstance(value, dict):
-        return {without_nul(k): without_nul(v) for k, v in value.items()}
+        return {storable(k): storable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [without_nul(v) for v in value]
+        return [storable(v) for v in value]
     return value
 
 
 class FreeText(TypeDecorator[str]):
-    """Text from people, models and programs (see without_nul)."""
+    """Text from people, models and programs (see storable)."""
 
     impl = Text
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        return without_nul(value)
+        return storable(value)
 
 
 class FreeString(FreeText):
@@ -124,7 +130,7 @@ class FreeString(FreeText):
 
 
 class FreeJson(FreeText):
-    """JSON of free text (see without_nul)."""
+    """JSON of free text (see storable)."""
 
     impl = JSON
     cache_ok = True

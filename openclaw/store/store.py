@@ -37,7 +37,7 @@ from openclaw.store.models import (
     SummaryRow,
     UsageRow,
     UserRow,
-    without_nul,
+    storable,
 )
 from openclaw.store.records import (
     AuditEntry,
@@ -221,7 +221,7 @@ class Store:
                               status=status, role=None, created_at=now, updated_at=now)
                 session.add(row)
                 await session.flush()
-            elif display_name is not None and without_nul(display_name) != row.display_name:
+            elif display_name is not None and storable(display_name) != row.display_name:
                 row.display_name, row.updated_at = display_name, now
             return _record(User, row)
 

@@ -739,21 +739,31 @@ async def test_concurrent_adds_of_one_user_get_distinct_numbers(store: Store, cl
 
 
 # A command's binary output, a name or message pasted from a file: PostgreSQL's text and jsonb
-# refuse U+0000, which SQLite keeps; both now store it as U+FFFD.
+# refuse U+0000, which SQLite keeps; no UTF-8 encoder takes a lone surrogate (json.loads makes one
+# of "\ud800", decoding with errors="surrogateescape" of a bad byte). Both store U+FFFD instead.
 NUL_TEXT = "before\x00after"
 
 
-async def test_text_with_nul_characters_is_stored_on_every_backend(store: Store) -> None:
-    await store.ensure_user("telegram", "1", "A\x00da")
+@pytest.mark.parametrize("bad", ["\x00", "\ud800", "\udcff"])
+async def test_text_with_characters_no_backend_stores_is_stored_on_every_backend(
+        store: Store, bad: str) -> None:
+    said = f"before{bad}after"
+    await store.ensure_user("telegram", "1", f"A{bad}da")
     conv = await store.active_conversation("telegram:1", "1", "telegram")
-    event, _ = await store.record_inbound("telegram", "m1", "telegram:1", "1", NUL_TEXT,
-                                          payload={"display_name": "A\x00da"})
-    await store.add_message(conv.id, "user", NUL_TEXT, token_count=3)
-    await store.add_message(conv.id, "tool", NUL_TEXT, tool_call_id="c1")
-    await store.add_reply("telegram", "1", [NUL_TEXT], conversation_id=conv.id, answers=event.id)
-    await store.add_audit("telegram:1", "shell", {"command": NUL_TEXT}, "allowed", detail=NUL_TEXT)
+    event, _ = await store.record_inbound("telegram", "m1", "telegram:1", "1", said,
+                                          payload={"display_name": f"A{bad}da"})
+    await store.add_message(conv.id, "user", said, token_count=3)
+    await store.add_message(conv.id, "tool", said, tool_call_id="c1",
+                            tool_calls=[{"function": {"arguments": said}}])
+    await store.add_reply("telegram", "1", [said], conversation_id=conv.id, answers=event.id)
+    await store.add_audit("telegram:1", "shell", {"command": said, said: 1}, "allowed", detail=said)
     texts = [m.content for m in await store.list_messages(conv.id)]
     assert texts == ["before\ufffdafter"] * 2  # the same on both
+    assert (await store.get_user("telegram", "1")).display_name == "A\ufffdda"
+    again, _ = await store.record_inbound("telegram", "m1", "telegram:1", "1", said)
+    assert again.payload == {"display_name": "A\ufffdda"} and again.text == "before\ufffdafter"
+    audit = (await store.list_audit())[0]
+    assert audit.arguments == {"command": "before\ufffdafter", "before\ufffdafter": 1}
 
 
 async def test_a_display_name_with_nul_is_not_rewritten_at_every_message(store: Store,
