@@ -330,6 +330,10 @@ def _decode_sequence(s: str) -> tuple[list[Any], str | None]:
             return values, f"invalid JSON ({exc.msg} at char {exc.pos})"
         except RecursionError:
             return values, "JSON nested too deeply"
+        except ValueError:
+            # int() refuses more than sys.get_int_max_str_digits() digits (4300 by default);
+            # "parsed without raising" holds for such output too.
+            return values, "invalid JSON (a number with more digits than can be read)"
         values.append(value)
 
 

@@ -8,6 +8,8 @@ Two dialects, chosen by the model's chat template (see `tool_dialect`):
 
 with JSON values inside the arguments (strings with escapes, numbers, nested objects and arrays,
 true/false/null). Each whitespace run is at most MAX_WS bytes, so a model cannot loop on spaces.
+Two limits keep what passes readable by `json.loads` into text that can be stored: an integer part
+has at most MAX_INT_DIGITS digits, and `\\u` escapes of surrogates come only in high-low pairs.
 When a tool declares `parameters.properties` and does not set `additionalProperties: true`, the
 top-level argument names are limited to those properties, and a property whose schema is a single
 `type` of boolean, integer, number, string or null, or a string `enum`, gets a value of that type.
@@ -34,6 +36,7 @@ the masks built for them can be cached. `step(state, byte)` returns the next sta
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +47,10 @@ PYTHON_TAG = b"<|python_tag|>"  # Llama 3.1: a special token, also read by the p
 HERMES, LLAMA3 = "hermes", "llama3"  # the tool-call dialects
 MAX_WS = 8  # whitespace bytes allowed in a row between JSON tokens
 MAX_FRAMES = 160  # deep nesting is refused past this stack height (about 25 levels)
+# json.loads raises ValueError on an integer of more than sys.get_int_max_str_digits() digits
+# (4300 by default; 640 is the least it can be set to), so a model looping on digits would make
+# a call the parser cannot read. Integer parts stop at the least limit, whatever the setting.
+MAX_INT_DIGITS = sys.int_info.str_digits_check_threshold
 
 State = tuple[tuple, ...]
 
@@ -60,8 +67,8 @@ ITEM = 8  # (ITEM,): the first item of an array, or "]"
 NEXT = 9  # (NEXT,): "," and another item, or "]"
 STRING = 10  # (STRING,): inside a string
 ESCAPE = 11  # (ESCAPE,): after a backslash in a string
-HEX = 12  # (HEX, n): n hex digits of a \u escape still to come
-NUMBER = 13  # (NUMBER, phase): see _NUMBER_NEXT
+HEX = 12  # (HEX, n, unit): n hex digits of a \u escape still to come; `unit` see _hex
+NUMBER = 13  # (NUMBER, phase, digits): see _number_next; digits of the integer part in 2 and 10
 END = 14  # (END,): after a forced call: nothing but an end-of-turn token
 TYPED = 15  # (TYPED, type name or enum trie index): a value of one JSON type, or one enum string
 START = 16  # (START, pending): "auto" Llama output of only whitespace so far; `pending` holds the
@@ -72,6 +79,8 @@ _WS_BYTES = frozenset(b" \t\n\r")
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 _ESCAPABLE = frozenset(b'"\\/bfnrt')
 _DIGITS = frozenset(b"0123456789")
+_HIGH_2ND = frozenset(b"89abAB")  # a \uD8xx-\uDBxx escape is a high surrogate, DCxx-DFxx low
+_LOW_2ND = frozenset(b"cdefCDEF")
 _W0 = (WS, 0)
 _STRING = (STRING,)
 # What str.strip() removes (so the parser still sees the output's start), as UTF-8: every
@@ -277,7 +286,8 @@ class CallGrammar:
             if kind == NUMBER:
                 phase = _number_next(top[1], b)
                 if phase is not None:
-                    return rest + ((NUMBER, phase),)
+                    digits = top[2] + 1 if phase in (2, 10) else 0  # see MAX_INT_DIGITS
+                    return rest + ((NUMBER, phase, digits),) if digits <= MAX_INT_DIGITS else None
                 if top[1] not in _NUMBER_CAN_END:
                     return None
                 state = rest
@@ -311,11 +321,9 @@ class CallGrammar:
             if kind == ESCAPE:
                 if b in _ESCAPABLE:
                     return rest + (_STRING,)
-                return rest + ((HEX, 4),) if b == 0x75 else None
+                return rest + ((HEX, 4, ""),) if b == 0x75 else None
             if kind == HEX:
-                if b not in _HEX:
-                    return None
-                return rest + ((_STRING,) if top[1] == 1 else ((HEX, top[1] - 1),))
+                return self._hex(rest, top[1], top[2], b)
             if kind == ARGS:
                 return rest + ((KEY, top[1], True), _W0) if b == 0x7B else None
             if kind == TAG:
@@ -348,9 +356,9 @@ class CallGrammar:
         if b == 0x22:
             return rest + (_STRING,)
         if b in _DIGITS:
-            return rest + ((NUMBER, 1 if b == 0x30 else 2),)
+            return rest + (((NUMBER, 1, 0) if b == 0x30 else (NUMBER, 2, 1)),)
         if b == 0x2D:
-            return rest + ((NUMBER, 0),)
+            return rest + ((NUMBER, 0, 0),)
         if b in (0x7B, 0x5B):
             if len(rest) > MAX_FRAMES:
                 return None
@@ -367,13 +375,37 @@ class CallGrammar:
             return rest + ((TRIE, kind, 0),) if b == 0x22 else None
         if kind == "integer":
             if b in _DIGITS:
-                return rest + ((NUMBER, 9 if b == 0x30 else 10),)
-            return rest + ((NUMBER, 8),) if b == 0x2D else None
+                return rest + (((NUMBER, 9, 0) if b == 0x30 else (NUMBER, 10, 1)),)
+            return rest + ((NUMBER, 8, 0),) if b == 0x2D else None
         if kind == "number":
             return self._value(rest, b) if b in _DIGITS or b == 0x2D else None
         if kind == "boolean":
             return self._value(rest, b) if b in (0x74, 0x66) else None
         return self._value(rest, b) if b == 0x6E else None  # null
+
+    @staticmethod
+    def _hex(rest: State, n: int, unit: str, b: int) -> State | None:
+        """A hex digit of a \\u escape, `n` of them still to come. A surrogate escape (D800-DFFF)
+        must be a high one followed at once by a low one: json.loads reads a lone one into a str
+        that no UTF-8 encoder takes (SQLite, where the agent stores calls, refuses it). `unit`: "" any
+        escape but a low surrogate; "lo" only a low one; "d" and "lod" the same after a first
+        digit D; "hi" a high surrogate, whose low half must come next."""
+        if b not in _HEX:
+            return None
+        if n == 4:
+            if b in b"dD":
+                unit = "lod" if unit == "lo" else "d"
+            elif unit == "lo":
+                return None
+        elif n == 3 and unit in ("d", "lod"):
+            if (b in _LOW_2ND) != (unit == "lod"):
+                return None
+            unit = "hi" if b in _HIGH_2ND else ""
+        if n > 1:
+            return rest + ((HEX, n - 1, unit),)
+        if unit == "hi":  # the low half's escape ends in the string, as any escape does
+            return rest + ((HEX, 4, "lo"), (LIT, b"\\u", 0))
+        return rest + (_STRING,)
 
     def walk(self, state: State, data: bytes) -> State | None:
         for b in data:
