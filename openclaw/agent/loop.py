@@ -48,6 +48,12 @@ async def _always_allowed() -> bool:
     return True
 
 
+# The result of a call its turn was stopped in. Without one the prompt says "not run" (see
+# agent.context), false for a command cut short or a mail a worker thread still sends.
+STOPPED_CALL = ("error: stopped: the turn was stopped before this call ended; it may have done "
+                "part of its work (none, if it still waited for the user's approval). Check "
+                "before doing it again.")
+
 TOKENS_SPENT = ("I have used today's tokens partway through this answer, so I stopped here. I can "
                 "go on after 00:00 UTC.")
 
@@ -153,7 +159,12 @@ class Agent:
                     if not await caller.still_allowed():
                         return _refused(result)
                     await sink.typing()
-                    output = await self._call_tool(call, caller)
+                    try:
+                        output = await self._call_tool(call, caller)
+                    except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
+                        await self.context.add(conversation_id, "tool", STOPPED_CALL,
+                                               tool_call_id=call.id)
+                        raise
                     await self.context.add(conversation_id, "tool", output, tool_call_id=call.id)
                 # Before the next model call (or the step-limit message). The first model call
                 # needs no look: the gateway admitted the caller just before the turn.

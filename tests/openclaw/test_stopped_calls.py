@@ -1,6 +1,7 @@
-"""A turn stopped while a tool runs leaves a stored call with no result. The next prompt still
-shows one for it, saying the call did not run: a model shown a bare call may take it as done, or
-make a result up. Real daemon and SQLite; a scripted model."""
+"""A turn stopped while a tool runs stores a result for the call that says so: it may have done
+part of its work. Without one the prompt said "not run" (a model shown a bare call may take it as
+done, or make a result up), false for a command cut short. Real daemon and SQLite; a scripted
+model."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def script(messages: list[dict]) -> str:
     return "ok"
 
 
-async def test_a_call_stopped_while_it_ran_shows_as_not_run_in_the_next_prompt(tmp_path):
+async def test_a_call_stopped_while_it_ran_shows_as_stopped_in_the_next_prompt(tmp_path):
     Slow.running = asyncio.Event()
     model = ScriptedModel(script)
     daemon, conn = await started(tmp_path, model, EXTRA)
@@ -53,7 +54,8 @@ async def test_a_call_stopped_while_it_ran_shows_as_not_run_in_the_next_prompt(t
         call_id = called["tool_calls"][0]["id"]
         after = prompt[prompt.index(called) + 1]
         assert after["role"] == "tool" and after["tool_call_id"] == call_id
-        assert "not run" in after["content"]
+        assert after["content"].startswith("error: stopped:") and "may have done" in after["content"]
+        assert "not run" not in after["content"]
         assert prompt[-1] == {"role": "user", "content": "and now?"}
     finally:
         await daemon.stop()
