@@ -513,7 +513,7 @@ class Soak:
             soon = await self.daemon.store.active_reminders(
                 due_by=self.daemon.store.now() + timedelta(seconds=10))
             busy = (gw.queue_length() or gw.outbox.backlog or unconfirmed
-                    or dc._inbox.qsize() or self.daemon.reminders._in_flight or soon)
+                    or dc._inboxes or self.daemon.reminders._in_flight or soon)
             state = (bot, busy)
             if state != last or busy:
                 last, since = state, time.monotonic()
