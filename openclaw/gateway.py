@@ -32,6 +32,7 @@ from openclaw.store import Reminder, Store, UnknownUserError
 from openclaw.store.records import (
     InboundEvent,
     InboundStatus,
+    OutboundMessage,
     OutboundStatus,
     UserStatus,
     parse_user_key,
@@ -71,7 +72,7 @@ TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signa
 # next message of its chat makes a new one, which looks its conversation up again.
 LANE_IDLE_S = 600.0
 WARNED_KEPT = 1024  # reminder ids remembered as warned about (see Gateway._warn_no_channel)
-STALE_REQUEST = "not sent: an approval request of an earlier run, void since it ended"
+STALE_REQUEST = "not sent: a request to approve whose wait had ended"
 
 
 @dataclass
@@ -635,7 +636,7 @@ class Gateway:
 
         async def answer():  # one task for /stop to cancel: fetching the files, then the turn
             taken_up = await take_up(
-                self.agent.context, self.store, self.agent.executor, principal, conversation_id,
+                self.agent.context, self.agent.executor, principal, conversation_id,
                 functools.partial(_stored_as, msg), event.received_at) if resumed else None
             if taken_up is not None and taken_up.answer is not None:
                 result.text = taken_up.answer  # the turn had ended: its answer, not a second run
@@ -855,9 +856,10 @@ class Gateway:
         return None
 
     async def _send(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
-                    event: InboundEvent | None) -> None:
+                    event: InboundEvent | None, kept: list[OutboundMessage] | None = None) -> None:
         """Chunk to the channel's limit and hand to the outbox (stored, sent in order, retried).
-        With `event`, storing the reply also marks that message processed."""
+        With `event`, storing the reply also marks that message processed. `kept`: see
+        Outbox.send."""
         connector = self.connectors.get(channel)
         if connector is None:
             log.warning("no %s connector to deliver a reply", channel)
@@ -865,7 +867,8 @@ class Gateway:
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
             return
         await self.outbox.send(channel, chat_id, chunk_text(text, connector.max_message_len),
-                               conversation_id=conversation_id, answers=event.id if event else None)
+                               conversation_id=conversation_id, answers=event.id if event else None,
+                               kept=kept)
 
     async def _attachments_note(self, connector: Connector, refs: list[str], principal: Principal) -> str:
         """Fetch the user's files into their workspace (only now: the user is admitted) and tell
@@ -909,9 +912,17 @@ class Gateway:
     def _approver(self, msg: InboundMessage):
         """Asks in this chat; the answer must come from this user (see Approvals)."""
         async def approve(principal: Principal, skill: str, summary: str) -> bool:
+            asked: list[OutboundMessage] = []
+
             async def send(text: str) -> None:
-                await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
-            return await self.approvals.ask(principal.user, skill, summary, send)
+                await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=None,
+                                 kept=asked)
+            try:
+                return await self.approvals.ask(principal.user, skill, summary, send)
+            finally:
+                # Its wait is over (answered, timed out, /stop): a piece of the request still
+                # waiting to go out (a retry, a send cut short) would name a void number.
+                await self.outbox.give_up(asked, STALE_REQUEST)
         return approve
 
     @staticmethod

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import logging
 import random
 import weakref
@@ -26,6 +25,7 @@ from connectors.base import DeliveryRefused, RetryLater
 from openclaw.metrics import Metrics
 from openclaw.store import Store
 from openclaw.store.records import OutboundMessage, OutboundStatus
+from sandbox.to_end import run_to_end
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,6 @@ class Outbox:
         self._locks: weakref.WeakValueDictionary[ChatKey, asyncio.Lock] = weakref.WeakValueDictionary()
         self._retrying: dict[ChatKey, asyncio.Task] = {}
         self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
-        # Replies still being stored whose senders were cancelled (see send): their retry waits.
-        self._saving: dict[ChatKey, set[asyncio.Future]] = {}
         self._closed = False
         self.on_chat_refused: ChatRefused | None = None
         # Retries run in the context the outbox was made in, not in that of the message whose
@@ -57,33 +55,29 @@ class Outbox:
         self._context = contextvars.copy_context()
 
     async def send(self, channel: str, chat_id: str, pieces: list[str], *, conversation_id: int | None,
-                   answers: int | None) -> None:
+                   answers: int | None, kept: list[OutboundMessage] | None = None) -> None:
         """Store the pieces (marking the inbound event they answer processed), then send them in
-        order. Returns when they are sent, or queued for retry behind an earlier failure."""
-        key = (channel, chat_id)
-        saving = asyncio.ensure_future(self.store.add_reply(
-            channel, chat_id, pieces, conversation_id=conversation_id, answers=answers))
+        order. Returns when they are sent, or queued for retry behind an earlier failure. `kept`
+        gets the stored pieces, also when this is cancelled (for `give_up`)."""
         try:
-            stored = await asyncio.shield(saving)
+            stored = await run_to_end(self.store.add_reply(
+                channel, chat_id, pieces, conversation_id=conversation_id, answers=answers),
+                None if kept is None else kept.extend)
         except asyncio.CancelledError:
-            # Cancelled (/stop, shutdown) while the pieces were being stored. The store call
-            # goes on to its end, so the reply is stored whole and the message it answers marked
-            # processed: the retry started here sends it once it is in. Without one it waited,
-            # pending, for the next start (a shutdown's close() stops the retry: there it waits).
-            self._saving.setdefault(key, set()).add(saving)
-            saving.add_done_callback(functools.partial(self._saved, key))
-            self._start_retry(key)
+            # Cancelled (/stop, shutdown) while the pieces were stored: that ran to its end
+            # first, so the reply is stored, pending, and the message it answers marked
+            # processed. A retry sends it; left waiting, it went out only at the next start.
+            self._start_retry((channel, chat_id))
             raise
+        if kept is not None:
+            kept.extend(stored)
         await self.deliver(channel, chat_id, stored)
 
-    def _saved(self, key: ChatKey, saving: asyncio.Future) -> None:
-        """A reply whose sender was cancelled is stored (or failed to be)."""
-        waiting = self._saving.get(key, set())
-        waiting.discard(saving)
-        if not waiting:
-            self._saving.pop(key, None)
-        if not saving.cancelled() and (error := saving.exception()) is not None:
-            log.error("storing a reply to %s:%s failed: %r", *key, error)
+    async def give_up(self, pieces: list[OutboundMessage], why: str) -> None:
+        """Send none of `pieces` that is not out yet: they lost their meaning (a request to approve
+        whose wait ended). One being sent right now still goes."""
+        if pieces:
+            await self.store.fail_unsent([piece.id for piece in pieces], why)
 
     async def deliver(self, channel: str, chat_id: str, stored: list[OutboundMessage]) -> None:
         """Send pieces already stored as pending (`send` stores them; a fired reminder's are
@@ -179,14 +173,10 @@ class Outbox:
             if not immediately:
                 await self._pause(key, max(_jitter(delay), after), at_least=after)
             while True:
-                if saving := self._saving.get(key):  # replies still being stored go too
-                    await asyncio.wait(set(saving))
                 async with self._lock(key):
                     self._wake[key].clear()  # a wake from now on asks for another attempt
                     pending = [o for o in await self.store.pending_outbound(*key)
                                if not await self._expired(o)]
-                    if not pending and key in self._saving:
-                        continue  # one began to be stored meanwhile: wait for it, look again
                     if not pending:
                         # Under the lock: a send waiting for it now sees no retry and sends itself.
                         self._retrying.pop(key, None)

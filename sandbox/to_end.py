@@ -23,6 +23,8 @@ async def run_to_end(work: Awaitable[T], undo: Callable[[T], object] | None = No
         while not task.done():  # asyncio.wait does not cancel what it waits on
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({task})
-        if undo is not None and not task.cancelled() and task.exception() is None:
+        # exception() also marks a failure as seen: nobody is left to take it, and asyncio would
+        # log "Task exception was never retrieved".
+        if not task.cancelled() and task.exception() is None and undo is not None:
             undo(task.result())
         raise

@@ -2,22 +2,22 @@
 stop could not wait), from what that run stored of it.
 
 Running such a turn again from the start would call its tools again (a mail sent twice), and its
-unfinished calls, left bare, read "not run" in the prompt (agent.context): true after /stop, not
-after a crash, where a call may have done its work. So the turn goes on from its stored steps, and
-each call without a result gets one that says what is known.
+running call, left bare, reads "not run" in the prompt (agent.context), false after a crash, where
+it may have done its work (a stop stores STOPPED_CALL for it). So the turn goes on from its stored
+steps, and the call that may have been running gets a result that says what is known.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from openclaw.agent.context import ContextBuilder
+from openclaw.agent.loop import STOPPED_CALL
 from sandbox.policy import Principal
 from skills import Executor
 
@@ -49,16 +49,16 @@ class TakenUp:
     answer: str | None = None
 
 
-async def take_up(context: ContextBuilder, store: Any, executor: Executor, principal: Principal,
+async def take_up(context: ContextBuilder, executor: Executor, principal: Principal,
                   conversation_id: int, is_message: Callable[[str], bool],
                   received_at: datetime) -> TakenUp | None:
     """The turn of the message received at `received_at`, as an earlier run stored it; None when
     it stored nothing (the turn starts afresh). `is_message`: whether a stored user text is that
     message as a turn stores it (with the note on its files, which are then not fetched again).
 
-    With the model's final answer stored (a crash between it and the reply), that answer. Else
-    each call of the last model step without a result gets INTERRUPTED, and an audit row, unless
-    the executor wrote one (a call a stop cut short has it; a crash leaves none)."""
+    With the model's final answer stored (a crash between it and the reply), that answer. Else the
+    one call that may have been running gets INTERRUPTED, and the audit row its end would have
+    written. (A crash in the moment between that row and the call's result leaves two rows.)"""
     _, history = await context.history(conversation_id)
     starts = [i for i, m in enumerate(history) if m.role == "user"]
     # This message's turn stored it after it came: an equal one stored before (a repeated "yes")
@@ -68,37 +68,38 @@ async def take_up(context: ContextBuilder, store: Any, executor: Executor, princ
             or not is_message(text := history[starts[-1]].content):
         return None
     steps = history[starts[-1] + 1:]
-    if not all(m.role == "tool" or (m.role == "assistant" and m.tool_calls) for m in steps[:-1]):
-        return None  # not this turn's steps: tool calls, their results, maybe the answer
+    # This turn's steps: model steps with calls (or with only malformed ones: their errors follow
+    # as tool messages) and the calls' results, maybe the final answer last.
+    for i, m in enumerate(steps[:-1]):
+        if m.role != "tool" and not (m.role == "assistant"
+                                     and (m.tool_calls or steps[i + 1].role == "tool")):
+            return None
     last = steps[-1] if steps else None
     if last is not None and last.role == "assistant" and not last.tool_calls:
         # The final answer. (Not when empty: a reply the model spoilt with a malformed call is
         # stored so too, its error right after; running the turn again is the lesser harm.)
         return TakenUp(text, last.content if last.content.strip() else None)
     at = max((i for i, m in enumerate(steps) if m.role == "assistant"), default=None)
-    if at is None:
+    if at is None or not steps[at].tool_calls:
         return TakenUp(text)
     calling = steps[at]  # the latest model step: only its calls can lack a result
-    answered = {m.tool_call_id for m in steps[at + 1:]}
-    unended = [c for c in calling.tool_calls if c.get("id") and c["id"] not in answered]
-    if not unended:
+    results = {m.tool_call_id: m.content for m in steps[at + 1:] if m.role == "tool"}
+    # Its calls ran one at a time, in order, each result stored as it ended (one a stop cut short
+    # too: STOPPED_CALL). So only the first call without a result can have begun, and not after a
+    # stopped one; the later ones stay bare, which the prompt shows as "not run" (agent.context).
+    if STOPPED_CALL in results.values():
         return TakenUp(text)
-    # Rows the executor wrote for this step's calls, less those of the calls with results.
-    audited = Counter(row.skill for row in await store.list_audit(50, principal.user)
-                      if row.at >= calling.created_at)
-    audited.subtract(c["function"]["name"] for c in calling.tool_calls if c.get("id") in answered)
-    for call in unended:
-        name = call["function"]["name"]
-        asked = principal.needs_approval(name)
-        log.warning("%s: the %s call %s of conversation %d did not end before the daemon stopped; "
-                    "the model is told it may have run", principal.user, name, call["id"],
-                    conversation_id)
-        if audited[name] > 0:
-            audited[name] -= 1
-        else:
-            await executor.record_interrupted(principal, name, _arguments(call),
-                                              INTERRUPTED_AUDIT[asked])
-        await context.add(conversation_id, "tool", INTERRUPTED[asked], tool_call_id=call["id"])
+    call = next((c for c in calling.tool_calls if c.get("id") and c["id"] not in results), None)
+    if call is None:
+        return TakenUp(text)
+    name = call["function"]["name"]
+    asked = principal.needs_approval(name)
+    log.warning("%s: the %s call %s of conversation %d did not end before the daemon stopped; "
+                "the model is told it may have run", principal.user, name, call["id"],
+                conversation_id)
+    # The executor writes a call's row as the call ends, which a crash never reaches.
+    await executor.record_interrupted(principal, name, _arguments(call), INTERRUPTED_AUDIT[asked])
+    await context.add(conversation_id, "tool", INTERRUPTED[asked], tool_call_id=call["id"])
     return TakenUp(text)
 
 

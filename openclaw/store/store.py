@@ -61,11 +61,13 @@ from openclaw.store.records import (
     parse_user_key,
     user_key,
 )
+from sandbox.to_end import run_to_end
 
 # 32 symbols without 0/O and 1/I, so a code read aloud or typed from a phone survives; 8 of them
 # give 40 bits, and `secrets` makes them unguessable.
 PAIRING_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
 PAIRING_CODE_LENGTH = 8
+CLOSE_WAIT_S = 15.0  # Store.close waits this long at most for calls still running
 
 Clock = Callable[[], datetime]
 R = TypeVar("R")
@@ -144,9 +146,11 @@ class Store:
         return cls(engine, clock=clock)
 
     async def close(self) -> None:
-        # Calls whose callers were cancelled finish first: disposed under them, their connections
-        # would be terminated mid-transaction.
-        await asyncio.gather(*self._calls, return_exceptions=True)
+        # Calls still running finish first (up to a limit: a hung server must not hang a stop):
+        # disposed under them, their connections would be terminated mid-transaction. wait, not
+        # gather, which would cancel them if this is cancelled.
+        if self._calls:
+            await asyncio.wait(self._calls, timeout=CLOSE_WAIT_S)
         await self.engine.dispose()
 
     async def __aenter__(self) -> Store:
@@ -512,6 +516,17 @@ class Store:
                 raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
             return _record(OutboundMessage, row)
 
+    async def fail_unsent(self, outbound_ids: Iterable[int], error: str) -> int:
+        """Give up those of `outbound_ids` still pending (pieces that lost their meaning before
+        they went out); how many. Sent ones stay as they are."""
+        row_cls = OutboundMessageRow
+        async with self._tx() as session:
+            result = await session.execute(
+                update(row_cls.__table__)
+                .where(row_cls.id.in_(list(outbound_ids)), row_cls.status == OutboundStatus.PENDING)
+                .values(status=OutboundStatus.FAILED, error=error, updated_at=self.now()))
+            return result.rowcount
+
     async def list_outbound(self, limit: int = 100) -> list[OutboundMessage]:
         """Oldest first, every status: what was sent, what waits for a retry, what failed."""
         query = select(OutboundMessageRow).order_by(OutboundMessageRow.id).limit(limit)
@@ -810,17 +825,18 @@ class Store:
 
 def _whole(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Runs a Store call in a task of its own, which a cancel of its caller does not reach: the
-    call commits or rolls back whole, and its caller gets the cancel at once. Cut short inside a
-    statement, SQLAlchemy treats the connection as broken: it terminates it, opens a new one, and,
-    when a second cancel comes during that (a /stop after a /new, a drain after a /stop), logs
-    "Exception closing connection" and "Task was destroyed but it is pending"; and what a stopped
-    turn writes as it ends (its mark, its tokens) is lost. Costs a task, about 25 us, per call."""
+    call commits or rolls back whole, and only then does its caller get the cancel, so what it
+    wrote is known to be there. Cut short inside a statement, SQLAlchemy treats the connection as
+    broken: it terminates it, opens a new one, and, when a second cancel comes during that (a
+    /stop after a /new, a drain after a /stop), logs "Exception closing connection" and "Task was
+    destroyed but it is pending"; and what a stopped turn writes as it ends (its mark, its
+    tokens) is lost. Costs a task, about 25 us, per call."""
     @functools.wraps(method)
     async def call(self: Store, *args: Any, **kwargs: Any) -> R:
         task = asyncio.ensure_future(method(self, *args, **kwargs))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
-        return await asyncio.shield(task)  # the exception of a call nobody awaits is not logged
+        return await run_to_end(task)
     return call
 
 

@@ -14,8 +14,8 @@ again on the same data_dir. What must hold afterwards:
 - a call waiting for approval is asked again under a new number; the old request, void with the
   run that asked it, is not sent (again) after the restart;
 - reminders, pairing codes and summaries are not lost;
-- the SQLite file passes `PRAGMA integrity_check` after every crash (and, an expected failure for
-  now, a crash while the schema is made leaves one the next start can open).
+- the SQLite file passes `PRAGMA integrity_check` after every crash, and a crash while the schema
+  is made leaves one the next start can open.
 
 The model is scripted (tests/openclaw/scripted_model.py) and behaves as a careful model would: it
 repeats a tool call only when told the call did not run, or that it may be called again. Crash
@@ -47,6 +47,7 @@ from typing import Any
 import pytest
 
 from openclaw.agent.context import SUMMARY_INSTRUCTIONS
+from openclaw.gateway import STALE_REQUEST
 from skills.base import Skill, SkillContext
 from tests.fakes.telegram_api import FakeTelegram
 from tests.openclaw.scripted_model import ScriptedModel
@@ -546,7 +547,7 @@ async def test_a_call_waiting_for_approval_is_asked_again_after_the_crash(tmp_pa
         new = re.search(r"/approve (\d+)", requests[-1])[1]
         assert new != old
         assert daemon.query("SELECT status, error FROM outbound_messages WHERE id = 1") == [
-            ("failed", "not sent: an approval request of an earlier run, void since it ended")]
+            ("failed", STALE_REQUEST)]
         fake.send(f"/approve {old}")
         await reply(fake, daemon, f"There is no request {old} waiting for you")
         assert daemon.effects() == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import glob
 import logging
 import os
@@ -410,12 +411,42 @@ async def test_a_call_whose_caller_is_cancelled_twice_still_ends_whole_on_its_co
             for write in writes:
                 write.cancel()
             await asyncio.sleep(0)
-        assert all(w.cancelled() for w in writes)
-        while store._calls:  # the begun calls end by themselves (a closing store waits for them)
-            await asyncio.sleep(0.001)
+        # Each caller gets its cancel once its call has ended: what it wrote is there then.
+        await asyncio.gather(*writes, return_exceptions=True)
+        assert all(w.cancelled() for w in writes) and not store._calls
     stored = [m.content for m in await store.list_messages(conv.id)]
     assert len(stored) == len(set(stored)) and 0 < len(stored) <= 120
     assert len(opened) <= 3  # one for each call at a time, none to replace a terminated one
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_cancelled_close_leaves_the_call_it_waits_for_to_end_and_nothing_is_logged(
+        sqlite_url: str, caplog: pytest.LogCaptureFixture):
+    """close() waits for calls still running; cancelled (a stop's own limit), it must not cancel
+    them, and a call whose caller went away fails without "Task exception was never retrieved"."""
+    store = await Store.open(sqlite_url)
+    await store.ensure_user("telegram", 1, status="allowed")
+    conv = await store.active_conversation("telegram:1", 1)
+    abandoned = asyncio.create_task(store.add_message(10**6, "user", "no such conversation"))
+    await asyncio.sleep(0)
+    abandoned.cancel()
+    await asyncio.gather(abandoned, return_exceptions=True)
+    path = sqlite_url.split(":///", 1)[1]
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write below waits for this lock
+    write = asyncio.create_task(store.add_message(conv.id, "user", "held"))
+    await asyncio.sleep(0.1)
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.1)
+    closing.cancel()
+    await asyncio.gather(closing, return_exceptions=True)
+    other.rollback()
+    other.close()
+    await write  # its caller was never cancelled: it gets its message
+    await store.engine.dispose()
+    gc.collect()
+    async with await Store.open(sqlite_url) as again:
+        assert [m.content for m in await again.list_messages(conv.id)] == ["held"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
