@@ -69,6 +69,11 @@ def _current_on(connection: Connection) -> str | None:
 
 async def migrate(engine: AsyncEngine, revision: str = "head") -> None:
     """Upgrade the database behind `engine` to `revision`; a database already there is left as is."""
+    # Looked at first, by a read: an upgrade takes SQLite's write lock (migrations/env.py), which
+    # every start and every CLI command opening the store would otherwise wait for, and fail on
+    # after the busy timeout while another process writes long (`users forget`, a backup).
+    if revision == "head" and await current_revision(engine) == head_revision():
+        return
     async with engine.begin() as conn:
         await conn.run_sync(_upgrade_on, revision)
 

@@ -266,6 +266,22 @@ async def test_migrated_schema_matches_the_orm_models(store: Store):
     assert diff == []
 
 
+async def test_a_store_at_its_schema_opens_while_another_process_holds_the_write_lock(
+        sqlite_url: str):
+    """Opening reads the schema's revision first: a migration takes SQLite's write lock, which
+    every `openclaw` command opening the store would wait for, and fail on after the busy
+    timeout while another process writes long (`users forget`, a backup)."""
+    async with await Store.open(sqlite_url):
+        pass
+    other = sqlite3.connect(sqlite_url.split(":///", 1)[1], isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        async with await Store.open(sqlite_url, busy_timeout_ms=200) as store:
+            assert await store.list_users() == []
+    finally:
+        other.close()
+
+
 async def test_sqlite_file_runs_in_wal_mode_with_foreign_keys_on(sqlite_url: str):
     async with await Store.open(sqlite_url) as store:
         assert await _pragma(store, "journal_mode") == "wal"
