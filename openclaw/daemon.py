@@ -176,6 +176,7 @@ class Daemon:
         await self.gateway.recover()
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
+            self.gateway.outbox.retry_channel_now(connector.name)
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.

@@ -33,7 +33,6 @@ from openclaw.store.records import (
     InboundEvent,
     InboundStatus,
     OutboundMessage,
-    OutboundStatus,
     UserStatus,
     parse_user_key,
 )
@@ -217,7 +216,7 @@ class Gateway:
         the turns it left are taken up again, asking anew under new numbers; an old one sent now
         would only be answered with "no request N". One Telegram took just before a crash, which
         the run never recorded, is not sent a second time either. How many pieces were voided."""
-        voided = 0
+        void: set[int] = set()
         pending = await self.store.pending_outbound()
         for at, item in enumerate(pending):
             if not APPROVAL_ASKED.search(item.text):
@@ -228,9 +227,8 @@ class Gateway:
                     and (prev.channel, prev.chat_id) == (item.channel, item.chat_id) \
                     and prev.created_at == item.created_at:
                 first -= 1
-            for piece in pending[first:at + 1]:
-                await self.store.mark_outbound(piece.id, OutboundStatus.FAILED, error=STALE_REQUEST)
-                voided += 1
+            void.update(piece.id for piece in pending[first:at + 1])
+        voided = await self.store.fail_unsent(void, STALE_REQUEST) if void else 0
         if voided:
             log.info("not sending %d piece(s) of approval requests an earlier run left pending",
                      voided)

@@ -107,6 +107,13 @@ class Outbox:
         self._start_retry((channel, chat_id), immediately=True)
         self.retry_now(channel, chat_id)  # a retry already waiting out its backoff goes now
 
+    def retry_channel_now(self, channel: str) -> None:
+        """Try the waiting replies of every chat of `channel` at once: its connector is up now (at
+        start, what an earlier run left was tried before it was, and failed into the backoff)."""
+        for (waiting_channel, chat_id) in list(self._wake):
+            if waiting_channel == channel:
+                self.retry_now(channel, chat_id)
+
     def retry_now(self, channel: str, chat_id: str) -> None:
         """Try a chat's waiting replies at once rather than after the backoff, because it is
         reachable again (a console attached). Nothing when none wait."""

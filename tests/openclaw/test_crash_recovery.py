@@ -393,6 +393,11 @@ async def test_a_message_is_answered_once_whether_or_not_its_acknowledgement_cam
     daemon.release("turn")
     await daemon.start()
     await reply(fake, daemon, "echo: hang one")
+    # Recorded as sent, too: killed between Telegram taking it and that, it would be sent again
+    # (the one duplicate a crash can make; its own test is below).
+    await until(lambda: daemon.query(
+        "SELECT status FROM outbound_messages WHERE text = 'echo: hang one'") == [("sent",)],
+        "the reply to be recorded as sent", daemon=daemon)
     daemon.hold("turn")
     fake.send("hang two")
     two = fake.kill_before_confirming = fake.updates[-1]["update_id"]

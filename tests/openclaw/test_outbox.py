@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import gc
 
 import pytest
 
 from connectors.base import DeliveryRefused, RetryLater
 from openclaw.daemon import Daemon
+from openclaw.outbox import Outbox
 from openclaw.store.records import OutboundStatus
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
@@ -203,6 +205,38 @@ async def test_a_restart_during_the_send_resends_the_reply_but_never_reruns_the_
         await until(lambda: conn2.texts("local"))
         await asyncio.sleep(0.2)
         assert conn2.texts("local") == ["answer #1"] and len(runs) == 1
+    finally:
+        await daemon.stop()
+
+
+class OffUntilStarted(FlakyConnector):
+    """Cannot send before it is started, which takes a while (a client connecting)."""
+
+    async def start(self, handler) -> None:
+        await super().start(handler)
+        await asyncio.sleep(0.3)
+        self.down = False
+
+
+async def test_replies_an_earlier_run_left_go_out_once_their_connector_is_up(tmp_path, monkeypatch):
+    """At a start, what an earlier run left pending is tried before the connectors are started,
+    fails, and waits out the backoff: once a connector is up, its chats' replies go at once."""
+    conn = FlakyConnector()
+    daemon = await start(tmp_path, conn)
+    conn.down = True
+    await conn.handler(msg("hello", user="local"))
+    await daemon.gateway.wait_idle()
+    await daemon.stop(drain_timeout=0.2)
+    assert conn.texts("local") == []
+    monkeypatch.setattr(Outbox, "__init__", functools.partialmethod(Outbox.__init__,
+                                                                    first_delay_s=60))
+    conn2 = OffUntilStarted()
+    conn2.down = True
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: "unused"), connectors=[conn2])
+    await daemon.start()
+    try:
+        await asyncio.wait_for(daemon.gateway.outbox.settled("terminal", "local"), 10)
+        assert conn2.texts("local") == ["reply to: hello"] and conn2.attempts == 2
     finally:
         await daemon.stop()
 
