@@ -61,6 +61,7 @@ DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord 
 # per such channel over the months. Longer than a turn waits between two pieces of its answer; a
 # draft forgotten all the same only means that its reply comes as a new message.
 DRAFT_IDLE_S = 3600.0
+HAND_OVER_AT_STOP_S = 10.0  # stop() waits this long at most for messages still to hand over
 # Discord's JSON error codes: an unknown channel or message; a user who closed their DMs or
 # blocked the bot, and a channel the bot lost access to.
 _UNKNOWN_CHANNEL, _UNKNOWN_MESSAGE, _CANNOT_DM, _MISSING_ACCESS = 10003, 10008, 50007, 50001
@@ -134,6 +135,11 @@ class DiscordConnector:
         if self._client is not None:
             await self._client.close()
         handing = list(self._handing.values())
+        if handing:
+            # Messages taken but not yet handed over: Discord never delivers them again, and the
+            # handler, even while the daemon stops, stores them for its next start. Cancelled,
+            # they were lost. Bounded: a handler that hangs must not hang the stop.
+            await asyncio.wait(handing, timeout=HAND_OVER_AT_STOP_S)
         for task in [*self._tasks, *handing]:
             task.cancel()
         for draft in self._drafts.values():

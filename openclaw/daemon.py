@@ -177,6 +177,7 @@ class Daemon:
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
             self.gateway.outbox.retry_channel_now(connector.name)
+        self.gateway.outbox.follow_connections()
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.

@@ -48,6 +48,7 @@ class Outbox:
         self._retrying: dict[ChatKey, asyncio.Task] = {}
         self._wake: dict[ChatKey, asyncio.Event] = {}  # ends a retry's wait before its next try
         self._closed = False
+        self._following: asyncio.Task | None = None  # see follow_connections
         self.on_chat_refused: ChatRefused | None = None
         # Retries run in the context the outbox was made in, not in that of the message whose
         # send happened to start one: a connector may keep per-message state there (Discord: the
@@ -107,6 +108,24 @@ class Outbox:
         self._start_retry((channel, chat_id), immediately=True)
         self.retry_now(channel, chat_id)  # a retry already waiting out its backoff goes now
 
+    def follow_connections(self, every_s: float = 1.0) -> None:
+        """From now until close(), when a connector comes back after an outage (its `connected`
+        turns true again), its chats' waiting replies go at once, not at the end of a backoff that
+        may have grown to max_delay_s while it was away."""
+        async def follow() -> None:
+            was: dict[str, bool] = {}
+            while True:
+                for name, connector in list(self.connectors.items()):
+                    up = bool(getattr(connector, "connected", True))
+                    if up and was.get(name) is False:
+                        self.retry_channel_now(name)
+                    was[name] = up
+                await asyncio.sleep(every_s)
+
+        if self._following is None and not self._closed:
+            self._following = asyncio.create_task(follow(), name="outbox follows connections",
+                                                  context=self._context.copy())
+
     def retry_channel_now(self, channel: str) -> None:
         """Try the waiting replies of every chat of `channel` at once: its connector is up now (at
         start, what an earlier run left was tried before it was, and failed into the backoff)."""
@@ -137,7 +156,7 @@ class Outbox:
     async def close(self) -> None:
         """Stop retrying; what is still pending stays pending for the next start."""
         self._closed = True  # a send still in flight must not start a retry after this
-        tasks = list(self._retrying.values())
+        tasks = list(self._retrying.values()) + ([self._following] if self._following else [])
         self._retrying.clear()
         for task in tasks:
             task.cancel()

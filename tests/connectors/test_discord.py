@@ -718,3 +718,27 @@ async def test_discord_slash_commands_in_two_channels_each_answered_in_their_int
         assert deleted == {"A": False, "B": False}
     finally:
         await connector.stop()
+
+
+async def test_messages_taken_but_not_yet_handed_over_are_handed_over_at_stop(fake):
+    """Discord never delivers a message again: those still queued in a channel's inbox when the
+    connector stops are handed over first (the gateway keeps them, even while it stops), not
+    dropped with the inbox."""
+    connector = DiscordConnector(fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url)
+    handed: list[str] = []
+    first = asyncio.Event()
+
+    async def handler(msg: InboundMessage) -> None:  # as slow as a busy store
+        first.set()
+        await asyncio.sleep(0.05)
+        handed.append(msg.text)
+
+    await connector.start(handler)
+    try:
+        for n in range(8):
+            fake.send_dm(ADA, f"message {n}")
+        await until(lambda: first.is_set())
+        await until(lambda: len(connector._inboxes.get(str(fake.dm_channel_id(ADA)), [])) >= 3)
+    finally:
+        await connector.stop()
+    assert handed == [f"message {n}" for n in range(8)]

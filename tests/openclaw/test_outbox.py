@@ -241,6 +241,35 @@ async def test_replies_an_earlier_run_left_go_out_once_their_connector_is_up(tmp
         await daemon.stop()
 
 
+class Reconnecting(FlakyConnector):
+    """Says whether it is connected, as the Telegram and Discord connectors do."""
+
+    @property
+    def connected(self) -> bool:
+        return not self.down
+
+
+async def test_waiting_replies_go_out_when_their_connector_comes_back(tmp_path, monkeypatch):
+    """An outage grows the backoff (to max_delay_s, a minute): once the connector is back, the
+    chat's replies go at once, not at the end of the wait."""
+    monkeypatch.setattr(Outbox, "__init__", functools.partialmethod(Outbox.__init__,
+                                                                    first_delay_s=60))
+    conn = Reconnecting()
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: "answer"), connectors=[conn])
+    await daemon.start()
+    try:
+        conn.down = True
+        await asyncio.sleep(1.5)  # the connections are looked at every second: this is seen
+        await conn.handler(msg("hello", user="local"))
+        await daemon.gateway.wait_idle()
+        assert conn.texts("local") == [] and daemon.gateway.outbox.backlog == 1
+        conn.down = False
+        await asyncio.wait_for(daemon.gateway.outbox.settled("terminal", "local"), 10)
+        assert conn.texts("local") == ["answer"]
+    finally:
+        await daemon.stop()
+
+
 async def test_concurrent_replies_to_one_chat_are_each_sent_once_and_in_order(tmp_path):
     conn = FlakyConnector()
     daemon = await start(tmp_path, conn)
