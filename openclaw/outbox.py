@@ -60,10 +60,12 @@ class Outbox:
         """Store the pieces (marking the inbound event they answer processed), then send them in
         order. Returns when they are sent, or queued for retry behind an earlier failure. `kept`
         gets the stored pieces, also when this is cancelled (for `give_up`)."""
+        storing = self.store.add_reply(channel, chat_id, pieces, conversation_id=conversation_id,
+                                       answers=answers)
         try:
-            stored = await run_to_end(self.store.add_reply(
-                channel, chat_id, pieces, conversation_id=conversation_id, answers=answers),
-                None if kept is None else kept.extend)
+            # A store call ends whole before its caller gets a cancel; run_to_end only to hand
+            # `kept` its result then (a task more, for those that ask).
+            stored = await (storing if kept is None else run_to_end(storing, kept.extend))
         except asyncio.CancelledError:
             # Cancelled (/stop, shutdown) while the pieces were stored: that ran to its end
             # first, so the reply is stored, pending, and the message it answers marked

@@ -80,6 +80,21 @@ def train_tokenizer():
     return tok
 
 
+END_TOKENS = ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")
+
+
+def tokenizer_folder(path):
+    """A trained Llama 3 style tokenizer saved in `path` as a model folder holds it (with the
+    chat template and the end-of-turn tokens); the tokenizer."""
+    tok = train_tokenizer()
+    tok.save(str(path / "tokenizer.json"))
+    ends = [tok.token_to_id(t) for t in END_TOKENS]
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": TEMPLATE}))
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": ends}))
+    return tok
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> str:
     """A random-weight Llama with the Llama-3-style tokenizer and template, as a HF folder.
@@ -91,13 +106,9 @@ def folder(tmp_path_factory) -> str:
     time."""
     import transformers as tf
 
-    tok = train_tokenizer()
     path = tmp_path_factory.mktemp("random-llama3")
-    tok.save(str(path / "tokenizer.json"))
-    ends = [tok.token_to_id(t) for t in ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")]
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": TEMPLATE}))
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": ends}))
+    tok = tokenizer_folder(path)
+    ends = [tok.token_to_id(t) for t in END_TOKENS]
     vocab = TokenVocab(Tokenizer.from_hf_folder(path), tok.get_vocab_size())
     opening = [i for i, b in enumerate(vocab.bytes) if b and b.lstrip().startswith(b"{")]
     torch.manual_seed(0)

@@ -601,15 +601,10 @@ def smollm(smollm_tokenizer) -> tuple[ToolConstraints, Vocab]:
 
 @pytest.fixture(scope="module")
 def llama_tok(tmp_path_factory) -> Tokenizer:
-    from .test_llama_tool_calls import TEMPLATE, train_tokenizer
+    from .test_llama_tool_calls import tokenizer_folder
 
-    hf = train_tokenizer()
     path = tmp_path_factory.mktemp("fuzz-llama3-tokenizer")
-    hf.save(str(path / "tokenizer.json"))
-    ends = [hf.token_to_id(t) for t in ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")]
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": TEMPLATE}))
-    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": ends}))
+    tokenizer_folder(path)
     return Tokenizer.from_hf_folder(path)
 
 
