@@ -749,6 +749,34 @@ async def test_a_backtracking_regex_is_stopped_at_the_wall_limit_and_the_daemon_
     assert ticks >= 10  # the event loop was free while the pattern ran
 
 
+async def test_the_wall_limit_counts_the_search_not_a_slow_start_of_the_child(env, monkeypatch):
+    # A loaded machine can take over a second to start the child's interpreter (CI did); that
+    # start is not the pattern's time. Here the start is made 1.5 s slow, above the 1 s limit.
+    (env.workspace / "log.txt").write_text("error 42\nok\n")
+    slow_start = "import time; time.sleep(1.5); " + file_search._CHILD_CODE
+    monkeypatch.setattr(file_search, "_CHILD_CODE", slow_start)
+    found = await env.ok(action="search", path=".", pattern=r"^error \d{2}$", regex=True)
+    assert found.splitlines()[0] == "log.txt:1: error 42"
+
+
+async def test_a_child_that_never_gets_ready_is_killed_with_a_clear_error(env, monkeypatch):
+    (env.workspace / "log.txt").write_text("error 42\n")
+    monkeypatch.setattr(file_search, "_CHILD_CODE", "import time; time.sleep(60)")
+    monkeypatch.setattr(file_search, "CHILD_START_S", 0.5)
+    spawned = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def spawn_and_keep(*args, **kwargs):
+        spawned.append(await spawn(*args, **kwargs))
+        return spawned[-1]
+
+    monkeypatch.setattr(file_search.asyncio, "create_subprocess_exec", spawn_and_keep)
+    await env.fails("the search could not start within 0.5 s", action="search", path=".", pattern="error",
+                    regex=True)
+    [proc] = spawned
+    assert proc.returncode is not None  # killed and reaped, not left sleeping
+
+
 async def test_the_regex_search_child_gets_none_of_the_daemons_environment(env, monkeypatch):
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:SECRET-TOKEN-IN-DAEMON-ENV")
     monkeypatch.setenv("OPENCLAW_STORE_PASSWORD", "SECRET-db-Pa55word")
