@@ -1,6 +1,7 @@
 """Fixtures shared by the test packages."""
 
 import asyncio
+import gc
 import os
 
 import pytest
@@ -21,3 +22,13 @@ def slirp4netns_works():
     works, what = asyncio.run(Sandbox().network())
     if not works:
         pytest.fail(f"slirp4netns is installed but cannot give a sandbox its network here: {what}")
+
+
+def pytest_collection_finish(session):
+    # Every test module is imported now, with torch and the other libraries: some hundreds of
+    # thousands of objects that live as long as the run, which each full collection walked with
+    # the event loop stopped (0.26-0.29 s, longer than some tests' timing allows on a loaded
+    # machine). Frozen, a collection walks only what was made since, as `openclaw run` has it
+    # (openclaw.daemon.freeze_start_up_heap). Collected first: frozen garbage is never freed.
+    gc.collect()
+    gc.freeze()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -290,6 +291,11 @@ class Checker:
         assert stats["num_running"] == stats["num_waiting"] == 0 and stats["kv_usage"] == 0
 
 
+def idle(stats: dict) -> bool:
+    """What AsyncLLM.stats() says once its engine has nothing left to do."""
+    return stats["num_running"] == stats["num_waiting"] == 0 and stats["kv_usage"] == 0
+
+
 def classify(seq: Sequence) -> str:
     if seq.status is Status.WAITING:
         return "preempted" if seq.num_preemptions else "waiting"
@@ -531,11 +537,15 @@ async def test_async_streams_with_aborts_match_solo_runs_and_free_every_block(fo
         tasks = [client(s, m, k) for s, (m, k) in zip(specs, modes, strict=True)]
         tasks += [killer(s, k) for s, (m, k) in zip(specs, modes, strict=True) if m == "killed"]
         results = await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
-        for _ in range(500):  # the aborts of streams that left travel through the queue
-            if not engine.has_unfinished_requests():
-                break
+        # The aborts of streams that left travel through the queue. The step thread publishes
+        # the engine's counts (llm.stats()) after each step or abort it ran: once they show
+        # nothing running, waiting or holding a block, it has done all it had to and waits for
+        # a command, and its state can be read here. One that never drains (a leaked block)
+        # runs to the deadline, and check_drained says what is left.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (engine.has_unfinished_requests()
+                                               or not idle(llm.stats())):
             await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # the step thread is idle now: its state can be read here
         checker.check_drained()
         endings: Counter = Counter()
         for spec, (mode, k), outs in zip(specs, modes, results[: len(specs)], strict=True):

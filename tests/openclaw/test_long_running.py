@@ -89,9 +89,10 @@ async def test_telegram_forgets_the_drafts_of_users_shut_out_mid_answer(tmp_path
         await block_everyone_mid_answer(daemon, "telegram", users, lambda u: fake.texts(u))
         assert all(len(fake.texts(u)) == 1 for u in users)  # the draft, and no reply after it
         # Short only now: while 30 answers streamed on a slow machine, a pause between two
-        # pieces of one could pass it, and that draft went on in a second message.
-        monkeypatch.setattr(telegram_module, "DRAFT_IDLE_S", 0.3, raising=False)
-        await asyncio.sleep(0.4)  # idle for longer than DRAFT_IDLE_S
+        # pieces of one could pass it, and that draft went on in a second message. And a
+        # second, not less: so could a pause (a full collection) in the one answer below.
+        monkeypatch.setattr(telegram_module, "DRAFT_IDLE_S", 1.0, raising=False)
+        await asyncio.sleep(1.1)  # idle for longer than DRAFT_IDLE_S
         # Someone else talks on: the connector keeps only drafts that are still of use.
         await daemon.store.set_user_status("telegram", "4999", "allowed")
         fake.send("and me?", user=4999)
@@ -121,8 +122,8 @@ gateway_url = "{fake.gateway_url}"
             fake.send_dm(u, "tell me a story")
         await block_everyone_mid_answer(daemon, "discord", users,
                                         lambda u: fake.texts(fake.dm_channel_id(u)))
-        monkeypatch.setattr(discord_module, "DRAFT_IDLE_S", 0.3, raising=False)  # see Telegram's
-        await asyncio.sleep(0.4)
+        monkeypatch.setattr(discord_module, "DRAFT_IDLE_S", 1.0, raising=False)  # see Telegram's
+        await asyncio.sleep(1.1)
         last = 1_400_000_000_000_100_999
         await daemon.store.set_user_status("discord", str(last), "allowed")
         fake.send_dm(last, "and me?")

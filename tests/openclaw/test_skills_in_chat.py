@@ -112,13 +112,19 @@ async def test_a_call_that_needs_approval_waits_for_the_users_approve(tmp_path):
 
 
 async def test_deny_and_timeout_mean_the_command_never_runs(tmp_path):
-    daemon, conn = await start(tmp_path, tool_then_echo("echo ran > ran.txt"), timeout=0.5)
+    # Denied first, under the default timeout: a short one could fire before the /deny came on
+    # a loaded machine. Then, on the same data, a short one, which is meant to fire.
+    daemon, conn = await start(tmp_path, tool_then_echo("echo ran > ran.txt"))
     try:
         await conn.handler(said("do it", CAREFUL))
         await until(lambda: any("/approve" in t for t in conn.texts(CAREFUL)))
         await conn.handler(said(f"/deny {approval_number(conn.texts(CAREFUL)[-1])}", CAREFUL))
         await daemon.gateway.wait_idle()
         assert "the user denied this shell call" in conn.texts(CAREFUL)[-1]
+    finally:
+        await daemon.stop()
+    daemon, conn = await start(tmp_path, tool_then_echo("echo ran > ran.txt"), timeout=0.5)
+    try:
         await conn.handler(said("do it again", CAREFUL))  # and nobody answers this time
         await daemon.gateway.wait_idle()
         assert "none came within 0.5 s; it did not run" in conn.texts(CAREFUL)[-1]

@@ -6,6 +6,7 @@ model."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -143,12 +144,15 @@ async def test_a_request_to_approve_stopped_while_it_is_stored_is_never_sent(tmp
     it named a number no longer waiting ("There is no request N")."""
     from openclaw.store import Store
 
-    add, storing = Store._add_outbound, asyncio.Event()
+    add, storing, stopped = Store._add_outbound, asyncio.Event(), asyncio.Event()
 
     async def slowly(self, session, channel, chat_id, pieces, *args, **kwargs):
         if any("Approval needed" in piece for piece in pieces):
             storing.set()
-            await asyncio.sleep(0.3)
+            # Held until the /stop is handled, however long that takes on a loaded machine;
+            # only a /stop that never returns lets it go on by itself, for the asserts to say so.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopped.wait(), timeout=30)
         return await add(self, session, channel, chat_id, pieces, *args, **kwargs)
 
     monkeypatch.setattr(Store, "_add_outbound", slowly)
@@ -159,7 +163,8 @@ async def test_a_request_to_approve_stopped_while_it_is_stored_is_never_sent(tmp
     try:
         await conn.handler(msg("start"))
         await until(storing.is_set)
-        await conn.handler(msg("/stop"))
+        await conn.handler(msg("/stop"))  # returns once the turn was cancelled and "Stopped." sent
+        stopped.set()
         await daemon.gateway.wait_idle()
         await daemon.gateway.outbox.wait_delivered()  # a retry, had one been started, is done
         assert [text for _, text in conn.sent] == ["Stopped."]

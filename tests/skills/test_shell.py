@@ -22,8 +22,12 @@ from sandbox.runner import isolation_available
 ROLES = """
 [skills]
 enabled = ["clock", "shell"]
-[access]
-roles = { "telegram:1" = "dev", "telegram:2" = "netdev", "telegram:3" = "careful", "telegram:4" = "tiny" }
+[access.roles]
+"telegram:1" = "dev"
+"telegram:2" = "netdev"
+"telegram:3" = "careful"
+"telegram:4" = "tiny"
+"telegram:5" = "spinner"
 [roles.dev]
 skills = ["shell"]
 cpu_seconds = 2
@@ -42,6 +46,12 @@ approval_timeout_s = 0.3
 [roles.tiny]
 skills = ["shell"]
 disk_mb = 1
+wall_seconds = 30
+# A CPU limit the wall limit cannot beat: with half a core (a loaded machine) dev's 2 s of CPU
+# could take over its 4 s of wall clock.
+[roles.spinner]
+skills = ["shell"]
+cpu_seconds = 1
 wall_seconds = 30
 """
 
@@ -139,16 +149,17 @@ async def test_a_role_granted_network_never_reaches_the_hosts_loopback(daemon_pa
     assert "stdout:\n2\n" in granted.text, granted.text  # tap0's route, and the default one
 
 
-@pytest.mark.parametrize("command, expect", [
-    (":(){ :|:& };:", "exit status"),  # fork bomb: contained by the process limit, call returns
-    ("while :; do :; done", "CPU-time limit"),  # CPU loop: killed by the CPU limit, and says so
-    ("python3 -c 'x = bytearray(1 << 30)'", "MemoryError"),
-    ("yes | head -c 1000000000", "[output cut at 4096 bytes]"),
-    ("sleep 30", "killed after 4 s"),
+@pytest.mark.parametrize("user, command, expect", [
+    ("telegram:1", ":(){ :|:& };:", "exit status"),  # fork bomb: contained by the process limit, call returns
+    # CPU loop: killed by the CPU limit, and says so (spinner: its wall limit cannot come first)
+    ("telegram:5", "while :; do :; done", "CPU-time limit of 1 s"),
+    ("telegram:1", "python3 -c 'x = bytearray(1 << 30)'", "MemoryError"),
+    ("telegram:1", "yes | head -c 1000000000", "[output cut at 4096 bytes]"),
+    ("telegram:1", "sleep 30", "killed after 4 s"),
 ])
-async def test_resource_abuse_is_stopped_and_reported(daemon_parts, command, expect):
+async def test_resource_abuse_is_stopped_and_reported(daemon_parts, user, command, expect):
     shell, store, _ = daemon_parts
-    out = await shell("telegram:1", command)
+    out = await shell(user, command)
     assert expect in out.text, out.text
     assert not out.ok or "cut" in out.text
     assert out.text.count("[output cut at") <= 1, out.text
