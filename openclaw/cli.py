@@ -258,7 +258,7 @@ async def _run_daemon(config, terminal) -> int:
     # not start without it.
     # A chat's SIGHUP is its terminal closing: it stops. The service's re-reads the config.
     daemon = Daemon(config, connectors=connectors, admin_optional=terminal is not None,
-                    hangup_reloads=terminal is None)
+                    hangup_reloads=terminal is None, freeze_heap=True)
     idle = lambda: daemon.gateway.wait_idle("terminal")  # noqa: E731
     term = None
     if terminal is None:  # headless: the console is a socket `openclaw chat` attaches to

@@ -5,6 +5,7 @@ recording connector: memory across restarts, dedupe, compaction, ordering and co
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 
@@ -115,6 +116,25 @@ async def test_two_turns_are_remembered_across_a_restart(tmp_path):
     reply = await say(daemon, conn, "what is my name?")
     assert reply == "you said 2 things: my name is Ada | what is my name?"
     await daemon.stop()
+
+
+async def test_the_service_takes_what_its_start_made_out_of_the_collectors_reach(tmp_path):
+    # `openclaw run` asks for it: a full collection would walk the model's and libraries' objects
+    # (0.2 s, every chat stalled). At the stop they are given back, to be collected at exit.
+    gc.unfreeze()  # what this test process froze before, if anything
+    before = gc.get_freeze_count()
+    conn = RecordingConnector()
+    daemon = Daemon(config(tmp_path), model=ScriptedModel(history_echo), connectors=[conn],
+                    freeze_heap=True)
+    await daemon.start()
+    try:
+        assert gc.get_freeze_count() > before
+        assert not any(o is daemon.gateway for o in gc.get_objects())  # no collection walks it
+        assert await say(daemon, conn, "still here?") == "you said 1 things: still here?"
+    finally:
+        await daemon.stop()
+        assert gc.get_freeze_count() == 0
+        gc.freeze()  # as the test process had it (tests/conftest.py)
 
 
 async def test_a_redelivered_message_is_answered_once(tmp_path):
