@@ -182,6 +182,8 @@ class Daemon:
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
+        if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
+            self.gateway.apply_edit = "restart this chat (`openclaw chat`)"
         self._register_gauges()
         for connector in self.connectors:
             self.gateway.add_connector(connector)
@@ -193,7 +195,8 @@ class Daemon:
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
             self.gateway.outbox.retry_channel_now(connector.name)
-        self.gateway.outbox.follow_connections()
+        # A reminder due while its channel was away goes as soon as it is back, as replies do.
+        self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.

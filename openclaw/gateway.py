@@ -65,6 +65,8 @@ REMIND_NOT_REPEATED = ("I restarted before answering your /remind, so I did not 
                        "/reminders, and send it again if it is not there.")
 REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
                 "dentist, /remind every weekday at 8:00 pills.")
+REMINDERS_USAGE = ("/reminders lists your reminders in this chat; /reminders cancel N cancels one, N "
+                   "as the list numbers it (e.g. /reminders cancel 2).")
 TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
 # A lane with nothing to do for this long ends (its worker too): over months, people and chats come
 # and go, and each lane kept would cost memory and a look at every /metrics, /status and stop. The
@@ -148,6 +150,10 @@ class Gateway:
         # Chats that moved to a new id while running, (channel, old id) -> new id: a turn queued
         # under the old id goes on in the lane and the conversation that moved.
         self._moved_chats: dict[tuple[str, str], str] = {}
+        # What makes a config edit take effect, as the owner is told in chat: the service re-reads
+        # the file on `openclaw reload`; a chat that runs the daemon in its terminal (the daemon
+        # says so) only when restarted.
+        self.apply_edit = "run `openclaw reload`"
         # Reminders due on a channel not running here, warned about once each; the newest
         # WARNED_KEPT, so a daemon that runs for months does not keep every one ever due.
         self._warned_no_channel: OrderedDict[int, None] = OrderedDict()
@@ -441,6 +447,8 @@ class Gateway:
         argument = (msg.text.strip().split(maxsplit=1)[1:] or [""])[0].strip()
         if command == "/reminders":
             cancel = re.fullmatch(r"cancel\s+#?(\d+)", argument, re.IGNORECASE)
+            if cancel is None and argument:  # "/reminders cancel", "... cancel abc": no list
+                return REMINDERS_USAGE
             args = {"action": "cancel", "number": int(cancel[1])} if cancel else {"action": "list"}
         else:
             request = split_request(argument)
@@ -461,7 +469,7 @@ class Gateway:
         if "reminders" not in self.agent.executor.registry.names:
             if access.is_owner(self.config, user):
                 return ("The reminders skill is not enabled: add \"reminders\" to [skills] enabled "
-                        "in the config, then run `openclaw reload`.")
+                        f"in the config, then {self.apply_edit}.")
             return "Reminders are not available to you (the owner can enable the reminders skill)."
         return (f"Your role ({role}) does not include reminders; the owner can add it to "
                 f"[roles.{role}] skills.")
@@ -726,8 +734,7 @@ class Gateway:
                 "(Commands such as /reminders still work.)")
         if access.is_owner(self.config, msg.user):  # the one who can change it
             text += (f" The cap is daily_tokens in [roles.{principal.role.name}]; raise it in the "
-                     "config, then run `openclaw reload` (or restart a chat that runs the daemon "
-                     "in its terminal).")
+                     f"config, then {self.apply_edit}.")
         await self._send(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
         return True
 

@@ -110,10 +110,11 @@ class Outbox:
         self._start_retry((channel, chat_id), immediately=True)
         self.retry_now(channel, chat_id)  # a retry already waiting out its backoff goes now
 
-    def follow_connections(self, every_s: float = 1.0) -> None:
+    def follow_connections(self, every_s: float = 1.0,
+                           on_back: Callable[[str], None] | None = None) -> None:
         """From now until close(), when a connector comes back after an outage (its `connected`
         turns true again), its chats' waiting replies go at once, not at the end of a backoff that
-        may have grown to max_delay_s while it was away."""
+        may have grown to max_delay_s while it was away; `on_back(channel)` is told too."""
         async def follow() -> None:
             was: dict[str, bool] = {}
             while True:
@@ -121,6 +122,8 @@ class Outbox:
                     up = bool(getattr(connector, "connected", True))
                     if up and was.get(name) is False:
                         self.retry_channel_now(name)
+                        if on_back is not None:
+                            on_back(name)
                     was[name] = up
                 await asyncio.sleep(every_s)
 

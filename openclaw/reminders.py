@@ -31,6 +31,9 @@ class Reminders:
     def __init__(self, store: Store, *, max_active: int = MAX_ACTIVE, poll_s: float = POLL_S) -> None:
         self.store, self.max_active, self.poll_s = store, max_active, poll_s
         self._wake = asyncio.Event()
+        # Set (and replaced) by retry_now: what a due reminder held back for want of its channel
+        # waits on, up to poll_s.
+        self._retry = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._in_flight: dict[int, asyncio.Task] = {}
 
@@ -60,6 +63,12 @@ class Reminders:
     async def cancel(self, user: str, number: int) -> Reminder | None:
         """Cancel by the number the user sees (theirs alone), not the internal id."""
         return await self.store.cancel_reminder(user, number)
+
+    def retry_now(self) -> None:
+        """A channel is back (a console attached, a service reachable again): the due reminders
+        held back meanwhile are tried at once, not at the end of their poll_s wait."""
+        self._retry.set()
+        self._retry = asyncio.Event()
 
     # ---- the loop -----------------------------------------------------------------------------
 
@@ -102,8 +111,12 @@ class Reminders:
             except Exception:
                 log.exception("delivering reminder id %d failed", reminder.id)
                 handled = False
-            if not handled:  # it stays due: hold it back until the next poll, not in a tight loop
-                await asyncio.sleep(self.poll_s)
+            if not handled:  # it stays due: held back until the next poll (or retry_now), not
+                # tried in a tight loop
+                retry = self._retry
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.poll_s):
+                        await retry.wait()
         finally:  # also when the gateway dropped it (draining) and cancelled what we waited on
             self._in_flight.pop(reminder.id, None)
             self._wake.set()

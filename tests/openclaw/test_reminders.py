@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from connectors.console_socket import ConsoleSocketConnector, attach
+from openclaw import gateway as gateway_module
 from openclaw.daemon import Daemon
 from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
@@ -267,13 +268,16 @@ async def test_a_headless_daemons_reminder_waits_for_a_console_to_attach(tmp_pat
     console = ConsoleSocketConnector(sock, lambda: daemon.gateway.wait_idle("terminal"))
     daemon.connectors.append(console)
     await daemon.start()
-    daemon.reminders.poll_s = 0.05  # a held reminder is tried again this often
+    # A held reminder is tried again after a minute (POLL_S), or as soon as a console attaches:
+    # the attach below must not wait for the poll.
+    assert daemon.reminders.poll_s == 60
     try:
         with pytest.raises(ConnectionError):  # a reply nobody would see is not "sent"
             await console.send_text("local", "anyone?")
-        await daemon.reminders.add("terminal:local", "local", "call the dentist",
-                                   datetime.now(UTC), repeat=None, timezone="UTC")
-        await asyncio.sleep(0.3)  # several polls with nobody attached
+        added = await daemon.reminders.add("terminal:local", "local", "call the dentist",
+                                           datetime.now(UTC), repeat=None, timezone="UTC")
+        await until(lambda: added.id in daemon.reminders._in_flight)  # tried, and held back
+        await asyncio.sleep(0.3)
         [waiting] = await daemon.store.active_reminders()
         assert waiting.fired_count == 0 and await daemon.store.list_outbound() == []
 
@@ -311,6 +315,8 @@ async def test_remind_and_reminders_commands_work_without_the_model(tmp_path):
         assert await command("/reminders cancel 1") == "Cancelled reminder #1: water the plants"
         assert await command("/reminders cancel #1") == \
             "you have no active reminder #1; /reminders shows them"
+        for unclear in ("/reminders cancel", "/reminders cancel abc", "/reminders delete 1"):
+            assert await command(unclear) == gateway_module.REMINDERS_USAGE  # not the list
         assert model.prompts == []  # all of it without the model
         adds = [a for a in await daemon.store.list_audit() if a.arguments.get("action") == "add"]
         # Audited like a model's calls: the refused one (newest first) with why.
@@ -349,6 +355,17 @@ async def test_remind_tells_the_owner_how_to_enable_the_skill_and_others_to_ask(
             "then run `openclaw reload`.")
         assert await say(daemon, conn, "/reminders", user="bob") == (
             "Reminders are not available to you (the owner can enable the reminders skill).")
+    finally:
+        await daemon.stop()
+    # A chat that runs the daemon in its terminal: `openclaw reload` would refuse it.
+    conn = RecordingConnector()
+    daemon = Daemon(config(tmp_path), model=remembering_model(), connectors=[conn],
+                    hangup_reloads=False)
+    await daemon.start()
+    try:
+        assert await say(daemon, conn, "/remind in 5 minutes tea") == (
+            'The reminders skill is not enabled: add "reminders" to [skills] enabled in the config, '
+            "then restart this chat (`openclaw chat`).")
     finally:
         await daemon.stop()
 
