@@ -16,7 +16,14 @@ from pathlib import Path
 from connectors.base import ConnectorStartError
 from openclaw import __version__, doctor, reload
 from openclaw.channels import configured_connectors
-from openclaw.config import ConfigError, data_dir_of, default_config_path, load_config, write_starter_config
+from openclaw.config import (
+    ConfigError,
+    backup_path,
+    data_dir_of,
+    default_config_path,
+    load_config,
+    write_starter_config,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     p = service.add_parser("install", help="write a systemd unit and say how to enable it")
     p.add_argument("--system", action="store_true", help="a system unit (default: a user unit)")
     p.add_argument("--user", dest="run_as", default=None, help="system unit: the user to run as")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help="replace a unit file already there")
     p.set_defaults(func=cmd_service_install)
     return parser
 
@@ -153,7 +160,10 @@ class _Subparsers:
 # ---- commands ------------------------------------------------------------------------------
 
 def cmd_init(args: argparse.Namespace) -> int:
+    existed = args.force and Path(args.config or default_config_path()).expanduser().exists()
     path = write_starter_config(args.config, force=args.force)
+    if existed:
+        print(f"the file it replaced is kept as {backup_path(path)}")
     print(f"wrote {path}\nedit it, then check it with: openclaw --config {path} doctor")
     return 0
 

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
@@ -864,8 +865,10 @@ def _read_toml(path: str | Path | None) -> tuple[Path, dict[str, Any] | None]:
     try:
         raw = file.read_bytes()
     except FileNotFoundError:
-        if explicit:
-            raise ConfigError(file, ["file not found; create one with `openclaw init`"]) from None
+        if explicit:  # `openclaw init` alone writes the default path, not this one
+            init = "openclaw init" + ("" if file == default_config_path() else
+                                      f" --config {shlex.quote(str(file))}")
+            raise ConfigError(file, [f"file not found; create one with `{init}`"]) from None
         return file, None
     except OSError as exc:
         raise ConfigError(file, [f"cannot read the file: {exc.strerror or exc}"]) from None
@@ -1247,7 +1250,8 @@ def starter_config() -> str:
 def write_starter_config(path: str | Path | None = None, force: bool = False) -> Path:
     """Write `starter_config()` to `path` (default: the default config path), mode 0600.
 
-    Refuses to replace an existing file unless `force`: it may hold the admin's tokens.
+    Refuses to replace an existing file unless `force`: it may hold the admin's tokens. Replaced,
+    the old file is kept beside it as `<name>.bak` (0600: it may hold them).
     """
     file = Path(path).expanduser() if path is not None else default_config_path()
     file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -1265,8 +1269,20 @@ def write_starter_config(path: str | Path | None = None, force: bool = False) ->
     tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     _write_all(fd, data)
+    try:  # an edited config is hours of work: --force keeps one copy of it
+        old = file.read_bytes()
+    except FileNotFoundError:
+        pass
+    else:
+        fd = os.open(backup_path(file), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        _write_all(fd, old)
     os.replace(tmp, file)
     return file
+
+
+def backup_path(config: Path) -> Path:
+    """Where `openclaw init --force` keeps the config it replaced."""
+    return config.with_name(config.name + ".bak")
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -30,7 +30,7 @@ def add_commands(sub, common_sub) -> None:
     p.set_defaults(func=cmd_list)
     p = actions.add_parser("cancel", help="cancel USER's reminder NUMBER, or every one in --chat")
     p.add_argument("user", nargs="?", help='"channel:id", e.g. "telegram:1001"')
-    p.add_argument("number", nargs="?", type=int, help="the number its user sees (#3: 3)")
+    p.add_argument("number", nargs="?", type=_number, help="the number its user sees: 3 or #3")
     p.add_argument("--chat", help='every active reminder delivered to this chat ("channel:chat id")')
     p.set_defaults(func=cmd_cancel)
 
@@ -39,6 +39,14 @@ def _add_filters(parser: argparse.ArgumentParser, default) -> None:
     parser.add_argument("--user", default=default, help='only this user\'s, e.g. "telegram:1001"')
     parser.add_argument("--chat", default=default,
                         help='only those delivered to this chat, e.g. "telegram:-1001234567890"')
+
+
+def _number(value: str) -> int:
+    """A reminder's number as its user sees it ("#3") or as a number alone."""
+    try:
+        return int(value.removeprefix("#"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a reminder's number (3, or #3)") from None
 
 
 def _chat(value: str) -> tuple[str, str]:

@@ -10,10 +10,11 @@ import json
 import sys
 
 from openclaw import access
-from openclaw.config import Config, default_config_path, load_config
+from openclaw.config import CHANNELS, Config, default_config_path, load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store.records import UserStatus, parse_user_key
 from skills import SkillRegistry
+from skills.executor import ApprovalUnavailable
 from skills.registry import installed_names
 
 
@@ -27,7 +28,8 @@ def add_commands(sub, common_sub) -> None:
     p.add_argument("--as", dest="user", required=True, help='the user, e.g. "telegram:1001"')
     p.add_argument("--args", dest="arguments", default="{}", help="the arguments as a JSON object")
     p.add_argument("--chat", default="", help="the chat the call is made from (where a reminder is "
-                                              "delivered), e.g. the Telegram chat id")
+                                              'delivered): "telegram:-1001234567890" as `openclaw '
+                                              "reminders` writes it, or the chat id alone")
     p.add_argument("--yes", action="store_true",
                    help="approve the call if the user's role needs approval (else asked on a terminal, "
                         "refused when not interactive)")
@@ -55,6 +57,7 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     config = load_config(args.config, tokens=False)
     try:
         user = access.check_user(args.user)
+        chat_id = _chat_id(user, args.chat)
         arguments = json.loads(args.arguments)
     except json.JSONDecodeError as exc:
         print(f"openclaw skills run: --args is not JSON: {exc}", file=sys.stderr)
@@ -63,7 +66,7 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         print(f"openclaw skills run: {exc}", file=sys.stderr)
         return 2
     registry = configured_skills(config)
-    refusal = _cannot_run(config, registry, args.name, arguments, args.chat)
+    refusal = _cannot_run(config, registry, args.name, arguments, chat_id)
     if refusal:
         print(f"openclaw skills run: {refusal}", file=sys.stderr)
         return 2
@@ -76,7 +79,8 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
         if not sys.stdin.isatty():
             print(f"{skill} needs approval for {user}; not interactive, so refused (use --yes)",
                   file=sys.stderr)
-            return False
+            raise ApprovalUnavailable("`openclaw skills run` has no terminal to ask on; --yes "
+                                      "approves")
         answer = await asyncio.to_thread(input, f"Approval needed ({skill}): {summary}\nAllow? [y/N] ")
         return answer.strip().lower() in ("y", "yes")
 
@@ -98,7 +102,7 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
             # A reminder added here is delivered by the running daemon, which polls every minute.
             executor = executor_for(config, registry, store.add_audit, Reminders(store))
             return principal, await executor.call(args.name, arguments, principal,
-                                                  chat_id=args.chat, approver=approve)
+                                                  chat_id=chat_id, approver=approve)
         finally:
             await store.close()
 
@@ -110,6 +114,21 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
                       "decision": outcome.decision, "ok": outcome.ok, "output": outcome.text},
                      ensure_ascii=False, indent=2))
     return 0 if outcome.ok else 1
+
+
+def _chat_id(user: str, chat: str) -> str:
+    """The chat id in `chat`, written as the reminders commands write a chat ("telegram:-100123")
+    or as the id alone. Filed under "telegram:telegram:-100123", a reminder would never arrive."""
+    channel, sep, chat_id = chat.partition(":")
+    if not sep or channel not in CHANNELS:
+        return chat
+    user_channel = parse_user_key(user)[0]
+    if channel != user_channel:
+        raise ValueError(f"--chat {chat} is a {channel} chat, and {user} is on {user_channel}: a "
+                         f"call is made from one of its user's own chats")
+    if not chat_id:
+        raise ValueError(f'--chat {chat} names no chat: write "{channel}:CHAT_ID", or the id alone')
+    return chat_id
 
 
 def _cannot_run(config: Config, registry: SkillRegistry, name: str, arguments: object,

@@ -40,8 +40,13 @@ class Outcome:
     decision: str  # allowed | denied | invalid | rejected | timeout | unknown (| interrupted: audit)
 
 
+class ApprovalUnavailable(Exception):
+    """An approver's answer when nobody can be asked (the message says why): the call is refused
+    as a denied one is, but nobody is said to have denied it."""
+
+
 async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
-    return False
+    raise ApprovalUnavailable("nobody can be asked from here")
 
 
 class Executor:
@@ -132,6 +137,9 @@ class Executor:
         except TimeoutError:
             return Outcome(f"error: {name} needs the user's approval, and none came within "
                            f"{timeout:g} s; it did not run", False, "timeout")
+        except ApprovalUnavailable as exc:
+            return Outcome(f"error: {name} needs the user's approval, which cannot be asked for: "
+                           f"{exc}; it did not run", False, "rejected")
         if not approved:
             return Outcome(f"error: the user denied this {name} call; it did not run", False, "rejected")
         return None

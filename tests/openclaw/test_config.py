@@ -86,9 +86,11 @@ def test_file_at_default_path_is_read(home: Path):
     assert config.source == default_config_path()
 
 
-def test_missing_file_at_explicit_path_is_an_error(tmp_path: Path):
-    path = tmp_path / "nope.toml"
-    assert "file not found" in only_problem(path)
+def test_missing_file_at_explicit_path_is_an_error_that_says_how_to_make_that_file(home: Path):
+    path = home / "my configs" / "nope.toml"
+    # `openclaw init` alone would write the default path, not this one.
+    assert only_problem(path) == f"file not found; create one with `openclaw init --config '{path}'`"
+    assert only_problem(default_config_path()) == "file not found; create one with `openclaw init`"
 
 
 def test_engine_kwargs_are_accepted_by_the_engine():
@@ -592,7 +594,10 @@ def test_write_starter_config_creates_a_private_file_and_refuses_to_overwrite(tm
     write_starter_config(path, force=True)
     assert path.read_text() == starter_config()
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert sorted(p.name for p in path.parent.iterdir()) == ["openclaw.toml"]  # no temp file left
+    # The edited file is kept, as privately as a config is; no temp file left.
+    assert sorted(p.name for p in path.parent.iterdir()) == ["openclaw.toml", "openclaw.toml.bak"]
+    assert (path.parent / "openclaw.toml.bak").read_text() == "# my edits\n"
+    assert stat.S_IMODE(os.stat(path.parent / "openclaw.toml.bak").st_mode) == 0o600
 
 
 def test_write_starter_config_defaults_to_the_default_path():

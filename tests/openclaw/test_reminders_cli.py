@@ -72,3 +72,17 @@ def test_a_groups_forum_topics_are_part_of_the_group_for_list_and_cancel(tmp_pat
     assert reminders_cli.cmd_cancel(group) == 0
     assert "cancelled 2 reminder(s) delivered to telegram:-100555" in capsys.readouterr().out
     assert book.active() == ["another group", "private"]
+
+
+def test_cancel_takes_the_number_as_its_user_sees_it(tmp_path, capsys):
+    from openclaw.cli import main
+
+    book = Book(tmp_path, [("telegram:1", "1", "tea"), ("telegram:1", "1", "cake")])
+    assert main(["--config", str(book.config), "reminders", "cancel", "telegram:1", "#1"]) == 0
+    assert "cancelled telegram:1's reminder #1: tea" in capsys.readouterr().out
+    assert book.active() == ["cake"]
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error, naming what it got
+        main(["--config", str(book.config), "reminders", "cancel", "telegram:1", "#two"])
+    assert exited.value.code == 2
+    assert "'#two' is not a reminder's number (3, or #3)" in capsys.readouterr().err
+    assert book.active() == ["cake"]

@@ -95,7 +95,11 @@ def test_skills_run_as_a_user_goes_through_policy_sandbox_and_audit(tmp_path):
     refused = run([*args, "skills", "run", "shell", "--as", "telegram:6", "--args", '{"command": "id"}'],
                   tmp_path)
     assert refused.returncode == 1 and "use --yes" in refused.stderr
-    assert json.loads(refused.stdout)["decision"] == "rejected"
+    refusal = json.loads(refused.stdout)
+    assert refusal["decision"] == "rejected"
+    assert refusal["output"] == ("error: shell needs the user's approval, which cannot be asked for: "
+                                 "`openclaw skills run` has no terminal to ask on; --yes approves; "
+                                 "it did not run")  # nobody denied it
 
     failed = run([*args, "skills", "run", "shell", "--as", "telegram:5", "--args", '{"command": "exit 3"}'],
                  tmp_path)
@@ -193,9 +197,19 @@ def test_skills_run_says_in_one_line_when_a_skill_is_not_enabled_or_a_reminder_h
     assert audit(tmp_path) == [("telegram:1", "unknown", None)]  # only "shel" reached the executor
     there = run([*remind, "--chat", "1"], tmp_path)
     assert there.returncode == 0 and "Reminder #1 set" in json.loads(there.stdout)["output"], there.stderr
+    # The chat as `openclaw reminders` writes it is the same chat, not one named "telegram:1".
+    written = run([*remind, "--chat", "telegram:1"], tmp_path)
+    assert "Reminder #2 set" in json.loads(written.stdout)["output"], written.stderr
+    both = run([*args, "reminders", "list", "--chat", "telegram:1"], tmp_path)
+    assert [line.split()[1] for line in both.stdout.splitlines()] == ["#1", "#2"], both.stdout
+    for chat, why in [("discord:1", "--chat discord:1 is a discord chat, and telegram:1 is on telegram"),
+                      ("telegram:", "--chat telegram: names no chat")]:
+        refused = run([*remind, "--chat", chat], tmp_path)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr.startswith(f"openclaw skills run: {why}"), refused.stderr
     listed = run([*args, "skills", "run", "reminders", "--as", "telegram:1", "--args",
                   '{"action": "list"}'], tmp_path)  # needs no chat: it counts those set elsewhere
-    assert listed.returncode == 0 and "1 more in other chats" in json.loads(listed.stdout)["output"]
+    assert listed.returncode == 0 and "2 more in other chats" in json.loads(listed.stdout)["output"]
 
 
 def test_a_bad_slirp4netns_path_refuses_a_network_roles_command_and_names_the_path(tmp_path):
