@@ -32,3 +32,9 @@ def pytest_collection_finish(session):
     # (openclaw.daemon.freeze_start_up_heap). Collected first: frozen garbage is never freed.
     gc.collect()
     gc.freeze()
+
+
+def pytest_unconfigure(config):
+    # Given back for the exit's collections: left frozen, Triton's bindings count their objects
+    # as leaked and print a page of warnings (see Daemon.stop).
+    gc.unfreeze()
