@@ -1265,18 +1265,27 @@ def write_starter_config(path: str | Path | None = None, force: bool = False) ->
             ) from None
         _write_all(fd, data)
         return file
-    # Replace atomically, so an interrupted --force never leaves a half-written config.
-    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    _write_all(fd, data)
-    try:  # an edited config is hours of work: --force keeps one copy of it
+    # An edited config is hours of work: --force keeps a copy, first (a copy it cannot make stops
+    # it). Not of a starter config: a second --force would put it in place of the edited one.
+    try:
         old = file.read_bytes()
     except FileNotFoundError:
-        pass
-    else:
+        old = data
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read {file} to keep a copy of it ({exc.strerror}); "
+                      "move it away first") from None
+    if old != data:
         fd = os.open(backup_path(file), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         _write_all(fd, old)
-    os.replace(tmp, file)
+    # Replace atomically, so an interrupted --force never leaves a half-written config.
+    tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        _write_all(fd, data)
+        os.replace(tmp, file)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return file
 
 

@@ -27,9 +27,11 @@ MAX_LINE_CHARS = 200  # of a matching line, in search results
 PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 # The child's start (an interpreter and this package's imports: 0.1 s idle, over 1 s on a loaded
 # machine) is not the pattern's time, so the wall limit counts from the line the child writes once
-# it is ready; the start has its own bound, far above any start but still finite.
+# it is ready; the start has its own bound, far above any start, and well inside the executor's
+# limit on the whole call (agent.tool_timeout_s, 60 s by default), which would abandon the call
+# saying that what it started may still run.
 READY_LINE = "ready\n"
-CHILD_START_S = 60
+CHILD_START_S = 15
 # All the search child is given of the daemon's environment, whose other variables hold bot tokens
 # and store passwords. It runs no programs and, started with -I, reads no PYTHON* variable; the
 # locale keeps its file names decoded as the daemon's are, and LD_LIBRARY_PATH is for a Python that
@@ -145,12 +147,16 @@ async def search_in_child(fd: int, glob: str | None, pattern: str, max_results: 
                "max_file_bytes": max_file_bytes, "uid": uid}
         proc.stdin.write(json.dumps(job).encode())
         proc.stdin.close()
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a /stop that comes as
+        # the child answers.
         try:
-            ready = await asyncio.wait_for(proc.stdout.readline(), CHILD_START_S)
+            async with asyncio.timeout(CHILD_START_S):
+                ready = await proc.stdout.readline()
         except TimeoutError:
             raise SkillError(f"the search could not start within {CHILD_START_S:g} s") from None
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), wall)
+            async with asyncio.timeout(wall):
+                out, err = await proc.communicate()
         except TimeoutError:
             raise SkillError(f"the regular expression search did not finish within {wall:g} s (the "
                              "pattern may backtrack heavily); simplify it, or search plain "

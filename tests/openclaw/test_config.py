@@ -598,6 +598,8 @@ def test_write_starter_config_creates_a_private_file_and_refuses_to_overwrite(tm
     assert sorted(p.name for p in path.parent.iterdir()) == ["openclaw.toml", "openclaw.toml.bak"]
     assert (path.parent / "openclaw.toml.bak").read_text() == "# my edits\n"
     assert stat.S_IMODE(os.stat(path.parent / "openclaw.toml.bak").st_mode) == 0o600
+    write_starter_config(path, force=True)  # again: the starter is no copy worth keeping
+    assert (path.parent / "openclaw.toml.bak").read_text() == "# my edits\n"
 
 
 def test_write_starter_config_defaults_to_the_default_path():

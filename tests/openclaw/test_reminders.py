@@ -365,7 +365,7 @@ async def test_remind_tells_the_owner_how_to_enable_the_skill_and_others_to_ask(
     try:
         assert await say(daemon, conn, "/remind in 5 minutes tea") == (
             'The reminders skill is not enabled: add "reminders" to [skills] enabled in the config, '
-            "then restart this chat (`openclaw chat`).")
+            "then restart `openclaw chat`, which runs the daemon in its terminal.")
     finally:
         await daemon.stop()
 
