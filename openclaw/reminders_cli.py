@@ -70,7 +70,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openclaw reminders list: {exc}", file=sys.stderr)
         return 2
-    reminders = [r for r in with_store(args, lambda store: store.active_reminders(user))
+    reminders = [r for r in with_store(args, lambda store: store.active_reminders(user), none_yet=[])
                  if chat is None or _in_chat(r.channel, r.chat_id, chat)]
     if not reminders:
         print("no active reminders")
@@ -95,7 +95,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         if args.chat and args.user is None:
             chat = _chat(args.chat)
-            cancelled = with_store(args, lambda store: _cancel_chat(store, chat))
+            cancelled = with_store(args, lambda store: _cancel_chat(store, chat), none_yet=[])
             print(f"cancelled {len(cancelled)} reminder(s) delivered to {chat[0]}:{chat[1]}")
             return 0
         if args.chat or args.user is None or args.number is None:
@@ -106,7 +106,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 2
     # Numbers count from 1; one past SQLite's 64-bit integers made the store raise OverflowError
     # (a traceback): no reminder has it.
-    done = (with_store(args, lambda store: store.cancel_reminder(user, args.number))
+    done = (with_store(args, lambda store: store.cancel_reminder(user, args.number), none_yet=None)
             if 0 < args.number <= MAX_NUMBER else None)
     if done is None:
         print(f"openclaw reminders cancel: {user} has no active reminder #{args.number} "

@@ -57,11 +57,19 @@ def add_commands(sub, common_sub) -> None:
     p.set_defaults(func=cmd_users_forget)
 
 
-def with_store(args: argparse.Namespace, work):
-    """Run `work(store)` against the config's database, from a command-line command."""
+_OPEN = object()  # with_store's default: open (and create) the database whatever
+
+
+def with_store(args: argparse.Namespace, work, *, none_yet=_OPEN):
+    """Run `work(store)` against the config's database, from a command-line command. `none_yet`:
+    the answer, when the database is a file not made yet, of a command that only looks (or finds
+    nothing to change): a look at a fresh install creates no data folder and no database, which
+    would be the command's user's, not the service's."""
     from openclaw.store import Store
 
     config = load_config(args.config, tokens=False)
+    if none_yet is not _OPEN and _not_made_yet(config.store.url):
+        return none_yet
 
     async def run():
         store = await Store.open(config.store.url)
@@ -73,8 +81,15 @@ def with_store(args: argparse.Namespace, work):
     return asyncio.run(run())
 
 
+def _not_made_yet(url: str) -> bool:
+    from openclaw.store.engine import _sqlite_file, normalize_url
+
+    path = _sqlite_file(normalize_url(url))
+    return path is not None and not path.exists()
+
+
 def cmd_pairing_list(args: argparse.Namespace) -> int:
-    codes = with_store(args, lambda store: store.list_pairing_codes())
+    codes = with_store(args, lambda store: store.list_pairing_codes(), none_yet=[])
     if not codes:
         print("no pending pairing codes")
     for c in codes:
@@ -87,7 +102,7 @@ def cmd_pairing_answer(args: argparse.Namespace) -> int:
     code = args.code.strip().upper()
     approve = args.status is UserStatus.ALLOWED
     user = with_store(args, lambda store: (store.approve_pairing if approve else
-                                            store.deny_pairing)(code))
+                                            store.deny_pairing)(code), none_yet=None)
     if user is None:
         print(f"no pending pairing code {args.code!r} (expired, used, or mistyped)", file=sys.stderr)
         return 1
@@ -100,7 +115,7 @@ def cmd_pairing_answer(args: argparse.Namespace) -> int:
 def cmd_users_list(args: argparse.Namespace) -> int:
     """The store's users and those only the config names (the console too), one line each."""
     config = load_config(args.config, tokens=False)
-    stored = {u.key: u for u in with_store(args, lambda store: store.list_users())}
+    stored = {u.key: u for u in with_store(args, lambda store: store.list_users(), none_yet=[])}
     for key in sorted(stored.keys() | access.named_users(config)):
         u = stored.get(key)
         # The console's name in the store is "console", which its status already says.

@@ -639,3 +639,32 @@ def test_doctor_fails_a_config_others_can_read_that_holds_a_secret(tmp_path, cap
     config.chmod(0o600)
     cmd_doctor(argparse.Namespace(config=config, skip_model=True))
     assert "other users can read it" not in capsys.readouterr().out
+
+
+def test_looking_at_a_fresh_install_creates_no_data_folder_and_no_database(tmp_path, capsys):
+    from openclaw.cli import main
+
+    data = tmp_path / "data"
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{data}"\n[access]\nallow = ["telegram:5"]\n')
+    cfg = ["--config", str(config)]
+    assert main([*cfg, "pairing", "list"]) == 0
+    assert capsys.readouterr().out == "no pending pairing codes\n"
+    assert main([*cfg, "users"]) == 0  # the config's users still listed
+    assert capsys.readouterr().out.split()[:2] == ["telegram:5", "allowed"]
+    assert main([*cfg, "reminders"]) == 0
+    assert capsys.readouterr().out == "no active reminders\n"
+    assert main([*cfg, "pairing", "approve", "ABCD2345"]) == 1
+    assert "no pending pairing code" in capsys.readouterr().err
+    assert main([*cfg, "reminders", "cancel", "telegram:5", "1"]) == 1
+    assert "telegram:5 has no active reminder #1" in capsys.readouterr().err
+    assert not data.exists()  # a root's look would have made the service's folder root's
+
+    async def request_code():  # the daemon made it since
+        async with await Store.open(f"sqlite+aiosqlite:///{data}/openclaw.db") as store:
+            await store.ensure_user("telegram", "1001", "Ada")
+            return await store.create_pairing_code("telegram:1001")
+
+    code = asyncio.run(request_code())
+    assert main([*cfg, "pairing", "list"]) == 0
+    assert code in capsys.readouterr().out
