@@ -20,7 +20,7 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.gateway import Gateway
-from openclaw.metrics import Metrics
+from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
@@ -136,6 +136,7 @@ class Daemon:
         self.reminders: Reminders | None = None
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
+        self._loop_lag: asyncio.Task | None = None
         self._reload_task: asyncio.Task | None = None  # held: the loop keeps only weak references
         self._reload_pending = False  # SIGHUP came during start-up
         self._phase = "starting"  # then "running", "stopping"
@@ -209,6 +210,7 @@ class Daemon:
         self._phase = "running"
         systemd.ready()
         self._watchdog = systemd.start_watchdog()
+        self._loop_lag = asyncio.create_task(follow_loop_lag(self.metrics), name="event loop lag")
         log.info("openclaw is running with %s", ", ".join(c.name for c in self.connectors) or
                  "no connectors")
 
@@ -368,6 +370,8 @@ class Daemon:
             await self.gateway.outbox.close()
         if self._watchdog:
             self._watchdog.cancel()
+        if self._loop_lag:
+            self._loop_lag.cancel()
         if self.admin:
             await self.admin.stop()
         if self.model is not None and self._owns_model:

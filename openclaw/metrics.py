@@ -9,6 +9,7 @@ name it is a summary of count and sum.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 from collections.abc import Callable, Sequence
@@ -18,6 +19,12 @@ Labels = tuple[tuple[str, str], ...]
 
 # Seconds, for what a user waits on: a first token (tens of ms on a GPU), a tool, a whole turn.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+# Seconds the event loop was late, for /metrics: a millisecond is normal, a tenth of a second is
+# a stall every chat felt.
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+LOOP_LAG_EVERY_S = 0.5
+LOOP_LAG = "openclaw_event_loop_lag_seconds"
 
 
 @dataclass
@@ -106,3 +113,17 @@ def _labels(labels: Labels) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+async def follow_loop_lag(metrics: Metrics, every_s: float | None = None) -> None:
+    """Until cancelled, how late the event loop wakes a sleep of `every_s` (LOOP_LAG_EVERY_S),
+    into the histogram LOOP_LAG: how long every chat waited on whatever held the loop (a full
+    garbage collection, a slow callback, blocking work that belongs in a thread)."""
+    every_s = LOOP_LAG_EVERY_S if every_s is None else every_s
+    metrics.histogram(LOOP_LAG, LOOP_LAG_BUCKETS, "how late the event loop woke a sleep: "
+                      "every chat waited that long")
+    loop = asyncio.get_running_loop()
+    while True:
+        began = loop.time()
+        await asyncio.sleep(every_s)
+        metrics.observe(LOOP_LAG, max(loop.time() - began - every_s, 0.0))

@@ -576,7 +576,8 @@ async def test_admin_port_serves_health_and_metrics_after_a_turn(tmp_path):
                    # A name the model made up is no label of its own: the set stays bounded.
                    'openclaw_tool_calls_total{decision="unknown",skill="(unknown)"} 1',
                    "openclaw_tool_seconds_count 1", "openclaw_prefix_cache_hit_ratio",
-                   "openclaw_queue_length 0", "openclaw_kv_cache_usage", "openclaw_tokens_per_second"):
+                   "openclaw_queue_length 0", "openclaw_kv_cache_usage", "openclaw_tokens_per_second",
+                   'openclaw_event_loop_lag_seconds_bucket{le="0.001"}'):
         assert series in metrics, series
     await daemon.stop()
 

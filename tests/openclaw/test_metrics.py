@@ -3,11 +3,13 @@ histograms' buckets cumulative and inclusive of their bounds, a gauge that fails
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from openclaw.metrics import Metrics
+from openclaw.metrics import LOOP_LAG, Metrics, follow_loop_lag
 
 
 def parsed(metrics: Metrics) -> dict[str, object]:
@@ -50,3 +52,21 @@ def test_registering_a_histogram_again_keeps_what_it_holds() -> None:
     [count] = [s.value for s in parsed(m)["openclaw_tool_seconds"].samples
                if s.name == "openclaw_tool_seconds_count"]
     assert count == 1
+
+
+async def test_the_event_loop_lag_histogram_shows_a_stall_every_chat_felt() -> None:
+    m = Metrics()
+    following = asyncio.create_task(follow_loop_lag(m, every_s=0.02))
+    try:
+        while LOOP_LAG not in m.histograms or sum(m.histograms[LOOP_LAG].counts) < 3:
+            await asyncio.sleep(0.01)
+        time.sleep(0.3)  # what a full collection of a big heap, or a blocking call, does
+        seen = sum(m.histograms[LOOP_LAG].counts)
+        while sum(m.histograms[LOOP_LAG].counts) < seen + 2:
+            await asyncio.sleep(0.01)
+    finally:
+        following.cancel()
+    [family] = [f for f in text_string_to_metric_families(m.render()) if f.name == LOOP_LAG]
+    buckets = {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
+    above = buckets["+Inf"] - buckets["0.25"]
+    assert above >= 1  # the stall was seen, in the bucket of its size
