@@ -461,13 +461,15 @@ def _smtp_error(server: _Server, exc: BaseException) -> str:
     if isinstance(exc, aiosmtplib.SMTPResponseException):
         return f"{where} answered {exc.code} {exc.message}"
     text = str(exc)
-    if "STARTTLS" in text:
+    # aiosmtplib's words. Its AUTH message also says "Try connecting via TLS (or STARTTLS)": the
+    # login is looked for first, or a server without one would be said to lack STARTTLS.
+    if "AUTH extension" in text:
+        return (f"{where} does not offer a login (AUTH); remove smtp_username and smtp_password, or use "
+                "smtp_security = \"starttls\"/\"tls\" (many servers offer AUTH only over TLS)")
+    if "STARTTLS extension" in text:
         return (f"{where} does not offer STARTTLS, so the password and message would travel in clear "
                 "text; refused. An admin should set smtp_security = \"tls\" (for port 465), or \"none\" "
                 "only for a relay on this machine")
-    if "AUTH" in text:
-        return (f"{where} does not offer a login (AUTH); remove smtp_username and smtp_password, or use "
-                "smtp_security = \"starttls\"/\"tls\" (many servers offer AUTH only over TLS)")
     return f"{where} failed: {type(exc).__name__}: {text}"
 
 

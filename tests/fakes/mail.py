@@ -51,7 +51,8 @@ class ReceivedMail:
 @dataclass
 class FakeSMTPServer:
     """An SMTP server on 127.0.0.1 (plain, no STARTTLS). With `users` it offers AUTH (PLAIN, LOGIN)
-    and requires it; without, it accepts mail from anyone. Received mail lands in `messages`."""
+    and requires it; without, it accepts mail from anyone and offers no login, as `python -m
+    aiosmtpd` does on a plain connection. Received mail lands in `messages`."""
 
     users: dict[str, str] | None = None
     host: str = HOST
@@ -76,7 +77,8 @@ class FakeSMTPServer:
             warnings.simplefilter("ignore", UserWarning)
             return SMTP(self, hostname="smtp.fake.test", loop=asyncio.get_running_loop(),
                         authenticator=self._authenticate if self.users is not None else None,
-                        auth_required=self.users is not None, auth_require_tls=False)
+                        auth_required=self.users is not None,
+                        auth_require_tls=self.users is None)  # True: no AUTH without TLS
 
     def _authenticate(self, server: SMTP, session: Session, envelope: Envelope, mechanism: str,
                       auth_data: Any) -> AuthResult:

@@ -250,6 +250,17 @@ async def test_starttls_is_never_downgraded_to_clear_text(tmp_path, smtp):
     assert smtp.messages == [] and smtp.failed_logins == []
 
 
+async def test_a_login_set_for_a_server_that_offers_none_is_said_to_be_the_problem(tmp_path):
+    # aiosmtplib's message for it ends "Try connecting via TLS (or STARTTLS)", which was read as
+    # a server without STARTTLS, and the admin told to change smtp_security from "none" to "none".
+    async with FakeSMTPServer() as open_relay:
+        settings = smtp_settings(open_relay, smtp_username="bot", smtp_password=SMTP_PASSWORD)
+        out = await harness(tmp_path, settings).call(send("ann@friends.org"))
+        assert open_relay.messages == []
+    assert not out.ok and "does not offer a login (AUTH)" in out.text, out.text
+    assert "remove smtp_username and smtp_password" in out.text and "STARTTLS," not in out.text
+
+
 async def test_an_unreachable_smtp_server_names_the_keys_to_check(tmp_path, smtp):
     port = smtp.port
     await smtp.__aexit__(None, None, None)
