@@ -21,7 +21,7 @@ from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.gateway import Gateway
 from openclaw.metrics import Metrics, follow_loop_lag
-from openclaw.reload import Outcome, asked_early, merge, write_outcome
+from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
@@ -316,6 +316,7 @@ class Daemon:
 
     def _reload(self) -> Outcome:
         source = str(self.config.source) if self.config.source else None
+        before = _skill_set(self.gateway.agent.executor.registry)
         try:
             # The file the daemon started from; one started on the defaults reads the default
             # path, where `openclaw init` writes.
@@ -331,6 +332,9 @@ class Daemon:
         except Exception as exc:  # a skill's own code failing to load: never the daemon's end
             log.exception("reloading the config failed")
             return Outcome(False, problems=[f"{type(exc).__name__}: {exc}"], source=source)
+        if "skills" not in applied and _skill_set(skills) != before:
+            # Same [skills] section, other skills: a SKILL.md added, removed or edited in `dirs`.
+            applied = sorted([*applied, "skills"], key=RELOADABLE.index)
         self.config = config
         self.gateway.reconfigure(config)
         return Outcome(True, applied, waiting, source=source)
@@ -389,6 +393,12 @@ class Daemon:
             # do not run, and Triton's bindings, which count theirs, print "leaked" warnings.
             gc.unfreeze()
         log.info("openclaw stopped")
+
+
+def _skill_set(registry: Any) -> set[tuple[str, str, str]]:
+    """Each skill's name, where it comes from and what the model is told of it."""
+    return {(name, str(registry.origin(name)), registry.get(name).description)
+            for name in registry.names}
 
 
 def _keep_private(data_dir: Path) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -496,3 +497,26 @@ async def test_a_reload_that_breaks_the_workspace_mid_turn_is_a_tool_error_not_a
         answer = conn.texts(ANN)[-1]
         assert answer.startswith("done: ") and "workspace is not usable" in answer
         assert "cannot prepare the workspace of telegram:1001" in caplog.text
+
+
+async def test_a_skill_md_added_or_removed_in_the_skills_folders_is_said_to_be_in_effect(tmp_path):
+    from tests.skills.test_registry import SKILL_MD
+
+    folder = tmp_path / "skills"
+    folder.mkdir()
+    async with running(tmp_path) as (daemon, conn, model, path):
+        path.write_text(path.read_text().replace('enabled = ["clock", "shell"]',
+                                                 f'enabled = ["clock", "shell"]\ndirs = ["{folder}"]'))
+        assert (await daemon.reload()).applied == ["skills"]
+        (folder / "recipes").mkdir()
+        (folder / "recipes" / "SKILL.md").write_text(SKILL_MD)
+        # The same [skills] section, and yet another skill: "no change in effect now" was false.
+        outcome = await daemon.reload()
+        assert (outcome.ok, outcome.applied) == (True, ["skills"])
+        assert "recipes" in daemon.gateway.agent.executor.registry.names
+        assert (await daemon.reload()).applied == []  # nothing since
+        (folder / "recipes" / "SKILL.md").write_text(SKILL_MD.replace("cooking", "baking"))
+        assert (await daemon.reload()).applied == ["skills"]  # what the model is told changed
+        shutil.rmtree(folder / "recipes")
+        assert (await daemon.reload()).applied == ["skills"]
+        assert "recipes" not in daemon.gateway.agent.executor.registry.names
