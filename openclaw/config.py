@@ -1016,6 +1016,8 @@ def _problem(err: Any) -> str:
         value = _mask_password(value)
     if kind.startswith("secret") and not (isinstance(value, str) and value.startswith(("env:", "file:"))):
         value = REDACTED  # never echo a literal credential, even a malformed one
+    if kind == "list_type" and isinstance(value, str) and value:  # `skills = "*"`, `enabled = "clock"`
+        expected += f" (of one: [{json.dumps(value, ensure_ascii=False)}])"
     if value is None:
         return f"{key}: {expected}"
     return f"{key} = {_show(value)}: {expected}"

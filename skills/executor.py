@@ -77,7 +77,8 @@ class Executor:
                     False, "unknown"))
             return await self._done(principal, name, args, Outcome(
                 f"error: denied: the role {principal.role.name!r} of {principal.user} may not use "
-                f"{name!r} (it may use: {available})", False, "denied"))
+                f"{name!r} (it may use: {available}); the owner can add it to "
+                f"[roles.{principal.role.name}] skills", False, "denied"))
         problems = check_arguments(skill.parameters, args)
         if problems:
             return await self._done(principal, name, args, Outcome(

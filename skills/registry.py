@@ -99,6 +99,9 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     registry = SkillRegistry()
     problems: list[str] = []
     unresolved: list[str] = []
+    # Names no installed skill has: no problem when a SKILL.md folder in `dirs` is that skill
+    # (listed in `enabled` as well, as "only enabled skills are offered" suggests to an admin).
+    not_installed: dict[str, list[str]] = {}
     for index, ref in enumerate(enabled):
         cls = None
         try:
@@ -112,7 +115,11 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
             registry.add(_third_party("it cannot be created", cls), origin,
                          settings.get(cls.name, {}), entry_point=entry_point)
         except SkillLoadError as exc:
-            problems += [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
+            found = [f"skills.enabled[{index}] ({ref!r}): {p}" for p in exc.problems]
+            if cls is None and exc.problems[0].startswith(NO_SUCH_SKILL):
+                not_installed[ref] = found  # said below, unless `dirs` has it
+            else:
+                problems += found
             unresolved += [ref] if cls is None or cls.name == ref else [ref, cls.name]
     from skills.skill_md import load_skill_dirs
 
@@ -127,6 +134,7 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
             registry.add(skill, origin, settings.get(skill.name, {}))
         except SkillLoadError as exc:
             problems += [f"skills.dirs: {p}" for p in exc.problems]
+    problems += [p for ref, found in not_installed.items() if ref not in registry.names for p in found]
     # A skill enabled but broken is reported above; its settings are not "for a skill not enabled".
     unused = [n for n in settings if n not in registry.names and n not in unresolved]
     problems += [f"skills.{n}: settings for a skill that is not enabled (enabled: "
@@ -136,6 +144,9 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
     if problems:
         raise SkillLoadError(problems, registry, unresolved)
     return registry
+
+
+NO_SUCH_SKILL = "no such skill"
 
 
 def installed_names() -> set[str]:
@@ -152,9 +163,9 @@ def _resolve(ref: str) -> tuple[type[Skill], str, str | None]:
         return _import(ref), ref, None
     found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == ref]
     if not found:
-        raise SkillLoadError([f"no such skill; built-ins and installed entry points: "
-                              f"{', '.join(sorted(installed_names()))}"
-                              "; or give a third-party class as \"module:Class\""])
+        raise SkillLoadError([f"{NO_SUCH_SKILL}; built-ins and installed entry points: "
+                              f"{', '.join(sorted(installed_names()))}; a SKILL.md skill in "
+                              "skills.dirs; or give a third-party class as \"module:Class\""])
     ep = found[0]
     try:
         cls = ep.load()

@@ -227,6 +227,11 @@ def test_wrong_type_names_key_and_value(tmp_path: Path):
     assert problem == 'engine.max_num_seqs = "lots": expected an integer'
 
 
+def test_a_string_where_a_list_goes_is_shown_as_the_list_of_one_it_meant(tmp_path: Path):
+    problem = only_problem(write(tmp_path, '[roles.fam]\nskills = "*"\n'))
+    assert problem == 'roles.fam.skills = "*": expected a list (of one: ["*"])'
+
+
 @pytest.mark.parametrize("key, granted, where", [
     ("read_only", "{tmp}/srv", "holds"),  # a parent of data_dir: the database, every workspace
     ("read_write", "{tmp}/srv/data/workspaces", "is inside"),

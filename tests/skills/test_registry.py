@@ -248,7 +248,8 @@ def test_skill_and_role_problems_come_in_one_report(tmp_path):
         skills = ["clock", "nosuch", "email", "shel"]
     """) == [
         "skills.enabled[1] ('shel'): no such skill; built-ins and installed entry points: clock, email, "
-        'files, reminders, shell; or give a third-party class as "module:Class"',
+        'files, reminders, shell; a SKILL.md skill in skills.dirs; or give a third-party class as '
+        '"module:Class"',
         "skills.email: settings for a skill that is not enabled (enabled: clock); "
         "add it to [skills] enabled, or remove the [skills.email] table",
         # "shel" is said once, above: the role is checked against what [skills] meant to enable
@@ -504,3 +505,20 @@ async def test_hidden_files_of_a_skill_folder_are_neither_listed_nor_read(tmp_pa
         out = await executor.call("weather", {"file": name}, principal)
         assert not out.ok and "TOKEN" not in out.text, out.text
     assert (await executor.call("weather", {"file": "references/api.md"}, principal)).text == "the API\n"
+
+
+def test_a_skill_md_skill_may_also_be_listed_in_enabled_and_a_name_nowhere_is_still_refused(tmp_path):
+    (tmp_path / "skills" / "recipes").mkdir(parents=True)
+    (tmp_path / "skills" / "recipes" / "SKILL.md").write_text(SKILL_MD)
+    listed = """
+        [skills]
+        enabled = ["clock", "recipes"{more}]
+        dirs = ["skills"]
+    """
+    registry = configured_skills(load_config(write_config(tmp_path, listed.format(more=""))))
+    assert registry.names == ["clock", "recipes"]
+    assert registry.origin("recipes").startswith("SKILL.md: ")
+    assert problems_of(tmp_path, listed.format(more=', "recipe"')) == [
+        "skills.enabled[2] ('recipe'): no such skill; built-ins and installed entry points: clock, "
+        "email, files, reminders, shell; a SKILL.md skill in skills.dirs; or give a third-party class "
+        'as "module:Class"']

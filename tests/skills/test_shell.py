@@ -196,6 +196,7 @@ async def test_a_role_without_shell_is_denied_and_told_why(daemon_parts):
     out = await shell("telegram:77", "echo hi")  # unlisted user: the built-in "user" role
     assert out.decision == "denied" and not out.ok
     assert "role 'user'" in out.text and "may not use 'shell'" in out.text
+    assert out.text.endswith("the owner can add it to [roles.user] skills")  # where to change it
     [row] = await store.list_audit()
     assert row.decision == "denied" and row.exit_status is None
 
