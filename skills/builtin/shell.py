@@ -47,7 +47,8 @@ class ShellSkill(Skill):
             status = f"killed: {result.disk_exceeded}; delete files to make room"
             ctx.audit.detail, ctx.audit.failed = f"killed: {result.disk_exceeded}", True
         else:
-            status = f"exit status {result.exit_status}" + _signal_note(result.exit_status, ctx)
+            status = (f"exit status {result.exit_status}" + _signal_note(result.exit_status, ctx)
+                      + _allocation_note(result, ctx))
             if result.disk_exceeded:  # it ended before the watch could stop it
                 status += f"; then {result.disk_exceeded}: delete files to make room"
                 ctx.audit.detail, ctx.audit.failed = f"over its disk budget: {result.disk_exceeded}", True
@@ -70,6 +71,21 @@ class ShellSkill(Skill):
         if result.stderr:
             parts.append("stderr:\n" + result.stderr)
         return "\n".join(parts)  # a cut output already says where it was cut
+
+
+# What programs print when an allocation fails (Python, C's strerror(ENOMEM), C++, Node, Java):
+# under RLIMIT_AS the command is not killed, its allocation fails, and only its own words say so.
+_ALLOCATION_FAILED = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory",
+                      "Out of memory", "OutOfMemoryError")
+
+
+def _allocation_note(result: Any, ctx: SkillContext) -> str:
+    """For a command that failed saying an allocation failed: the role's limit, which is the likely
+    cause, so the model does not retry it unchanged."""
+    if not result.exit_status or not any(word in result.stderr for word in _ALLOCATION_FAILED):
+        return ""
+    return (f" (out of memory: each of its processes may use {ctx.principal.limits.memory_bytes >> 20} "
+            "MB, the role's memory_mb)")
 
 
 def _signal_note(status: int | None, ctx: SkillContext) -> str:

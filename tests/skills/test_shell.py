@@ -153,7 +153,9 @@ async def test_a_role_granted_network_never_reaches_the_hosts_loopback(daemon_pa
     ("telegram:1", ":(){ :|:& };:", "exit status"),  # fork bomb: contained by the process limit, call returns
     # CPU loop: killed by the CPU limit, and says so (spinner: its wall limit cannot come first)
     ("telegram:5", "while :; do :; done", "CPU-time limit of 1 s"),
-    ("telegram:1", "python3 -c 'x = bytearray(1 << 30)'", "MemoryError"),
+    # An allocation refused, not a kill: the program's own words, and the limit that refused it.
+    ("telegram:1", "python3 -c 'x = bytearray(1 << 30)'", "(out of memory: each of its processes may use "
+                                                          "256 MB, the role's memory_mb)"),
     ("telegram:1", "yes | head -c 1000000000", "[output cut at 4096 bytes]"),
     ("telegram:1", "sleep 30", "killed after 4 s"),
 ])
