@@ -322,6 +322,12 @@ class Daemon:
             # path, where `openclaw init` writes.
             loaded = load_config(self.config.source)
             config, applied, waiting = merge(self.config, loaded)
+            if "engine" in waiting:  # a model loaded only at the next start: said now, not then
+                from engine.loader import model_problem
+
+                if problem := model_problem(loaded.engine.model):
+                    raise ConfigError(loaded.source, [
+                        f"[engine]: {problem}; the daemon would not start with it"])
             skills = configured_skills(config)
             executor = executor_for(config, skills, self._audit(skills), self.reminders)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises

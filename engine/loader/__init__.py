@@ -45,7 +45,21 @@ def open_checkpoint(model: str | Path | None) -> Checkpoint:
         from engine.loader.hf import open_hf_folder
 
         return open_hf_folder(path)
-    raise FileNotFoundError(
-        f"model {str(model)!r}: expected a Hugging Face model folder (config.json + *.safetensors) "
-        "or a .gguf file"
-    )
+    raise FileNotFoundError(_not_a_model(model))
+
+
+def model_problem(model: str | Path | None) -> str | None:
+    """Why `model` is no model open_checkpoint could open, seen without reading it (a config
+    reload's look at a model it will load only at the next start); None when it may be one."""
+    try:
+        path = embedded_model_path() if model is None else Path(model).expanduser()
+    except FileNotFoundError as exc:
+        return str(exc)
+    if (path.is_file() and path.suffix == ".gguf") or (path / "config.json").is_file():
+        return None
+    return _not_a_model(model)
+
+
+def _not_a_model(model: str | Path | None) -> str:
+    return (f"model {str(model)!r}: expected a Hugging Face model folder (config.json + *.safetensors) "
+            "or a .gguf file")

@@ -149,6 +149,19 @@ async def test_a_change_that_needs_a_restart_is_reported_and_waits_for_it(tmp_pa
         assert daemon.gateway.agent.settings.reply_max_tokens == 300
 
 
+async def test_a_model_that_is_not_there_is_refused_now_not_at_the_next_start(tmp_path):
+    async with running(tmp_path) as (daemon, conn, model, path):
+        gone = tmp_path / "models" / "nothere"
+        path.write_text(path.read_text().replace("max_num_seqs = 8", f'max_num_seqs = 8\nmodel = "{gone}"')
+                        .replace('skills = ["clock"]', 'skills = ["clock", "shell"]'))
+        outcome = await daemon.reload()
+        assert not outcome.ok and outcome.problems == [
+            f"[engine]: model '{gone}': expected a Hugging Face model folder (config.json + "
+            "*.safetensors) or a .gguf file; the daemon would not start with it"]
+        await ask(daemon, conn, "still")  # and nothing else in that file took effect either
+        assert model.offered["still"] == ["clock"]
+
+
 async def test_a_grant_over_the_data_dir_in_use_is_refused_even_when_data_dir_moves(tmp_path):
     async with running(tmp_path) as (daemon, conn, model, path):
         used = daemon.config.data_dir
