@@ -228,11 +228,13 @@ def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
             return [await store.create_pairing_code(f"telegram:{u}") for u in ("1001", "1002")]
 
     assert [line.split()[0] for line in cli("users").stdout.splitlines()] == [
-        "discord:9", "telegram:1", "terminal:local"]  # the config's users; and the database exists,
-    # private from the start, though no daemon made it (every conversation will be in there)
+        "discord:9", "telegram:1", "terminal:local"]  # the config's users, and no database made
+    assert not (tmp_path / "data").exists()
+    first, second = asyncio.run(ask_for_codes())
+    # Made by the store, private from the start, though no daemon made it (every conversation
+    # will be in there)
     assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "data/openclaw.db").stat().st_mode & 0o777 == 0o600
-    first, second = asyncio.run(ask_for_codes())
     denied = cli("pairing", "deny", second.lower())
     assert denied.returncode == 0 and "denied telegram:1002" in denied.stdout, denied.stderr
     assert second not in cli("pairing", "list").stdout and first in cli("pairing", "list").stdout
