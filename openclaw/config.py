@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
@@ -756,22 +757,23 @@ class Config(_Section):
         roles = {name: table.to_role(name, BUILTIN_ROLES.get(name)) for name, table in self.roles.items()}
         return Policy(roles, self.data_dir, self.user_role)
 
-    def skill_settings(self, secrets: bool = True) -> dict[str, dict[str, Any]]:
+    def skill_settings(self, secrets: bool | Collection[str] = True) -> dict[str, dict[str, Any]]:
         """Each [skills.NAME] table with its credential references resolved; ConfigError if one
         cannot be (an unset variable, an unreadable file). `secrets=False`: the references left
         as written, for what only describes the skills (the service's environment may be the only
-        one to hold them)."""
+        one to hold them); a collection of names: only those skills' resolved (the one skill a
+        command runs)."""
         from skills.builtin.zones import one_zone
 
         settings: dict[str, dict[str, Any]] = {}
         problems: list[str] = []
-        if not secrets:
-            settings = {name: dict(table) for name, table in self.skills.settings.items()}
-        else:
-            base = self._source.parent if self._source else None
-            for name, table in self.skills.settings.items():
+        base = self._source.parent if self._source else None
+        for name, table in self.skills.settings.items():
+            if secrets is True or (secrets is not False and name in secrets):
                 settings[name], found = _resolve_skill_secrets(name, table, base)
                 problems += found
+            else:
+                settings[name] = dict(table)
         problems += one_zone(settings, self.skills.enabled)
         if problems:
             raise ConfigError(self._source, problems)

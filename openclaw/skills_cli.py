@@ -65,7 +65,9 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openclaw skills run: {exc}", file=sys.stderr)
         return 2
-    registry = configured_skills(config)
+    # Only this skill's secrets: the admin's shell may lack the others' (the service's unit holds
+    # them), and a test of the clock should not need the mail password.
+    registry = configured_skills(config, secrets={args.name})
     refusal = _cannot_run(config, registry, args.name, arguments, chat_id)
     if refusal:
         print(f"openclaw skills run: {refusal}", file=sys.stderr)

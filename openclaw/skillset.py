@@ -4,6 +4,7 @@ runs each call through the policy, the sandbox and the audit log. Shared by the 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from openclaw.config import Config, ConfigError
@@ -12,10 +13,11 @@ from skills import Executor, SkillLoadError, SkillRegistry, load_skills
 from skills.base import ReminderBook
 
 
-def configured_skills(config: Config, secrets: bool = True) -> SkillRegistry:
+def configured_skills(config: Config, secrets: bool | Collection[str] = True) -> SkillRegistry:
     """The skills of `[skills]`; ConfigError naming the key when one cannot be loaded, with every
     problem of [skills] and of the roles' skill lists in one report. `secrets=False`: the skills'
-    `env:`/`file:` settings unread (Config.skill_settings), for a registry that is only listed."""
+    `env:`/`file:` settings unread (Config.skill_settings), for a registry that is only listed; a
+    collection of names: only those skills' read, for a registry that runs only them."""
     try:
         registry = load_skills(config.skills.enabled, config.skills.dirs,
                                config.skill_settings(secrets))

@@ -63,7 +63,7 @@ def test_skills_list_shows_origin_permissions_and_roles(tmp_path):
     assert "roles: admin, dev, careful (approval needed: careful)" in shell
 
 
-def test_skills_list_needs_no_secret_that_only_the_service_holds(tmp_path):
+def test_skills_list_and_another_skills_run_need_no_secret_that_only_the_service_holds(tmp_path):
     path = tmp_path / "openclaw.toml"
     path.write_text(f'data_dir = "{tmp_path}/data"\n[skills]\nenabled = ["clock", "email"]\n'
                     '[skills.email]\nsmtp_host = "127.0.0.1"\nsmtp_username = "me"\n'
@@ -75,6 +75,9 @@ def test_skills_list_needs_no_secret_that_only_the_service_holds(tmp_path):
     ran = run(["--config", str(path), "skills", "run", "email", "--as", "terminal:local",
                "--args", '{"action": "list"}'], tmp_path)
     assert ran.returncode == 2 and "OPENCLAW_TEST_SMTP" in ran.stderr, ran.stderr
+    # Another skill does not: a test of the clock needs no mail password.
+    clock = run(["--config", str(path), "skills", "run", "clock", "--as", "terminal:local"], tmp_path)
+    assert clock.returncode == 0 and json.loads(clock.stdout)["decision"] == "allowed", clock.stderr
 
 
 def test_skills_run_as_a_user_goes_through_policy_sandbox_and_audit(tmp_path):
