@@ -694,11 +694,11 @@ class Soak:
         from connectors import discord as discord_module
         from connectors import telegram as telegram_module
         from connectors.telegram import Backoff, TelegramConnector
-        from openclaw import gateway as gateway_module
         from openclaw.channels import configured_connectors
         from openclaw.cli import console_connector
         from openclaw.config import load_config
         from openclaw.daemon import Daemon
+        from openclaw.gateway import gateway as gateway_module
 
         args = self.args
         # Months in minutes: what ends after a while idle (lanes, drafts) ends after --lane-idle.

@@ -1,5 +1,5 @@
-"""What every connector provides, and what they share: chunking replies to a channel's limit, and
-saving the files users send into their workspace (safe names, a size limit, never overwriting).
+"""What connectors share: chunking replies to a channel's limit, and saving the files users send
+into their workspace (safe names, a size limit, never overwriting).
 
 A connector translates between its library's objects and InboundMessage / outbound text, and
 nothing else: access, storage and the agent live in `openclaw/`.
@@ -11,10 +11,9 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway.contract import Folder
 
 if TYPE_CHECKING:  # aiohttp is imported when a connector first downloads: the CLI need not load it
     import aiohttp
@@ -22,42 +21,9 @@ if TYPE_CHECKING:  # aiohttp is imported when a connector first downloads: the C
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[InboundMessage], Awaitable[None]]
-# (channel, chat id, the chat's new id): a chat lives on under another id. Returns once what the
-# chat had (conversations, reminders, pending replies) moved; raises if it could not.
-ChatMoved = Callable[[str, str, str], Awaitable[None]]
 MAX_FILE_BYTES = 20 * 1024 * 1024  # the largest file a user may send (Telegram's limit for bots)
 MAX_FILE_NAME_BYTES = 120
 DOWNLOAD_CHUNK = 1 << 16
-
-
-class ConnectorStartError(Exception):
-    """A connector cannot start for a reason the admin must fix (a rejected token): the daemon
-    stops with this message instead of a traceback."""
-
-
-class DeliveryRefused(Exception):
-    """The service refused a message for good (the user blocked the bot, the chat is gone, the text
-    is invalid): the gateway marks it failed instead of retrying. Any other exception from
-    send_text means "try again later". `chat_gone`: the chat itself takes nothing more from the
-    bot for good (the user blocked it, it was removed from the group, the chat was deleted), not
-    just this message or for a while (a time-out, a restriction), so what was meant to reach it
-    later (a repeating reminder) is given up too. `moved_to`: the chat lives on under this id (a
-    Telegram group upgraded to a supergroup)."""
-
-    def __init__(self, message: str, *, chat_gone: bool = False, moved_to: str | None = None) -> None:
-        super().__init__(message)
-        self.chat_gone, self.moved_to = chat_gone, moved_to
-
-
-class RetryLater(Exception):
-    """The service asked to wait `seconds` before the next message (a rate limit). The connector
-    raises it at once instead of sleeping, so the wait is the gateway's: it keeps the message and
-    retries it in the background, in order, while other chats and the next updates go on."""
-
-    def __init__(self, message: str, seconds: float) -> None:
-        super().__init__(message)
-        self.seconds = seconds
 
 
 class FileTooBig(Exception):
@@ -67,35 +33,6 @@ class FileTooBig(Exception):
 class DownloadFailed(Exception):
     """A file could not be fetched. The message is the note's reason as it is, and names no URL
     (a file's URL may hold a secret: a signature, a bot token)."""
-
-
-class Connector(Protocol):
-    name: str  # the channel: "terminal", "telegram", "discord"
-    max_message_len: int
-
-    async def start(self, handler: Handler) -> None:
-        """Begin receiving; call `handler` for each message (it returns once the message is stored)."""
-
-    async def stop(self) -> None: ...
-
-    async def send_text(self, chat_id: str, text: str) -> str | None:
-        """Send one message (already within max_message_len); return its id if the app has one.
-        Raise on failure: the gateway keeps the message and retries it later. If a streamed draft
-        is open in this chat, the first send of the reply replaces the draft's text instead."""
-
-    async def typing(self, chat_id: str) -> None: ...
-
-    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None: ...
-
-    # Optional: `async def fetch_attachment(self, ref, folder) -> (file name | None, note | None)`
-    # saves one of InboundMessage.attachments into `folder` (a Folder: the user's workspace, open),
-    # or says why not; save_attachment below does all of it but the download itself.
-    # Optional: `async def draft(self, chat_id, text)` shows a reply while it is generated (the
-    # whole text so far each call; the connector rate-limits its edits). Only called when the
-    # channel's `stream_edits` is on.
-    # Optional: `on_chat_moved: ChatMoved | None`, for a service whose chats can change id (a
-    # Telegram group upgraded to a supergroup). The gateway sets it; the connector awaits it when
-    # the service says a chat moved, before confirming that update.
 
 
 def chunk_text(text: str, limit: int) -> list[str]:
@@ -164,19 +101,6 @@ def media_note(kind: str, text: str, *, with_files: bool = False) -> tuple[str, 
         return "\n\n".join(part for part in (note, text) if part), None
     return "", (f"Sorry, I cannot open {kind} yet: I read text messages and documents. "
                 "Please type your message.")
-
-
-@dataclass(frozen=True)
-class Folder:
-    """Where save_attachment puts the files a user sends: their workspace, open. `fd` (an O_PATH
-    descriptor will do; the caller closes it) is the very folder the gateway checked
-    (sandbox.grants.open_folder), so a file is created in it, never through a path a command may
-    have redirected since (their workspace swapped for a link to /etc). `owner`: the uid (and gid)
-    each file is given, through the file's own descriptor (a root daemon: the user's sandbox uid);
-    None leaves it as created."""
-
-    fd: int
-    owner: int | None = None
 
 
 async def save_attachment(folder: Folder, name: str, download: Callable[[Writer], Awaitable[object]],

@@ -18,9 +18,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from connectors.base import ConnectorStartError, Handler
 from connectors.terminal import for_terminal
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway.contract import Connector, ConnectorStartError, Handler, InboundMessage
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +29,10 @@ DRAFT_BACKLOG = 1 << 16  # bytes unsent to a console past which its drafts are s
 INPUT_END_WAIT_S = 2.0  # for a script's end of input once its daemon went away
 
 
-class ConsoleSocketConnector:
+class ConsoleSocketConnector(Connector):
     name = "terminal"
     max_message_len = 1_000_000
+    streams_drafts = True
 
     def __init__(self, path: Path, idle: Callable[[], Awaitable[None]],
                  attached: Callable[[], None] | None = None) -> None:

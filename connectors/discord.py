@@ -29,18 +29,21 @@ from discord import app_commands
 
 from connectors.base import (
     MAX_FILE_BYTES,
-    ConnectorStartError,
-    DeliveryRefused,
     DownloadFailed,
     FileDownloads,
-    Folder,
-    Handler,
     Writer,
     media_note,
     safe_file_name,
     save_attachment,
 )
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway.contract import (
+    Connector,
+    ConnectorStartError,
+    DeliveryRefused,
+    Folder,
+    Handler,
+    InboundMessage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +76,10 @@ class DiscordLoginError(ConnectorStartError):
     """Discord refused the bot (bad token, intents not enabled): retrying cannot help."""
 
 
-class DiscordConnector:
+class DiscordConnector(Connector):
     name = "discord"
     max_message_len = 2000
+    streams_drafts = True
 
     def __init__(self, token: str, *, api_base: str | None = None, gateway_url: str | None = None,
                  connect_timeout: float = 30.0, retry_delay: float = 1.0, max_retry_delay: float = 60.0,

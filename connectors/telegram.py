@@ -40,21 +40,25 @@ from telegram.warnings import PTBDeprecationWarning
 from connectors.base import (
     DOWNLOAD_CHUNK,
     MAX_FILE_BYTES,
-    ChatMoved,
-    ConnectorStartError,
-    DeliveryRefused,
     DownloadFailed,
     FileDownloads,
-    Folder,
-    Handler,
-    RetryLater,
     Writer,
     media_note,
     reason_for,
     safe_file_name,
     save_attachment,
 )
-from openclaw.gateway_types import APPROVAL_ASKED, InboundMessage
+from openclaw.gateway.contract import (
+    APPROVAL_ASKED,
+    ChatMoved,
+    Connector,
+    ConnectorStartError,
+    DeliveryRefused,
+    Folder,
+    Handler,
+    InboundMessage,
+    RetryLater,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +115,10 @@ class _Draft:
     touched: float = float("-inf")  # loop time of the latest draft() for it
 
 
-class TelegramConnector:
+class TelegramConnector(Connector):
     name = "telegram"
     max_message_len = 4096
+    streams_drafts = True
 
     def __init__(self, token: str, *, base_url: str | None = None, base_file_url: str | None = None,
                  poll_timeout: float = 30.0, backoff: Backoff = Backoff(),

@@ -15,13 +15,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
-from connectors.base import Handler
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway.contract import Connector, Handler, InboundMessage
 
 
-class TerminalConnector:
+class TerminalConnector(Connector):
     name = "terminal"
     max_message_len = 1_000_000
+    streams_drafts = True
 
     def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None,
                  interactive: bool | None = None,

@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from openclaw.gateway_types import approval_asked
+from openclaw.gateway.contract import approval_asked
 
 
 @dataclass

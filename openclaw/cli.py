@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from connectors.base import ConnectorStartError
 from openclaw import __version__, doctor, reload
 from openclaw.channels import configured_connectors
 from openclaw.config import (
@@ -24,6 +23,7 @@ from openclaw.config import (
     load_config,
     write_starter_config,
 )
+from openclaw.gateway.contract import ConnectorStartError
 
 
 def main(argv: list[str] | None = None) -> int:

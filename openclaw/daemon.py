@@ -19,7 +19,7 @@ from openclaw import access, systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
-from openclaw.gateway import Gateway
+from openclaw.gateway.gateway import Gateway
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
@@ -239,7 +239,7 @@ class Daemon:
                 "pid": os.getpid(),  # `doctor` tells this data_dir's daemon from another's
                 "uptime_s": round(time.time() - self.started_at, 1),
                 # `connected` where a connector can tell (a service it keeps reconnecting to)
-                "connectors": {c.name: getattr(c, "connected", True) for c in self.connectors},
+                "connectors": {c.name: c.connected for c in self.connectors},
                 "queue": self.gateway.queue_length() if self.gateway else 0,
                 # How sandboxed commands' memory is bounded, as a whole or per process: `doctor`
                 # shows the running daemon's, whose cgroup is not the doctor's.

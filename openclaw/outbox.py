@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from connectors.base import DeliveryRefused, RetryLater
+from openclaw.gateway.contract import DeliveryRefused, RetryLater
 from openclaw.metrics import Metrics
 from openclaw.store import Store
 from openclaw.store.records import OutboundMessage, OutboundStatus
@@ -119,7 +119,7 @@ class Outbox:
             was: dict[str, bool] = {}
             while True:
                 for name, connector in list(self.connectors.items()):
-                    up = bool(getattr(connector, "connected", True))
+                    up = bool(connector.connected)
                     if up and was.get(name) is False:
                         self.retry_channel_now(name)
                         if on_back is not None:

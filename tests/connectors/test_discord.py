@@ -19,7 +19,7 @@ from connectors.discord import DiscordConnector, DiscordLoginError
 from openclaw.channels import configured_connectors
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway.contract import InboundMessage
 from tests.fakes.discord_api import FakeDiscord, Upload
 from tests.openclaw.scripted_model import ScriptedModel, last_user
 

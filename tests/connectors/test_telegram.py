@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import ConnectorStartError
 from connectors.telegram import Backoff, TelegramConnector, markdown_to_html, safe_file_name
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, load_config
 from openclaw.daemon import Daemon
+from openclaw.gateway.contract import ConnectorStartError
 from openclaw.store.records import ConversationStatus, OutboundStatus
 from tests.fakes.telegram_api import FakeTelegram, Generated
 from tests.openclaw.scripted_model import ScriptedModel, last_user

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import Folder, create_unique
+from connectors.base import create_unique
+from openclaw.gateway.contract import Folder
 from sandbox.grants import open_folder
 from sandbox.policy import sandbox_uid
 from sandbox.runner import isolation_available, run_command

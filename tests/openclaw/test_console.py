@@ -87,7 +87,7 @@ async def test_a_reply_finishing_during_shutdown_still_reaches_the_console(tmp_p
 async def test_a_second_daemon_refuses_to_take_over_a_live_console(tmp_path):
     import pytest
 
-    from connectors.base import ConnectorStartError
+    from openclaw.gateway.contract import ConnectorStartError
 
     daemon, sock = await start(tmp_path, ScriptedModel(lambda m: "x"))
     second = ConsoleSocketConnector(sock, lambda: None)

@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 
 from openclaw.agent.context import SUMMARY_INSTRUCTIONS
-from openclaw.gateway import STALE_REQUEST
+from openclaw.gateway.gateway import STALE_REQUEST
 from skills.base import Skill, SkillContext
 from tests.fakes.telegram_api import FakeTelegram
 from tests.openclaw.scripted_model import ScriptedModel

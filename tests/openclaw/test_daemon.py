@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from openclaw import gateway as gateway_module
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway import gateway as gateway_module
+from openclaw.gateway.contract import Connector, InboundMessage
 from openclaw.store import InboundStatus, Store
 
 from .scripted_model import ScriptedModel, last_user
@@ -22,7 +22,7 @@ from .scripted_model import ScriptedModel, last_user
 _ids = itertools.count()
 
 
-class RecordingConnector:
+class RecordingConnector(Connector):
     """A connector that records what the daemon sends, per chat. The terminal's (by default) has
     one user, the console's owner "local"; stand-ins for everyone else come through a remote
     channel, `RecordingConnector("telegram")`, named by numeric id as Telegram names them."""

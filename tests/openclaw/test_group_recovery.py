@@ -18,6 +18,8 @@ GROUP = "group-9"
 class DraftingConnector(RecordingConnector):
     """Records the drafts the gateway streams, per chat."""
 
+    streams_drafts = True
+
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.drafts: list[tuple[str, str]] = []

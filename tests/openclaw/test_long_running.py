@@ -141,7 +141,7 @@ async def test_the_gateway_forgets_chat_moves_once_their_lanes_are_gone(tmp_path
     """Each Telegram group upgraded to a supergroup left (channel, old id) -> new id in the
     gateway for the daemon's whole life, though only turns queued under the old id (before the
     move) ever look it up."""
-    from openclaw import gateway as gateway_module
+    from openclaw.gateway import gateway as gateway_module
 
     from .scripted_model import last_user
     from .test_daemon import RecordingConnector, msg, started
@@ -170,7 +170,7 @@ async def test_the_gateway_keeps_only_the_newest_warnings_about_reminders_it_can
     user, its id stayed in the set for the daemon's life: one per such reminder ever due."""
     from datetime import timedelta
 
-    from openclaw import gateway as gateway_module
+    from openclaw.gateway import gateway as gateway_module
 
     from .test_daemon import started
 

@@ -10,8 +10,8 @@ import gc
 
 import pytest
 
-from connectors.base import DeliveryRefused, RetryLater
 from openclaw.daemon import Daemon
+from openclaw.gateway.contract import DeliveryRefused, RetryLater
 from openclaw.outbox import Outbox
 from openclaw.store.records import OutboundStatus
 from tests.openclaw.scripted_model import ScriptedModel

@@ -22,7 +22,7 @@ import pytest
 from openclaw import cli, reload
 from openclaw.config import Config, ConfigError, data_dir_of, load_config
 from openclaw.daemon import Daemon, Holder, lock_holder
-from openclaw.gateway_types import InboundMessage
+from openclaw.gateway.contract import InboundMessage
 from openclaw.users_cli import data_dir_held
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, msg, until

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from connectors.console_socket import ConsoleSocketConnector, attach
-from openclaw import gateway as gateway_module
 from openclaw.daemon import Daemon
+from openclaw.gateway import gateway as gateway_module
 from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
 from tests.openclaw.scripted_model import ScriptedModel

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.base import Connector, DeliveryRefused, Folder, chunk_text
+from connectors.base import chunk_text
 from openclaw import access, reminders
 from openclaw.agent import Agent, Caller, TurnResult
 from openclaw.agent.resume import take_up
 from openclaw.approvals import Approvals
 from openclaw.config import Config
-from openclaw.gateway_types import APPROVAL_ASKED, InboundMessage
+from openclaw.gateway.contract import APPROVAL_ASKED, Connector, DeliveryRefused, Folder, InboundMessage
 from openclaw.metrics import Metrics
 from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store, UnknownUserError
@@ -117,7 +117,7 @@ class _Sink:
                 log.debug("typing indicator failed: %s", exc)
 
     async def draft(self, text: str) -> None:
-        if self.stream and hasattr(self.connector, "draft"):
+        if self.stream and self.connector.streams_drafts:
             self.draft_text = text
             await self.connector.draft(self.chat_id, text)
 
@@ -175,8 +175,7 @@ class Gateway:
 
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
-        if hasattr(connector, "on_chat_moved"):  # a service whose chats change ids (Telegram)
-            connector.on_chat_moved = self._chat_moved
+        connector.on_chat_moved = self._chat_moved  # a service whose chats change ids (Telegram)
 
     # ---- inbound -------------------------------------------------------------------------
 
@@ -754,7 +753,7 @@ class Gateway:
         if connector is None:
             self._warn_no_channel(reminder)
             return False
-        if not getattr(connector, "connected", True):
+        if not connector.connected:
             log.debug("reminder id %d waits for the %s channel", reminder.id, reminder.channel)
             return False
         job = _ReminderDue(reminder, asyncio.get_running_loop().create_future())

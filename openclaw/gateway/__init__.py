@@ -1,0 +1,2 @@
+"""The gateway: every message in and every reply out passes here (see gateway.py); contract.py is
+all that connectors know of the daemon."""
