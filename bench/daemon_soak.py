@@ -691,8 +691,7 @@ class Soak:
         print("  the reload did not take effect", flush=True)
 
     async def run(self) -> int:
-        from connectors import discord as discord_module
-        from connectors import telegram as telegram_module
+        from connectors import drafts as drafts_module
         from connectors.telegram import Backoff, TelegramConnector
         from openclaw.channels import configured_connectors
         from openclaw.cli import console_connector
@@ -703,9 +702,7 @@ class Soak:
         args = self.args
         # Months in minutes: what ends after a while idle (lanes, drafts) ends after --lane-idle.
         gateway_module.LANE_IDLE_S = args.lane_idle
-        for module in (telegram_module, discord_module):
-            if hasattr(module, "DRAFT_IDLE_S"):
-                module.DRAFT_IDLE_S = args.lane_idle
+        drafts_module.DRAFT_IDLE_S = args.lane_idle
         self.fakes = Fakes()
         IGNORED_CHILDREN.add(self.fakes.proc.pid)
         self.config_path = self.root / "openclaw.toml"

@@ -1,1 +1,3 @@
-"""Messaging apps behind one protocol (base.py): terminal now; Telegram and Discord next."""
+"""Messaging apps as adapters of the gateway's Connector (openclaw/gateway/contract.py): the
+terminal, the console socket, Telegram and Discord, with what they share (drafts, attachments,
+downloads)."""

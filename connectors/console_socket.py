@@ -153,9 +153,6 @@ class ConsoleSocketConnector(Connector):
     async def typing(self, chat_id: str) -> None:
         return None
 
-    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        return None
-
 
 async def attach(path: Path, lines: Callable[[], Awaitable[str]], out: Callable[[str], None],
                  interactive: bool, prompt: Callable[[], None] | None = None, *,

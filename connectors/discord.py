@@ -21,21 +21,15 @@ import random
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import discord
 import yarl
 from discord import app_commands
 
-from connectors.base import (
-    MAX_FILE_BYTES,
-    DownloadFailed,
-    FileDownloads,
-    Writer,
-    media_note,
-    safe_file_name,
-    save_attachment,
-)
+from connectors.attachments import MAX_FILE_BYTES, Writer, media_note, safe_file_name, save_attachment
+from connectors.downloads import DownloadFailed, FileDownloads, reason_for
+from connectors.drafts import DraftStream
 from openclaw.gateway.contract import (
     Connector,
     ConnectorStartError,
@@ -59,11 +53,6 @@ NUMBERED_COMMANDS = {
     "deny": "Refuse the tool call with this number",
 }
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
-# A draft that nothing updated for this long is forgotten (its message stays as it is): a turn that
-# ends with no reply (its user blocked, revoked or forgotten meanwhile) left it here for ever, one
-# per such channel over the months. Longer than a turn waits between two pieces of its answer; a
-# draft forgotten all the same only means that its reply comes as a new message.
-DRAFT_IDLE_S = 3600.0
 HAND_OVER_AT_STOP_S = 10.0  # stop() waits this long at most for messages still to hand over
 # Discord's JSON error codes: an unknown channel or message; a user who closed their DMs or
 # blocked the bot, and a channel the bot lost access to.
@@ -109,8 +98,10 @@ class DiscordConnector(Connector):
         self._first_outcome: asyncio.Future[Exception | None] | None = None
         self._stopping = False
         self._failures = 0  # failed attempts since the last successful connection
-        self._drafts: dict[str, _Draft] = {}
-        self._drafts_swept = float("-inf")  # time.monotonic() of the last look for forgotten ones
+        self._drafts = DraftStream(
+            self.name, limit=self.max_message_len, interval=DRAFT_EDIT_INTERVAL,
+            send=self._send_draft, edit=self._edit_message,  # discord.py waits out short 429s
+            message_gone=lambda exc: isinstance(exc, discord.NotFound) and exc.code == _UNKNOWN_MESSAGE)
         self._cdn = FileDownloads("Discord's CDN")  # attached files; its session made on first use
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -146,8 +137,7 @@ class DiscordConnector(Connector):
             await asyncio.wait(handing, timeout=HAND_OVER_AT_STOP_S)
         for task in [*self._tasks, *handing]:
             task.cancel()
-        for draft in self._drafts.values():
-            draft.cancel_flush()
+        await self._drafts.close()  # a draft's request on the wire fails fast: the client is closed
         await asyncio.gather(*self._tasks, *handing, return_exceptions=True)
         self._tasks = []
         self._inboxes.clear()
@@ -252,7 +242,7 @@ class DiscordConnector(Connector):
 
         return await save_attachment(folder, file["name"], download, size=file["size"],
                                      max_bytes=self.max_file_bytes, channel=self.name,
-                                     errors=(DownloadFailed, OSError))
+                                     errors=(DownloadFailed, OSError), why=reason_for)
 
     def _slash_command(self, name: str, description: str) -> app_commands.Command:
         async def callback(interaction: discord.Interaction) -> None:
@@ -359,13 +349,14 @@ class DiscordConnector(Connector):
         with self._using_endpoints():
             reply = _replying.get()
             if reply is not None and reply.chat_id == chat_id:
-                self._drop_draft(chat_id)  # a stopped turn's draft must not become a later reply
+                self._drafts.drop(chat_id)  # a stopped turn's draft must not become a later reply
                 sent = await reply.send(text)
                 if sent is not None:
                     return sent
-            draft = self._drafts.pop(chat_id, None)
-            if draft is not None:
-                return await self._finish_draft(chat_id, draft, text)
+            drafted = await self._drafts.replace(
+                chat_id, lambda message_id: self._edit_message(chat_id, message_id, text))
+            if drafted is not None:
+                return drafted
             message = await self._channel(chat_id).send(text)
             return str(message.id)
 
@@ -373,77 +364,17 @@ class DiscordConnector(Connector):
         with self._using_endpoints():
             await self._channel(chat_id).typing()
 
-    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        with self._using_endpoints():
-            await self._channel(chat_id).get_partial_message(int(message_id)).edit(content=text)
-
     async def draft(self, chat_id: str, text: str) -> None:
-        """Show a reply while it is generated: a message, sent and then edited at most once per
-        DRAFT_EDIT_INTERVAL (the latest text wins), in the background so generation never waits
-        on Discord; the reply's first send_text turns it into the final text."""
-        text = _fit(text, self.max_message_len)
-        if not text.strip():
-            return
-        now = time.monotonic()
-        self._forget_idle_drafts(now)
-        draft = self._drafts.setdefault(chat_id, _Draft())
-        draft.wanted, draft.touched = text, now
-        if draft.flush is None or draft.flush.done():
-            with self._using_endpoints():  # the task inherits them
-                draft.flush = asyncio.create_task(self._flush_draft(chat_id, draft))
+        """Show the reply so far (see DraftStream): sent, then edited at most once per
+        DRAFT_EDIT_INTERVAL. Never waits for the network."""
+        with self._using_endpoints():  # the draft's task inherits them
+            self._drafts.update(chat_id, text)
 
-    def _forget_idle_drafts(self, now: float) -> None:
-        """Drop the drafts nothing updated for DRAFT_IDLE_S (see there), at most a few times per
-        DRAFT_IDLE_S: the connector keeps the drafts of channels active lately, not of every
-        channel whose turn ever ended without a reply."""
-        if now - self._drafts_swept < DRAFT_IDLE_S / 4:
-            return
-        self._drafts_swept = now
-        for chat_id, draft in list(self._drafts.items()):
-            if now - draft.touched > DRAFT_IDLE_S and not draft.lock.locked() and (
-                    draft.flush is None or draft.flush.done()):
-                del self._drafts[chat_id]
+    async def _send_draft(self, chat_id: str, text: str) -> int:
+        return (await self._channel(chat_id).send(text)).id
 
-    async def _flush_draft(self, chat_id: str, draft: _Draft) -> None:
-        """Bring the draft message up to date with the latest text, then end."""
-        while True:
-            await asyncio.sleep(max(0.0, draft.edited_at + DRAFT_EDIT_INTERVAL - time.monotonic()))
-            async with draft.lock:
-                if draft.finished or draft.wanted == draft.shown:
-                    return
-                text = draft.wanted
-                try:
-                    channel = self._channel(chat_id)
-                    if draft.message_id is None:
-                        draft.message_id = (await channel.send(text)).id
-                    else:
-                        await channel.get_partial_message(draft.message_id).edit(content=text)
-                except Exception as exc:  # cosmetic, like typing: the final send still comes
-                    log.debug("discord: updating the draft failed: %s", exc)
-                    return
-                draft.shown, draft.edited_at = text, time.monotonic()
-
-    def _drop_draft(self, chat_id: str) -> None:
-        """Leave the chat's draft as it is; the next draft starts a new message."""
-        draft = self._drafts.pop(chat_id, None)
-        if draft is not None:
-            draft.finished = True
-            draft.cancel_flush()
-
-    async def _finish_draft(self, chat_id: str, draft: _Draft, text: str) -> str:
-        async with draft.lock:  # a flush in the middle of a request finishes first
-            draft.finished = True
-            draft.cancel_flush()
-            channel = self._channel(chat_id)
-            if draft.message_id is not None:
-                try:
-                    await channel.get_partial_message(draft.message_id).edit(content=text)
-                    return str(draft.message_id)
-                except discord.NotFound as exc:
-                    if exc.code != _UNKNOWN_MESSAGE:
-                        raise
-                    log.info("discord: the draft was deleted meanwhile; sending the reply anew")
-            return str((await channel.send(text)).id)
+    async def _edit_message(self, chat_id: str, message_id: int, text: str) -> None:
+        await self._channel(chat_id).get_partial_message(message_id).edit(content=text)
 
     def _channel(self, chat_id: str) -> discord.PartialMessageable:
         return self._live_client().get_partial_messageable(int(chat_id))
@@ -571,30 +502,6 @@ class _InteractionReply:
             await self.interaction.delete_original_response()
         except discord.HTTPException as exc:
             log.debug("discord: tidying the slash command's response failed: %s", exc)
-
-
-# ---- streamed drafts ----------------------------------------------------------------------------
-
-
-@dataclass
-class _Draft:
-    message_id: int | None = None  # None until the first flush sent it
-    wanted: str = ""  # the latest text asked for
-    shown: str = ""  # what the message shows now
-    edited_at: float = float("-inf")
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    flush: asyncio.Task | None = None
-    finished: bool = False
-    touched: float = float("-inf")  # time.monotonic() of the latest draft() for it
-
-    def cancel_flush(self) -> None:
-        if self.flush is not None:
-            self.flush.cancel()
-
-
-def _fit(text: str, limit: int) -> str:
-    """A draft longer than a message shows its start; the final chunks replace it."""
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 # ---- endpoints: discord.com's, or the ones in the config ---------------------------------------

@@ -1,9 +1,8 @@
 """Telegram, through python-telegram-bot's Bot: our own long-polling loop, replies, drafts, files.
 
-PTB's Updater confirms an update's offset before handling it; a crash in between would lose the
-message. So this connector polls itself and confirms an update (by asking for the next offset) only
-after the gateway's handler returned for it, i.e. once the message is stored. A redelivery after a
-crash is recognised by the gateway through a message id stable across deliveries ("chat:message").
+The connector polls itself (not PTB's Updater, which confirms an update before handling it) and
+confirms an update only once the gateway stored its message; a redelivery after a crash is
+recognised by its stable message id ("chat:message").
 """
 
 from __future__ import annotations
@@ -37,20 +36,11 @@ from telegram.constants import ChatAction, ChatType, ParseMode
 from telegram.error import BadRequest, ChatMigrated, Forbidden, InvalidToken, RetryAfter, TelegramError
 from telegram.warnings import PTBDeprecationWarning
 
-from connectors.base import (
-    DOWNLOAD_CHUNK,
-    MAX_FILE_BYTES,
-    DownloadFailed,
-    FileDownloads,
-    Writer,
-    media_note,
-    reason_for,
-    safe_file_name,
-    save_attachment,
-)
+from connectors.attachments import MAX_FILE_BYTES, Writer, media_note, safe_file_name, save_attachment
+from connectors.downloads import DOWNLOAD_CHUNK, DownloadFailed, FileDownloads, reason_for
+from connectors.drafts import DraftStream
 from openclaw.gateway.contract import (
     APPROVAL_ASKED,
-    ChatMoved,
     Connector,
     ConnectorStartError,
     DeliveryRefused,
@@ -92,29 +82,6 @@ class Backoff:
         return min(self.maximum, self.initial * 2 ** max(failures - 1, 0)) * random.uniform(0.5, 1.0)
 
 
-# A draft that nothing updated for this long is forgotten (its message stays as it is). A chat's
-# draft ends when its reply is sent; a turn that ends with no reply (its user blocked, revoked or
-# forgotten meanwhile) left its draft here for ever, one per such chat over the months. Longer
-# than a turn waits between two pieces of its answer (a tool call, a user's /approve); a draft
-# forgotten all the same only means that its reply comes as a new message.
-DRAFT_IDLE_S = 3600.0
-
-
-@dataclass
-class _Draft:
-    """A reply being streamed into one message of a chat."""
-
-    text: str = ""  # the latest text the reply has reached
-    shown: str = ""  # what the draft message shows
-    message_id: int | None = None
-    last_edit: float = float("-inf")  # loop time of the last send or edit
-    task: asyncio.Task | None = None
-    in_flight: bool = False  # a send or edit is on the wire: its result (the id) is needed
-    closed: bool = False
-    failed: bool = False
-    touched: float = float("-inf")  # loop time of the latest draft() for it
-
-
 class TelegramConnector(Connector):
     name = "telegram"
     max_message_len = 4096
@@ -133,14 +100,16 @@ class TelegramConnector(Connector):
                                     read_timeout=file_read_timeout)
         self._poll_timeout, self._backoff = poll_timeout, backoff
         self._max_file_bytes = max_file_bytes
-        self._draft_interval = draft_interval
         self._handler: Handler | None = None
-        self.on_chat_moved: ChatMoved | None = None  # set by the gateway
         self._task: asyncio.Task | None = None
         self._offset: int | None = None  # the next update id wanted; all below are handled
         self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
-        self._drafts: dict[str, _Draft] = {}
-        self._drafts_swept = float("-inf")  # loop time of the last look for forgotten drafts
+        # Drafts go as plain text; the reply's first send edits the draft into the formatted reply.
+        self._drafts = DraftStream(
+            self.name, limit=self.max_message_len, interval=draft_interval, why=_why,
+            send=self._send_draft, edit=self._edit_draft,
+            retry_after=lambda exc: _retry_seconds(exc) if isinstance(exc, RetryAfter) else None,
+            message_gone=lambda exc: isinstance(exc, BadRequest))  # deleted meanwhile, say
         self.connected = False  # the Bot API answered the last call (for /healthz, reminders)
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -167,8 +136,7 @@ class TelegramConnector(Connector):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        for chat_id in list(self._drafts):
-            await self._close_draft(chat_id)
+        await self._drafts.close()
         if self._offset is not None:  # saves the next start a redelivery (harmless, but noise)
             try:
                 await asyncio.wait_for(self._bot.get_updates(offset=self._offset, timeout=0), 2)
@@ -355,15 +323,10 @@ class TelegramConnector(Connector):
         return text.strip().lstrip(",:;").strip()
 
     async def fetch_attachment(self, ref: str, folder: Folder) -> tuple[str | None, str | None]:
-        """Download a document into the sender's workspace (called by the gateway for admitted
-        users only): (its name in the folder, None) or (None, a note for the agent saying why not).
-        getFile names the file; its body is streamed from the file server (base_file_url) through
-        the connector's own HTTP session straight into the file, a chunk at a time, so the limit
-        (max_file_bytes) holds for what is served, whatever size was stated, and ends the transfer
-        as soon as it is passed: nothing is held in memory, even for the 2 GB a local Bot API
-        server serves. Such a server in --local mode names a file on this machine instead, which
-        is copied the same way. The file's URL and a local server's path hold the bot token: no
-        note or log line names them."""
+        """Download a document into the sender's workspace: getFile names it, and its body streams
+        from the file server (or a --local Bot API server's file is copied) through the size limit,
+        so nothing is held in memory. Its URL and local path hold the bot token: no note or log
+        line names them."""
         doc = json.loads(ref)
 
         async def download(out: Writer) -> None:
@@ -414,16 +377,10 @@ class TelegramConnector(Connector):
                                   chat_gone=_chat_gone(exc), moved_to=moved) from exc
 
     async def _send_or_finish_draft(self, chat_id: str, text: str) -> str:
-        draft = await self._close_draft(chat_id)
-        if draft is not None and draft.message_id is not None:
-            try:
-                await self.edit_text(chat_id, str(draft.message_id), text)
-                return str(draft.message_id)
-            except BadRequest as exc:  # deleted by the user meanwhile, say: send it anew
-                log.info("telegram: could not turn the draft into the reply (%s)", _why(exc))
-            except (TelegramError, RetryLater):  # may work later: the retry edits it, adds none
-                self._drafts.setdefault(chat_id, draft)
-                raise
+        drafted = await self._drafts.replace(
+            chat_id, lambda message_id: self._edit(chat_id, message_id, text))
+        if drafted is not None:
+            return drafted
         topic = _topic(chat_id)
         try:
             message = await self._formatted(
@@ -442,10 +399,11 @@ class TelegramConnector(Connector):
                                                           reply_markup=_buttons(text)), text)
         return str(message.message_id)
 
-    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
+    async def _edit(self, chat_id: str, message_id: int, text: str) -> None:
+        """Turn a message (the draft) into `text`, formatted as a reply is."""
         try:
             await self._formatted(lambda body, mode: self._bot.edit_message_text(
-                body, _chat(chat_id), int(message_id), parse_mode=mode,
+                body, _chat(chat_id), message_id, parse_mode=mode,
                 reply_markup=_buttons(text)), text)
         except BadRequest as exc:
             if "not modified" not in str(exc).lower():  # the same text again: already done
@@ -465,10 +423,8 @@ class TelegramConnector(Connector):
             return await self._rate_limit_raised(lambda: call(text, None))
 
     async def _rate_limit_raised(self, op: Callable[[], Awaitable[Any]]) -> Any:
-        """`op()`; a 429 becomes RetryLater at once, not a sleep here. A send runs while this chat's
-        reply, or an update being handed over (a pairing code, a command's answer), waits for it:
-        slept through, one chat's flood limit (up to a minute) held up every other chat's replies
-        and the next updates. The gateway's outbox keeps the message and waits in the background."""
+        """`op()`; a 429 becomes RetryLater at once instead of a sleep here, which would hold up
+        every other chat's replies and the next updates: the outbox waits in the background."""
         try:
             return await op()
         except RetryAfter as exc:
@@ -479,67 +435,16 @@ class TelegramConnector(Connector):
     # ---- streamed drafts ----------------------------------------------------------------------
 
     async def draft(self, chat_id: str, text: str) -> None:
-        """Show the reply so far: the first call sends a message, later ones edit it, at most once
-        per draft_interval (the latest text wins). Never waits for the network."""
-        now = asyncio.get_running_loop().time()
-        self._forget_idle_drafts(now)
-        draft = self._drafts.setdefault(chat_id, _Draft())
-        draft.touched = now
-        if draft.failed:
-            return
-        draft.text = _draft_view(text, self.max_message_len)
-        if draft.task is None or draft.task.done():
-            draft.task = asyncio.create_task(self._show_draft(chat_id, draft), name="telegram draft")
+        """Show the reply so far (see DraftStream): sent, then edited at most once per
+        draft_interval. Never waits for the network."""
+        self._drafts.update(chat_id, text)
 
-    def _forget_idle_drafts(self, now: float) -> None:
-        """Drop the drafts nothing updated for DRAFT_IDLE_S (see there), at most a few times per
-        DRAFT_IDLE_S: the connector keeps the drafts of chats active lately, not of every chat
-        whose turn ever ended without a reply."""
-        if now - self._drafts_swept < DRAFT_IDLE_S / 4:
-            return
-        self._drafts_swept = now
-        for chat_id, draft in list(self._drafts.items()):
-            if now - draft.touched > DRAFT_IDLE_S and not draft.in_flight and (
-                    draft.task is None or draft.task.done()):
-                del self._drafts[chat_id]
+    async def _send_draft(self, chat_id: str, text: str) -> int:
+        message = await self._bot.send_message(_chat(chat_id), text, message_thread_id=_topic(chat_id))
+        return message.message_id
 
-    async def _show_draft(self, chat_id: str, draft: _Draft) -> None:
-        loop = asyncio.get_running_loop()
-        while not draft.closed and draft.text and draft.text != draft.shown:
-            wait = draft.last_edit + self._draft_interval - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                continue
-            text = draft.text
-            draft.in_flight = True
-            try:
-                if draft.message_id is None:
-                    draft.message_id = (await self._bot.send_message(
-                        _chat(chat_id), text, message_thread_id=_topic(chat_id))).message_id
-                else:
-                    await self._bot.edit_message_text(text, _chat(chat_id), draft.message_id)
-            except RetryAfter as exc:
-                draft.last_edit = loop.time() + _retry_seconds(exc) - self._draft_interval
-                continue
-            except TelegramError as exc:  # cosmetic: the final reply is still sent
-                log.debug("telegram: draft update failed: %s", _why(exc))
-                draft.failed = True
-                return
-            finally:
-                draft.in_flight = False
-            draft.shown, draft.last_edit = text, loop.time()
-
-    async def _close_draft(self, chat_id: str) -> _Draft | None:
-        """Stop updating the chat's draft; wait for a send on the wire, whose message id we need."""
-        draft = self._drafts.pop(chat_id, None)
-        if draft is None:
-            return None
-        draft.closed = True
-        if draft.task is not None and not draft.task.done():
-            if not draft.in_flight:
-                draft.task.cancel()
-            await asyncio.gather(draft.task, return_exceptions=True)
-        return draft
+    async def _edit_draft(self, chat_id: str, message_id: int, text: str) -> None:
+        await self._bot.edit_message_text(text, _chat(chat_id), message_id)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -586,12 +491,6 @@ def _command_for(entities: dict[MessageEntity, str], username: str | None) -> bo
 
 def _unsupported_kind(msg: Message) -> str | None:
     return next((what for attr, what in UNSUPPORTED if getattr(msg, attr, None)), None)
-
-
-def _draft_view(text: str, limit: int) -> str:
-    # Telegram trims trailing spaces, so an edit adding only a space would be "not modified".
-    text = text.rstrip()
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _buttons(text: str) -> InlineKeyboardMarkup | None:

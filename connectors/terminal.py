@@ -82,9 +82,6 @@ class TerminalConnector(Connector):
     async def typing(self, chat_id: str) -> None:
         return None
 
-    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        return None
-
     def _prompt(self) -> None:
         if self.interactive:
             self._write("> ", err=True)

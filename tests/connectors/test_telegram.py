@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.telegram import Backoff, TelegramConnector, markdown_to_html, safe_file_name
+from connectors.attachments import safe_file_name
+from connectors.telegram import Backoff, TelegramConnector, markdown_to_html
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, load_config
 from openclaw.daemon import Daemon

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import create_unique
+from connectors.attachments import create_unique
 from openclaw.gateway.contract import Folder
 from sandbox.grants import open_folder
 from sandbox.policy import sandbox_uid

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from connectors import discord as discord_module
-from connectors import telegram as telegram_module
+from connectors import drafts as drafts_module
 from connectors.telegram import Backoff, TelegramConnector
 from openclaw.channels import configured_connectors
 from openclaw.config import load_config
@@ -91,7 +91,7 @@ async def test_telegram_forgets_the_drafts_of_users_shut_out_mid_answer(tmp_path
         # Short only now: while 30 answers streamed on a slow machine, a pause between two
         # pieces of one could pass it, and that draft went on in a second message. And a
         # second, not less: so could a pause (a full collection) in the one answer below.
-        monkeypatch.setattr(telegram_module, "DRAFT_IDLE_S", 1.0, raising=False)
+        monkeypatch.setattr(drafts_module, "DRAFT_IDLE_S", 1.0)
         await asyncio.sleep(1.1)  # idle for longer than DRAFT_IDLE_S
         # Someone else talks on: the connector keeps only drafts that are still of use.
         await daemon.store.set_user_status("telegram", "4999", "allowed")
@@ -122,7 +122,7 @@ gateway_url = "{fake.gateway_url}"
             fake.send_dm(u, "tell me a story")
         await block_everyone_mid_answer(daemon, "discord", users,
                                         lambda u: fake.texts(fake.dm_channel_id(u)))
-        monkeypatch.setattr(discord_module, "DRAFT_IDLE_S", 1.0, raising=False)  # see Telegram's
+        monkeypatch.setattr(drafts_module, "DRAFT_IDLE_S", 1.0)  # see Telegram's
         await asyncio.sleep(1.1)
         last = 1_400_000_000_000_100_999
         await daemon.store.set_user_status("discord", str(last), "allowed")

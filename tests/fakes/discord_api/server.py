@@ -1,44 +1,36 @@
-"""A local fake Discord for tests: the REST API (v10) and the websocket gateway on 127.0.0.1, speaking
-enough of the real wire protocol that the real discord.py client logs in, identifies, resumes,
-receives messages and slash commands, and answers them.
-
-One bot (one token, one application) and one guild with one text channel. Tests inject what users
-do (`send_dm`, `send_guild_message`, each with optional `files`; `slash`), read what the bot did
-(`texts`, `typing`, `interactions`, `cdn_requests`), and break things: `fail` queues an error
-answer for a route, `drop_websocket` cuts the gateway connection, `stop()` / `start()` take the
-whole server away and bring it back on the same port (sessions and messages survive, as they do at
-Discord).
-
-Files users attach are served as Discord's CDN serves them: at the attachment's `url` (here on this
-server, `/attachments/<channel>/<attachment>/<name>?ex=..&is=..&hm=..`), without the bot token, and
-404 without the URL's signature or once the URL expired (`ex`, hex Unix time: a day after the upload,
-or `attachment_url_lifetime` seconds).
-"""
+"""The fake Discord server: its state, what users do, what the bot did, ways to break things, and
+the REST API (v10) with the CDN (see the package's docstring)."""
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import itertools
-import json
 import re
 import secrets
 import socket
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-API = "/api/v10"
-JSON = "application/json"  # exactly this: discord.py only decodes bodies whose type has no charset
+from tests.fakes.discord_api.gateway import GUILDS, Gateway
+from tests.fakes.discord_api.payloads import (
+    API,
+    JSON,
+    application_json,
+    check_content,
+    failure_response,
+    guild_channel_json,
+    guild_json,
+    json_response,
+    member_json,
+    now,
+    user_json,
+)
 
-# gateway opcodes and the intents this fake honours
-DISPATCH, HEARTBEAT, IDENTIFY, RESUME, INVALID_SESSION, HELLO, HEARTBEAT_ACK = 0, 1, 2, 6, 9, 10, 11
-GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 0, 1 << 9, 1 << 12, 1 << 15
 # interaction callback types
 CHANNEL_MESSAGE, DEFERRED_CHANNEL_MESSAGE = 4, 5
 
@@ -72,42 +64,6 @@ class _Failure:
     times: int
 
 
-@dataclass
-class _Session:
-    """A gateway session: what it was sent (for RESUME) and the socket it is on, if any."""
-
-    id: str
-    intents: int
-    seq: int = 0
-    sent: list[dict] = field(default_factory=list)
-    conn: _Connection | None = None
-
-
-class _Connection:
-    """One websocket; frames go out in order through a single writer."""
-
-    def __init__(self, ws: web.WebSocketResponse) -> None:
-        self.ws = ws
-        self.outbox: asyncio.Queue[dict | int] = asyncio.Queue()  # a frame, or a close code
-        self.writer = asyncio.create_task(self._write())
-
-    def send(self, frame: dict) -> None:
-        self.outbox.put_nowait(frame)
-
-    def close(self, code: int) -> None:
-        self.outbox.put_nowait(code)
-
-    async def _write(self) -> None:
-        while True:
-            item = await self.outbox.get()
-            if isinstance(item, int):
-                await self.ws.close(code=item)
-                return
-            try:
-                await self.ws.send_str(json.dumps(item))
-            except (ConnectionError, RuntimeError):
-                return  # the client went away; what it missed is replayed on RESUME
-
 
 class FakeDiscord:
     def __init__(self, token: str = "fake-bot-token") -> None:
@@ -127,17 +83,13 @@ class FakeDiscord:
         self.commands: list[dict] = []  # the application's global slash commands
         self.interactions: dict[int, dict] = {}  # id -> payload plus "callback" and "response_id"
         self.expire_interactions = False  # answer callbacks as Discord does after its 3 s window
-        self.identifies = 0
-        self.resumes = 0
         self.message_content_intent = True  # the developer portal's switch for the privileged intent
         self.attachment_url_lifetime = 86400.0  # seconds an attachment's signed URL works
         self._dm_channels: dict[int, int] = {}  # user id -> DM channel id
         self._files: dict[str, tuple[Upload, str]] = {}  # attachment id -> (file, URL signature)
         self._failures: list[_Failure] = []
         self.refused: dict[int, tuple[int, int, str]] = {}  # channel -> (status, code, message)
-        self._sessions: dict[str, _Session] = {}
-        self._current: _Session | None = None  # the latest identified session: events go there
-        self._conns: set[_Connection] = set()
+        self.gateway = Gateway(self)
         self._runner: web.AppRunner | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -145,7 +97,7 @@ class FakeDiscord:
     async def start(self) -> None:
         """Listen on a free port the first time, and on the same port after a stop()."""
         app = web.Application(middlewares=[self._rest_middleware])
-        app.router.add_get("/", self._gateway)
+        app.router.add_get("/", self.gateway.handle)
         self._add_routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
@@ -157,9 +109,7 @@ class FakeDiscord:
 
     async def stop(self) -> None:
         """The network goes away: sockets close (1001, going away) and nothing listens."""
-        for conn in list(self._conns):
-            conn.close(1001)
-        await asyncio.gather(*(c.writer for c in list(self._conns)), return_exceptions=True)
+        await self.gateway.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -167,7 +117,15 @@ class FakeDiscord:
     @property
     def connections(self) -> int:
         """Open gateway websockets."""
-        return len(self._conns)
+        return len(self.gateway.conns)
+
+    @property
+    def identifies(self) -> int:
+        return self.gateway.identifies
+
+    @property
+    def resumes(self) -> int:
+        return self.gateway.resumes
 
     @property
     def api_base(self) -> str:
@@ -180,9 +138,7 @@ class FakeDiscord:
     # ---- what users do -------------------------------------------------------------------
 
     def user(self, user_id: int, name: str | None = None, *, bot: bool = False) -> dict:
-        name = name or f"user{str(user_id)[-4:]}"
-        return {"id": str(user_id), "username": name, "global_name": name.title(),
-                "discriminator": "0", "avatar": None, "bot": bot, "public_flags": 0}
+        return user_json(user_id, name, bot=bot)
 
     def dm_channel_id(self, user_id: int) -> int:
         if user_id not in self._dm_channels:
@@ -208,7 +164,7 @@ class FakeDiscord:
         content = f"<@{self.bot['id']}> {text}" if mention else text
         message = self._message(self.guild_channel_id, author, content, guild=True)
         if mention:
-            message["mentions"] = [{**self.bot, "member": self._member()}]
+            message["mentions"] = [{**self.bot, "member": member_json()}]
         self._attach(message, files)
         self._store(message)
         return message
@@ -237,8 +193,9 @@ class FakeDiscord:
                                               for k, v in options.items()]
         if guild:
             interaction.update(guild_id=str(self.guild_id), context=0,
-                               channel_id=str(self.guild_channel_id), channel=self._guild_channel(),
-                               member={**self._member(), "user": user, "permissions": "0"},
+                               channel_id=str(self.guild_channel_id),
+                               channel=guild_channel_json(self.guild_id, self.guild_channel_id),
+                               member={**member_json(), "user": user, "permissions": "0"},
                                guild={"id": str(self.guild_id), "locale": "en-US", "features": []})
         else:
             channel_id = self.dm_channel_id(user_id)
@@ -246,7 +203,7 @@ class FakeDiscord:
                                channel={"id": str(channel_id), "type": 1, "recipients": [user]})
         self.interactions[int(interaction["id"])] = {**interaction, "callback": None,
                                                      "response_id": None}
-        self._dispatch("INTERACTION_CREATE", interaction)
+        self.gateway.dispatch("INTERACTION_CREATE", interaction)
         return interaction
 
     # ---- what the bot did ----------------------------------------------------------------
@@ -282,26 +239,20 @@ class FakeDiscord:
     def drop_websocket(self, code: int = 4000) -> None:
         """Close the bot's gateway connection now (4000: an error the client may RESUME after).
         Events from here on wait in the session until the client resumes."""
-        session = self._current
-        if session is not None and session.conn is not None:
-            session.conn.close(code)
-            session.conn = None
+        self.gateway.drop(code)
 
     def forget_sessions(self) -> None:
         """Discord lost every session: a RESUME is answered INVALID_SESSION (a new IDENTIFY is
         needed), and events until then are lost, as they are at Discord."""
-        for session in self._sessions.values():
-            if session.conn is not None:
-                session.conn.close(4000)
-        self._sessions.clear()
-        self._current = None
+        self.gateway.forget_sessions()
 
     # ---- REST ----------------------------------------------------------------------------
 
     def _add_routes(self, app: web.Application) -> None:
         r = app.router
         r.add_get(API + "/users/@me", self._answer(lambda: self.bot))
-        r.add_get(API + "/oauth2/applications/@me", self._answer(self._application))
+        r.add_get(API + "/oauth2/applications/@me", self._answer(
+            lambda: application_json(self.application_id, self.bot, self.owner)))
         r.add_get(API + "/gateway", self._answer(lambda: {"url": self.gateway_url}))
         r.add_get(API + "/gateway/bot", self._answer(lambda: {
             "url": self.gateway_url, "shards": 1,
@@ -324,7 +275,7 @@ class FakeDiscord:
     def _answer(payload):
         """A handler for a GET that answers `payload()` as JSON."""
         async def handler(request: web.Request) -> web.Response:
-            return _json(payload())
+            return json_response(payload())
         return handler
 
     @web.middleware
@@ -336,10 +287,10 @@ class FakeDiscord:
         self.requests.append(Recorded(request.method, path, body, time.monotonic()))
         failure = self._take_failure(f"{request.method} {path}")
         if failure is not None:
-            return _failure(failure)
+            return failure_response(failure.status, failure.retry_after)
         webhook = path.startswith(("/webhooks/", "/interactions/"))  # the token is in the URL
         if not webhook and request.headers.get("Authorization") != f"Bot {self.token}":
-            return _json({"message": "401: Unauthorized", "code": 0}, 401)
+            return json_response({"message": "401: Unauthorized", "code": 0}, 401)
         return await handler(request)
 
     def _take_failure(self, route: str) -> _Failure | None:
@@ -356,22 +307,22 @@ class FakeDiscord:
         channel_id = int(request.match_info["channel"])
         if (refusal := self.refused.get(channel_id)) is not None:
             status, code, message = refusal
-            return _json({"message": message, "code": code}, status)
-        if (error := _check_content(body.get("content"))) is not None:
+            return json_response({"message": message, "code": code}, status)
+        if (error := check_content(body.get("content"))) is not None:
             return error
         guild = channel_id == self.guild_channel_id
         message = self._message(channel_id, self.bot, body["content"], guild=guild)
         self._store(message)  # Discord echoes the bot's own messages back over the gateway
-        return _json(message)
+        return json_response(message)
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         body = await request.json()
         message = self._find(int(request.match_info["channel"]), int(request.match_info["message"]))
         if message is None:
-            return _json({"message": "Unknown Message", "code": 10008}, 404)
-        if (error := _check_content(body.get("content"))) is not None:
+            return json_response({"message": "Unknown Message", "code": 10008}, 404)
+        if (error := check_content(body.get("content"))) is not None:
             return error
-        return _json(self._edit(message, body["content"]))
+        return json_response(self._edit(message, body["content"]))
 
     async def _trigger_typing(self, request: web.Request) -> web.Response:
         self.typing.append(int(request.match_info["channel"]))
@@ -380,7 +331,7 @@ class FakeDiscord:
     async def _open_dm(self, request: web.Request) -> web.Response:
         user_id = int((await request.json())["recipient_id"])
         user = self.user(user_id)
-        return _json({"id": str(self.dm_channel_id(user_id)), "type": 1, "recipients": [user],
+        return json_response({"id": str(self.dm_channel_id(user_id)), "type": 1, "recipients": [user],
                       "last_message_id": None})
 
     async def _overwrite_commands(self, request: web.Request) -> web.Response:
@@ -389,15 +340,16 @@ class FakeDiscord:
                           "default_member_permissions": c.get("default_member_permissions"),
                           "nsfw": c.get("nsfw", False), "options": c.get("options", [])}
                          for c in await request.json()]
-        return _json(self.commands)
+        return json_response(self.commands)
 
     async def _interaction_callback(self, request: web.Request) -> web.Response:
         interaction = self.interactions.get(int(request.match_info["id"]))
         if (interaction is None or interaction["token"] != request.match_info["token"]
                 or self.expire_interactions):
-            return _json({"message": "Unknown interaction", "code": 10062}, 404)
+            return json_response({"message": "Unknown interaction", "code": 10062}, 404)
         if interaction["callback"] is not None:
-            return _json({"message": "Interaction has already been acknowledged.", "code": 40060}, 400)
+            return json_response({"message": "Interaction has already been acknowledged.",
+                                  "code": 40060}, 400)
         body = await request.json()
         interaction["callback"] = body["type"]
         resource: dict[str, Any] = {"type": body["type"]}
@@ -406,42 +358,42 @@ class FakeDiscord:
         answer = {"interaction": {"id": interaction["id"], "type": 2,
                                   "response_message_loading": body["type"] == DEFERRED_CHANNEL_MESSAGE},
                   "resource": resource}
-        return _json(answer) if request.query.get("with_response") else web.Response(status=204)
+        return json_response(answer) if request.query.get("with_response") else web.Response(status=204)
 
     async def _edit_original(self, request: web.Request) -> web.Response:
         interaction = self._interaction_for(request)
         if interaction is None or interaction["callback"] is None:
-            return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+            return json_response({"message": "Unknown Webhook", "code": 10015}, 404)
         content = (await request.json()).get("content")
-        if (error := _check_content(content)) is not None:
+        if (error := check_content(content)) is not None:
             return error
-        return _json(self._respond(interaction, content))
+        return json_response(self._respond(interaction, content))
 
     async def _delete_original(self, request: web.Request) -> web.Response:
         interaction = self._interaction_for(request)
         if interaction is None or interaction["callback"] is None:
-            return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+            return json_response({"message": "Unknown Webhook", "code": 10015}, 404)
         interaction["deleted"] = True
         return web.Response(status=204)
 
     async def _followup(self, request: web.Request) -> web.Response:
         interaction = self._interaction_for(request)
         if interaction is None or interaction["callback"] is None:
-            return _json({"message": "Unknown Webhook", "code": 10015}, 404)
+            return json_response({"message": "Unknown Webhook", "code": 10015}, 404)
         content = (await request.json()).get("content")
-        if (error := _check_content(content)) is not None:
+        if (error := check_content(content)) is not None:
             return error
         message = self._message(int(interaction["channel_id"]), self.bot, content,
                                 guild="guild_id" in interaction)
         message["webhook_id"] = str(self.application_id)
         self._store(message)
-        return _json(message)
+        return json_response(message)
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
         self.cdn_requests.append(Recorded("GET", request.path, None, time.monotonic()))
         failure = self._take_failure(f"GET {request.path}")
         if failure is not None:
-            return _failure(failure)
+            return failure_response(failure.status, failure.retry_after)
         upload, signature = self._files.get(request.match_info["id"], (None, None))
         if (upload is None or request.query.get("hm") != signature  # unknown, or the URL was cut
                 or int(request.query.get("ex", "0"), 16) <= time.time()):  # or expired
@@ -474,12 +426,12 @@ class FakeDiscord:
     def _message(self, channel_id: int, author: dict, content: str, *, guild: bool = False) -> dict:
         message = {
             "id": str(self._next_id()), "channel_id": str(channel_id), "type": 0, "content": content,
-            "author": author, "timestamp": _now(), "edited_timestamp": None, "tts": False,
+            "author": author, "timestamp": now(), "edited_timestamp": None, "tts": False,
             "mention_everyone": False, "mentions": [], "mention_roles": [], "attachments": [],
             "embeds": [], "pinned": False, "flags": 0, "components": [],
         }
         if guild:
-            message.update(guild_id=str(self.guild_id), member=self._member())
+            message.update(guild_id=str(self.guild_id), member=member_json())
         return message
 
     def _attach(self, message: dict, files: Sequence[Upload]) -> None:
@@ -491,8 +443,9 @@ class FakeDiscord:
             # the URL names the file as Discord does: its own safe spelling, whatever the upload said
             url_name = re.sub(r"[^\w.-]", "_", upload.filename).strip(".") or "unknown"
             path = f"attachments/{message['channel_id']}/{attachment_id}/{url_name}"
-            now = time.time()
-            query = f"?ex={int(now + self.attachment_url_lifetime):x}&is={int(now):x}&hm={signature}&"
+            uploaded = time.time()
+            query = (f"?ex={int(uploaded + self.attachment_url_lifetime):x}&is={int(uploaded):x}"
+                     f"&hm={signature}&")
             size = len(upload.content) if upload.declared_size is None else upload.declared_size
             attachment = {"id": attachment_id, "filename": upload.filename, "size": size,
                           "url": f"http://127.0.0.1:{self.port}/{path}{query}",
@@ -506,168 +459,30 @@ class FakeDiscord:
 
     def _store(self, message: dict) -> None:
         self.messages.setdefault(int(message["channel_id"]), []).append(message)
-        self._dispatch("MESSAGE_CREATE", message)
+        self.gateway.dispatch("MESSAGE_CREATE", message)
 
     def _edit(self, message: dict, content: str) -> dict:
-        message.update(content=content, edited_timestamp=_now())
+        message.update(content=content, edited_timestamp=now())
         self.edits.append((int(message["id"]), content, time.monotonic()))
-        self._dispatch("MESSAGE_UPDATE", message)
+        self.gateway.dispatch("MESSAGE_UPDATE", message)
         return message
 
     def _find(self, channel_id: int, message_id: int) -> dict | None:
         return next((m for m in self.messages.get(channel_id, []) if int(m["id"]) == message_id), None)
 
-    # ---- gateway -------------------------------------------------------------------------
-
-    async def _gateway(self, request: web.Request) -> web.StreamResponse:
-        ws = web.WebSocketResponse(max_msg_size=0)
-        await ws.prepare(request)
-        conn = _Connection(ws)
-        self._conns.add(conn)
-        conn.send({"op": HELLO, "d": {"heartbeat_interval": 41_250}, "s": None, "t": None})
-        try:
-            async for frame in ws:
-                if frame.type is not WSMsgType.TEXT:
-                    continue
-                payload = json.loads(frame.data)
-                op, data = payload.get("op"), payload.get("d")
-                if op == HEARTBEAT:
-                    conn.send({"op": HEARTBEAT_ACK, "d": None, "s": None, "t": None})
-                elif op == IDENTIFY:
-                    self._identify(conn, data)
-                elif op == RESUME:
-                    self._resume(conn, data)
-        finally:
-            self._conns.discard(conn)
-            for session in self._sessions.values():
-                if session.conn is conn:
-                    session.conn = None
-            conn.close(1000)
-        return ws
-
-    def _identify(self, conn: _Connection, data: dict) -> None:
-        if data.get("token") != self.token:
-            conn.close(4004)  # Authentication failed
-            return
-        if int(data.get("intents", 0)) & MESSAGE_CONTENT and not self.message_content_intent:
-            conn.close(4014)  # Disallowed intent(s)
-            return
-        self.identifies += 1
-        session = _Session(uuid.uuid4().hex, int(data.get("intents", 0)), conn=conn)
-        self._sessions[session.id] = session
-        self._current = session
-        self._send(session, "READY", {
-            "v": 10, "user": self.bot, "session_id": session.id,
-            "resume_gateway_url": self.gateway_url, "shard": [0, 1],
-            "guilds": [{"id": str(self.guild_id), "unavailable": True}],
-            "application": {"id": str(self.application_id), "flags": 0},
-            "private_channels": [], "relationships": [], "presences": [],
-            "geo_ordered_rtc_regions": [], "user_settings": {}})
-        if session.intents & GUILDS:
-            self._send(session, "GUILD_CREATE", self._guild())
-
-    def _resume(self, conn: _Connection, data: dict) -> None:
-        session = self._sessions.get(data.get("session_id", ""))
-        if session is None or data.get("token") != self.token:
-            conn.send({"op": INVALID_SESSION, "d": False, "s": None, "t": None})
-            return
-        self.resumes += 1
-        session.conn = conn
-        self._current = session
-        for frame in session.sent:  # what it missed, in order, then RESUMED
-            if frame["s"] > (data.get("seq") or 0):
-                conn.send(frame)
-        self._send(session, "RESUMED", {})
-
-    def _dispatch(self, event: str, data: dict) -> None:
-        session = self._current
-        seen = None if session is None else _wanted(session.intents, event, data, self.bot["id"])
-        if seen is not None:
-            self._send(session, event, seen)
-
-    def _send(self, session: _Session, event: str, data: dict) -> None:
-        session.seq += 1
-        frame = {"op": DISPATCH, "s": session.seq, "t": event, "d": json.loads(json.dumps(data))}
-        session.sent.append(frame)
-        if session.conn is not None:
-            session.conn.send(frame)
-
-    # ---- payloads ------------------------------------------------------------------------
+    def ready_events(self, session_id: str, intents: int) -> list[tuple[str, dict]]:
+        """READY for a session just identified, and the guild if its intents include guilds."""
+        ready = {"v": 10, "user": self.bot, "session_id": session_id,
+                 "resume_gateway_url": self.gateway_url, "shard": [0, 1],
+                 "guilds": [{"id": str(self.guild_id), "unavailable": True}],
+                 "application": {"id": str(self.application_id), "flags": 0},
+                 "private_channels": [], "relationships": [], "presences": [],
+                 "geo_ordered_rtc_regions": [], "user_settings": {}}
+        events = [("READY", ready)]
+        if intents & GUILDS:
+            events.append(("GUILD_CREATE", guild_json(self.guild_id, self.guild_channel_id,
+                                                      self.owner, self.bot)))
+        return events
 
     def _next_id(self) -> int:
         return next(self._ids)
-
-    def _application(self) -> dict:
-        return {"id": str(self.application_id), "name": self.bot["username"], "icon": None,
-                "description": "", "bot_public": False, "bot_require_code_grant": False,
-                "owner": self.owner, "verify_key": "0" * 64, "flags": 0, "team": None,
-                "bot": self.bot, "rpc_origins": [], "interactions_endpoint_url": None,
-                "redirect_uris": [], "tags": []}
-
-    def _member(self) -> dict:
-        return {"roles": [], "joined_at": _now(), "deaf": False, "mute": False, "flags": 0,
-                "nick": None, "avatar": None}
-
-    def _guild_channel(self) -> dict:
-        return {"id": str(self.guild_channel_id), "type": 0, "name": "general",
-                "guild_id": str(self.guild_id), "position": 0, "permission_overwrites": [],
-                "nsfw": False, "topic": None, "last_message_id": None, "rate_limit_per_user": 0,
-                "parent_id": None}
-
-    def _guild(self) -> dict:
-        everyone = {"id": str(self.guild_id), "name": "@everyone", "permissions": "1071698660929",
-                    "position": 0, "color": 0, "hoist": False, "managed": False,
-                    "mentionable": False, "flags": 0}
-        return {"id": str(self.guild_id), "name": "Test guild", "owner_id": self.owner["id"],
-                "unavailable": False, "large": False, "member_count": 3, "joined_at": _now(),
-                "roles": [everyone], "channels": [self._guild_channel()],
-                "members": [{**self._member(), "user": self.bot}], "emojis": [], "stickers": [],
-                "features": [], "threads": [], "stage_instances": [], "guild_scheduled_events": [],
-                "presences": [], "voice_states": [], "soundboard_sounds": [],
-                "preferred_locale": "en-US", "premium_tier": 0, "verification_level": 0,
-                "default_message_notifications": 0, "explicit_content_filter": 0, "mfa_level": 0,
-                "nsfw_level": 0, "system_channel_flags": 0, "afk_timeout": 300}
-
-
-def _wanted(intents: int, event: str, data: dict, bot_id: str) -> dict | None:
-    """The event as a session with these intents receives it, or None if it does not."""
-    if event not in ("MESSAGE_CREATE", "MESSAGE_UPDATE"):
-        return data
-    in_guild = "guild_id" in data
-    if not intents & (GUILD_MESSAGES if in_guild else DIRECT_MESSAGES):
-        return None
-    addressed = not in_guild or any(m["id"] == bot_id for m in data.get("mentions", []))
-    if not intents & MESSAGE_CONTENT and not addressed and data["author"]["id"] != bot_id:
-        # a privileged intent: without it, guild chatter comes without its text and files
-        return {**data, "content": "", "attachments": [], "embeds": []}
-    return data
-
-
-def _check_content(content: Any) -> web.Response | None:
-    """Discord's validation of a message's text: present, and at most 2000 characters."""
-    if not isinstance(content, str) or not content:
-        return _json({"message": "Cannot send an empty message", "code": 50006}, 400)
-    if len(content) > 2000:
-        return _json({"message": "Invalid Form Body", "code": 50035, "errors": {"content": {
-            "_errors": [{"code": "BASE_TYPE_MAX_LENGTH",
-                         "message": "Must be 2000 or fewer in length."}]}}}, 400)
-    return None
-
-
-def _failure(failure: _Failure) -> web.Response:
-    if failure.status != 429:
-        return _json({"message": f"{failure.status}: injected failure", "code": 0}, failure.status)
-    body = {"message": "You are being rate limited.", "retry_after": failure.retry_after,
-            "global": False}
-    # Via marks the answer as Discord's own (a 429 without it comes from Cloudflare: a ban)
-    return _json(body, 429, headers={"Retry-After": str(failure.retry_after), "Via": "1.1 google",
-                                     "X-RateLimit-Scope": "user"})
-
-
-def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=json.dumps(data).encode(), status=status,
-                        headers={"Content-Type": JSON, **(headers or {})})
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()

@@ -1,119 +1,33 @@
-"""A local fake of the Telegram Bot API that speaks the real wire protocol, for driving the real
-python-telegram-bot client in tests.
-
-Requests are POSTs (form-encoded with JSON-encoded values, or a JSON body) to `/bot<token>/<method>`;
-answers are `{"ok": true, "result": ...}` or `{"ok": false, "error_code": N, "description": ...,
-"parameters": {...}}`. Files download from `/file/bot<token>/<file_path>`, streamed in chunks with
-their Content-Length; with `local_dir` the fake is a local Bot API server in --local mode instead:
-getFile names the file as an absolute path under `local_dir/<token>/`, where it was written, and
-nothing is served over HTTP. It keeps Telegram's
-semantics where a client could get them wrong: getUpdates drops updates below `offset` (they are
-confirmed), holds a long poll open for `timeout` seconds, and ends an older poll with 409 when a
-newer one arrives; message ids count per chat; entities (mentions, commands) are computed by the
-server; HTML text is checked and its visible text is limited to 4096 characters.
-
-Test helpers: `send` / `send_document` / `send_voice` / `send_photo` (a user writes; `topic=`: in
-a forum topic, where a bot message sent without `message_thread_id` lands in General), `add_update`
-(any raw update), `texts(chat)` (what the bot's messages in a chat show now), `fail_next` (queue an
-error such as 429 with retry_after for a method's next call; "download" for the next file
-download), `cut_next_download` (the connection breaks or stalls partway through a file),
-`downloads` (what each file download sent before it ended), `reject_formatting`, `migrate` (a
-group becomes a supergroup: its service messages, then every call to the old id is refused with
-the new one), and `stop()` /
-`start()` on the same port to make the service go away and come back. A file's content may be
-`Generated(size)`: its bytes are made as they are sent, never held whole.
-"""
+"""The fake Bot API server: its state, what users do, what tests inspect or arrange, and the Bot
+API methods the connector calls (see the package's docstring)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import re
 import socket
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-MAX_TEXT = 4096
-CHUNK = 1 << 16  # how much of a file each write sends
-_STRING_PARAMS = {"text", "caption", "parse_mode", "action", "file_id", "url", "language_code"}
-_HTML_TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler", "a",
-              "code", "pre", "blockquote", "tg-emoji"}
-
-
-class ApiError(Exception):
-    def __init__(self, code: int, description: str, retry_after: int | None = None,
-                 migrate_to: int | None = None) -> None:
-        super().__init__(description)
-        self.code, self.description, self.retry_after = code, description, retry_after
-        self.migrate_to = migrate_to  # a group upgraded to a supergroup: its new id
-
-
-@dataclass
-class Call:
-    method: str
-    params: dict[str, Any]
-    at: float  # time.monotonic() when it arrived
-    status: int = 200  # the HTTP status it was answered with
-
-
-@dataclass(frozen=True)
-class Generated:
-    """A file's content of `size` bytes of `fill`, made chunk by chunk as it is sent (a large file
-    the fake does not hold in memory)."""
-
-    size: int
-    fill: bytes = b"x"
-
-    def __len__(self) -> int:
-        return self.size
-
-    def chunks(self) -> Iterator[bytes]:
-        block = (self.fill * (CHUNK // len(self.fill) + 1))[:CHUNK]
-        for start in range(0, self.size, CHUNK):
-            yield block[:min(CHUNK, self.size - start)]
-
-
-Content = bytes | Generated
-
-
-@dataclass
-class Download:
-    """One GET of a file: its status, and how many bytes of the body the server wrote before the
-    download ended (all of it, the client closed the connection, or a cut)."""
-
-    path: str
-    status: int = 200
-    sent: int = 0
-    size: int = 0  # the whole body's length (Content-Length)
-    complete: bool = False  # every byte was sent
-    ended: bool = False  # the handler is done (so `sent` is final)
-
-
-@dataclass
-class _Cut:
-    after: int  # bytes sent before the break
-    stall: bool  # hold the connection open silently instead of dropping it
-
-
-@dataclass
-class BotMessage:
-    """A message the bot sent: what it asked for, and what the chat shows now."""
-
-    message_id: int
-    text: str  # as sent (markup included)
-    parse_mode: str | None
-    shown: str  # the visible text after markup
-    edits: int = 0
-    topic: int | None = None  # the forum topic it was sent to (None: the chat, or its General)
-    buttons: list[list[dict]] | None = None  # its inline keyboard's rows, as sent
+from tests.fakes.telegram_api.files import Content, Cut, Download, chunks, stream
+from tests.fakes.telegram_api.wire import (
+    MAX_TEXT,
+    ApiError,
+    BotMessage,
+    Call,
+    answer,
+    chat_id_of,
+    chat_json,
+    entities_in,
+    inline_keyboard,
+    request_params,
+    visible_html,
+)
 
 
 @dataclass
@@ -139,7 +53,7 @@ class FakeTelegram:
         self.migrated: dict[int, int] = {}  # group -> the supergroup it was upgraded to
         self.polls_waiting = 0  # getUpdates requests held open right now
         self.downloads: list[Download] = []  # every GET of /file/bot<token>/...
-        self._cuts: list[_Cut] = []
+        self._cuts: list[Cut] = []
         self._failures: dict[str, list[ApiError]] = defaultdict(list)
         self._files: dict[str, tuple[str, Content]] = {}  # file_id -> (file_path, content)
         self._declared_sizes: dict[str, int] = {}  # file_id -> a file_size that is not len(content)
@@ -193,7 +107,7 @@ class FakeTelegram:
         unless given. Returns the message."""
         chat_id = chat if chat is not None else user
         message = {"message_id": next(self._message_ids[chat_id]), "date": int(time.time()),
-                   "chat": _chat_json(chat_id, first_name),
+                   "chat": chat_json(chat_id, first_name),
                    "from": {"id": user, "is_bot": False, "first_name": first_name}, **fields}
         if topic is not None:
             message["chat"]["is_forum"] = True
@@ -201,7 +115,7 @@ class FakeTelegram:
         if text is not None:
             key = "caption" if any(k in fields for k in ("document", "photo", "voice")) else "text"
             message[key] = text
-            found = entities if entities is not None else _entities(text)
+            found = entities if entities is not None else entities_in(text)
             if found:
                 message[f"{key}_entities" if key == "caption" else "entities"] = found
         if reply_to is not None:
@@ -250,7 +164,7 @@ class FakeTelegram:
             local = self.local_dir / self.token / file_path
             local.parent.mkdir(parents=True, exist_ok=True)
             with local.open("wb") as out:
-                for chunk in _chunks(content):
+                for chunk in chunks(content):
                     out.write(chunk)
             file_path = str(local.resolve())
         self._files[file_id] = (file_path, content)
@@ -298,13 +212,13 @@ class FakeTelegram:
     def cut_next_download(self, after: int, *, stall: bool = False) -> None:
         """The next file download sends `after` bytes of the body, then the connection drops (or,
         with `stall`, stays open with nothing more coming)."""
-        self._cuts.append(_Cut(after, stall))
+        self._cuts.append(Cut(after, stall))
 
     # ---- the HTTP side ------------------------------------------------------------------------
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
-        params = await _params(request)
+        params = await request_params(request)
         call = Call(method, params, time.monotonic())
         self.calls.append(call)
         try:
@@ -315,7 +229,7 @@ class FakeTelegram:
                 raise ApiError(404, "Not Found")
             if self._failures[method]:
                 raise self._failures[method].pop(0)
-            return _answer({"ok": True, "result": await handler(params)})
+            return answer({"ok": True, "result": await handler(params)})
         except ApiError as exc:
             call.status = exc.code
             body = {"ok": False, "error_code": exc.code, "description": exc.description}
@@ -323,7 +237,7 @@ class FakeTelegram:
                 body["parameters"] = {"retry_after": exc.retry_after}
             if exc.migrate_to is not None:
                 body["parameters"] = {"migrate_to_chat_id": exc.migrate_to}
-            return _answer(body, exc.code)
+            return answer(body, exc.code)
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         record = Download(request.match_info["path"])
@@ -333,12 +247,13 @@ class FakeTelegram:
             response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
             response.content_length = record.size = len(content)
             await response.prepare(request)
-            await self._stream(request, response, content, record)
+            cut = self._cuts.pop(0) if self._cuts else None
+            await stream(request, response, content, record, cut)
             return response
         except ApiError as exc:
             record.status = exc.code
-            return _answer({"ok": False, "error_code": exc.code, "description": exc.description},
-                           exc.code)
+            return answer({"ok": False, "error_code": exc.code, "description": exc.description},
+                          exc.code)
         finally:
             record.ended = True
 
@@ -352,28 +267,6 @@ class FakeTelegram:
         if not found or self.local_dir is not None:  # --local serves no files over HTTP
             raise ApiError(404, "Not Found")
         return found[0]
-
-    async def _stream(self, request: web.Request, response: web.StreamResponse, content: Content,
-                      record: Download) -> None:
-        """Send the body a chunk at a time, as far as the client takes it (or a cut allows)."""
-        cut = self._cuts.pop(0) if self._cuts else None
-        try:
-            for chunk in _chunks(content):
-                if cut is not None and record.sent + len(chunk) > cut.after:
-                    chunk = chunk[:cut.after - record.sent]
-                    await response.write(chunk)
-                    record.sent += len(chunk)
-                    while cut.stall and _open(request):  # until the client gives up
-                        await asyncio.sleep(0.02)
-                    if _open(request):
-                        request.transport.close()  # the network breaks mid-file
-                    return
-                await response.write(chunk)  # waits while the client does not read
-                record.sent += len(chunk)
-            await response.write_eof()
-            record.complete = True
-        except ConnectionError:  # the client closed the connection: stop sending
-            pass
 
     def _me(self) -> dict:
         return {"id": self.bot_id, "is_bot": True, "first_name": "OpenClaw", "username": self.username,
@@ -424,7 +317,7 @@ class FakeTelegram:
         return self._poll
 
     async def _m_sendMessage(self, params: dict) -> dict:
-        chat = _chat_id(params)
+        chat = chat_id_of(params)
         if chat in self.blocked_by:
             raise ApiError(403, "Forbidden: bot was blocked by the user" if chat > 0
                            else "Forbidden: bot was kicked from the supergroup chat")
@@ -435,14 +328,14 @@ class FakeTelegram:
         # Without message_thread_id a message to a forum goes to its General topic.
         topic = int(params["message_thread_id"]) if params.get("message_thread_id") else None
         sent = BotMessage(message_id, text, parse_mode, shown, topic=topic,
-                          buttons=_inline_keyboard(params))
+                          buttons=inline_keyboard(params))
         self.bot_messages[chat].append(sent)
         message = self._message_json(chat, sent)
         self._history[chat][message_id] = message
         return message
 
     async def _m_editMessageText(self, params: dict) -> dict:
-        chat = _chat_id(params)
+        chat = chat_id_of(params)
         self._not_migrated(chat)
         target = next((m for m in self.bot_messages[chat]
                        if m.message_id == int(params.get("message_id") or 0)), None)
@@ -455,7 +348,7 @@ class FakeTelegram:
                                 "and reply markup are exactly the same as a current content and "
                                 "reply markup of the message")
         target.text, target.parse_mode, target.shown = text, parse_mode, shown
-        target.buttons = _inline_keyboard(params)  # an edit without one removes the keyboard
+        target.buttons = inline_keyboard(params)  # an edit without one removes the keyboard
         target.edits += 1
         return self._message_json(chat, target)
 
@@ -464,7 +357,7 @@ class FakeTelegram:
         return True
 
     async def _m_sendChatAction(self, params: dict) -> bool:
-        chat = _chat_id(params)
+        chat = chat_id_of(params)
         self._not_migrated(chat)
         self.actions.append((chat, str(params.get("action"))))
         return True
@@ -488,7 +381,7 @@ class FakeTelegram:
         if parse_mode and self.reject_formatting:
             raise ApiError(400, "Bad Request: can't parse entities: Can't find end of the entity "
                                 "starting at byte offset 0")
-        shown = _html_text(text) if parse_mode == "HTML" else text
+        shown = visible_html(text) if parse_mode == "HTML" else text
         if not shown.strip():
             raise ApiError(400, "Bad Request: message text is empty")
         if len(shown) > MAX_TEXT:
@@ -496,7 +389,7 @@ class FakeTelegram:
         return shown
 
     def _message_json(self, chat: int, sent: BotMessage) -> dict:
-        message = {"message_id": sent.message_id, "date": int(time.time()), "chat": _chat_json(chat),
+        message = {"message_id": sent.message_id, "date": int(time.time()), "chat": chat_json(chat),
                    "from": self._me(), "text": sent.shown}
         if sent.topic is not None:
             message.update(message_thread_id=sent.topic, is_topic_message=True)
@@ -508,112 +401,3 @@ class FakeTelegram:
         self._changed.set()
         self._changed = asyncio.Event()
 
-
-# ---- wire helpers -------------------------------------------------------------------------------
-
-
-async def _params(request: web.Request) -> dict[str, Any]:
-    """A Bot API call's parameters: JSON body, or form fields whose values are JSON-encoded
-    (strings are sent as they are, so text-like fields are never decoded)."""
-    if request.content_type == "application/json":
-        return await request.json()
-    form = dict(await request.post()) if request.method == "POST" else dict(request.query)
-    params: dict[str, Any] = {}
-    for key, value in form.items():
-        if not isinstance(value, str):  # an uploaded file
-            params[key] = value
-        elif key in _STRING_PARAMS:
-            params[key] = value
-        else:
-            try:
-                params[key] = json.loads(value)
-            except ValueError:
-                params[key] = value
-    return params
-
-
-def _inline_keyboard(params: dict) -> list[list[dict]] | None:
-    markup = params.get("reply_markup")
-    return markup.get("inline_keyboard") if isinstance(markup, dict) else None
-
-
-def _open(request: web.Request) -> bool:
-    return request.transport is not None and not request.transport.is_closing()
-
-
-def _chunks(content: Content) -> Iterator[bytes]:
-    if isinstance(content, Generated):
-        return content.chunks()
-    return (content[at:at + CHUNK] for at in range(0, len(content), CHUNK))
-
-
-def _answer(body: dict, status: int = 200) -> web.Response:
-    return web.Response(text=json.dumps(body), status=status, content_type="application/json")
-
-
-def _chat_json(chat: int, first_name: str = "Ada") -> dict:
-    """A chat as Telegram describes it: a user's private chat has their (positive) id; a
-    supergroup's id is -100 and then at least ten digits; other negative ids are basic groups."""
-    if chat > 0:
-        return {"id": chat, "type": "private", "first_name": first_name}
-    kind = "supergroup" if chat <= -1_000_000_000_000 else "group"
-    return {"id": chat, "type": kind, "title": "A group"}
-
-
-def _chat_id(params: dict) -> int:
-    try:
-        return int(params["chat_id"])
-    except (KeyError, TypeError, ValueError):
-        raise ApiError(400, "Bad Request: chat not found") from None
-
-
-def _utf16_len(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
-
-
-def _entities(text: str) -> list[dict]:
-    """Mentions and a leading bot command, with offsets in UTF-16 units as Telegram counts them."""
-    found = []
-    command = re.match(r"/[A-Za-z0-9_]{1,32}(@[A-Za-z0-9_]{5,32})?", text)
-    if command:
-        found.append({"type": "bot_command", "offset": 0, "length": _utf16_len(command.group())})
-    for m in re.finditer(r"(?<![\w/])@[A-Za-z0-9_]{5,32}", text):
-        found.append({"type": "mention", "offset": _utf16_len(text[:m.start()]),
-                      "length": _utf16_len(m.group())})
-    return found
-
-
-class _HtmlText(HTMLParser):
-    """Telegram's HTML: only its tags, properly nested; collects the visible text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.open: list[str] = []
-        self.error: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag not in _HTML_TAGS:
-            self.error = self.error or f'Unsupported start tag "{tag}"'
-        self.open.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if not self.open or self.open.pop() != tag:
-            self.error = self.error or f'Unexpected end tag "{tag}"'
-
-    def handle_data(self, data: str) -> None:
-        self.parts.append(data)
-
-
-def _html_text(text: str) -> str:
-    stray = re.search(r"&(?!#?\w+;)|<(?!/?[a-z-]+[\s>])", text)
-    parser = _HtmlText()
-    parser.feed(text)
-    parser.close()
-    error = parser.error or (f"Can't find end tag corresponding to start tag \"{parser.open[-1]}\""
-                             if parser.open else None)
-    if stray is not None and error is None:
-        error = f"Unescaped {stray.group()!r} at byte offset {len(text[:stray.start()].encode())}"
-    if error:
-        raise ApiError(400, f"Bad Request: can't parse entities: {error}")
-    return "".join(parser.parts)  # convert_charrefs: entities are already decoded
