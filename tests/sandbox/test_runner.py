@@ -8,11 +8,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -477,34 +476,36 @@ async def test_a_daemon_holding_many_descriptors_still_runs_commands(workspace):
 
 # An unprivileged daemon (the usual system service, User=openclaw): bwrap makes a user namespace, and
 # the command then owns the tmpfs bwrap mounts for /dev. Run as `nobody` when the tests are root.
+# It imports only the sandbox package, from the copy `daemon.path` holds (see conftest.py).
 UNPRIVILEGED_DAEMON = """
 import asyncio, json, sys
 from pathlib import Path
-sys.path.insert(0, {repo!r})
 from sandbox.runner import Limits, Scope, run_command
-from tests.sandbox.test_runner import TMPFS_LIMITS
 
-result = asyncio.run(run_command(sys.argv[1], Scope(Path({workspace!r})), TMPFS_LIMITS))
+limits = Limits(**json.loads(sys.argv[2]))
+result = asyncio.run(run_command(sys.argv[1], Scope(Path({workspace!r})), limits))
 print(json.dumps([result.exit_status, result.stdout, result.stderr, result.isolation]))
 """
 
 
-def run_as_unprivileged_daemon(command: str, workspace: Path) -> tuple[int, str, str, str]:
-    repo = Path(__file__).resolve().parents[2]
+def run_as_unprivileged_daemon(command: str, workspace: Path, daemon) -> tuple[int, str, str, str]:
     prefix = []
-    if os.geteuid() == 0:
-        os.chown(workspace, 65534, 65534)
-        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-    script = UNPRIVILEGED_DAEMON.format(repo=str(repo), workspace=str(workspace))
-    done = subprocess.run([*prefix, sys.executable, "-c", script, command], capture_output=True,
-                          text=True, timeout=30, cwd="/")
+    if daemon.uid is not None:
+        os.chown(workspace, daemon.uid, daemon.uid)
+        prefix = ["setpriv", f"--reuid={daemon.uid}", f"--regid={daemon.uid}", "--clear-groups", "--"]
+    script = UNPRIVILEGED_DAEMON.format(workspace=str(workspace))
+    done = subprocess.run([*prefix, daemon.python, "-c", script, command, json.dumps(asdict(TMPFS_LIMITS))],
+                          capture_output=True, text=True, timeout=30, cwd="/",
+                          env={**os.environ, "PYTHONPATH": str(daemon.path)})
     assert done.returncode == 0, done.stderr
     return tuple(json.loads(done.stdout))
 
 
-def test_an_unprivileged_daemons_commands_get_the_same_bounded_tmpfs_and_a_read_only_dev(workspace):
+def test_an_unprivileged_daemons_commands_get_the_same_bounded_tmpfs_and_a_read_only_dev(
+        workspace, unprivileged_daemon):
     status, stdout, stderr, isolation = run_as_unprivileged_daemon(
-        f"id -u; stat -c %u /dev; touch /dev/x || echo dev-refused; {FILL_TMPFS}", workspace)
+        f"id -u; stat -c %u /dev; touch /dev/x || echo dev-refused; {FILL_TMPFS}", workspace,
+        unprivileged_daemon)
     assert isolation == "bubblewrap"
     uid = 65534 if os.geteuid() == 0 else os.geteuid()
     # The command owns /dev (bwrap made it, in the command's user namespace), but cannot write there.
