@@ -16,7 +16,8 @@ from typing import Any
 
 from sandbox.disk_budget import DiskFull
 from sandbox.policy import Principal
-from sandbox.runner import Sandbox, SandboxUnavailable
+from sandbox.runner import Sandbox
+from sandbox.scope import SandboxUnavailable
 from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
 from skills.registry import SkillRegistry, check_arguments
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from sandbox.fs_identity import as_daemon
 from sandbox.grants import Grants, UnsafeGrant
 from sandbox.policy import Principal
-from sandbox.runner import SANDBOX_UID, WORKSPACE_MOUNT
+from sandbox.scope import SANDBOX_UID, WORKSPACE_MOUNT
 from skills.base import SkillDenied, SkillError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW

@@ -20,8 +20,8 @@ from typing import Any
 from sandbox.disk import BLOCK
 from sandbox.disk_budget import DiskFull, check_write
 from sandbox.fs_identity import acting_as, as_daemon
+from sandbox.grants import hand_over
 from sandbox.policy import Principal
-from sandbox.runner import hand_over
 from sandbox.to_end import run_to_end
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
 from skills.builtin import file_search

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import sandbox
-from sandbox.runner import isolation_available
+from sandbox.bwrap import isolation_available
 
 NOBODY = 65534
 

@@ -18,7 +18,8 @@ import pytest
 
 from sandbox import cgroups
 from sandbox.cgroups import PREFIX, Cgroups
-from sandbox.runner import Limits, SandboxUnavailable, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import Limits, SandboxUnavailable, Scope
 
 PLACE, WHY = Cgroups().available()
 pytestmark = pytest.mark.skipif(PLACE is None, reason=f"no memory cgroups here: {WHY}")

@@ -16,14 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.runner import (
-    SANDBOX_UID,
-    Limits,
-    SandboxUnavailable,
-    Scope,
-    _tasks_of_uid,
-    run_command,
-)
+from sandbox.process import tasks_of_uid
+from sandbox.runner import run_command
+from sandbox.scope import SANDBOX_UID, Limits, SandboxUnavailable, Scope
 
 # Small limits keep the suite fast; every call must still return within its wall limit.
 LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_bytes=4096,
@@ -148,7 +143,7 @@ async def test_a_daemon_with_many_threads_can_still_fork_and_a_fork_bomb_gets_on
     def sample():
         nonlocal peak
         while sampling.is_set():
-            peak = max(peak, _tasks_of_uid(uid))
+            peak = max(peak, tasks_of_uid(uid))
             time.sleep(0.005)
 
     for thread in threads:
@@ -169,7 +164,7 @@ async def test_a_daemon_with_many_threads_can_still_fork_and_a_fork_bomb_gets_on
         sampler = threading.Thread(target=sample)
         threads.append(sampler)
         sampler.start()
-        before = await asyncio.to_thread(_tasks_of_uid, uid)
+        before = await asyncio.to_thread(tasks_of_uid, uid)
         result = await run("python3 forks.py", workspace)
         sampling.clear()
         sampler.join()
@@ -190,11 +185,11 @@ def test_tasks_count_against_their_real_uid_as_the_kernel_counts_them():
     # A setuid program the daemon's user started (real uid ours) counts against our RLIMIT_NPROC; a
     # process that only took our uid as its effective one does not. /proc/<pid>'s owner is the latter.
     uid = 1_499_999_999  # nobody's
-    before = _tasks_of_uid(uid)
+    before = tasks_of_uid(uid)
     started = [subprocess.Popen(["sleep", "4326"], preexec_fn=functools.partial(os.setresuid, *uids))
                for uids in ((uid, 0, 0), (uid, 0, 0), (0, uid, 0))]
     try:
-        assert _tasks_of_uid(uid) == before + 2
+        assert tasks_of_uid(uid) == before + 2
     finally:
         for proc in started:
             proc.kill()
@@ -403,19 +398,19 @@ async def test_posix_shared_memory_works_for_the_sandbox_uid(workspace):
 
 
 async def test_on_a_cpu_without_a_seccomp_filter_bubblewrap_still_isolates(workspace, monkeypatch):
-    from sandbox import runner, seccomp
+    from sandbox import bwrap, seccomp
 
     monkeypatch.delitem(seccomp.ARCHES, os.uname().machine)
-    runner.isolation_available.cache_clear()
+    bwrap.isolation_available.cache_clear()
     try:
-        ok, why = runner.isolation_available()
+        ok, why = bwrap.isolation_available()
         assert ok and "WITHOUT a seccomp filter" in why and os.uname().machine in why
         result = await run("grep Seccomp: /proc/self/status; cat /etc/shadow", workspace)
         assert result.isolation == "bubblewrap"
         assert result.stdout.split() == ["Seccomp:", "0"]  # no filter, but still in the sandbox
         assert result.exit_status != 0  # /etc/shadow is not there
     finally:
-        runner.isolation_available.cache_clear()
+        bwrap.isolation_available.cache_clear()
 
 
 # /tmp and /dev/shm are tmpfs: their files are RAM that RLIMIT_AS does not count. A small memory
@@ -480,7 +475,8 @@ async def test_a_daemon_holding_many_descriptors_still_runs_commands(workspace):
 UNPRIVILEGED_DAEMON = """
 import asyncio, json, sys
 from pathlib import Path
-from sandbox.runner import Limits, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import Limits, Scope
 
 limits = Limits(**json.loads(sys.argv[2]))
 result = asyncio.run(run_command(sys.argv[1], Scope(Path({workspace!r})), limits))
@@ -530,13 +526,13 @@ exec {bwrap} "$@"
 
 async def test_an_old_bubblewrap_without_size_still_runs_and_says_tmp_is_unlimited(
         workspace, tmp_path, monkeypatch, caplog):
-    from sandbox import runner
+    from sandbox import bwrap
 
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     old = tmp_path / "bwrap-0.6"
     old.write_text(OLD_BWRAP.format(bwrap=shutil.which("bwrap")))
     old.chmod(0o755)
-    ok, why = runner.isolation_available(str(old))  # what `openclaw doctor` shows
+    ok, why = bwrap.isolation_available(str(old))  # what `openclaw doctor` shows
     assert ok and "WITHOUT a size limit on /tmp and /dev/shm" in why and "upgrade bubblewrap" in why
     assert "WITHOUT a size limit" in caplog.text and str(old) in caplog.text  # the daemon's log
     result = await run("df -B1 --output=size /tmp | tail -n 1", workspace, bwrap_path=str(old))
@@ -544,5 +540,5 @@ async def test_an_old_bubblewrap_without_size_still_runs_and_says_tmp_is_unlimit
     # Asking bwrap what it can do does not hand it the daemon's environment either.
     assert "hunter2" not in (tmp_path / "bwrap-0.6.help-env").read_text()
     # The real bubblewrap here has --size: no such warning for it.
-    ok, why = runner.isolation_available()
+    ok, why = bwrap.isolation_available()
     assert ok and "WITHOUT a size limit" not in why

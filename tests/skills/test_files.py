@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from sandbox import disk
+from sandbox.bwrap import isolation_available
 from sandbox.policy import Policy, Principal, Role, sandbox_uid
-from sandbox.runner import Limits, Sandbox, isolation_available, run_command
+from sandbox.runner import Sandbox, run_command
+from sandbox.scope import Limits
 from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
 from skills.executor import Executor, Outcome, _for_audit
