@@ -226,7 +226,7 @@ def _seccomp_args(filter_fd: int | None) -> list[str]:
 
 
 def filter_fds(filter_fd: int | None) -> tuple[int, ...]:
-    """The descriptors of the filter (seccomp_args) to pass to bwrap."""
+    """The descriptor bwrap reads the seccomp filter from (see _seccomp_args), to pass to it."""
     return () if filter_fd is None else (filter_fd,)
 
 
