@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from sandbox import cgroups
-from sandbox.runner import Limits, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import Limits, Scope
 
 
 async def _sandboxed(scope: Scope, with_cgroup: bool) -> float:

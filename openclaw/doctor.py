@@ -210,7 +210,7 @@ def _check_sandbox(config) -> tuple[Mark, str, str]:
     """✗ when commands cannot run; ⚠ when they run with a layer missing (no sandbox at all under
     allow_unsandboxed, no seccomp filter, /tmp unsized by an old bubblewrap: `what` names it)."""
     from openclaw.skillset import sandbox_for
-    from sandbox.runner import FIX_HINT, isolation_available
+    from sandbox.bwrap import FIX_HINT, isolation_available
 
     sandbox = sandbox_for(config)
     ok, what, whole = sandbox.isolation()
@@ -246,7 +246,7 @@ def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
     """Roles granted network run commands behind slirp4netns (sandbox/network.py), and are refused
     without it: try it once, when some role may both run commands and use the network."""
     from openclaw.skillset import sandbox_for
-    from sandbox.runner import isolation_available
+    from sandbox.bwrap import isolation_available
 
     granted = config.policy().roles
     roles = [name for name in _command_roles(config) if granted[name].network]

@@ -9,7 +9,7 @@ outside the writable folders (the admin's own links, /srv -> /mnt/data), and one
 refused: a read_write folder (nested in another writable one) is left out of the command, which is
 told; the workspace or a read-only folder refuses it.
 bwrap then binds the descriptor (`--bind-fd`), not the path, so a swap after the check
-changes nothing (sandbox.runner._binds: every granted folder, also where it is bound a second
+changes nothing (sandbox.bwrap._binds: every granted folder, also where it is bound a second
 time, and why a destination inside a writable folder needs the system folders bound again).
 """
 
@@ -22,7 +22,8 @@ import stat
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from sandbox.scope import Scope
 
 MAX_LINKS = 40  # as the kernel's own limit on symlinks in one lookup (ELOOP)
 _DIR = os.O_PATH | os.O_CLOEXEC
@@ -92,7 +93,7 @@ def open_folder(path: Path, writable: set[tuple[int, int]]) -> int:
         raise
 
 
-def writable_folders(scope: Any) -> set[tuple[int, int]]:
+def writable_folders(scope: Scope) -> set[tuple[int, int]]:
     """(device, inode) of every folder a sandboxed command may write, as open_folder takes them:
     the scope's own (workspace, read_write) and other principals' (its others_writable)."""
     return _writable_now((scope.workspace, *scope.read_write, *scope.others_writable))
@@ -113,6 +114,18 @@ def _writable_now(paths: tuple[Path, ...]) -> set[tuple[int, int]]:
         finally:
             os.close(fd)
     return writable
+
+
+def hand_over(workspace_fd: int, uid: int) -> None:
+    """Give the workspace's top folder, open as `workspace_fd` (never reached through a link a
+    command put on its way), to the user's sandbox uid when we are root, so their commands and the
+    files skill acting as them can work in it. Only the top folder: what the admin placed inside
+    keeps its owner and mode."""
+    if os.geteuid() != 0:
+        return
+    folder = f"/proc/self/fd/{workspace_fd}"  # the folder checked is the folder changed
+    if os.stat(folder).st_uid != uid:
+        os.chown(folder, uid, uid)
 
 
 def real_path(fd: int) -> Path:
@@ -142,8 +155,8 @@ class Grants:
     extra: list[int] = field(default_factory=list)
 
     @classmethod
-    def of(cls, scope: Any) -> Grants:
-        """The folders of a sandbox.runner.Scope, open."""
+    def of(cls, scope: Scope) -> Grants:
+        """The folders of a sandbox.scope.Scope, open."""
         return cls.open(scope.workspace, scope.read_write, scope.read_only,
                         others_writable=scope.others_writable)
 

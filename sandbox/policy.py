@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.runner import Limits, Scope
+from sandbox.scope import Limits, Scope
 
 ANY = "*"
 # Per-user sandbox uids (when the daemon is root), far above login users and the subordinate ranges

@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
 from sandbox.policy import Principal
-from sandbox.runner import Result, Sandbox
+from sandbox.runner import Sandbox
+from sandbox.scope import Result
 
 
 class SkillError(Exception):

@@ -16,7 +16,8 @@ from typing import Any
 
 from sandbox.disk_budget import DiskFull
 from sandbox.policy import Principal
-from sandbox.runner import Sandbox, SandboxUnavailable
+from sandbox.runner import Sandbox
+from sandbox.scope import SandboxUnavailable
 from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
 from skills.registry import SkillRegistry, check_arguments
 
@@ -60,7 +61,7 @@ class Executor:
         """Audit a call that an earlier run of the daemon began and never ended (it crashed): the
         row the call's end would have written, with decision "interrupted"."""
         if self._audit is not None:
-            await self._audit(principal.user, name, _for_audit(args), "interrupted", detail=detail)
+            await self._audit(principal.user, name, audit_arguments(args), "interrupted", detail=detail)
 
     def available(self, principal: Principal) -> list[str]:
         """The skills this principal may call: enabled here and granted by its role."""
@@ -154,7 +155,7 @@ class Executor:
             note = note or AuditNote(detail=None if outcome.ok else outcome.text[:500])
             duration = None if started is None else int((time.monotonic() - started) * 1000)
             try:
-                await self._audit(principal.user, name, _for_audit(args),
+                await self._audit(principal.user, name, audit_arguments(args),
                                   outcome.decision, exit_status=note.exit_status, duration_ms=duration,
                                   output_bytes=len(outcome.text.encode()), detail=note.detail)
             except Exception:  # the audit must not turn a finished action into a crash
@@ -162,7 +163,7 @@ class Executor:
         return outcome
 
 
-def _for_audit(args: Any) -> dict[str, Any]:
+def audit_arguments(args: Any) -> dict[str, Any]:
     """The arguments as the audit row keeps them: long texts cut, with their length noted."""
     if not isinstance(args, dict):
         args = {"raw": args}

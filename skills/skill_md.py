@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from skills.base import Skill, SkillContext, SkillError
-from skills.builtin.file_paths import FILE_FLAGS, open_beneath, pread_all
+from skills.fileio import FILE_FLAGS, open_beneath, pread_all
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_LISTED_FILES = 50

@@ -27,12 +27,9 @@ from pathlib import Path
 from sandbox.fs_identity import as_daemon
 from sandbox.grants import Grants, UnsafeGrant
 from sandbox.policy import Principal
-from sandbox.runner import SANDBOX_UID, WORKSPACE_MOUNT
+from sandbox.scope import SANDBOX_UID, WORKSPACE_MOUNT
 from skills.base import SkillDenied, SkillError
-
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
-# O_NONBLOCK: opening a FIFO someone left in the workspace must not hang the daemon.
-FILE_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+from skills.fileio import DIR_FLAGS, FILE_FLAGS
 
 
 @dataclass(frozen=True)
@@ -302,24 +299,6 @@ def _deny_if_link(target: Target, where: tuple[str, ...], fd: int, name: str, ex
                           "there when the path was checked (or it loops); it is not followed") from None
 
 
-def open_beneath(dir_fd: int, parts: tuple[str, ...], flags: int) -> int:
-    """A descriptor for the file dir_fd/parts[0]/.../parts[-1], for code with no Target (a SKILL.md
-    skill's files): each folder opened with O_NOFOLLOW from the one above it, as _open_dir does, and
-    the file with `flags | FILE_FLAGS`. A symlink anywhere below dir_fd is an OSError (ELOOP or
-    ENOTDIR), never followed; a FIFO opens without waiting for a writer (check it with fstat)."""
-    if not parts or any(part in ("", ".", "..") or "/" in part for part in parts):
-        raise OSError(errno.EINVAL, "not a plain relative path", "/".join(parts))
-    fd = os.open(".", DIR_FLAGS, dir_fd=dir_fd)
-    try:
-        for part in parts[:-1]:
-            child = os.open(part, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        return os.open(parts[-1], flags | FILE_FLAGS, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
 def open_file(target: Target, flags: int, *, create: bool = False) -> tuple[int, bool]:
     """(descriptor, whether we created the file) for the target file, through _open_dir."""
     if not target.parts:
@@ -381,27 +360,6 @@ def regular(target: Target, fd: int) -> os.stat_result:
     if not stat.S_ISREG(st.st_mode):
         raise _not_regular(target)
     return st
-
-
-def pread_all(fd: int, size: int, offset: int) -> bytes:
-    chunks, left = [], size
-    while left > 0:
-        chunk = os.pread(fd, min(left, 1 << 20), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
-def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view) if offset is None else os.pwrite(fd, view, offset)
-        view = view[done:]
-        if offset is not None:
-            offset += done
 
 
 def give_to_sandbox(target: Target, fd: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sandbox.fs_identity import acting_as
 from skills.base import SkillError
-from skills.builtin.file_paths import FILE_FLAGS, pread_all
+from skills.fileio import FILE_FLAGS, pread_all
 
 BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB means binary, as git and grep decide
 MAX_SEARCH_VISITS = 5000  # files and folders looked at by one search
@@ -112,7 +112,7 @@ def _lines(data: bytes) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-def _search_child_main() -> None:
+def search_child_main() -> None:
     """Entry point of the child process a regex search runs in (see search_in_child)."""
     job = json.load(sys.stdin)
     sys.stdout.write(READY_LINE)  # the wall-clock limit starts here, not at the interpreter's start
@@ -124,7 +124,7 @@ def _search_child_main() -> None:
 
 
 _CHILD_CODE = ("import sys; sys.path.insert(0, {root!r}); "
-               "from skills.builtin.file_search import _search_child_main; _search_child_main()")
+               "from skills.builtin.file_search import search_child_main; search_child_main()")
 
 
 def _child_env() -> dict[str, str]:

@@ -20,8 +20,8 @@ from typing import Any
 from sandbox.disk import BLOCK
 from sandbox.disk_budget import DiskFull, check_write
 from sandbox.fs_identity import acting_as, as_daemon
+from sandbox.grants import hand_over
 from sandbox.policy import Principal
-from sandbox.runner import hand_over
 from sandbox.to_end import run_to_end
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
 from skills.builtin import file_search
@@ -32,16 +32,15 @@ from skills.builtin.file_paths import (
     open_file,
     open_folder,
     open_folders,
-    pread_all,
     q,
     regular,
     require_writable,
     resolve,
     stat_now,
     too_big,
-    write_all,
 )
 from skills.builtin.file_search import BINARY_SNIFF_BYTES, search_in_child, search_tree
+from skills.fileio import pread_all, write_all
 
 # One read fits the executor's 16,000-character result limit, so the "[cut ...; read on with
 # offset=K]" note reaches the model instead of being cut off itself.

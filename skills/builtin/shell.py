@@ -1,6 +1,6 @@
 """`shell`: one command under /bin/sh in the sandbox, in the caller's workspace (/workspace), with
-its role's network, limits and extra paths. Refuses when the sandbox cannot run (see runner.py), and
-when the workspace is full or the disk nearly so (see sandbox/disk_budget.py)."""
+its role's network, limits and extra paths. Refuses when the sandbox cannot run (see
+sandbox/runner.py), and when the workspace is full or the disk nearly so (sandbox/disk_budget.py)."""
 
 from __future__ import annotations
 

@@ -13,9 +13,10 @@ import pytest
 
 from connectors.attachments import create_unique
 from openclaw.gateway.contract import Folder
+from sandbox.bwrap import isolation_available
 from sandbox.grants import open_folder
 from sandbox.policy import sandbox_uid
-from sandbox.runner import isolation_available, run_command
+from sandbox.runner import run_command
 from tests.connectors import test_telegram
 from tests.connectors.test_telegram import ADA, echo
 from tests.openclaw.scripted_model import ScriptedModel

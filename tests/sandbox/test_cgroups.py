@@ -18,7 +18,8 @@ import pytest
 
 from sandbox import cgroups
 from sandbox.cgroups import PREFIX, Cgroups
-from sandbox.runner import Limits, SandboxUnavailable, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import Limits, SandboxUnavailable, Scope
 
 PLACE, WHY = Cgroups().available()
 pytestmark = pytest.mark.skipif(PLACE is None, reason=f"no memory cgroups here: {WHY}")
@@ -226,7 +227,8 @@ print(place is not None, why)
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="hands a folder to another uid")
 @pytest.mark.parametrize("parent_owner, delegated", [(0, True), (65534, False)])
-def test_an_unprivileged_daemon_takes_a_cgroup_handed_to_it_and_no_other(parent_owner, delegated):
+def test_an_unprivileged_daemon_takes_a_cgroup_handed_to_it_and_no_other(parent_owner, delegated,
+                                                                         unprivileged_daemon):
     # Delegate= with User=: systemd gives the unit's cgroup (not its parent) to the user. Below a
     # user manager, the parent is the user's too, and writable says nothing of delegation.
     top = Path(tempfile.mkdtemp(prefix="openclaw-cg-", dir="/tmp"))
@@ -238,12 +240,9 @@ def test_an_unprivileged_daemon_takes_a_cgroup_handed_to_it_and_no_other(parent_
         cgroup = _fake_v2_cgroup(parent / "openclaw.service")
         for path in (cgroup, *cgroup.iterdir()):
             os.chown(path, 65534, 65534)
-        python = shutil.which("python3", path="/usr/bin:/bin")  # one uid 65534 may run
-        if python is None:
-            pytest.skip("no system python3")
-        done = subprocess.run([python, "-c", AS_USER, str(cgroup)], capture_output=True, text=True,
-                              timeout=30, user=65534, group=65534, cwd="/",
-                              env={"PYTHONPATH": str(Path(cgroups.__file__).parents[1])})
+        done = subprocess.run([unprivileged_daemon.python, "-c", AS_USER, str(cgroup)],
+                              capture_output=True, text=True, timeout=30, user=65534, group=65534,
+                              cwd="/", env={"PYTHONPATH": str(unprivileged_daemon.path)})
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(str(delegated)), done.stdout
     finally:

@@ -17,7 +17,8 @@ import pytest
 
 from sandbox import disk, disk_budget
 from sandbox.disk_budget import DiskFull
-from sandbox.runner import Limits, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import Limits, Scope
 from tests.openclaw.test_reminders import eventually
 
 MB = 1 << 20

@@ -10,7 +10,8 @@ import pytest
 
 from sandbox.disk import free_bytes
 from sandbox.grants import Grants, UnsafeGrant
-from sandbox.runner import SandboxUnavailable, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import SandboxUnavailable, Scope
 from tests.sandbox.test_runner import LIMITS
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py

@@ -16,7 +16,8 @@ import pytest
 
 from sandbox import network
 from sandbox.disk import free_bytes
-from sandbox.runner import Limits, Sandbox, SandboxUnavailable, Scope, run_command
+from sandbox.runner import Sandbox, run_command
+from sandbox.scope import Limits, SandboxUnavailable, Scope
 from tests.sandbox.test_runner import LIMITS, processes_running, run
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py
@@ -275,7 +276,8 @@ DAEMON = """
 import asyncio, os, sys
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from sandbox.runner import Limits, Scope, run_command
+from sandbox.runner import run_command
+from sandbox.scope import Limits, Scope
 from tests.sandbox.test_network import our_helpers
 
 async def main():

@@ -8,23 +8,17 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
-from sandbox.runner import (
-    SANDBOX_UID,
-    Limits,
-    SandboxUnavailable,
-    Scope,
-    _tasks_of_uid,
-    run_command,
-)
+from sandbox.process import tasks_of_uid
+from sandbox.runner import run_command
+from sandbox.scope import SANDBOX_UID, Limits, SandboxUnavailable, Scope
 
 # Small limits keep the suite fast; every call must still return within its wall limit.
 LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_bytes=4096,
@@ -149,7 +143,7 @@ async def test_a_daemon_with_many_threads_can_still_fork_and_a_fork_bomb_gets_on
     def sample():
         nonlocal peak
         while sampling.is_set():
-            peak = max(peak, _tasks_of_uid(uid))
+            peak = max(peak, tasks_of_uid(uid))
             time.sleep(0.005)
 
     for thread in threads:
@@ -170,7 +164,7 @@ async def test_a_daemon_with_many_threads_can_still_fork_and_a_fork_bomb_gets_on
         sampler = threading.Thread(target=sample)
         threads.append(sampler)
         sampler.start()
-        before = await asyncio.to_thread(_tasks_of_uid, uid)
+        before = await asyncio.to_thread(tasks_of_uid, uid)
         result = await run("python3 forks.py", workspace)
         sampling.clear()
         sampler.join()
@@ -191,11 +185,11 @@ def test_tasks_count_against_their_real_uid_as_the_kernel_counts_them():
     # A setuid program the daemon's user started (real uid ours) counts against our RLIMIT_NPROC; a
     # process that only took our uid as its effective one does not. /proc/<pid>'s owner is the latter.
     uid = 1_499_999_999  # nobody's
-    before = _tasks_of_uid(uid)
+    before = tasks_of_uid(uid)
     started = [subprocess.Popen(["sleep", "4326"], preexec_fn=functools.partial(os.setresuid, *uids))
                for uids in ((uid, 0, 0), (uid, 0, 0), (0, uid, 0))]
     try:
-        assert _tasks_of_uid(uid) == before + 2
+        assert tasks_of_uid(uid) == before + 2
     finally:
         for proc in started:
             proc.kill()
@@ -404,19 +398,19 @@ async def test_posix_shared_memory_works_for_the_sandbox_uid(workspace):
 
 
 async def test_on_a_cpu_without_a_seccomp_filter_bubblewrap_still_isolates(workspace, monkeypatch):
-    from sandbox import runner, seccomp
+    from sandbox import bwrap, seccomp
 
     monkeypatch.delitem(seccomp.ARCHES, os.uname().machine)
-    runner.isolation_available.cache_clear()
+    bwrap.isolation_available.cache_clear()
     try:
-        ok, why = runner.isolation_available()
+        ok, why = bwrap.isolation_available()
         assert ok and "WITHOUT a seccomp filter" in why and os.uname().machine in why
         result = await run("grep Seccomp: /proc/self/status; cat /etc/shadow", workspace)
         assert result.isolation == "bubblewrap"
         assert result.stdout.split() == ["Seccomp:", "0"]  # no filter, but still in the sandbox
         assert result.exit_status != 0  # /etc/shadow is not there
     finally:
-        runner.isolation_available.cache_clear()
+        bwrap.isolation_available.cache_clear()
 
 
 # /tmp and /dev/shm are tmpfs: their files are RAM that RLIMIT_AS does not count. A small memory
@@ -477,34 +471,37 @@ async def test_a_daemon_holding_many_descriptors_still_runs_commands(workspace):
 
 # An unprivileged daemon (the usual system service, User=openclaw): bwrap makes a user namespace, and
 # the command then owns the tmpfs bwrap mounts for /dev. Run as `nobody` when the tests are root.
+# It imports only the sandbox package, from the copy `daemon.path` holds (see conftest.py).
 UNPRIVILEGED_DAEMON = """
 import asyncio, json, sys
 from pathlib import Path
-sys.path.insert(0, {repo!r})
-from sandbox.runner import Limits, Scope, run_command
-from tests.sandbox.test_runner import TMPFS_LIMITS
+from sandbox.runner import run_command
+from sandbox.scope import Limits, Scope
 
-result = asyncio.run(run_command(sys.argv[1], Scope(Path({workspace!r})), TMPFS_LIMITS))
+limits = Limits(**json.loads(sys.argv[2]))
+result = asyncio.run(run_command(sys.argv[1], Scope(Path({workspace!r})), limits))
 print(json.dumps([result.exit_status, result.stdout, result.stderr, result.isolation]))
 """
 
 
-def run_as_unprivileged_daemon(command: str, workspace: Path) -> tuple[int, str, str, str]:
-    repo = Path(__file__).resolve().parents[2]
+def run_as_unprivileged_daemon(command: str, workspace: Path, daemon) -> tuple[int, str, str, str]:
     prefix = []
-    if os.geteuid() == 0:
-        os.chown(workspace, 65534, 65534)
-        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-    script = UNPRIVILEGED_DAEMON.format(repo=str(repo), workspace=str(workspace))
-    done = subprocess.run([*prefix, sys.executable, "-c", script, command], capture_output=True,
-                          text=True, timeout=30, cwd="/")
+    if daemon.uid is not None:
+        os.chown(workspace, daemon.uid, daemon.uid)
+        prefix = ["setpriv", f"--reuid={daemon.uid}", f"--regid={daemon.uid}", "--clear-groups", "--"]
+    script = UNPRIVILEGED_DAEMON.format(workspace=str(workspace))
+    done = subprocess.run([*prefix, daemon.python, "-c", script, command, json.dumps(asdict(TMPFS_LIMITS))],
+                          capture_output=True, text=True, timeout=30, cwd="/",
+                          env={**os.environ, "PYTHONPATH": str(daemon.path)})
     assert done.returncode == 0, done.stderr
     return tuple(json.loads(done.stdout))
 
 
-def test_an_unprivileged_daemons_commands_get_the_same_bounded_tmpfs_and_a_read_only_dev(workspace):
+def test_an_unprivileged_daemons_commands_get_the_same_bounded_tmpfs_and_a_read_only_dev(
+        workspace, unprivileged_daemon):
     status, stdout, stderr, isolation = run_as_unprivileged_daemon(
-        f"id -u; stat -c %u /dev; touch /dev/x || echo dev-refused; {FILL_TMPFS}", workspace)
+        f"id -u; stat -c %u /dev; touch /dev/x || echo dev-refused; {FILL_TMPFS}", workspace,
+        unprivileged_daemon)
     assert isolation == "bubblewrap"
     uid = 65534 if os.geteuid() == 0 else os.geteuid()
     # The command owns /dev (bwrap made it, in the command's user namespace), but cannot write there.
@@ -529,13 +526,13 @@ exec {bwrap} "$@"
 
 async def test_an_old_bubblewrap_without_size_still_runs_and_says_tmp_is_unlimited(
         workspace, tmp_path, monkeypatch, caplog):
-    from sandbox import runner
+    from sandbox import bwrap
 
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     old = tmp_path / "bwrap-0.6"
     old.write_text(OLD_BWRAP.format(bwrap=shutil.which("bwrap")))
     old.chmod(0o755)
-    ok, why = runner.isolation_available(str(old))  # what `openclaw doctor` shows
+    ok, why = bwrap.isolation_available(str(old))  # what `openclaw doctor` shows
     assert ok and "WITHOUT a size limit on /tmp and /dev/shm" in why and "upgrade bubblewrap" in why
     assert "WITHOUT a size limit" in caplog.text and str(old) in caplog.text  # the daemon's log
     result = await run("df -B1 --output=size /tmp | tail -n 1", workspace, bwrap_path=str(old))
@@ -543,5 +540,5 @@ async def test_an_old_bubblewrap_without_size_still_runs_and_says_tmp_is_unlimit
     # Asking bwrap what it can do does not hand it the daemon's environment either.
     assert "hunter2" not in (tmp_path / "bwrap-0.6.help-env").read_text()
     # The real bubblewrap here has --size: no such warning for it.
-    ok, why = runner.isolation_available()
+    ok, why = bwrap.isolation_available()
     assert ok and "WITHOUT a size limit" not in why

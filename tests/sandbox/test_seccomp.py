@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from sandbox import seccomp
-from sandbox.runner import Limits, Scope, bwrap_argv, run_command
+from sandbox.bwrap import bwrap_argv
+from sandbox.runner import run_command
+from sandbox.scope import Limits, Scope
 
 LIMITS = Limits(wall_seconds=10, processes=32)
 MACHINE = os.uname().machine

@@ -13,7 +13,8 @@ import pytest
 
 from sandbox.policy import Policy, Role
 from sandbox.runner import Sandbox
-from skills.builtin.email import EmailSkill, _utf7_decode, _utf7_encode
+from skills.builtin.email import EmailSkill
+from skills.builtin.email.imap import utf7_decode, utf7_encode
 from skills.executor import Executor, Outcome
 from skills.registry import SkillLoadError, load_skills
 from tests.fakes.mail import FakeIMAPServer, FakeSMTPServer, make_message
@@ -181,9 +182,9 @@ async def test_a_line_break_the_email_package_would_write_out_raw_never_reaches_
         tmp_path, smtp, monkeypatch):
     """The second layer alone: with encoded words let through, the header block as it would be sent
     is checked (and, where Python has it, the generator refuses too), so nothing goes out."""
-    from skills.builtin import email as email_skill
+    from skills.builtin.email import addresses
 
-    monkeypatch.setattr(email_skill, "_ENCODED_WORD", re.compile(r"(?!)"))  # matches nothing
+    monkeypatch.setattr(addresses, "ENCODED_WORD", re.compile(r"(?!)"))  # matches nothing
     h = harness(tmp_path, smtp_settings(smtp))
     for args in (send(f"{INJECTED} <ann@friends.org>"),
                  send("ann@friends.org", subject="=?utf-8?q?Hi=0D=0AReply-To:_mallory@evil.test?="),
@@ -465,5 +466,5 @@ async def test_arguments_that_do_not_fit_the_action_are_explained(tmp_path, smtp
 
 
 def test_mailbox_names_use_modified_utf7():
-    assert _utf7_encode("Entwürfe") == "Entw&APw-rfe" and _utf7_encode("A&B") == "A&-B"
-    assert _utf7_decode("Entw&APw-rfe") == "Entwürfe" and _utf7_decode("A&-B") == "A&B"
+    assert utf7_encode("Entwürfe") == "Entw&APw-rfe" and utf7_encode("A&B") == "A&-B"
+    assert utf7_decode("Entw&APw-rfe") == "Entwürfe" and utf7_decode("A&-B") == "A&B"

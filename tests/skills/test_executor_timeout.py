@@ -8,7 +8,8 @@ import threading
 from typing import Any
 
 from sandbox.policy import Policy, Role
-from sandbox.runner import Limits, Sandbox
+from sandbox.runner import Sandbox
+from sandbox.scope import Limits
 from skills import Skill
 from skills.executor import Executor
 from skills.registry import SkillRegistry

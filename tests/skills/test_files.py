@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from sandbox import disk
+from sandbox.bwrap import isolation_available
 from sandbox.policy import Policy, Principal, Role, sandbox_uid
-from sandbox.runner import Limits, Sandbox, isolation_available, run_command
+from sandbox.runner import Sandbox, run_command
+from sandbox.scope import Limits
 from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
-from skills.executor import Executor, Outcome, _for_audit
+from skills.executor import Executor, Outcome, audit_arguments
 from skills.registry import SkillLoadError, load_skills
 from tests.sandbox.test_grants import swap_for_link
 
@@ -63,7 +65,7 @@ class Env:
         for reason in reasons:
             assert reason in outcome.text, outcome.text
         row = self.audit[-1]
-        assert (row["skill"], row["decision"], row["arguments"]) == ("files", "denied", _for_audit(args))
+        assert (row["skill"], row["decision"], row["arguments"]) == ("files", "denied", audit_arguments(args))
         assert row["detail"] and "denied" in row["detail"]
         return outcome.text
 

@@ -17,7 +17,7 @@ from openclaw.config import load_config
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 from sandbox import cgroups
-from sandbox.runner import isolation_available
+from sandbox.bwrap import isolation_available
 
 ROLES = """
 [skills]
