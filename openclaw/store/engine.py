@@ -96,5 +96,5 @@ def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout_ms: int) -> None:
         # the write lock is taken up front (a busy writer is waited for, never a failed lock
         # upgrade), and no separate round trip to aiosqlite's thread is spent on BEGIN. Reads
         # before that first write run on their own snapshot; the get-or-create paths that read
-        # then write rely on unique indexes and retry (Store._retrying), not on the snapshot.
+        # then write rely on unique indexes and retry (Store.retrying), not on the snapshot.
         dbapi_connection.isolation_level = "IMMEDIATE"
