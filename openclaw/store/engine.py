@@ -48,7 +48,9 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
-def _sqlite_file(url: URL) -> Path | None:
+def sqlite_file(url: URL) -> Path | None:
+    """The database file of a SQLite URL (normalized); None for an in-memory or URI database.
+    It reads only the URL's database part: ask it of SQLite URLs only."""
     db = url.database
     if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
         return None
@@ -60,7 +62,7 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_async_engine(parsed, echo=echo, pool_pre_ping=True)
-    path = _sqlite_file(parsed)
+    path = sqlite_file(parsed)
     if path is not None:
         # The default lives under ~/.local/share/openclaw/, which a first run has not created yet.
         # Every conversation is in there: the folder and the file are the owner's alone, whichever
