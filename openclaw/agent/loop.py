@@ -73,8 +73,8 @@ class Caller:
     # (a skill, a folder, the network taken away) applies to its next call. None: `principal`.
     principal_now: Callable[[], Principal] | None = None
     # Whether the caller's daily tokens (with what their running turns spent) still allow a model
-    # call, asked before each one that follows tool results: a cap checked only as a turn began
-    # was overshot by each of its steps, and by the turns running in the caller's other chats.
+    # call, asked before each one that follows tool results: a cap looked at only as a turn
+    # begins would not hold its later steps, nor the caller's turns in other chats.
     has_tokens: Callable[[], Awaitable[bool]] = _always_allowed
 
     @property

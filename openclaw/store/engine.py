@@ -18,12 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from openclaw.store import sqlite_driver
 
 BUSY_TIMEOUT_MS = 10_000
-# The -wal file is cut back to this size whenever a checkpoint has emptied it (SQLite reuses it from
-# the start then). Without a limit it keeps the largest size it ever reached, until the last
-# connection closes: a reader that held one snapshot for long (a `sqlite3` shell left in BEGIN, a
-# backup) lets it grow by every write meanwhile. Normal use stays far below (4 to 10 MiB: the
-# automatic checkpoint runs every 1000 pages). Cut back to the limit, not to nothing: no periodic
-# TRUNCATE checkpoint is needed to keep the file bounded.
+# The -wal file is cut back to this size whenever a checkpoint has emptied it; without a limit it
+# keeps the largest size it ever reached (a long-held read snapshot, a backup, lets it grow by every
+# write meanwhile). Normal use stays at 4 to 10 MiB, so no periodic TRUNCATE checkpoint is needed.
 JOURNAL_SIZE_LIMIT = 64 * 2**20
 
 # What a user may write in the config, mapped to the async driver the store needs.
