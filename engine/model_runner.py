@@ -244,7 +244,7 @@ class ModelRunner:
             query_start=query_start,
             context_lens_host=context_lens,
             num_decodes=num_decodes,
-            num_shared_decode_blocks=_shared_prefix_blocks(
+            num_shared_decode_blocks=shared_prefix_blocks(
                 tables[:num_decodes], context_lens[:num_decodes], bs),
         )
         hidden = self.model(
@@ -255,8 +255,9 @@ class ModelRunner:
         return hidden, sample_rows, sample_of
 
 
-def _shared_prefix_blocks(tables: list[list[int]], context_lens: list[int], block_size: int) -> int:
-    """How many leading blocks all these sequences share and hold full (0 for fewer than two)."""
+def shared_prefix_blocks(tables: list[list[int]], context_lens: list[int], block_size: int) -> int:
+    """How many leading blocks all these sequences share and hold full (0 for fewer than two):
+    AttentionMetadata.num_shared_decode_blocks, which the backends attend once for the batch."""
     if len(tables) < 2:
         return 0
     limit = min(context_lens) // block_size

@@ -195,7 +195,7 @@ def _byte_level_backend(fields: dict[str, Any], tokens: list[str]) -> HFTokenize
     merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
     vocab = {t: i for i, t in enumerate(tokens)}
     backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-    backend.pre_tokenizer = _gguf_pre_tokenizer(fields.get("tokenizer.ggml.pre", "default"))
+    backend.pre_tokenizer = gguf_pre_tokenizer(fields.get("tokenizer.ggml.pre", "default"))
     backend.decoder = decoders.ByteLevel()
     return backend
 
@@ -300,7 +300,9 @@ def _leftmost_first(tied: list[tuple[int, int, str, str]]) -> list[tuple[str, st
     return order
 
 
-def _gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
+def gguf_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
+    """The byte-level pre-tokenizer llama.cpp names `pre` (a GGUF's `tokenizer.ggml.pre`:
+    "llama3", "qwen2", "smollm", ...); GPT-2's for a name it does not know."""
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     if pre in ("llama-bpe", "llama3", "smaug-bpe"):
         split = pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated", invert=False)

@@ -20,11 +20,10 @@ target_metadata = Base.metadata
 
 def run_on(connection: Connection) -> None:
     if connection.dialect.name == "sqlite":
-        # Python's sqlite3 opens a transaction by itself only before INSERT, UPDATE and DELETE:
-        # every CREATE TABLE and CREATE INDEX committed on its own, and a daemon killed midway
-        # left tables without their alembic_version row ("table users already exists" at every
-        # later start). One transaction makes a migration whole; IMMEDIATE takes the write lock
-        # first, so two processes migrating at once take turns (the second finds it done).
+        # Python's sqlite3 begins a transaction by itself only before INSERT, UPDATE and DELETE,
+        # so each CREATE would commit alone, and a migration cut short would leave tables without
+        # their alembic_version row. One transaction makes it whole; IMMEDIATE takes the write
+        # lock first, so two processes migrating at once take turns (the second finds it done).
         connection.exec_driver_sql("BEGIN IMMEDIATE")
     # render_as_batch: SQLite alters tables by copying them; autogenerate must write it that way.
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,

@@ -350,11 +350,11 @@ async def _check_database(config) -> list[tuple[bool, str, str]]:
     data folder) not there yet is what `run` creates; a schema behind this version's is what it
     upgrades."""
     from openclaw.store import Store, head_revision, known_revisions
-    from openclaw.store.engine import _sqlite_file, normalize_url
+    from openclaw.store.engine import normalize_url, sqlite_file
 
     fix = "check store.url and that the data folder is writable"
     try:
-        path = _sqlite_file(normalize_url(config.store.url))
+        path = sqlite_file(normalize_url(config.store.url))
     except ValueError as exc:
         return [(False, f"database: {exc}", fix)]
     if path is not None and not path.exists():

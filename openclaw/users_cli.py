@@ -82,9 +82,9 @@ def with_store(args: argparse.Namespace, work, *, none_yet=_OPEN):
 
 
 def _not_made_yet(url: str) -> bool:
-    from openclaw.store.engine import _sqlite_file, normalize_url
+    from openclaw.store.engine import normalize_url, sqlite_file
 
-    path = _sqlite_file(normalize_url(url))
+    path = sqlite_file(normalize_url(url))
     return path is not None and not path.exists()
 
 

@@ -16,6 +16,24 @@ from typing import Any, Protocol
 
 from engine import SamplingParams
 from openclaw.agent.model import ChatModel
+from openclaw.store.records import Message, Summary
+
+
+class HistoryStore(Protocol):
+    """What the agent needs of the store: one conversation's messages and summaries.
+    openclaw.store.Store has it; a Protocol rather than the Store, so the agent can reach nothing
+    else (users, deliveries, the audit) and runs over any history that has these four."""
+
+    async def add_message(self, conversation_id: int, role: str, content: str, *,
+                          tool_calls: Any | None = None, tool_call_id: str | None = None,
+                          token_count: int | None = None) -> Message: ...
+
+    async def list_messages(self, conversation_id: int, after_id: int | None = None) -> list[Message]: ...
+
+    async def add_summary(self, conversation_id: int, up_to_message_id: int, content: str,
+                          token_count: int) -> Summary: ...
+
+    async def latest_summary(self, conversation_id: int) -> Summary | None: ...
 
 
 class Meter(Protocol):
@@ -62,14 +80,15 @@ class ContextBuilder:
 
     MAX_CACHED = 256  # conversations; the least recently used are dropped and re-read on demand
 
-    def __init__(self, model: ChatModel, store: Any, system_prompt: str, budget: Budget) -> None:
+    def __init__(self, model: ChatModel, store: HistoryStore, system_prompt: str,
+                 budget: Budget) -> None:
         self.model, self.store, self.system_prompt, self.budget = model, store, system_prompt, budget
-        self._cache: OrderedDict[int, tuple[Any, list[Any]]] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
 
     def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
         return len(self.model.encode_chat(messages, tools))
 
-    async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Any:
+    async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Message:
         """Store a message, and keep the cached history in step with the store."""
         try:
             message = await self.store.add_message(conversation_id, role, content, **fields)
@@ -81,7 +100,7 @@ class ContextBuilder:
             cached[1].append(message)
         return message
 
-    async def history(self, conversation_id: int) -> tuple[Any, list[Any]]:
+    async def history(self, conversation_id: int) -> tuple[Summary | None, list[Message]]:
         """(latest summary or None, the messages after it), from memory when possible."""
         cached = self._cache.get(conversation_id)
         if cached is None:
@@ -133,11 +152,11 @@ class ContextBuilder:
                     return prompt
         return None
 
-    def _prompt(self, summary: str | None, history: list[Any]) -> list[dict]:
+    def _prompt(self, summary: str | None, history: list[Message]) -> list[dict]:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
         return [{"role": "system", "content": system}, *_answered(history)]
 
-    async def _compact(self, conversation_id: int, previous: str | None, old: list[Any],
+    async def _compact(self, conversation_id: int, previous: str | None, old: list[Message],
                        cache_salt: str | None, meter: Meter | None) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too
         long for one call is summarised in front-to-back pieces, each stored as it completes."""
@@ -155,7 +174,7 @@ class ContextBuilder:
                      conversation_id, take, last.id, tokens)
             previous, old = text, old[take:]
 
-    def _summary_prompt(self, previous: str | None, messages: list[Any]) -> list[dict]:
+    def _summary_prompt(self, previous: str | None, messages: list[Message]) -> list[dict]:
         lines = [f"Earlier summary: {previous}"] if previous else []
         for m in messages:
             text = m.content or ""
@@ -189,7 +208,7 @@ def _args(call: dict) -> str:
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
-def _answered(history: list[Any]) -> list[dict]:
+def _answered(history: list[Message]) -> list[dict]:
     """The history as chat messages, every tool call followed by a result. A turn stopped between
     a call and its result (/stop, access withdrawn, a crash before the result was stored) left
     none; a model shown a call without one may take it as done, or make a result up."""
@@ -213,7 +232,7 @@ def _not_run(call_id: str) -> dict:
             "content": "error: not run: the turn was stopped before this call ran"}
 
 
-def _compaction_cut(history: list[Any], keep: int) -> int:
+def _compaction_cut(history: list[Message], keep: int) -> int:
     """How many of the oldest messages to compact: everything before the start of a user turn,
     keeping at least the newest `keep` messages when possible (a tool call never parts from its
     result). 0 when only the newest turn is left."""

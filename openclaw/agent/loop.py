@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import SamplingParams
+from engine import RequestOutput, SamplingParams
 from engine.tool_parser import StreamingToolParser, ToolCall
-from openclaw.agent.context import Budget, ContextBuilder, PromptTooLong, TokensSpent
+from openclaw.agent.context import Budget, ContextBuilder, HistoryStore, PromptTooLong, TokensSpent
 from openclaw.agent.model import ChatModel
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
@@ -73,8 +73,8 @@ class Caller:
     # (a skill, a folder, the network taken away) applies to its next call. None: `principal`.
     principal_now: Callable[[], Principal] | None = None
     # Whether the caller's daily tokens (with what their running turns spent) still allow a model
-    # call, asked before each one that follows tool results: a cap checked only as a turn began
-    # was overshot by each of its steps, and by the turns running in the caller's other chats.
+    # call, asked before each one that follows tool results: a cap looked at only as a turn
+    # begins would not hold its later steps, nor the caller's turns in other chats.
     has_tokens: Callable[[], Awaitable[bool]] = _always_allowed
 
     @property
@@ -83,7 +83,7 @@ class Caller:
 
 
 class Agent:
-    def __init__(self, model: ChatModel, store: Any, executor: Executor,
+    def __init__(self, model: ChatModel, store: HistoryStore, executor: Executor,
                  settings: AgentConfig, metrics: Metrics | None = None) -> None:
         self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
@@ -186,10 +186,11 @@ class Agent:
             result.text, result.failed = APOLOGY, True
             return result
 
-    async def _generate(self, prompt, params, tools, request_id, sink: ReplySink,
-                        meter: _TurnMeter, cache_salt: str):
+    async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
+                        request_id: str, sink: ReplySink, meter: _TurnMeter, cache_salt: str
+                        ) -> tuple[str, list[ToolCall], list[str], RequestOutput | None]:
         parser = StreamingToolParser()
-        out = None
+        out: RequestOutput | None = None
         await sink.typing()
         started = time.monotonic()
         try:

@@ -37,7 +37,8 @@ from openclaw.store.records import (
     parse_user_key,
     user_key,
 )
-from openclaw.store.store import PAIRING_ALPHABET, Store, new_pairing_code, normalize_pairing_code
+from openclaw.store.store import Store
+from openclaw.store.users import PAIRING_ALPHABET, new_pairing_code, normalize_pairing_code
 
 __all__ = [
     "PAIRING_ALPHABET",

@@ -16,7 +16,7 @@ from urllib.request import pathname2url
 
 from sqlalchemy.engine import URL
 
-from openclaw.store.engine import BUSY_TIMEOUT_MS, _sqlite_file, normalize_url
+from openclaw.store.engine import BUSY_TIMEOUT_MS, normalize_url, sqlite_file
 from openclaw.store.migrate import known_revisions
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -34,7 +34,7 @@ def sqlite_path(url: str | URL) -> Path:
     if parsed.get_backend_name() == "postgresql":
         raise ValueError("the store is PostgreSQL: back it up with pg_dump and restore it with "
                          "pg_restore (or psql), e.g. pg_dump -Fc -f openclaw.dump DBNAME")
-    path = _sqlite_file(parsed)
+    path = sqlite_file(parsed)
     if path is None:
         raise ValueError("the store is not a file (an in-memory or URI database); there is nothing "
                          "to back up")

@@ -18,12 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from openclaw.store import sqlite_driver
 
 BUSY_TIMEOUT_MS = 10_000
-# The -wal file is cut back to this size whenever a checkpoint has emptied it (SQLite reuses it from
-# the start then). Without a limit it keeps the largest size it ever reached, until the last
-# connection closes: a reader that held one snapshot for long (a `sqlite3` shell left in BEGIN, a
-# backup) lets it grow by every write meanwhile. Normal use stays far below (4 to 10 MiB: the
-# automatic checkpoint runs every 1000 pages). Cut back to the limit, not to nothing: no periodic
-# TRUNCATE checkpoint is needed to keep the file bounded.
+# The -wal file is cut back to this size whenever a checkpoint has emptied it; without a limit it
+# keeps the largest size it ever reached (a long-held read snapshot, a backup, lets it grow by every
+# write meanwhile). Normal use stays at 4 to 10 MiB, so no periodic TRUNCATE checkpoint is needed.
 JOURNAL_SIZE_LIMIT = 64 * 2**20
 
 # What a user may write in the config, mapped to the async driver the store needs.
@@ -48,7 +45,9 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
-def _sqlite_file(url: URL) -> Path | None:
+def sqlite_file(url: URL) -> Path | None:
+    """The database file of a SQLite URL (normalized); None for an in-memory or URI database.
+    It reads only the URL's database part: ask it of SQLite URLs only."""
     db = url.database
     if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
         return None
@@ -60,7 +59,7 @@ def create_engine(url: str | URL, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_async_engine(parsed, echo=echo, pool_pre_ping=True)
-    path = _sqlite_file(parsed)
+    path = sqlite_file(parsed)
     if path is not None:
         # The default lives under ~/.local/share/openclaw/, which a first run has not created yet.
         # Every conversation is in there: the folder and the file are the owner's alone, whichever
@@ -96,5 +95,5 @@ def _install_sqlite_hooks(engine: AsyncEngine, busy_timeout_ms: int) -> None:
         # the write lock is taken up front (a busy writer is waited for, never a failed lock
         # upgrade), and no separate round trip to aiosqlite's thread is spent on BEGIN. Reads
         # before that first write run on their own snapshot; the get-or-create paths that read
-        # then write rely on unique indexes and retry (Store._retrying), not on the snapshot.
+        # then write rely on unique indexes and retry (Store.retrying), not on the snapshot.
         dbapi_connection.isolation_level = "IMMEDIATE"

@@ -100,9 +100,9 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def storable(value: Any) -> Any:
-    """`value` with what no backend can store made U+FFFD, in strings and inside JSON: a
-    command's binary output, a name or message holding such a character failed its write (a
-    message, then redelivered, failed for ever). Both backends now keep the same."""
+    """`value` with what no backend can store made U+FFFD, in strings and inside JSON, so that
+    such a character (a command's binary output, a name) cannot fail a write, and both backends
+    keep the same text."""
     if isinstance(value, str):
         return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
     if isinstance(value, dict):

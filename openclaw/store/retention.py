@@ -151,11 +151,9 @@ def _steps(r: Retention, now: datetime) -> list[_Step]:
         steps += [
             _Step("their messages", MessageRow, MessageRow.conversation_id.in_(old)),
             _Step("their summaries", SummaryRow, SummaryRow.conversation_id.in_(old)),
-            # Their usage rows and replies keep their row, unlinked. ON DELETE SET NULL would do
-            # it, but inside the conversations' own batch: 500 conversations and every usage row
-            # and reply still linked to them, which is all of them where usage or the journal is
-            # kept forever (a year's: 1.6 s of SQLite's write lock in bench/store_scale.py
-            # --keep-forever). So they are unlinked first, in batches of their own.
+            # Their usage rows and replies stay, unlinked first in batches of their own: left to
+            # ON DELETE SET NULL, one batch of conversations would unlink all their rows in one
+            # transaction (a year's: 1.6 s of SQLite's write lock, bench/store_scale.py).
             _Step("their usage rows", UsageRow, UsageRow.conversation_id.in_(old),
                   unlink="conversation_id"),
             _Step("their replies", OutboundMessageRow, OutboundMessageRow.conversation_id.in_(old),

@@ -1,10 +1,9 @@
 """aiosqlite, with one trip to its thread per statement instead of four.
 
-aiosqlite runs each sqlite3 call on a thread of its own and hands the result back through the event
-loop: about 55 us a trip on the reference machine. SQLAlchemy's adapter makes four trips for every
-statement (make a cursor, execute, fetch the rows, close the cursor) and one more to commit, so a
-one-INSERT transaction cost five trips, most of the store's share of a turn. The cursor here does
-all four on the thread in one trip and hands SQLAlchemy the rows it already has.
+aiosqlite runs each sqlite3 call on a thread of its own, about 55 us a trip through the event loop;
+SQLAlchemy's adapter makes four for every statement (make a cursor, execute, fetch, close), most of
+the store's share of a turn. The cursor here does all four on the thread in one trip and hands
+SQLAlchemy the rows it already has.
 
 Only `openclaw.store.engine` uses this, through SQLAlchemy's `async_creator_fn` connect argument,
 which keeps the rest of the aiosqlite dialect (URL handling, errors, pool, terminate) as it is.

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.attention import AttentionMetadata, TorchAttentionBackend
-from engine.model_runner import _shared_prefix_blocks
+from engine.model_runner import shared_prefix_blocks
 
 
 def dense(q, k, v, scale):
@@ -55,7 +55,7 @@ def test_batched_decodes_and_prefill_chunks_match_dense_attention(shared_blocks,
         query_start.append(query_start[-1] + new)
     width = max(len(t) for t in tables)
     ctx_lens = [c for c, _ in seqs]
-    shared = _shared_prefix_blocks(tables[:3], ctx_lens[:3], bs)
+    shared = shared_prefix_blocks(tables[:3], ctx_lens[:3], bs)
     assert shared == shared_blocks
     meta = AttentionMetadata(
         slot_mapping=torch.tensor(slots),
@@ -74,6 +74,6 @@ def test_batched_decodes_and_prefill_chunks_match_dense_attention(shared_blocks,
 
 
 def test_shared_prefix_needs_the_same_physical_blocks_in_every_row():
-    assert _shared_prefix_blocks([[5, 6, 7], [5, 6, 9]], [12, 12], 4) == 2
-    assert _shared_prefix_blocks([[5, 6, 7], [5, 6, 7]], [12, 7], 4) == 1  # only full blocks
-    assert _shared_prefix_blocks([[5, 6, 7]], [12], 4) == 0  # one sequence: nothing to share
+    assert shared_prefix_blocks([[5, 6, 7], [5, 6, 9]], [12, 12], 4) == 2
+    assert shared_prefix_blocks([[5, 6, 7], [5, 6, 7]], [12, 7], 4) == 1  # only full blocks
+    assert shared_prefix_blocks([[5, 6, 7]], [12], 4) == 0  # one sequence: nothing to share

@@ -15,7 +15,7 @@ from engine.chat import CHATML_TEMPLATE, ChatFormatter
 from engine.constrained import CallGrammar, CallMasks, TokenVocab, ToolConstraints, tool_specs
 from engine.constrained.grammar import HERMES, LLAMA3, MAX_WS, tool_dialect
 from engine.constrained.masks import ToolCallMatcher
-from engine.tokenizer import _LLAMA3_SPLIT, Tokenizer
+from engine.tokenizer import Tokenizer, gguf_pre_tokenizer
 from engine.tool_parser import parse_tool_calls
 
 from .test_tool_choice import TOOLS as CHOICE_TOOLS
@@ -66,13 +66,11 @@ BONUS = (10.0, 5.0, 8.0)
 
 
 def train_tokenizer():
-    from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
     from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), "isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.pre_tokenizer = gguf_pre_tokenizer("llama3")  # Llama 3's split, then byte-level
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
         vocab_size=700, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))

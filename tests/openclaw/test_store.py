@@ -52,6 +52,7 @@ from openclaw.store import (
 from openclaw.store import engine as store_engine
 from openclaw.store.migrate import alembic_config
 from openclaw.store.models import Base, ConversationRow
+from openclaw.store.users import find_user
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "conversations", "messages", "inbound_events", "outbound_messages",
@@ -515,7 +516,7 @@ async def test_database_itself_rejects_a_second_active_conversation(store: Store
     conv = await store.active_conversation((await store.ensure_user("telegram", 1)).key, 1)
     now = store.now()
     with pytest.raises(IntegrityError):
-        async with store._tx() as session:
+        async with store.transaction() as session:
             session.add(ConversationRow(user_id=conv.user_id, channel="telegram", chat_id="1",
                                         status=ConversationStatus.ACTIVE, created_at=now, updated_at=now))
 
@@ -556,8 +557,8 @@ async def test_a_block_made_while_pairing_is_not_undone_by_the_code(store: Store
     assert await store.create_pairing_code(waiting) is None
     other = (await store.ensure_user("telegram", 1002)).key
     code = await store.create_pairing_code(other)
-    async with store._tx() as session:  # blocked behind the code's back (no withdrawal)
-        row = await store._user_row(session, "telegram", "1002")
+    async with store.transaction() as session:  # blocked behind the code's back (no withdrawal)
+        row = await find_user(session, "telegram", "1002")
         row.status = UserStatus.BLOCKED
     assert await store.approve_pairing(code) is None and await store.deny_pairing(code) is None
     assert (await store.get_user("telegram", 1002)).status is UserStatus.BLOCKED

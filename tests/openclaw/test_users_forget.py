@@ -214,7 +214,7 @@ async def test_a_forgotten_users_words_are_gone_from_the_database_files(tmp_path
     the write-ahead log until it is reset: forget zeroes the one and empties the other."""
     database = tmp_path / "openclaw.db"
     async with await Store.open(f"sqlite+aiosqlite:///{database}") as store:
-        async with store._tx() as session:  # as a build whose default is off
+        async with store.transaction() as session:  # as a build whose default is off
             await session.execute(text("PRAGMA secure_delete = OFF"))
         await bob_talks(store, 1)
         await ada_talks(store)

@@ -1,0 +1,142 @@
+"""What every part of the Store shares: the engine, one short transaction per call, the clock, and
+running each call whole (`run_whole`). The parts (users.py, conversations.py, journal.py,
+reminders.py, usage.py) subclass `StoreBase`; store.py joins them into the `Store`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any, Self, TypeVar
+
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from sandbox.to_end import run_to_end
+
+CLOSE_WAIT_S = 15.0  # close waits this long at most for calls still running
+
+Clock = Callable[[], datetime]
+R = TypeVar("R")
+S = TypeVar("S", bound="StoreBase")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_record(cls: type[R], row: Any, **extra: Any) -> R:
+    """The frozen record `cls` (records.py) of an ORM row, with `extra` for fields it lacks."""
+    values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in extra}
+    return cls(**values, **extra)
+
+
+async def insert_values(session: AsyncSession, model: type, **values: Any) -> Any:
+    """INSERT one row as a plain statement; the result. For rows written on every turn: the ORM's
+    unit of work (add, flush, identity map) costs more than the statement itself."""
+    return await session.execute(_insert_statement(model), _parameters(model, values))
+
+
+async def insert_record(session: AsyncSession, model: type, record: type[R], **values: Any) -> R:
+    """`insert_values`, returned as `record` (`values` plus the new id: SQLite gives it from the
+    cursor, PostgreSQL by RETURNING)."""
+    result = await insert_values(session, model, **values)
+    return record(id=result.inserted_primary_key[0], **values)
+
+
+def _parameters(model: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Values by attribute name to parameters by column (AuditRow.user is column "user_key")."""
+    columns = model.__mapper__.columns
+    return {columns[key].key: value for key, value in values.items()}
+
+
+@functools.cache
+def _insert_statement(model: type) -> Any:
+    # Built once: a statement made per call spends more on construction and its cache key than on
+    # the INSERT; the values go in as parameters.
+    return insert(model.__table__)
+
+
+class StoreBase:
+    """The engine and its sessions, the clock, and the calls running now (see `run_whole`)."""
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None):
+        self.engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._clock = clock or utcnow
+        self._calls: set[asyncio.Task[Any]] = set()  # running, each in a task of its own
+
+    async def close(self) -> None:
+        # Calls still running finish first (up to a limit: a hung server must not hang a stop):
+        # disposed under them, their connections would be terminated mid-transaction. wait, not
+        # gather, which would cancel them if this is cancelled.
+        if self._calls:
+            await asyncio.wait(self._calls, timeout=CLOSE_WAIT_S)
+        await self.engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def now(self) -> datetime:
+        now = self._clock()
+        if now.tzinfo is None:
+            raise ValueError("the store's clock returned a naive datetime; it must return UTC-aware ones")
+        return now
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A session in one transaction: committed at the end, rolled back on an error."""
+        async with self._sessions() as session, session.begin():
+            yield session
+
+    async def retrying(self, op: Callable[[AsyncSession], Awaitable[R]], attempts: int = 3) -> R:
+        """Run `op` in a transaction, again if a concurrent writer won a unique index first.
+
+        The retry then finds the winner's row (get-or-create) or draws a fresh value (codes).
+        """
+        for attempt in range(attempts):
+            try:
+                async with self.transaction() as session:
+                    return await op(session)
+            except IntegrityError:
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def run_whole(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Runs a Store call in a task of its own, which a cancel of its caller does not reach: the
+    call commits or rolls back whole, and only then does its caller get the cancel, so what it
+    wrote is known to be there. (Cut short inside a statement, SQLAlchemy terminates the
+    connection as broken, and a second cancel during that leaks it.) About 25 us a call."""
+    @functools.wraps(method)
+    async def call(self: StoreBase, *args: Any, **kwargs: Any) -> R:
+        task = asyncio.ensure_future(method(self, *args, **kwargs))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        return await run_to_end(task)
+    return call
+
+
+def calls_run_whole(cls: type[S]) -> type[S]:
+    """Sets on `cls` each public coroutine method of its parts, wrapped by `run_whole`; not
+    StoreBase's own (close waits for the calls, `retrying` runs inside one)."""
+    for name in dir(cls):
+        method = inspect.getattr_static(cls, name)
+        if (not name.startswith("_") and name not in vars(StoreBase)
+                and inspect.iscoroutinefunction(method)):
+            setattr(cls, name, run_whole(method))
+    return cls

@@ -1,0 +1,119 @@
+"""Conversations (one active per user and chat; /new archives it), their messages in the order
+they were added, and the summaries that compact their older turns (agent.context)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from openclaw.store.base import StoreBase, insert_record, to_record
+from openclaw.store.models import ConversationRow, MessageRow, SummaryRow
+from openclaw.store.records import (
+    Conversation,
+    ConversationStatus,
+    Message,
+    MessageRole,
+    Summary,
+    parse_user_key,
+)
+from openclaw.store.users import require_user
+
+
+class ConversationStore(StoreBase):
+    """The Store's conversations, messages and summaries."""
+
+    # -- conversations -------------------------------------------------------------------------
+
+    async def active_conversation(self, user: str, chat_id: str | int,
+                                  channel: str | None = None) -> Conversation:
+        """The user's active conversation in this chat, started if there is none.
+
+        `channel` defaults to the user's own channel (the part of the key before ':').
+        """
+        chat_id = str(chat_id)
+        channel = channel or parse_user_key(user)[0]
+
+        async def op(session: AsyncSession) -> Conversation:
+            owner = await require_user(session, user)
+            row = await session.scalar(
+                select(ConversationRow).where(
+                    ConversationRow.user_id == owner.id, ConversationRow.channel == channel,
+                    ConversationRow.chat_id == chat_id,
+                    ConversationRow.status == ConversationStatus.ACTIVE,
+                ).order_by(ConversationRow.id.desc()).limit(1))
+            if row is None:
+                now = self.now()
+                row = ConversationRow(user_id=owner.id, channel=channel, chat_id=chat_id,
+                                      status=ConversationStatus.ACTIVE, created_at=now, updated_at=now,
+                                      archived_at=None)
+                session.add(row)
+                await session.flush()  # the partial unique index rejects a concurrent twin here
+            return to_record(Conversation, row)
+
+        return await self.retrying(op)
+
+    async def get_conversation(self, conversation_id: int) -> Conversation | None:
+        async with self.transaction() as session:
+            row = await session.get(ConversationRow, conversation_id)
+            return None if row is None else to_record(Conversation, row)
+
+    async def archive_conversation(self, conversation_id: int) -> bool:
+        """Archive it (what `/new` does); False if it was not active."""
+        async with self.transaction() as session:
+            now = self.now()
+            result = await session.execute(
+                update(ConversationRow)
+                .where(ConversationRow.id == conversation_id,
+                       ConversationRow.status == ConversationStatus.ACTIVE)
+                .values(status=ConversationStatus.ARCHIVED, archived_at=now, updated_at=now)
+                .execution_options(synchronize_session=False))
+            return result.rowcount == 1
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def add_message(self, conversation_id: int, role: MessageRole | str, content: str,
+                          tool_calls: Any | None = None, tool_call_id: str | None = None,
+                          token_count: int | None = None) -> Message:
+        role = MessageRole(role)
+        try:
+            async with self.transaction() as session:
+                # One INSERT, on the hot path of every turn; the conversation's foreign key (not a
+                # separate look-up) rejects a message for a conversation that does not exist.
+                return await insert_record(
+                    session, MessageRow, Message, conversation_id=conversation_id, role=role,
+                    content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
+                    token_count=token_count, created_at=self.now())
+        except IntegrityError as err:
+            raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
+
+    async def list_messages(self, conversation_id: int, after_id: int | None = None,
+                            limit: int | None = None) -> list[Message]:
+        """Messages in the order they were added (by id), optionally only those after `after_id`."""
+        query = select(MessageRow).where(MessageRow.conversation_id == conversation_id)
+        if after_id is not None:
+            query = query.where(MessageRow.id > after_id)
+        query = query.order_by(MessageRow.id).limit(limit)
+        async with self.transaction() as session:
+            return [to_record(Message, row) for row in await session.scalars(query)]
+
+    # -- summaries -----------------------------------------------------------------------------
+
+    async def add_summary(self, conversation_id: int, up_to_message_id: int, content: str,
+                          token_count: int) -> Summary:
+        async with self.transaction() as session:
+            row = SummaryRow(conversation_id=conversation_id, up_to_message_id=up_to_message_id,
+                             content=content, token_count=token_count, created_at=self.now())
+            session.add(row)
+            await session.flush()
+            return to_record(Summary, row)
+
+    async def latest_summary(self, conversation_id: int) -> Summary | None:
+        """The summary reaching furthest into the conversation."""
+        query = (select(SummaryRow).where(SummaryRow.conversation_id == conversation_id)
+                 .order_by(SummaryRow.up_to_message_id.desc(), SummaryRow.id.desc()).limit(1))
+        async with self.transaction() as session:
+            row = await session.scalar(query)
+            return None if row is None else to_record(Summary, row)

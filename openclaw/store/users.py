@@ -1,0 +1,193 @@
+"""Users (one row per person and channel, with a status and a role) and the pairing codes by which
+a stranger asks the admin to be let in.
+
+The users-table methods take (channel, external_id), as connectors see a person; the others take
+the user key "channel:external_id".
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from openclaw.store.base import StoreBase, to_record
+from openclaw.store.models import PairingCodeRow, UserRow, storable
+from openclaw.store.records import (
+    PairingCode,
+    UnknownUserError,
+    User,
+    UserStatus,
+    parse_user_key,
+    user_key,
+)
+
+# 32 symbols without 0/O and 1/I, so a code read aloud or typed from a phone survives; 8 of them
+# give 40 bits, and `secrets` makes them unguessable.
+PAIRING_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
+PAIRING_CODE_LENGTH = 8
+
+
+def new_pairing_code() -> str:
+    return "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(PAIRING_CODE_LENGTH))
+
+
+def normalize_pairing_code(code: str) -> str:
+    """What a person types ("abcd-2345 ") to what is stored ("ABCD2345")."""
+    return "".join(ch for ch in code.upper() if ch.isalnum())
+
+
+async def find_user(session: AsyncSession, channel: str, external_id: str) -> UserRow | None:
+    """The users row of (channel, external_id), in `session`; None if there is none."""
+    return await session.scalar(
+        select(UserRow).where(UserRow.channel == channel, UserRow.external_id == external_id))
+
+
+async def require_user(session: AsyncSession, user: str) -> UserRow:
+    """The users row of the key `user`; UnknownUserError if there is none."""
+    row = await find_user(session, *parse_user_key(user))
+    if row is None:
+        raise UnknownUserError(f"no user {user!r} in the store; call Store.ensure_user first")
+    return row
+
+
+def _live_code(now: datetime) -> tuple[Any, Any]:
+    return PairingCodeRow.used_at.is_(None), PairingCodeRow.expires_at > now
+
+
+class UserStore(StoreBase):
+    """The Store's users and pairing codes."""
+
+    # -- users ---------------------------------------------------------------------------------
+
+    async def get_user(self, channel: str, external_id: str | int) -> User | None:
+        async with self.transaction() as session:
+            row = await find_user(session, channel, str(external_id))
+            return None if row is None else to_record(User, row)
+
+    async def ensure_user(self, channel: str, external_id: str | int, display_name: str | None = None,
+                          status: UserStatus | str = UserStatus.PENDING) -> User:
+        """Insert the user with `status`, or return the existing one (its status is never changed
+        here; only its display name is refreshed when a new one is given)."""
+        external_id, status = str(external_id), UserStatus(status)
+
+        async def op(session: AsyncSession) -> User:
+            row = await find_user(session, channel, external_id)
+            now = self.now()
+            if row is None:
+                row = UserRow(channel=channel, external_id=external_id, display_name=display_name,
+                              status=status, role=None, created_at=now, updated_at=now)
+                session.add(row)
+                await session.flush()
+            elif display_name is not None and storable(display_name) != row.display_name:
+                row.display_name, row.updated_at = display_name, now
+            return to_record(User, row)
+
+        return await self.retrying(op)
+
+    async def set_user_status(self, channel: str, external_id: str | int, status: UserStatus | str,
+                              role: str | None = None) -> User:
+        """Set status (and role, when given; None leaves it), creating the user if it is new. A
+        user no longer pending loses their live pairing codes: one approved after a block would
+        undo it."""
+        external_id, status = str(external_id), UserStatus(status)
+
+        async def op(session: AsyncSession) -> User:
+            row = await find_user(session, channel, external_id)
+            now = self.now()
+            if row is None:
+                row = UserRow(channel=channel, external_id=external_id, display_name=None, status=status,
+                              role=role, created_at=now, updated_at=now)
+                session.add(row)
+                await session.flush()
+            else:
+                if status is not UserStatus.PENDING and row.status is UserStatus.PENDING:
+                    await session.execute(
+                        update(PairingCodeRow).where(PairingCodeRow.user_id == row.id,
+                                                     PairingCodeRow.used_at.is_(None))
+                        .values(used_at=now).execution_options(synchronize_session=False))
+                row.status, row.updated_at = status, now
+                if role is not None:
+                    row.role = role
+            return to_record(User, row)
+
+        return await self.retrying(op)
+
+    async def list_users(self, status: UserStatus | str | None = None) -> list[User]:
+        query = select(UserRow).order_by(UserRow.id)
+        if status is not None:
+            query = query.where(UserRow.status == UserStatus(status))
+        async with self.transaction() as session:
+            return [to_record(User, row) for row in await session.scalars(query)]
+
+    # -- pairing -------------------------------------------------------------------------------
+
+    async def create_pairing_code(self, user: str, ttl_s: float = 3600, max_pending: int = 3) -> str | None:
+        """The user's unexpired code, else a new one; None while `max_pending` other users wait,
+        and for a user no longer pending (blocked or allowed meanwhile, by another process)."""
+
+        async def op(session: AsyncSession) -> str | None:
+            row = await require_user(session, user)
+            if row.status is not UserStatus.PENDING:
+                return None
+            now = self.now()
+            live = _live_code(now)
+            mine = await session.scalar(
+                select(PairingCodeRow.code).where(PairingCodeRow.user_id == row.id, *live)
+                .order_by(PairingCodeRow.id.desc()).limit(1))
+            if mine is not None:
+                return mine
+            others = await session.scalar(
+                select(func.count()).select_from(PairingCodeRow)
+                .where(PairingCodeRow.user_id != row.id, *live))
+            if (others or 0) >= max_pending:
+                return None
+            code = new_pairing_code()  # a clash with an old code fails the flush; the retry redraws
+            session.add(PairingCodeRow(code=code, user_id=row.id, created_at=now,
+                                       expires_at=now + timedelta(seconds=ttl_s), used_at=None))
+            await session.flush()
+            return code
+
+        return await self.retrying(op)
+
+    async def list_pairing_codes(self, include_expired: bool = False) -> list[PairingCode]:
+        """Codes waiting for approval, oldest first; with include_expired, every code ever issued."""
+        query = (select(PairingCodeRow, UserRow).join(UserRow, PairingCodeRow.user_id == UserRow.id)
+                 .order_by(PairingCodeRow.id))
+        async with self.transaction() as session:
+            if not include_expired:
+                query = query.where(*_live_code(self.now()))
+            rows = (await session.execute(query)).all()
+            return [to_record(PairingCode, code, user=user_key(u.channel, u.external_id),
+                              display_name=u.display_name) for code, u in rows]
+
+    async def approve_pairing(self, code: str) -> User | None:
+        """Use an unexpired, unused code: mark it used and allow its user. None if there is none."""
+        return await self._answer_pairing(code, UserStatus.ALLOWED)
+
+    async def deny_pairing(self, code: str) -> User | None:
+        """Use an unexpired, unused code to refuse its user: blocked, so no more codes are sent
+        to them. None if there is no such code."""
+        return await self._answer_pairing(code, UserStatus.BLOCKED)
+
+    async def _answer_pairing(self, code: str, status: UserStatus) -> User | None:
+        code = normalize_pairing_code(code)
+        async with self.transaction() as session:
+            now = self.now()
+            # A conditional UPDATE, so two admins approving at once cannot both succeed.
+            # Only for a user still waiting: approving must not undo a block made meanwhile.
+            pending = select(UserRow.id).where(UserRow.status == UserStatus.PENDING)
+            result = await session.execute(
+                update(PairingCodeRow).where(PairingCodeRow.code == code, *_live_code(now),
+                                             PairingCodeRow.user_id.in_(pending))
+                .values(used_at=now).execution_options(synchronize_session=False))
+            if result.rowcount != 1:
+                return None
+            user_id = await session.scalar(select(PairingCodeRow.user_id).where(PairingCodeRow.code == code))
+            row = await session.get(UserRow, user_id)
+            assert row is not None  # the foreign key guarantees it
+            row.status, row.updated_at = status, now
+            return to_record(User, row)
