@@ -226,6 +226,19 @@ def test_wrong_type_names_key_and_value(tmp_path: Path):
     assert problem == 'engine.max_num_seqs = "lots": expected an integer'
 
 
+def test_the_engine_table_is_checked_as_the_other_tables_are(tmp_path: Path):
+    # [engine] is the engine's own dataclass, not a section model: the same wording all the same.
+    assert only_problem(write(tmp_path, "[engine]\nmax_num_seq = 4\n")) == (
+        'engine.max_num_seq = 4: unknown key in [engine]; did you mean "max_num_seqs"?')
+    assert problems(write(tmp_path, '[engine]\nmodel = ""\ndtype = "float64"\nmax_model_len = 0\n')) == [
+        'engine.model = "": expected a path (a non-empty string)',
+        "engine.dtype = \"float64\": expected 'auto', 'float32', 'float16' or 'bfloat16'",
+        "engine.max_model_len = 0: expected a number >= 1"]
+    assert only_problem(write(tmp_path, 'engine = "cpu"\n')) == 'engine = "cpu": expected a table'
+    config = load_config(write(tmp_path, '[engine]\nmodel = "models/m.gguf"\nenforce_eager = true\n'))
+    assert config.engine.model == str(tmp_path / "models/m.gguf") and config.engine.enforce_eager
+
+
 def test_a_string_where_a_list_goes_is_shown_as_the_list_of_one_it_meant(tmp_path: Path):
     problem = only_problem(write(tmp_path, '[roles.fam]\nskills = "*"\n'))
     assert problem == 'roles.fam.skills = "*": expected a list (of one: ["*"])'
