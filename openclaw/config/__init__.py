@@ -28,7 +28,6 @@ __all__ = [
     "RoleConfig",
     "Secret",
     "backup_path",
-    "validate_user",
     "cross_reference_problems",
     "data_dir_of",
     "default_config_path",
@@ -36,5 +35,6 @@ __all__ = [
     "exposed_secrets",
     "load_config",
     "starter_config",
+    "validate_user",
     "write_starter_config",
 ]
