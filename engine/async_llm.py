@@ -11,7 +11,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, engine_config
 from engine.engine_core import LLMEngine, Prompt
 from engine.llm import offered_tools, to_chat_response
 from engine.outputs import ChatResponse, RequestOutput
@@ -25,8 +25,8 @@ class EngineDeadError(RuntimeError):
 
 
 class AsyncLLM:
-    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
+    def __init__(self, model: str | EngineConfig | None = None, **kwargs: Any) -> None:
+        self.engine = LLMEngine(engine_config(model, kwargs))
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         # Worker thread only: the stream each engine request was added for. A request id may be

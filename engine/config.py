@@ -1,11 +1,16 @@
-"""The engine's two configs: what the model is (ModelConfig) and how to run it (EngineConfig)."""
+"""The engine's two configs: what the model is (ModelConfig) and how to run it (EngineConfig).
+
+No torch at import: the daemon's config validates `[engine]` into EngineConfig, and commands that
+only read the config (`openclaw users`) should not pay for loading torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import operator
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # Hugging Face `architectures` names we run, mapped to our model family.
 ARCHITECTURES = {
@@ -75,34 +80,53 @@ class ModelConfig:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype.itemsize
 
 
+# The bounds a field's metadata may state, checked by EngineConfig.__post_init__. pydantic reads the
+# same metadata keys, so the daemon's `[engine]` is held to them too, reported with the key.
+_BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
+
+
 @dataclass
 class EngineConfig:
-    model: str | None = None  # None: the embedded SmolLM2-135M-Instruct GGUF
-    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    dtype: str = "auto"  # "auto" (cpu -> float32, cuda -> bfloat16) | "float32" | "bfloat16" | ...
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    block_size: int = 16
-    kv_cache_gib: float | None = None  # pool size; default: CPU 1 GiB, CUDA what memory is left
-    gpu_memory_utilization: float = 0.85
+    """How to run the engine. Names are vLLM's. The daemon's `[engine]` table validates straight
+    into this class, so these defaults and bounds are the config file's too."""
+
+    model: str | None = None
+    """A Hugging Face model folder (config.json + *.safetensors) or a .gguf file; None is the
+    embedded SmolLM2-135M-Instruct GGUF, which needs no download."""
+    device: str = field(default="auto", metadata={"pattern": r"^(auto|cpu|cuda(:\d+)?)$"})
+    """"auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N"."""
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto"
+    """"auto" is bfloat16 on CUDA and float32 on CPU."""
+    max_num_seqs: int = field(default=64, metadata={"ge": 1})
+    """Sequences decoded together."""
+    max_num_batched_tokens: int = field(default=2048, metadata={"ge": 1})
+    """Token budget of one engine step; long prompts are prefilled in chunks of this size."""
+    block_size: int = field(default=16, metadata={"ge": 1})
+    """Tokens per paged KV-cache block."""
+    kv_cache_gib: float | None = field(default=None, metadata={"gt": 0})
+    """KV-cache pool in GiB; None: 1 GiB on CPU, on CUDA what gpu_memory_utilization leaves."""
+    gpu_memory_utilization: float = field(default=0.85, metadata={"gt": 0, "le": 1})
+    """Share of GPU memory the engine may use (weights + KV cache)."""
     enable_prefix_caching: bool = True
-    max_model_len: int | None = None  # default: the model's context length
-    seed: int = 0  # seeds the shared RNG used by requests without their own seed
-    enforce_eager: bool = False  # CUDA: run decode steps eagerly instead of replaying CUDA graphs
+    """Reuse the KV cache of a shared prefix (system prompt, earlier turns)."""
+    max_model_len: int | None = field(default=None, metadata={"ge": 1})
+    """Longest sequence; None is the model's own context length."""
+    seed: int = 0
+    """Seed of the shared random generator, used by requests without a seed of their own."""
+    enforce_eager: bool = False
+    """CUDA: run decode steps eagerly instead of replaying CUDA graphs."""
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.max_num_seqs >= 1, "max_num_seqs", "must be >= 1"),
-            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens", "must be >= 1"),
-            (self.block_size >= 1, "block_size", "must be >= 1"),
-            (self.kv_cache_gib is None or self.kv_cache_gib > 0, "kv_cache_gib", "must be > 0"),
-            (0 < self.gpu_memory_utilization <= 1, "gpu_memory_utilization", "must be in (0, 1]"),
-        ]
-        for ok, name, why in checks:
-            if not ok:
-                raise ValueError(f"engine config {name}={getattr(self, name)!r}: {why}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            for bound, limit in f.metadata.items():
+                if bound in _BOUNDS and value is not None and not _BOUNDS[bound][0](value, limit):
+                    raise ValueError(f"engine config {f.name}={value!r}: must be "
+                                     f"{_BOUNDS[bound][1]} {limit}")
 
     def resolve_device(self) -> torch.device:
+        import torch
+
         if self.device == "auto":
             dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
@@ -119,9 +143,19 @@ class EngineConfig:
         return dev
 
     def resolve_dtype(self, device: torch.device) -> torch.dtype:
+        import torch
+
         if self.dtype == "auto":
             return torch.bfloat16 if device.type == "cuda" else torch.float32
         dtype = getattr(torch, self.dtype, None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"engine config dtype={self.dtype!r}: not a torch floating dtype")
         return dtype
+
+
+def engine_config(model: str | EngineConfig | None, overrides: dict[str, Any]) -> EngineConfig:
+    """What `LLM(model, **kwargs)` and `AsyncLLM(...)` run with: `model` is a model reference, as
+    in vLLM, or a whole EngineConfig (the daemon's `[engine]`); `overrides` change its fields."""
+    if isinstance(model, EngineConfig):
+        return replace(model, **overrides)
+    return EngineConfig(model=model, **overrides)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, engine_config
 from engine.engine_core import LLMEngine, Prompt
 from engine.outputs import ChatResponse, RequestOutput
 from engine.sampling_params import SamplingParams
@@ -13,8 +13,8 @@ from engine.tool_parser import parse_tool_calls
 
 
 class LLM:
-    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
+    def __init__(self, model: str | EngineConfig | None = None, **kwargs: Any) -> None:
+        self.engine = LLMEngine(engine_config(model, kwargs))
         self._ids = itertools.count()
 
     @property

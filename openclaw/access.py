@@ -6,7 +6,7 @@ status pairing, `dm_policy = "open"` or `openclaw users ...` gave them in the st
 
 from __future__ import annotations
 
-from openclaw.config import LOCAL_USER, Config, _check_user
+from openclaw.config import LOCAL_USER, Config, validate_user
 from openclaw.store.records import UserStatus
 
 
@@ -14,7 +14,7 @@ def check_user(name: str) -> str:
     """A user named on the command line, as the config names them ("channel:id"), and one who can
     exist (`terminal:local` is the terminal's only user). A ValueError says what is wrong, in one
     line."""
-    return _check_user(name.strip())
+    return validate_user(name.strip())
 
 
 def listed_in(config: Config, user: str) -> str:

@@ -170,8 +170,7 @@ class Daemon:
 
             log.info("loading the model (%s)", cfg.engine.model or "embedded SmolLM2-135M-Instruct")
             try:
-                self.model = await asyncio.to_thread(AsyncLLM, cfg.engine.model,
-                                                     **cfg.engine.as_engine_kwargs())
+                self.model = await asyncio.to_thread(AsyncLLM, cfg.engine)
             except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
                     ValueError) as exc:
                 # [engine] names a model (not there, unreadable, not a model), device or dtype

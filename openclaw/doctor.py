@@ -412,7 +412,7 @@ def _check_model(config) -> tuple[bool, str, str]:
     try:
         from engine import LLM
 
-        llm = LLM(config.engine.model, **{**config.engine.as_engine_kwargs(), "kv_cache_gib": 0.05})
+        llm = LLM(config.engine, kv_cache_gib=0.05)
         out = llm.generate("Hello", None)[0]
         return True, f"model: loaded on {llm.engine.device}, generated {len(out.token_ids)} tokens", ""
     except Exception as exc:

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from openclaw.config import Config, ConfigError, _cross_reference_problems, data_dir_of
+from openclaw.config import Config, ConfigError, cross_reference_problems, data_dir_of
 
 RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "telegram", "discord")
@@ -49,7 +49,7 @@ def merge(running: Config, loaded: Config) -> tuple[Config, list[str], list[str]
     applied = [name for name in RELOADABLE if getattr(running, name) != getattr(loaded, name)]
     waiting = [name for name in AT_RESTART if getattr(running, name) != getattr(loaded, name)]
     if "data_dir" in waiting:  # the grants were checked against the new one, not the one in use
-        problems = _cross_reference_problems(running.data_dir, dict(loaded.roles), loaded.access.roles)
+        problems = cross_reference_problems(running.data_dir, dict(loaded.roles), loaded.access.roles)
         if problems:
             raise ConfigError(loaded.source, problems)
     return loaded.model_copy(update={name: getattr(running, name) for name in AT_RESTART}), \

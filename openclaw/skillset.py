@@ -11,6 +11,8 @@ from openclaw.config import Config, ConfigError
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, SkillRegistry, load_skills
 from skills.base import ReminderBook
+from skills.executor import AuditSink
+from skills.zones import one_zone
 
 
 def configured_skills(config: Config, secrets: bool | Collection[str] = True) -> SkillRegistry:
@@ -20,7 +22,7 @@ def configured_skills(config: Config, secrets: bool | Collection[str] = True) ->
     collection of names: only those skills' read, for a registry that runs only them."""
     try:
         registry = load_skills(config.skills.enabled, config.skills.dirs,
-                               config.skill_settings(secrets))
+                               _skill_settings(config, secrets))
         problems: list[str] = []
         unresolved: list[str] = []
     except SkillLoadError as exc:
@@ -32,6 +34,16 @@ def configured_skills(config: Config, secrets: bool | Collection[str] = True) ->
     if problems:
         raise ConfigError(config.source, problems)
     return registry
+
+
+def _skill_settings(config: Config, secrets: bool | Collection[str]) -> dict[str, dict[str, Any]]:
+    """Each [skills.NAME] table as its skill gets it: credentials resolved (Config.skill_settings)
+    and the one zone the clock and reminders share; ConfigError naming every key that is wrong."""
+    settings, problems = config.skill_settings(secrets)
+    problems += one_zone(settings, config.skills.enabled)
+    if problems:
+        raise ConfigError(config.source, problems)
+    return settings
 
 
 def _unknown_role_skills(config: Config, registry: SkillRegistry, unresolved: list[str]) -> list[str]:
@@ -56,7 +68,7 @@ def sandbox_for(config: Config) -> Sandbox:
                    min_free_disk_bytes=section.min_free_disk_mb << 20, data_dir=config.data_dir)
 
 
-def executor_for(config: Config, registry: SkillRegistry, audit: Any,
+def executor_for(config: Config, registry: SkillRegistry, audit: AuditSink,
                  reminders: ReminderBook | None = None) -> Executor:
     return Executor(registry, sandbox_for(config), audit, timeout_s=config.agent.tool_timeout_s,
                     reminders=reminders)

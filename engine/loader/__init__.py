@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from engine.loader.checkpoint import Checkpoint
 
-from engine.config import ModelConfig
-from engine.tokenizer import Tokenizer
+__all__ = ["Checkpoint", "embedded_model_path", "model_problem", "open_checkpoint"]
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-@dataclass
-class Checkpoint:
-    config: ModelConfig
-    tokenizer: Tokenizer | None
-    weights: Iterator[tuple[str, torch.Tensor]]  # Hugging Face names, float32 or stored dtype
-    rope_freq_factors: torch.Tensor | None = None  # GGUF `rope_freqs`
-    context_length: int | None = None
 
 
 def embedded_model_path() -> Path:

@@ -16,7 +16,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from engine.config import ModelConfig
-from engine.loader import Checkpoint
+from engine.loader.checkpoint import Checkpoint
 from engine.tokenizer import Tokenizer
 
 _FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}

@@ -10,7 +10,7 @@ import torch
 from safetensors import safe_open
 
 from engine.config import ModelConfig
-from engine.loader import Checkpoint
+from engine.loader.checkpoint import Checkpoint
 from engine.tokenizer import Tokenizer
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from skills.base import Skill, SkillContext
-from skills.builtin.zones import timezone_setting_problems, zone_name
+from skills.zones import timezone_setting_problems, zone_name
 
 
 class ClockSkill(Skill):

@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 
 from skills.base import ReminderBook, Skill, SkillContext, SkillError, visible
 from skills.builtin.spoken_time import WHEN_HELP, local_time, parse_when, split_repeat
-from skills.builtin.zones import timezone_setting_problems
-from skills.builtin.zones import zone_name as zone_name_of
+from skills.zones import timezone_setting_problems
+from skills.zones import zone_name as zone_name_of
 
 MAX_TEXT_CHARS = 1000
 MAX_NUMBER = 2**63 - 1  # the largest a database integer column holds

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import replace
 
 import gguf
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from engine import LLM
+from engine.config import EngineConfig
 from engine.tokenizer import Tokenizer
 
 from .hf_reference import build_tiny_checkpoint, load_reference, prefill_logits
@@ -102,6 +104,18 @@ def test_gguf_tokenizer_comes_from_the_file(tmp_path):
     assert llm.tokenizer.decode(ids) == "héllo"
     assert len(ids) == len("héllo".encode())  # no merges: one token per byte
     assert llm.tokenizer.eos_token_ids == [0]
+
+
+def test_a_whole_engine_config_is_taken_and_keywords_change_it(tmp_path):
+    # The daemon hands over its [engine] table, an EngineConfig, instead of keyword arguments.
+    folder = build_tiny_checkpoint("llama", tmp_path / "hf")
+    write_gguf(folder, tmp_path / "m.gguf", "llama")
+    config = EngineConfig(model=str(tmp_path / "m.gguf"), max_num_seqs=3, kv_cache_gib=1.0)
+    llm = LLM(config, kv_cache_gib=0.01)
+    assert llm.engine.config == replace(config, kv_cache_gib=0.01)
+    assert config.kv_cache_gib == 1.0  # the caller's own is left as it was
+    with pytest.raises(ValueError, match=r"max_num_seqs=0: must be >= 1"):
+        LLM(config, max_num_seqs=0)
 
 
 def test_hf_folder_tokenizer_reads_eos_bos_and_chat_template(smollm_tokenizer, tmp_path):

@@ -1,6 +1,6 @@
-"""Time zones for the skills that read or say a time of day (clock, reminders): one zone for both,
-the `timezone` setting of either's [skills.NAME] table (one_zone), else this machine's, so both say
-the same wall-clock time."""
+"""Time zones for skills that read or say a time of day: the zone a call means, the check of a
+`timezone` setting, and one zone for the clock and reminders (one_zone, applied by the daemon to
+their [skills.NAME] tables, else this machine's), so both say the same wall-clock time."""
 
 from __future__ import annotations
 

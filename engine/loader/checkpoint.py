@@ -1,0 +1,20 @@
+"""What every loader returns: a model's config, tokenizer and weights, whatever file they came from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from engine.config import ModelConfig
+from engine.tokenizer import Tokenizer
+
+
+@dataclass
+class Checkpoint:
+    config: ModelConfig
+    tokenizer: Tokenizer | None
+    weights: Iterator[tuple[str, torch.Tensor]]  # Hugging Face names, float32 or stored dtype
+    rope_freq_factors: torch.Tensor | None = None  # GGUF `rope_freqs`
+    context_length: int | None = None
