@@ -23,6 +23,7 @@ from openclaw.config import (
     load_config,
     write_starter_config,
 )
+from openclaw.datadir import DaemonRunning, data_dir_claimed, lock_holder
 from openclaw.gateway.contract import ConnectorStartError
 
 
@@ -50,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (OSError, RuntimeError) as exc:
         # What a user can fix gets one line: a port in use, a file, another daemon, the database.
-        # (Imported here: the daemon and the store are heavy for commands that need neither.)
-        from openclaw.daemon import DaemonRunning
-        from openclaw.store import StoreUnavailableError
+        from openclaw.store import StoreUnavailableError  # here: heavy for commands without one
 
         if args.verbose or not isinstance(exc, OSError | DaemonRunning | StoreUnavailableError):
             raise
@@ -212,8 +211,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except PermissionError as exc:
         print(f"openclaw chat: {exc}", file=sys.stderr)
         return 1
-    from openclaw.daemon import DaemonRunning, data_dir_claimed, lock_holder
-
     config = load_config(args.config)  # a daemon runs here: all of the file
     while True:
         try:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from openclaw.channels import configured_connectors
 from openclaw.config import ConfigError, load_config
+from openclaw.datadir import lock_holder
 
 # A check's mark: True (✓), False (✗: doctor exits 1) or WARN (⚠: it works, degraded; the exit
 # status stays 0, since `run` would start).
@@ -178,8 +179,6 @@ def _our_daemon_health(config) -> dict | None:
     port; None otherwise."""
     import json
     import urllib.request
-
-    from openclaw.daemon import lock_holder
 
     if not config.admin.enabled or config.admin.port == 0:
         return None

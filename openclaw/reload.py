@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from openclaw.config import Config, ConfigError, _cross_reference_problems, data_dir_of
+from openclaw.datadir import lock_holder
 
 RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "telegram", "discord")
@@ -117,8 +118,6 @@ def read_outcome(data_dir: Path) -> Outcome | None:
 def cmd_reload(args: argparse.Namespace) -> int:
     """`openclaw reload`: SIGHUP to the daemon serving the config's data_dir, then its outcome.
     Only the data_dir is read here: the daemon checks the file, with the secrets it can read."""
-    from openclaw.daemon import lock_holder
-
     try:
         data_dir = data_dir_of(args.config)
     except ConfigError as exc:  # not even its data_dir: no daemon to ask, none told

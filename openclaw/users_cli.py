@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from openclaw import access
 from openclaw.config import LOCAL_USER, Config, load_config
+from openclaw.datadir import DaemonRunning, claim_data_dir, release_data_dir
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import sandbox_uid
 from skills.base import visible
@@ -259,8 +260,6 @@ def data_dir_held(config: Config) -> Iterator[str | None]:
     """Hold the data_dir as a daemon does, so that none runs or starts while a command changes the
     store under it. Yields None, or what holds it (then nothing is held). With a PostgreSQL store,
     a daemon on another machine (another data_dir) is not seen: stop it first."""
-    from openclaw.daemon import DaemonRunning, claim_data_dir  # here: it loads the engine (2 s)
-
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         lock = claim_data_dir(config.data_dir)
@@ -270,5 +269,4 @@ def data_dir_held(config: Config) -> Iterator[str | None]:
     try:
         yield None
     finally:
-        lock.truncate(0)  # as Daemon.stop: no pid in the file, nobody holds it (data_dir_claimed)
-        lock.close()
+        release_data_dir(lock)

@@ -336,7 +336,7 @@ async def test_chat_attaches_while_the_config_file_has_a_mistake(tmp_path):
 
 
 async def test_a_second_chat_beside_an_in_terminal_one_is_told_at_once(tmp_path):
-    from openclaw.daemon import claim_data_dir
+    from openclaw.datadir import claim_data_dir
 
     cfg = config(tmp_path)
     cfg.data_dir.mkdir(parents=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from openclaw.cli import main
-from openclaw.daemon import claim_data_dir
+from openclaw.datadir import claim_data_dir
 from openclaw.store import Store, UserStatus, head_revision
 from openclaw.store.backup import NotRestorable, backup, revision_of
 

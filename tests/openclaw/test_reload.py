@@ -21,7 +21,8 @@ import pytest
 
 from openclaw import cli, reload
 from openclaw.config import Config, ConfigError, data_dir_of, load_config
-from openclaw.daemon import Daemon, Holder, lock_holder
+from openclaw.daemon import Daemon
+from openclaw.datadir import Holder, lock_holder
 from openclaw.gateway.contract import InboundMessage
 from openclaw.users_cli import data_dir_held
 from tests.openclaw.scripted_model import ScriptedModel
