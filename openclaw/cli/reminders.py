@@ -14,8 +14,7 @@ from zoneinfo import ZoneInfo
 from openclaw import access
 from openclaw.cli.common import with_store
 from openclaw.store.records import parse_user_key
-from skills.base import visible
-from skills.builtin.reminders import MAX_NUMBER
+from skills.base import MAX_REMINDER_NUMBER, visible
 
 TEXT_SHOWN = 60  # characters of each reminder's text in a listing
 
@@ -106,7 +105,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 2
     # Numbers count from 1, and none is past a database integer (the store raises OverflowError).
     done = (with_store(args, lambda store: store.cancel_reminder(user, args.number), none_yet=None)
-            if 0 < args.number <= MAX_NUMBER else None)
+            if 0 < args.number <= MAX_REMINDER_NUMBER else None)
     if done is None:
         print(f"openclaw reminders cancel: {user} has no active reminder #{args.number} "
               "(see openclaw reminders list)", file=sys.stderr)
