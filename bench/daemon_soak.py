@@ -694,7 +694,7 @@ class Soak:
         from connectors import drafts as drafts_module
         from connectors.telegram import Backoff, TelegramConnector
         from openclaw.channels import configured_connectors
-        from openclaw.cli import console_connector
+        from openclaw.cli.chat import console_connector
         from openclaw.config import load_config
         from openclaw.daemon import Daemon
         from openclaw.gateway import gateway as gateway_module

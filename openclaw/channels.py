@@ -7,11 +7,12 @@ handed to them here as plain values: tokens already resolved, URLs, timings.
 from __future__ import annotations
 
 from openclaw.config import Config, ConfigError
+from openclaw.gateway.contract import Connector
 
 
-def configured_connectors(config: Config) -> list:
+def configured_connectors(config: Config) -> list[Connector]:
     """Telegram and Discord, each when enabled; the terminal or console is added by the CLI."""
-    connectors = []
+    connectors: list[Connector] = []
     if config.telegram.enabled:
         connectors.append(_telegram(config))
     if config.discord.enabled:
@@ -19,7 +20,7 @@ def configured_connectors(config: Config) -> list:
     return connectors
 
 
-def _telegram(config: Config):
+def _telegram(config: Config) -> Connector:
     from connectors.telegram import TelegramConnector  # imports python-telegram-bot only when used
 
     section = config.telegram
@@ -31,7 +32,7 @@ def _telegram(config: Config):
                              base_file_url=section.base_file_url, max_file_bytes=_bytes(section.max_file_mb))
 
 
-def _discord(config: Config):
+def _discord(config: Config) -> Connector:
     from connectors.discord import DiscordConnector  # discord.py is imported only when enabled
 
     section = config.discord

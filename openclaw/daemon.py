@@ -4,21 +4,19 @@ together, runs until told to stop, and stops cleanly (drain, then close in rever
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import gc
 import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 from openclaw import access, systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
+from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
+from openclaw.gateway.contract import Connector
 from openclaw.gateway.gateway import Gateway
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
@@ -27,94 +25,25 @@ from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 from openclaw.store.retention import Retention, RetentionTask
 from sandbox import cgroups
+from skills import SkillRegistry
+from skills.executor import AuditSink
 
 log = logging.getLogger(__name__)
 
 
-class DaemonRunning(RuntimeError):
-    """Another daemon already serves this data_dir (its store, its console, its replies)."""
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(f"{holder}; stop it first, or use `openclaw chat` to talk to it")
-        self.holder = holder
-
-
-def data_dir_claimed(data_dir: Path) -> bool:
-    """Whether a process holds data_dir now (see lock_holder). Not by trying the lock: a try
-    would hold it for an instant, and a daemon starting in that instant would be refused."""
-    try:
-        return lock_holder(data_dir) is not None
-    except PermissionError:  # a folder not ours to read: another user's daemon keeps it
-        return True
-
-
 def freeze_start_up_heap() -> int:
-    """Collect once, then freeze every object alive: the number frozen. Torch, the model and the
-    libraries leave some 400,000 objects that live as long as the process, and each full
-    collection walked them all: about 0.2 s with the GIL held, every chat's replies and the
-    engine's steps stalled. Frozen, a full collection walks only what was made since (0 ms
-    against 200 ms in bench/gc_pause.py). Cyclic garbage among the frozen objects is never
-    freed, so this comes once, when the start is done."""
+    """Collect once, then freeze every object alive; the number frozen. The ~400,000 objects the
+    libraries and the model keep for the process's life are then never walked again by a full
+    collection, which stalled replies and engine steps ~0.2 s each time (bench/gc_pause.py).
+    Frozen cyclic garbage is never freed: call it once, when the start is done."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
 
 
-# The word after the pid in the lock file of a daemon that re-reads its config on SIGHUP.
-RELOADS = "reloads"
-
-
-@dataclass(frozen=True)
-class Holder:
-    pid: int
-    reloads: bool  # SIGHUP re-reads its config (`openclaw run`); else it would stop or die
-
-
-def lock_holder(data_dir: Path) -> Holder | None:
-    """The process holding data_dir's lock now: the pid its lock file names, confirmed in the
-    kernel's table of locks (/proc/locks), so it never names a process that merely reuses the pid
-    of a daemon gone since: a signal meant for the daemon must not reach it. PermissionError
-    when data_dir is not ours to read (a daemon of another user)."""
-    path = data_dir / "daemon.lock"
-    try:
-        words = path.read_text().split()
-        pid, inode = int(words[0]), os.stat(path).st_ino
-        with open("/proc/locks") as table:
-            lines = table.readlines()
-    except PermissionError:
-        raise
-    except (OSError, ValueError, IndexError):  # no file, or no pid in it: nobody holds it
-        return None
-    # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2146588 0 EOF"; waiters have "->" in field 1. Only
-    # the inode is compared: on btrfs the device number differs from the one stat gives.
-    for fields in map(str.split, lines):
-        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4] == str(pid) \
-                and fields[5].rpartition(":")[2] == str(inode):
-            return Holder(pid, RELOADS in words[1:])
-    return None
-
-
-def claim_data_dir(data_dir: Path, reloads: bool = False) -> TextIO:
-    """Hold data_dir for this process: two daemons on one store would each answer the other's
-    messages and send each other's pending replies. The kernel drops the lock if we die."""
-    lock = open(data_dir / "daemon.lock", "a+")  # noqa: SIM115 -- held until stop()
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = (lock.read().split() or ["?"])[0]
-        lock.close()
-        raise DaemonRunning(f"another openclaw daemon (pid {holder}) is running with data_dir "
-                            f"{data_dir}") from None
-    lock.truncate(0)
-    lock.write(f"{os.getpid()}{' ' + RELOADS if reloads else ''}\n")
-    lock.flush()
-    return lock
-
-
 class Daemon:
     def __init__(self, config: Config, *, model: ChatModel | None = None,
-                 connectors: list[Any] | None = None, admin_optional: bool = False,
+                 connectors: list[Connector] | None = None, admin_optional: bool = False,
                  hangup_reloads: bool = True, freeze_heap: bool = False) -> None:
         """`admin_optional`: a port in use is a warning, and the daemon goes on without it (a chat
         in this terminal); else it stops the start (the service, which is scraped).
@@ -147,7 +76,7 @@ class Daemon:
     async def start(self) -> None:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _keep_private(cfg.data_dir)
+        keep_private(cfg.data_dir)
         # Before anything reads or sends from the store, and before the signal handlers: a
         # refused second daemon in the same process must leave the first one's alone.
         self._lock = claim_data_dir(cfg.data_dir, reloads=self.hangup_reloads)
@@ -264,7 +193,7 @@ class Daemon:
         m.histogram("openclaw_turn_seconds", help_text="a message's whole answer, tools included")
         m.histogram("openclaw_tool_seconds", help_text="a tool call's run, after any approval")
 
-    def _audit(self, registry: Any) -> Callable[..., Awaitable[Any]]:
+    def _audit(self, registry: SkillRegistry) -> AuditSink:
         """The executor's audit: the store's row, and the tool-call metrics."""
         async def audit(user: str, skill: str, arguments: Any, decision: str, **fields: Any) -> Any:
             # The model names the skill: a label takes only the enabled ones, or it is unbounded.
@@ -390,8 +319,7 @@ class Daemon:
         # Only now: without a handler SIGHUP ends the process, mid-drain.
         loop.remove_signal_handler(signal.SIGHUP)
         if self._lock is not None:
-            self._lock.truncate(0)  # no pid: nobody holds it (data_dir_claimed)
-            self._lock.close()  # releases the claim on data_dir
+            release_data_dir(self._lock)
             self._lock = None
         if self.freeze_heap:
             # Left frozen, the start's objects are never collected at exit: their cycles' finalizers
@@ -400,17 +328,7 @@ class Daemon:
         log.info("openclaw stopped")
 
 
-def _skill_set(registry: Any) -> set[tuple[str, str, str]]:
+def _skill_set(registry: SkillRegistry) -> set[tuple[str, str, str]]:
     """Each skill's name, where it comes from and what the model is told of it."""
     return {(name, str(registry.origin(name)), registry.get(name).description)
             for name in registry.names}
-
-
-def _keep_private(data_dir: Path) -> None:
-    """data_dir holds every conversation: a folder of ours that others may enter (made by an
-    older version, or by hand) is made the owner's alone, and the log says so."""
-    st = data_dir.stat()
-    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
-        data_dir.chmod(0o700)
-        log.warning("%s was open to other users (mode %o); it is now 0700, as it holds every "
-                    "conversation", data_dir, st.st_mode & 0o777)

@@ -1,5 +1,6 @@
-"""Reloading the config under a running daemon (SIGHUP: `systemctl reload openclaw`, `openclaw
-reload`): which sections change at once, and the outcome the daemon leaves for `openclaw reload`.
+"""The daemon's side of reloading its config on SIGHUP (`systemctl reload openclaw`, `openclaw
+reload`): which sections change at once, and the outcome it leaves in data_dir for `openclaw
+reload` (openclaw/cli/reload.py) to print.
 
 Access, roles, skills, the agent's settings and the sandbox's are read per message or per call, so
 they change at once. The data folder, the engine, the store, the admin port and the connectors are
@@ -8,24 +9,21 @@ goes on with the values it started with. A config that does not load changes not
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from openclaw.config import Config, ConfigError, cross_reference_problems, data_dir_of
+from openclaw.config import Config, ConfigError, cross_reference_problems
 
 RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "telegram", "discord")
 
 OUTCOME_FILE = "reload.json"
 _asked_early: list[int] = []  # SIGHUPs that came before the daemon's own handler was in
-ANSWER_WAIT_S = 15.0  # a reload takes milliseconds; a daemon busy loading skills may take longer
 
 
 def keep_early_reloads() -> None:
@@ -93,13 +91,6 @@ def _sections(names: list[str]) -> str:
     return ", ".join(name if name == "data_dir" else f"[{name}]" for name in names)
 
 
-def _same_file(a: Path, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)  # through symlinks and ".." alike
-    except OSError:
-        return a == Path(b)
-
-
 def write_outcome(data_dir: Path, outcome: Outcome) -> None:
     """Replace the outcome file in one step: `openclaw reload` never reads half of one."""
     with tempfile.NamedTemporaryFile("w", dir=data_dir, prefix=".reload-", delete=False) as tmp:
@@ -112,57 +103,3 @@ def read_outcome(data_dir: Path) -> Outcome | None:
         return Outcome(**json.loads((data_dir / OUTCOME_FILE).read_text()))
     except (OSError, ValueError, TypeError):  # none yet, or not one of ours
         return None
-
-
-def cmd_reload(args: argparse.Namespace) -> int:
-    """`openclaw reload`: SIGHUP to the daemon serving the config's data_dir, then its outcome.
-    Only the data_dir is read here: the daemon checks the file, with the secrets it can read."""
-    from openclaw.daemon import lock_holder
-
-    try:
-        data_dir = data_dir_of(args.config)
-    except ConfigError as exc:  # not even its data_dir: no daemon to ask, none told
-        print(f"openclaw reload: nothing reloaded, no daemon was asked: {exc.path} cannot be read"
-              + "".join(f"\n  {p}" for p in exc.problems), file=sys.stderr)
-        return 1
-    try:
-        holder = lock_holder(data_dir)
-    except PermissionError:
-        print(f"openclaw reload: {data_dir} is not yours to read (the daemon runs as another "
-              "user?): run this as that user, or `sudo systemctl reload openclaw`", file=sys.stderr)
-        return 1
-    if holder is None:
-        print(f"openclaw reload: no daemon is running with data_dir {data_dir}, which "
-              f"{args.config or 'the default config'} names (start one: openclaw run, or the "
-              "service; a daemon started from another file, or before data_dir was changed, "
-              "uses its own: `kill -HUP PID` reloads it)", file=sys.stderr)
-        return 1
-    if not holder.reloads:  # SIGHUP would stop it, or kill it
-        print(f"openclaw reload: pid {holder.pid} holds data_dir {data_dir} but does not reload "
-              "its config: an `openclaw chat` (restart it to read the file), a command at work "
-              "(`users forget`, `db restore`; try again when it is done), or a daemon of an older "
-              "version (restart it)", file=sys.stderr)
-        return 1
-    before = read_outcome(data_dir)
-    try:
-        os.kill(holder.pid, signal.SIGHUP)
-    except PermissionError:
-        print(f"openclaw reload: the daemon (pid {holder.pid}) runs as another user: run this as "
-              "that user, or `sudo systemctl reload openclaw`", file=sys.stderr)
-        return 1
-    deadline = time.monotonic() + ANSWER_WAIT_S
-    while time.monotonic() < deadline:
-        outcome = read_outcome(data_dir)
-        if outcome is not None and outcome.pid == holder.pid and (before is None or
-                                                                  outcome.at > before.at):
-            given = Path(args.config).expanduser().absolute() if args.config else None
-            if given is not None and outcome.source and not _same_file(given, outcome.source):
-                print(f"note: the daemon re-read the file it started from, {outcome.source}, "
-                      f"not {given}", file=sys.stderr)
-            print(outcome.summary(), file=sys.stdout if outcome.ok else sys.stderr)
-            return 0 if outcome.ok else 1
-        time.sleep(0.05)
-    print(f"openclaw reload: the daemon (pid {holder.pid}) was asked to reload but said nothing "
-          f"within {ANSWER_WAIT_S:.0f} s (still starting? it reloads once started); its log says "
-          "what happened", file=sys.stderr)
-    return 1

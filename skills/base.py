@@ -49,6 +49,9 @@ class ReminderBook(Protocol):
     async def cancel(self, user: str, number: int) -> Any | None: ...
 
 
+MAX_REMINDER_NUMBER = 2**63 - 1  # numbers count from 1; no database integer column holds more
+
+
 @dataclass
 class SkillContext:
     principal: Principal

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from openclaw import users_cli
+from openclaw.cli import users as users_cli
 from openclaw.daemon import Daemon
 from openclaw.store import InboundStatus
 from skills.base import Skill, SkillContext

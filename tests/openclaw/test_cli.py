@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw.doctor import cmd_doctor
+from openclaw.cli.doctor import cmd_doctor
 from openclaw.store import Store, head_revision, migrate
 from sandbox.policy import sandbox_uid
 

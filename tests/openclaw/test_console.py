@@ -6,7 +6,7 @@ import io
 import stat
 
 from connectors.console_socket import ConsoleSocketConnector, attach
-from openclaw.cli import console_connector
+from openclaw.cli.chat import console_connector
 from openclaw.daemon import Daemon
 
 from .scripted_model import ScriptedModel, last_user
@@ -227,7 +227,7 @@ async def test_chat_started_while_the_daemon_loads_waits_for_its_console(tmp_pat
         chat.stdin.close()
         waiting = await asyncio.wait_for(chat.stderr.readline(), 60)
         assert b"waiting for its console" in waiting
-        from openclaw.cli import console_connector, console_socket
+        from openclaw.cli.chat import console_connector, console_socket
 
         console = console_connector(console_socket(cfg.data_dir), daemon)
         daemon.gateway.add_connector(console)
@@ -321,7 +321,7 @@ async def run_chat(tmp_path, line: bytes) -> tuple[int, bytes, bytes]:
 
 async def test_chat_attaches_while_the_config_file_has_a_mistake(tmp_path):
     # The admin fixing their file keeps the console: attaching needs only the data_dir.
-    from openclaw.cli import console_connector, console_socket
+    from openclaw.cli.chat import console_connector, console_socket
 
     daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: "still here"))
     daemon.connectors.append(console_connector(console_socket(daemon.config.data_dir), daemon))
@@ -336,7 +336,7 @@ async def test_chat_attaches_while_the_config_file_has_a_mistake(tmp_path):
 
 
 async def test_a_second_chat_beside_an_in_terminal_one_is_told_at_once(tmp_path):
-    from openclaw.daemon import claim_data_dir
+    from openclaw.datadir import claim_data_dir
 
     cfg = config(tmp_path)
     cfg.data_dir.mkdir(parents=True)
@@ -356,7 +356,7 @@ async def test_a_piped_question_answered_on_a_terminal_cannot_drive_it(tmp_path)
     import pty
     import sys
 
-    from openclaw.cli import console_connector, console_socket
+    from openclaw.cli.chat import console_connector, console_socket
 
     hostile = "ok\x1b]0;owned\x07\x1b[2J\x1b[1Ahidden\rend"
     daemon = Daemon(config(tmp_path), model=ScriptedModel(lambda m: hostile))

@@ -617,7 +617,7 @@ async def test_a_command_stored_before_a_crash_is_answered_as_a_command(tmp_path
 
 
 async def test_a_second_daemon_on_the_same_data_dir_stops_before_touching_the_store(tmp_path):
-    from openclaw.daemon import DaemonRunning
+    from openclaw.datadir import DaemonRunning
 
     first, _ = await started(tmp_path, ScriptedModel(history_echo))
     try:
@@ -633,7 +633,7 @@ async def test_a_second_daemon_on_the_same_data_dir_stops_before_touching_the_st
 
 
 async def test_whether_data_dir_is_claimed_is_read_without_taking_it(tmp_path):
-    from openclaw.daemon import data_dir_claimed
+    from openclaw.datadir import data_dir_claimed
 
     assert not data_dir_claimed(tmp_path / "data")
     daemon, _ = await started(tmp_path, ScriptedModel(history_echo))

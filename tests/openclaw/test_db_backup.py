@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from openclaw.cli import main
-from openclaw.daemon import claim_data_dir
+from openclaw.datadir import claim_data_dir
 from openclaw.store import Store, UserStatus, head_revision
 from openclaw.store.backup import NotRestorable, backup, revision_of
 
@@ -86,7 +86,7 @@ async def test_a_backup_taken_while_the_daemon_writes_is_one_consistent_snapshot
 
 def test_backup_never_overwrites_unless_forced_and_the_copy_is_the_owners_alone(tmp_path, capsys):
     config = config_file(tmp_path)
-    assert cli(config, "db", "upgrade") == 0  # still there after its move to db_cli
+    assert cli(config, "db", "upgrade") == 0  # still there after its move to openclaw/cli/db.py
     assert "latest schema" in capsys.readouterr().out
     dest = tmp_path / "b.db"
     dest.write_text("precious")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw.doctor import cmd_doctor
+from openclaw.cli.doctor import cmd_doctor
 from sandbox import cgroups
 from sandbox.disk import free_bytes
 from tests.sandbox.test_runner import OLD_BWRAP

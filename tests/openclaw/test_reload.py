@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from openclaw import cli, reload
+from openclaw.cli.common import data_dir_held
+from openclaw.cli.reload import cmd_reload
 from openclaw.config import Config, ConfigError, data_dir_of, load_config
-from openclaw.daemon import Daemon, Holder, lock_holder
+from openclaw.daemon import Daemon
+from openclaw.datadir import Holder, lock_holder
 from openclaw.gateway.contract import InboundMessage
-from openclaw.users_cli import data_dir_held
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, msg, until
 
@@ -212,7 +214,7 @@ async def test_openclaw_reload_reports_a_refused_config_with_a_failing_status(tm
     async with running(tmp_path) as (daemon, conn, model, path):
         write(path, user_skills='["clock", "shel"]')  # loads, but the daemon refuses it
         args = argparse.Namespace(config=path)
-        assert await asyncio.to_thread(reload.cmd_reload, args) == 1
+        assert await asyncio.to_thread(cmd_reload, args) == 1
         assert "unknown skill(s) ['shel']" in capsys.readouterr().err
 
 
@@ -225,7 +227,7 @@ def test_openclaw_reload_without_a_daemon_says_so(tmp_path, capsys):
     # signal may go to it.
     (data / "daemon.lock").write_text(f"{os.getppid()}\n")
     assert lock_holder(data) is None
-    assert reload.cmd_reload(argparse.Namespace(config=path)) == 1
+    assert cmd_reload(argparse.Namespace(config=path)) == 1
     assert "no daemon is running with data_dir" in capsys.readouterr().err
 
 

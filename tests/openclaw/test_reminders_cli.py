@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from openclaw import reminders_cli
+from openclaw.cli.reminders import cmd_cancel, cmd_list
 from openclaw.store import Store
 
 
@@ -42,7 +42,7 @@ def test_cancel_with_a_number_no_reminder_can_have_says_there_is_none(tmp_path, 
     # 10**20 reached SQLite, which cannot hold it: a traceback instead of "no active reminder".
     book = Book(tmp_path, [("telegram:1", "1", "tea")])
     args = argparse.Namespace(config=str(book.config), user="telegram:1", number=number, chat=None)
-    assert reminders_cli.cmd_cancel(args) == 1
+    assert cmd_cancel(args) == 1
     assert f"telegram:1 has no active reminder #{number}" in capsys.readouterr().err
     assert book.active() == ["tea"]
 
@@ -58,7 +58,7 @@ def test_a_groups_forum_topics_are_part_of_the_group_for_list_and_cancel(tmp_pat
     config = book.config
 
     def listed(chat: str) -> list[str]:
-        assert reminders_cli.cmd_list(argparse.Namespace(config=str(config), user=None,
+        assert cmd_list(argparse.Namespace(config=str(config), user=None,
                                                          chat=chat)) == 0
         return sorted(line.split("  ")[-1] for line in capsys.readouterr().out.splitlines())
 
@@ -66,10 +66,10 @@ def test_a_groups_forum_topics_are_part_of_the_group_for_list_and_cancel(tmp_pat
     assert listed("telegram:-100555/7") == ["in topic 7"]  # one topic alone
 
     topic = argparse.Namespace(config=str(config), user=None, number=None, chat="telegram:-100555/9")
-    assert reminders_cli.cmd_cancel(topic) == 0
+    assert cmd_cancel(topic) == 0
     assert "cancelled 1 reminder(s)" in capsys.readouterr().out
     group = argparse.Namespace(config=str(config), user=None, number=None, chat="telegram:-100555")
-    assert reminders_cli.cmd_cancel(group) == 0
+    assert cmd_cancel(group) == 0
     assert "cancelled 2 reminder(s) delivered to telegram:-100555" in capsys.readouterr().out
     assert book.active() == ["another group", "private"]
 

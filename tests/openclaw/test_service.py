@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw.service import install_unit, unit_text
+from openclaw.cli.service import install_unit, unit_text
 
 
 @pytest.fixture(autouse=True)
@@ -312,7 +312,7 @@ def _nobody() -> str:
 def _system_install(config: Path, user: str, units: Path, monkeypatch, capsys) -> tuple[int, str, str]:
     from openclaw.cli import main
 
-    monkeypatch.setattr("openclaw.service.SYSTEM_UNIT_DIR", units)  # never /etc/systemd/system
+    monkeypatch.setattr("openclaw.cli.service.SYSTEM_UNIT_DIR", units)  # never /etc/systemd/system
     code = main(["--config", str(config), "service", "install", "--system", "--user", user])
     out, err = capsys.readouterr()
     return code, out, err
@@ -338,7 +338,7 @@ def test_a_system_unit_keeps_data_dir_in_its_users_home_not_the_installers(
     assert str(home) not in (tmp_path / "units" / "openclaw.service").read_text()
 
     config.write_text('data_dir = "~/agent"\n')  # "~" is the service's home too
-    monkeypatch.setattr("openclaw.service.SYSTEM_UNIT_DIR", tmp_path / "units2")
+    monkeypatch.setattr("openclaw.cli.service.SYSTEM_UNIT_DIR", tmp_path / "units2")
     code, out, err = _system_install(config, user, tmp_path / "units2", monkeypatch, capsys)
     assert code == 0, err
     unit = parse_unit((tmp_path / "units2" / "openclaw.service").read_text())
@@ -375,7 +375,7 @@ def test_a_system_unit_says_when_its_user_cannot_read_the_config(tmp_path: Path,
         assert f"{user}, who cannot read {config}: {config.parent} is closed to them" in err
 
         config.parent.chmod(0o755)
-        monkeypatch.setattr("openclaw.service.SYSTEM_UNIT_DIR", tmp_path / "units2")
+        monkeypatch.setattr("openclaw.cli.service.SYSTEM_UNIT_DIR", tmp_path / "units2")
         code, _, err = _system_install(config, user, tmp_path / "units2", monkeypatch, capsys)
         assert f"{user}, who cannot read {config}: the file is mode 0600" in err
         assert f"chown {user} {config}" in err

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from openclaw.cli import main
-from openclaw.daemon import claim_data_dir
+from openclaw.datadir import claim_data_dir
 from openclaw.store import Store, UserStatus
 from tests.openclaw import test_store
 

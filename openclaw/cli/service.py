@@ -7,6 +7,7 @@ nodes under /dev, JIT caches). Each setting that was left out on purpose says wh
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import os
 import pwd
@@ -14,7 +15,10 @@ import re
 import shlex
 import shutil
 import stat
+import sys
 from pathlib import Path
+
+from openclaw.config import data_dir_of, default_config_path, load_config
 
 UNIT_NAME = "openclaw.service"
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
@@ -58,6 +62,65 @@ _HARDENING = (
 )
 
 _PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def add_commands(sub, common_sub) -> None:
+    service = common_sub(sub.add_parser("service", help="systemd service").add_subparsers(
+        dest="svc_cmd", required=True))
+    p = service.add_parser("install", help="write a systemd unit and say how to enable it")
+    p.add_argument("--system", action="store_true", help="a system unit (default: a user unit)")
+    p.add_argument("--user", dest="run_as", default=None, help="system unit: the user to run as")
+    p.add_argument("--force", action="store_true", help="replace a unit file already there")
+    p.set_defaults(func=cmd_service_install)
+
+
+def cmd_service_install(args: argparse.Namespace) -> int:
+    # No secret: the unit gives the service its own environment, and this opens nothing.
+    config = load_config(args.config, tokens=False, store=False)
+    exe = _this_openclaw()
+    config_path = (args.config or default_config_path()).expanduser().resolve()
+    data_dir, run_as = config.data_dir, args.run_as
+    if args.system:
+        run_as = service_user(args.run_as)
+        try:
+            home = Path(pwd.getpwnam(run_as).pw_dir)
+        except KeyError:
+            print(f"service install: there is no user {run_as} on this machine; create it first "
+                  f"(e.g. useradd --system --create-home {shlex.quote(run_as)}), then run this "
+                  "again", file=sys.stderr)
+            return 1
+        # systemd gives the service its user's HOME, not this shell's: the default data_dir
+        # (and a data_dir written "~/...") is under that home.
+        data_dir = data_dir_of(args.config, home=home)
+    try:
+        path, instructions = install_unit(exe, config_path, run_as, data_dir,
+                                          system=args.system, force=args.force)
+    except (FileExistsError, ValueError) as exc:
+        print(f"service install: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}\n{instructions}")
+    if not config_path.is_file():
+        print(f"warning: there is no config file at {config_path}, which the service is told to "
+              "read: create it (`openclaw init`) before starting the service", file=sys.stderr)
+    elif args.system and (why := unreadable_config(config_path, run_as)):
+        print(f"warning: the service runs as {run_as}, who cannot read {config_path}: {why}",
+              file=sys.stderr)
+    for what, where in (("the config file", config_path), ("data_dir", data_dir)):
+        if any(where.absolute().is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
+            print(f"warning: {what} {where} is under /tmp, which the service does not see "
+                  "(PrivateTmp=yes gives it an empty one): keep it elsewhere before starting it",
+                  file=sys.stderr)
+    return 0
+
+
+def _this_openclaw() -> str:
+    """The command line that runs this very openclaw, for the unit: the `openclaw` script that
+    was started, else this interpreter with `-m openclaw.cli`. Never the `openclaw` PATH finds
+    first, which may be another install; quoted, as a venv's path may hold a space."""
+    script = Path(sys.argv[0])
+    if script.name == "openclaw" and script.is_file():
+        return str(script.absolute())
+    return shlex.join([sys.executable, "-m", "openclaw.cli"])
 
 
 def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Path, *,
@@ -111,7 +174,7 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
         "# NoNewPrivileges= (setuid bwrap), RestrictNamespaces= and SystemCallFilter= (bwrap needs",
         "# namespaces, mount, pivot_root), ProtectKernelTunables= (blocks bwrap's --proc /proc),",
         "# RestrictSUIDSGID= (blocks openat2, which bwrap >= 0.12 may need), PrivateDevices= and",
-        "# DevicePolicy= (GPU), MemoryDenyWriteExecute= (CUDA/Triton JIT). Details: openclaw/service.py.",
+        "# DevicePolicy= (GPU), MemoryDenyWriteExecute= (CUDA/Triton JIT). Details: openclaw/cli/service.py.",
         *_HARDENING,
     ]
     if not system:

@@ -12,10 +12,9 @@ import sys
 from zoneinfo import ZoneInfo
 
 from openclaw import access
+from openclaw.cli.common import with_store
 from openclaw.store.records import parse_user_key
-from openclaw.users_cli import with_store
-from skills.base import visible
-from skills.builtin.reminders import MAX_NUMBER
+from skills.base import MAX_REMINDER_NUMBER, visible
 
 TEXT_SHOWN = 60  # characters of each reminder's text in a listing
 
@@ -59,7 +58,7 @@ def _chat(value: str) -> tuple[str, str]:
 def _in_chat(channel: str, chat_id: str, chat: tuple[str, str]) -> bool:
     """Whether a reminder for (channel, chat_id) goes to `chat`. A Telegram forum topic is its
     group's id, "/", the topic's ("-100555/7", connectors/telegram.py): naming the group takes in
-    its topics too, or a group its owner left kept posting in them after `cancel --chat`."""
+    its topics too, so that `cancel --chat` silences all of a group its owner left."""
     return channel == chat[0] and (chat_id == chat[1] or chat_id.startswith(chat[1] + "/"))
 
 
@@ -104,10 +103,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"openclaw reminders cancel: {exc}", file=sys.stderr)
         return 2
-    # Numbers count from 1; one past SQLite's 64-bit integers made the store raise OverflowError
-    # (a traceback): no reminder has it.
+    # Numbers count from 1, and none is past a database integer (the store raises OverflowError).
     done = (with_store(args, lambda store: store.cancel_reminder(user, args.number), none_yet=None)
-            if 0 < args.number <= MAX_NUMBER else None)
+            if 0 < args.number <= MAX_REMINDER_NUMBER else None)
     if done is None:
         print(f"openclaw reminders cancel: {user} has no active reminder #{args.number} "
               "(see openclaw reminders list)", file=sys.stderr)

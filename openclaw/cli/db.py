@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 from openclaw import access
+from openclaw.cli.common import confirmed, data_dir_held
 from openclaw.config import load_config
-from openclaw.users_cli import confirmed, data_dir_held
 
 
 def add_commands(sub, common_sub) -> None:

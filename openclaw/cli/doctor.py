@@ -13,13 +13,20 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from openclaw.channels import configured_connectors
-from openclaw.config import ConfigError, load_config
+from openclaw.config import Config, ConfigError, load_config
+from openclaw.datadir import lock_holder
 
 # A check's mark: True (✓), False (✗: doctor exits 1) or WARN (⚠: it works, degraded; the exit
 # status stays 0, since `run` would start).
 WARN: Literal["warn"] = "warn"
 Mark = bool | Literal["warn"]
 MARKS: dict[Mark, str] = {True: "✓", False: "✗", WARN: "⚠"}
+
+
+def add_commands(sub, common_sub) -> None:
+    p = sub.add_parser("doctor", help="check config, database, model, sandbox, tokens")
+    p.add_argument("--skip-model", action="store_true", help="do not load the model")
+    p.set_defaults(func=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -52,7 +59,7 @@ TOKEN_CHECK_S = 10.0  # how long doctor waits for Telegram's or Discord's answer
 _NETWORK_FIX = "check this machine's network, DNS and firewall"
 
 
-def _check_secrets_exposed(config) -> list[tuple[bool, str, str]]:
+def _check_secrets_exposed(config: Config) -> list[tuple[bool, str, str]]:
     """A config file other users may read must not hold a secret written in it ("env:NAME" and
     "file:PATH" references are fine). Names the keys, never their values."""
     from openclaw.config import exposed_secrets
@@ -65,7 +72,7 @@ def _check_secrets_exposed(config) -> list[tuple[bool, str, str]]:
              f"chmod 600 {file}")]
 
 
-def _check_connectors(config) -> list[tuple[bool, str, str]]:
+def _check_connectors(config: Config) -> list[tuple[bool, str, str]]:
     """Each enabled connector's token, tried as `run` connects with it; first, what `run` refuses
     before connecting (a missing token, an unsupported setting)."""
     enabled = [name for name in ("telegram", "discord") if getattr(config, name).enabled]
@@ -148,7 +155,7 @@ def _redact(exc: BaseException, token: str) -> str:
     return text.replace(token, "***")
 
 
-def _check_admin_port(config) -> list[tuple[bool, str, str]]:
+def _check_admin_port(config: Config) -> list[tuple[bool, str, str]]:
     """`run` refuses to start with its admin port taken (and a chat goes on without it)."""
     from openclaw.admin import port_in_use
 
@@ -168,18 +175,16 @@ def _check_admin_port(config) -> list[tuple[bool, str, str]]:
     return [(True, f"admin port: {port} on {host} is free", "")]
 
 
-def _our_daemon_serves(config) -> bool:
+def _our_daemon_serves(config: Config) -> bool:
     """Whether the daemon holding this data_dir is the one answering on the admin port."""
     return _our_daemon_health(config) is not None
 
 
-def _our_daemon_health(config) -> dict | None:
+def _our_daemon_health(config: Config) -> dict | None:
     """/healthz of the daemon holding this data_dir, when it is the one answering on the admin
     port; None otherwise."""
     import json
     import urllib.request
-
-    from openclaw.daemon import lock_holder
 
     if not config.admin.enabled or config.admin.port == 0:
         return None
@@ -196,7 +201,7 @@ def _our_daemon_health(config) -> dict | None:
     return health if isinstance(health, dict) and health.get("pid") == holder.pid else None
 
 
-def _check_skills(config) -> tuple[bool, str, str]:
+def _check_skills(config: Config) -> tuple[bool, str, str]:
     from openclaw.skillset import configured_skills
 
     try:
@@ -206,7 +211,7 @@ def _check_skills(config) -> tuple[bool, str, str]:
     return True, f"skills: {', '.join(registry.names) or 'none'}", ""
 
 
-def _check_sandbox(config) -> tuple[Mark, str, str]:
+def _check_sandbox(config: Config) -> tuple[Mark, str, str]:
     """✗ when commands cannot run; ⚠ when they run with a layer missing (no sandbox at all under
     allow_unsandboxed, no seccomp filter, /tmp unsized by an old bubblewrap: `what` names it)."""
     from openclaw.skillset import sandbox_for
@@ -220,7 +225,7 @@ def _check_sandbox(config) -> tuple[Mark, str, str]:
     return ok, f"sandbox isolation: {what}", FIX_HINT
 
 
-def _check_disk_reserve(config) -> tuple[Mark, str, str]:
+def _check_disk_reserve(config: Config) -> tuple[Mark, str, str]:
     """The database and the workspaces live on data_dir's filesystem. Under [sandbox]
     min_free_disk_mb there, every user's commands and writes are refused: the reserve is what keeps
     the store writable, and only freeing space lets them work again."""
@@ -242,7 +247,7 @@ def _check_disk_reserve(config) -> tuple[Mark, str, str]:
     return True, f"{what}; the reserve is {megabytes(reserve)}", ""
 
 
-def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
+def _check_sandbox_network(config: Config) -> list[tuple[bool, str, str]]:
     """Roles granted network run commands behind slirp4netns (sandbox/network.py), and are refused
     without it: try it once, when some role may both run commands and use the network."""
     from openclaw.skillset import sandbox_for
@@ -259,7 +264,7 @@ def _check_sandbox_network(config) -> list[tuple[bool, str, str]]:
              "on these roles")]
 
 
-def _check_command_memory(config) -> list[tuple[Mark, str, str]]:
+def _check_command_memory(config: Config) -> list[tuple[Mark, str, str]]:
     """Where some role may run commands: whether their memory is bounded as a whole (a cgroup
     per command) or per process only (⚠: memfds, SysV shared memory and many processes each
     under RLIMIT_AS could still run the host out of memory). The running daemon's answer when
@@ -280,7 +285,7 @@ def _check_command_memory(config) -> list[tuple[Mark, str, str]]:
     return [(True if whole else WARN, f"sandbox memory ({whose}): {what}", "" if whole else fix)]
 
 
-def _command_roles(config) -> list[str]:
+def _command_roles(config: Config) -> list[str]:
     """The roles that may run commands (a skill with the "exec" permission)."""
     from openclaw.skillset import configured_skills
 
@@ -293,7 +298,7 @@ def _command_roles(config) -> list[str]:
             if any(role.grants(skill) for skill in runners)]
 
 
-def _check_granted_folders(config) -> list[tuple[bool, str, str]]:
+def _check_granted_folders(config: Config) -> list[tuple[bool, str, str]]:
     """Each folder a role grants must exist (the sandbox cannot bind a missing one), and as root
     its users act with their own sandbox uid there, so a shared writable folder must let them."""
     checks = []
@@ -312,7 +317,7 @@ def _check_granted_folders(config) -> list[tuple[bool, str, str]]:
     return checks
 
 
-def _check_shared_workspaces(config) -> list[tuple[bool, str, str]]:
+def _check_shared_workspaces(config: Config) -> list[tuple[bool, str, str]]:
     """A folder granted above where a role keeps its users' workspaces ("/home/{user}/oc" under a
     granted "/home") hands every one of those workspaces to the grantee's users. The config allows
     it (an admin's role may be meant to see them all); the admin should know. (Folders over
@@ -345,7 +350,7 @@ def _others_may_write(path) -> bool:
     return has_acl or bool(path.stat().st_mode & 0o002)
 
 
-async def _check_database(config) -> list[tuple[bool, str, str]]:
+async def _check_database(config: Config) -> list[tuple[bool, str, str]]:
     """Opens the database as `run` does, but changes nothing: a check must not. A database (or
     data folder) not there yet is what `run` creates; a schema behind this version's is what it
     upgrades."""
@@ -389,7 +394,7 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-def _check_sandbox_uids(config, stored: list[str]) -> tuple[bool, str, str]:
+def _check_sandbox_uids(config: Config, stored: list[str]) -> tuple[bool, str, str]:
     """Each user's commands and files run as a uid derived from their name (sandbox_uid). Two
     users on one uid still see only their own workspace (each sandbox binds only its own), but
     share a process limit and may change each other's files in a folder granted to both. Unlikely
@@ -408,7 +413,7 @@ def _check_sandbox_uids(config, stored: list[str]) -> tuple[bool, str, str]:
     return True, f"sandbox uids: {len(users)} user(s), each on a uid of its own", ""
 
 
-def _check_model(config) -> tuple[bool, str, str]:
+def _check_model(config: Config) -> tuple[bool, str, str]:
     try:
         from engine import LLM
 

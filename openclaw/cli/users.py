@@ -1,4 +1,4 @@
-"""`openclaw pairing ...` and `openclaw users ...`: who may talk to the agent, decided by the admin.
+"""`openclaw users ...`: who may talk to the agent, decided by the admin.
 
 The store holds each user's status (allowed, pending, blocked); `[access]` in the config wins over
 it (admins and `allow` always pass, `blocked` never does). These commands change the store, so
@@ -9,13 +9,11 @@ user's at each delivery. `forget` is the exception: it refuses while a daemon us
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from openclaw import access
+from openclaw.cli.common import confirmed, data_dir_held, with_store
 from openclaw.config import LOCAL_USER, Config, load_config
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import sandbox_uid
@@ -30,16 +28,6 @@ _ACTIONS = {
 
 
 def add_commands(sub, common_sub) -> None:
-    pairing = common_sub(sub.add_parser("pairing", help="admit or refuse new users")
-                         .add_subparsers(dest="pair_cmd", required=True))
-    pairing.add_parser("list", help="pending pairing codes").set_defaults(func=cmd_pairing_list)
-    p = pairing.add_parser("approve", help="admit the user who holds CODE")
-    p.add_argument("code")
-    p.set_defaults(func=cmd_pairing_answer, status=UserStatus.ALLOWED)
-    p = pairing.add_parser("deny", help="refuse the user who holds CODE (blocked: no more codes)")
-    p.add_argument("code")
-    p.set_defaults(func=cmd_pairing_answer, status=UserStatus.BLOCKED)
-
     users = sub.add_parser("users", help="known users and their status; allow, block, revoke")
     users.set_defaults(func=cmd_users_list)
     actions = common_sub(users.add_subparsers(dest="users_cmd"))
@@ -55,61 +43,6 @@ def add_commands(sub, common_sub) -> None:
     p.add_argument("--workspace", action="store_true", help="delete their workspace folder too")
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.set_defaults(func=cmd_users_forget)
-
-
-_OPEN = object()  # with_store's default: open (and create) the database whatever
-
-
-def with_store(args: argparse.Namespace, work, *, none_yet=_OPEN):
-    """Run `work(store)` against the config's database, from a command-line command. `none_yet`:
-    the answer, when the database is a file not made yet, of a command that only looks (or finds
-    nothing to change): a look at a fresh install creates no data folder and no database, which
-    would be the command's user's, not the service's."""
-    from openclaw.store import Store
-
-    config = load_config(args.config, tokens=False)
-    if none_yet is not _OPEN and _not_made_yet(config.store.url):
-        return none_yet
-
-    async def run():
-        store = await Store.open(config.store.url)
-        try:
-            return await work(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(run())
-
-
-def _not_made_yet(url: str) -> bool:
-    from openclaw.store.engine import normalize_url, sqlite_file
-
-    path = sqlite_file(normalize_url(url))
-    return path is not None and not path.exists()
-
-
-def cmd_pairing_list(args: argparse.Namespace) -> int:
-    codes = with_store(args, lambda store: store.list_pairing_codes(), none_yet=[])
-    if not codes:
-        print("no pending pairing codes")
-    for c in codes:
-        print(f"{c.code}  {c.user}  {visible(c.display_name or '')}  "
-              f"expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
-    return 0
-
-
-def cmd_pairing_answer(args: argparse.Namespace) -> int:
-    code = args.code.strip().upper()
-    approve = args.status is UserStatus.ALLOWED
-    user = with_store(args, lambda store: (store.approve_pairing if approve else
-                                            store.deny_pairing)(code), none_yet=None)
-    if user is None:
-        print(f"no pending pairing code {args.code!r} (expired, used, or mistyped)", file=sys.stderr)
-        return 1
-    name = f"{user.key} ({visible(user.display_name or '') or 'no name'})"  # a stranger's to choose
-    print(f"approved {name}" if approve else
-          f"denied {name}: blocked; `openclaw users allow {user.key}` admits them after all")
-    return 0
 
 
 def cmd_users_list(args: argparse.Namespace) -> int:
@@ -234,41 +167,3 @@ def _no_database_yet(config: Config) -> bool:
         return not sqlite_path(config.store.url).exists()
     except ValueError:  # PostgreSQL (or in memory): it is there to ask
         return False
-
-
-def confirmed(command: str, question: str, yes: bool) -> bool:
-    """--yes, or "y" typed at a terminal. Without a terminal to ask, says how to go on."""
-    if yes:
-        return True
-    if not sys.stdin.isatty():
-        print(f"{command}: nothing done: stdin is not a terminal to ask at; add --yes to go ahead",
-              file=sys.stderr)
-        return False
-    try:
-        answer = input(f"{question} [y/N] ")
-    except EOFError:
-        answer = ""
-    if answer.strip().lower() in ("y", "yes"):
-        return True
-    print("nothing done", file=sys.stderr)
-    return False
-
-
-@contextmanager
-def data_dir_held(config: Config) -> Iterator[str | None]:
-    """Hold the data_dir as a daemon does, so that none runs or starts while a command changes the
-    store under it. Yields None, or what holds it (then nothing is held). With a PostgreSQL store,
-    a daemon on another machine (another data_dir) is not seen: stop it first."""
-    from openclaw.daemon import DaemonRunning, claim_data_dir  # here: it loads the engine (2 s)
-
-    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        lock = claim_data_dir(config.data_dir)
-    except DaemonRunning as running:
-        yield running.holder
-        return
-    try:
-        yield None
-    finally:
-        lock.truncate(0)  # as Daemon.stop: no pid in the file, nobody holds it (data_dir_claimed)
-        lock.close()
