@@ -17,8 +17,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from openclaw import access
 from openclaw.config import load_config
+from openclaw.gateway import access
 from openclaw.users_cli import confirmed, data_dir_held
 
 

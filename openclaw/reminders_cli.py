@@ -11,7 +11,7 @@ import argparse
 import sys
 from zoneinfo import ZoneInfo
 
-from openclaw import access
+from openclaw.gateway import access
 from openclaw.store.records import parse_user_key
 from openclaw.users_cli import with_store
 from skills.base import visible

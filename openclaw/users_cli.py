@@ -15,8 +15,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from openclaw import access
 from openclaw.config import LOCAL_USER, Config, load_config
+from openclaw.gateway import access
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import sandbox_uid
 from skills.base import visible

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from connectors.base import chunk_text
-from openclaw import access, reminders
+from openclaw import reminders
 from openclaw.agent import Agent, Caller, TurnResult
 from openclaw.agent.resume import take_up
-from openclaw.approvals import Approvals
 from openclaw.config import Config
+from openclaw.gateway import access
+from openclaw.gateway.approvals import STALE_REQUEST, Approvals
 from openclaw.gateway.contract import APPROVAL_ASKED, Connector, DeliveryRefused, Folder, InboundMessage
+from openclaw.gateway.outbox import Outbox, chunk_text
 from openclaw.metrics import Metrics
-from openclaw.outbox import Outbox
 from openclaw.store import Reminder, Store, UnknownUserError
 from openclaw.store.records import (
     InboundEvent,
@@ -73,7 +73,6 @@ TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signa
 # next message of its chat makes a new one, which looks its conversation up again.
 LANE_IDLE_S = 600.0
 WARNED_KEPT = 1024  # reminder ids remembered as warned about (see Gateway._warn_no_channel)
-STALE_REQUEST = "not sent: a request to approve whose wait had ended"
 
 
 @dataclass
