@@ -185,7 +185,7 @@ class Daemon:
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
-            self.gateway.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
+            self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
         for connector in self.connectors:
             self.gateway.add_connector(connector)
