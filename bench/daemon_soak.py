@@ -300,11 +300,10 @@ def measure(daemon, tmpdir: Path, tmp_before: set[str]) -> dict[str, float]:
         "threads": threading.active_count(),
         "os_threads": len(os.listdir("/proc/self/task")),
         "children": len(_children()),
-        "lanes": len(gw._lanes),
-        "fresh": len(gw._fresh),
-        "listed": len(gw._listed),
-        "moved": len(gw._moved_chats),
-        "warned": len(gw._warned_no_channel),
+        "lanes": len(gw.lanes.by_key),
+        "listed": len(gw.access.listed),
+        "moved": len(gw.lanes.moved),
+        "warned": len(gw.due.warned),
         "ctx_cache": len(gw.agent.context._cache),
         "approvals": len(gw.approvals._pending),
         "ob_locks": len(gw.outbox._locks),
@@ -383,7 +382,7 @@ def verdicts(rows: list[dict[str, float]], users: list[int]) -> dict[str, str]:
         if key == "rss_mb":
             tolerance = max(tolerance, first / 200)
         grew = last - first > tolerance and rises >= max(1, steps * 2 // 3)
-        idle_should_be_zero = key in ("lanes", "fresh", "approvals", "ob_retry", "ob_wake",
+        idle_should_be_zero = key in ("lanes", "approvals", "ob_retry", "ob_wake",
                                       "rem_flight", "tg_read",
                                       "eng_streams", "eng_owners", "eng_reqs", "eng_seqs",
                                       "children", "cgroups", "tmp_files", "ob_locks")
@@ -697,11 +696,11 @@ class Soak:
         from openclaw.cli.chat import console_connector
         from openclaw.config import load_config
         from openclaw.daemon import Daemon
-        from openclaw.gateway import gateway as gateway_module
+        from openclaw.gateway import lanes as lanes_module
 
         args = self.args
         # Months in minutes: what ends after a while idle (lanes, drafts) ends after --lane-idle.
-        gateway_module.LANE_IDLE_S = args.lane_idle
+        lanes_module.LANE_IDLE_S = args.lane_idle
         drafts_module.DRAFT_IDLE_S = args.lane_idle
         self.fakes = Fakes()
         IGNORED_CHILDREN.add(self.fakes.proc.pid)
@@ -762,7 +761,7 @@ class Soak:
                 if args.tracemalloc and phase == 1:
                     self.snapshot = tracemalloc.take_snapshot()
                     self.types = _object_types()
-                for key, lane in daemon.gateway._lanes.items():
+                for key, lane in daemon.gateway.lanes.by_key.items():
                     print(f"  lane left at idle: {key} busy={lane.busy} queued={lane.queue.qsize()}"
                           f" worker={lane.worker}", flush=True)
                 for child in _children():

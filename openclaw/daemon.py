@@ -11,11 +11,12 @@ import signal
 import time
 from typing import Any, TextIO
 
-from openclaw import access, systemd
+from openclaw import systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
+from openclaw.gateway import access
 from openclaw.gateway.contract import Connector
 from openclaw.gateway.gateway import Gateway
 from openclaw.metrics import Metrics, follow_loop_lag
@@ -112,7 +113,7 @@ class Daemon:
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
-            self.gateway.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
+            self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
         for connector in self.connectors:
             self.gateway.add_connector(connector)

@@ -96,6 +96,11 @@ class Skill(ABC):
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         """Do the work; return the text the model reads. Raise SkillError for expected failures."""
 
+    def typed_command(self, command: str, argument: str) -> dict[str, Any] | str:
+        """The arguments of this skill's call for a chat command a person typed ("/remind" and
+        its `argument`), or the text to answer instead (how to write the command)."""
+        return f"The {self.name} skill takes no typed commands: ask me in a message instead."
+
     def describe(self, args: dict[str, Any]) -> str:
         """What a call will do, shown to the user when it needs approval: the exact command or
         file. Default: the arguments as JSON."""

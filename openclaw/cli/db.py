@@ -17,9 +17,9 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from openclaw import access
 from openclaw.cli.common import confirmed, data_dir_held
 from openclaw.config import load_config
+from openclaw.gateway import access
 
 
 def add_commands(sub, common_sub) -> None:

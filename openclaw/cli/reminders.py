@@ -11,8 +11,8 @@ import argparse
 import sys
 from zoneinfo import ZoneInfo
 
-from openclaw import access
 from openclaw.cli.common import with_store
+from openclaw.gateway import access
 from openclaw.store.records import parse_user_key
 from skills.base import MAX_REMINDER_NUMBER, visible
 

@@ -9,8 +9,8 @@ import asyncio
 import json
 import sys
 
-from openclaw import access
 from openclaw.config import CHANNELS, Config, default_config_path, load_config
+from openclaw.gateway import access
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store.records import UserStatus, parse_user_key
 from skills import SkillRegistry

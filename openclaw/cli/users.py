@@ -12,9 +12,9 @@ import argparse
 import shutil
 import sys
 
-from openclaw import access
 from openclaw.cli.common import confirmed, data_dir_held, with_store
 from openclaw.config import LOCAL_USER, Config, load_config
+from openclaw.gateway import access
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import sandbox_uid
 from skills.base import visible

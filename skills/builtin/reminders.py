@@ -2,21 +2,26 @@
 they meant: once, or daily, on weekdays or weekly. The daemon keeps and delivers them (the context's
 ReminderBook); this skill turns what the model wrote ("in 20 minutes", "17:30", "2026-12-24 09:00")
 into an exact time (skills.builtin.spoken_time) and says it back, with its zone, so a
-misunderstanding shows at once."""
+misunderstanding shows at once. A person may also type the call as a chat command (/remind,
+/reminders): `typed_command` reads it."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from skills.base import ReminderBook, Skill, SkillContext, SkillError, visible
-from skills.builtin.spoken_time import WHEN_HELP, local_time, parse_when, split_repeat
+from skills.base import MAX_REMINDER_NUMBER, ReminderBook, Skill, SkillContext, SkillError, visible
+from skills.builtin.spoken_time import WHEN_HELP, local_time, parse_when, split_repeat, split_request
 from skills.zones import timezone_setting_problems
 from skills.zones import zone_name as zone_name_of
 
 MAX_TEXT_CHARS = 1000
-MAX_NUMBER = 2**63 - 1  # the largest a database integer column holds
+REMIND_USAGE = ("Tell me when and what, e.g. /remind in 20 minutes stretch, /remind tomorrow 9:00 "
+                "dentist, /remind every weekday at 8:00 pills.")
+REMINDERS_USAGE = ("/reminders lists your reminders in this chat; /reminders cancel N cancels one, N "
+                   "as the list numbers it (e.g. /reminders cancel 2).")
 
 
 class RemindersSkill(Skill):
@@ -55,15 +60,28 @@ class RemindersSkill(Skill):
             number = args.get("number")
             if not isinstance(number, int):
                 raise SkillError("cancel needs the reminder's number (list shows them)")
-            # Numbers count from 1; one past SQLite's 64-bit integers made the store raise
-            # OverflowError ("/reminders cancel 99999999999999999999"): no reminder has it.
-            done = await book.cancel(ctx.user, number) if 0 < number <= MAX_NUMBER else None
+            # Numbers count from 1; one past a 64-bit integer would make the store raise
+            # OverflowError: no reminder has it.
+            done = await book.cancel(ctx.user, number) if 0 < number <= MAX_REMINDER_NUMBER else None
             if done is None:
                 raise SkillError(f"you have no active reminder #{number}; list shows them")
             if done.chat_id != ctx.chat_id:  # this chat may be a group: not the text of another's
                 return f"Cancelled reminder #{done.number} (set in another chat)."
             return f"Cancelled reminder #{done.number}: {done.text}"
         return await _add(book, args, ctx)
+
+    def typed_command(self, command: str, argument: str) -> dict[str, Any] | str:
+        """`/remind WHEN TEXT` (the time first or last) and `/reminders [cancel N]` as this skill's
+        call; or how to write them, when `argument` is not that."""
+        if command == "/reminders":
+            cancel = re.fullmatch(r"cancel\s+#?(\d+)", argument, re.IGNORECASE)
+            if cancel is None and argument:  # "/reminders cancel", "... cancel abc": no list
+                return REMINDERS_USAGE
+            return {"action": "cancel", "number": int(cancel[1])} if cancel else {"action": "list"}
+        request = split_request(argument)
+        if request is None:
+            return REMIND_USAGE
+        return {"action": "add", "when": request[0], "text": request[1]}
 
     def describe(self, args: dict[str, Any]) -> str:
         if args.get("action") != "add":
@@ -89,7 +107,7 @@ async def _add(book: ReminderBook, args: dict[str, Any], ctx: SkillContext) -> s
         repeat = spoken_repeat
     elif spoken_repeat and repeat != spoken_repeat:
         # The user's words ("every monday at 9am") and the model's repeat=daily disagree: which
-        # one the user meant is theirs to say, not ours to pick (either was silently daily).
+        # one the user meant is theirs to say, not ours to pick.
         raise SkillError(f"when={args.get('when')!r} repeats {spoken_repeat} but repeat={repeat}: "
                          f"give the repeat the user asked for once, in when or in repeat")
     due = parse_when(when, now, zone)

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import chunk_text
 from connectors.discord import DiscordConnector, DiscordLoginError
 from openclaw.channels import configured_connectors
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from openclaw.gateway.contract import InboundMessage
+from openclaw.gateway.outbox import chunk_text
 from tests.fakes.discord_api import FakeDiscord, Upload
 from tests.openclaw.scripted_model import ScriptedModel, last_user
 

@@ -6,7 +6,7 @@ again on the same data_dir. What must hold afterwards:
   again because the crash came before the acknowledgement);
 - a reply is sent once; the one exception is a crash after Telegram took a message and before the
   daemon recorded that: sendMessage has no idempotency key, so the outbox sends it again (a
-  duplicate beats a lost reply; see openclaw/outbox.py). A streamed draft (stream_edits) of an
+  duplicate beats a lost reply; see openclaw/gateway/outbox.py). A streamed draft (stream_edits) of an
   answer cut short by the crash stays in the chat as it was, and the answer follows it;
 - a turn is not run a second time: one whose answer was stored sends that answer;
 - a tool call that ran is not run again without anyone knowing: the model is told the truth (it
@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 
 from openclaw.agent.context import SUMMARY_INSTRUCTIONS
-from openclaw.gateway.gateway import STALE_REQUEST
+from openclaw.gateway.approvals import STALE_REQUEST
 from skills.base import Skill, SkillContext
 from tests.fakes.telegram_api import FakeTelegram
 from tests.openclaw.scripted_model import ScriptedModel

@@ -13,7 +13,7 @@ import pytest
 
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-from openclaw.gateway import gateway as gateway_module
+from openclaw.gateway import lanes as lanes_module
 from openclaw.gateway.contract import Connector, InboundMessage
 from openclaw.store import InboundStatus, Store
 
@@ -715,13 +715,13 @@ def lane_workers() -> list[asyncio.Task]:
 
 async def test_an_idle_lane_ends_with_its_worker_and_the_chat_goes_on_in_its_conversation(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(gateway_module, "LANE_IDLE_S", 0)  # a lane ends as soon as it is idle
+    monkeypatch.setattr(lanes_module, "LANE_IDLE_S", 0)  # a lane ends as soon as it is idle
     daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
     gateway = daemon.gateway
     await conn.handler(msg("my name is Ada"))
-    [worker] = [lane.worker for lane in gateway._lanes.values()]
+    [worker] = [lane.worker for lane in gateway.lanes.by_key.values()]
     await gateway.wait_idle()
-    await until(lambda: not gateway._lanes)
+    await until(lambda: not gateway.lanes.by_key)
     assert worker.done() and lane_workers() == []
     assert gateway.queue_length() == 0 and "queued messages: 0" in await say(daemon, conn, "/status")
     # A new lane for the next message, which looks the conversation up again: the same one.
@@ -734,7 +734,7 @@ async def test_a_message_queued_as_its_lane_gives_up_waiting_is_answered_not_los
                                                                                   monkeypatch):
     daemon, conn = await started(tmp_path, ScriptedModel(history_echo))
     gateway = daemon.gateway
-    real_next_job, idle_over = gateway._next_job, asyncio.Event()
+    real_next_job, idle_over = gateway.lanes.next_job, asyncio.Event()
 
     async def next_job(lane):  # an idle lane's wait ends when the test says, as its timeout would
         if lane.queue.empty():
@@ -743,16 +743,16 @@ async def test_a_message_queued_as_its_lane_gives_up_waiting_is_answered_not_los
             return None
         return await real_next_job(lane)
 
-    monkeypatch.setattr(gateway, "_next_job", next_job)
+    monkeypatch.setattr(gateway.lanes, "next_job", next_job)
     assert await say(daemon, conn, "my name is Ada") == "you said 1 things: my name is Ada"
-    [lane] = gateway._lanes.values()
+    [lane] = gateway.lanes.by_key.values()
     await conn.handler(msg("what is my name?"))  # queued in the lane, whose wait is ending
     idle_over.set()
     await until(lambda: len(conn.texts()) == 2)
     assert conn.texts()[-1] == "you said 2 things: my name is Ada | what is my name?"
-    assert list(gateway._lanes.values()) == [lane]  # it went on, the same lane
+    assert list(gateway.lanes.by_key.values()) == [lane]  # it went on, the same lane
     idle_over.set()  # now idle with nothing queued: it ends
-    await until(lambda: not gateway._lanes)
+    await until(lambda: not gateway.lanes.by_key)
     assert lane.worker.done() and lane_workers() == []
     assert await say(daemon, conn, "and now?") == \
         "you said 3 things: my name is Ada | what is my name? | and now?"

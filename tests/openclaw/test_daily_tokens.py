@@ -152,7 +152,7 @@ async def test_a_turn_ending_is_never_counted_twice_while_its_usage_is_written(t
 
     async def poll() -> None:
         while not stop.is_set():
-            seen.append(await gw._tokens_today("telegram:1"))
+            seen.append(await gw.spending.today("telegram:1"))
 
     try:
         for i in range(8):

@@ -141,12 +141,12 @@ async def test_the_gateway_forgets_chat_moves_once_their_lanes_are_gone(tmp_path
     """Each Telegram group upgraded to a supergroup left (channel, old id) -> new id in the
     gateway for the daemon's whole life, though only turns queued under the old id (before the
     move) ever look it up."""
-    from openclaw.gateway import gateway as gateway_module
+    from openclaw.gateway import lanes as lanes_module
 
     from .scripted_model import last_user
     from .test_daemon import RecordingConnector, msg, started
 
-    monkeypatch.setattr(gateway_module, "LANE_IDLE_S", 0.05)
+    monkeypatch.setattr(lanes_module, "LANE_IDLE_S", 0.05)
     tg = RecordingConnector("telegram")
     daemon, _ = await started(tmp_path, ScriptedModel(lambda m: "re: " + last_user(m)), also=(tg,))
     try:
@@ -156,9 +156,9 @@ async def test_the_gateway_forgets_chat_moves_once_their_lanes_are_gone(tmp_path
             await tg.handler(msg("hello group", user="4242", chat=old, channel="telegram",
                                  is_group=True))
             await daemon.gateway.wait_idle()
-            await daemon.gateway._chat_moved("telegram", old, new)
-        await until(lambda: not daemon.gateway._lanes)  # every lane idle, and ended
-        assert len(daemon.gateway._moved_chats) <= 1, len(daemon.gateway._moved_chats)
+            await daemon.gateway.chat_moved("telegram", old, new)
+        await until(lambda: not daemon.gateway.lanes.by_key)  # every lane idle, and ended
+        assert len(daemon.gateway.lanes.moved) <= 1, len(daemon.gateway.lanes.moved)
     finally:
         await daemon.stop()
 
@@ -170,11 +170,11 @@ async def test_the_gateway_keeps_only_the_newest_warnings_about_reminders_it_can
     user, its id stayed in the set for the daemon's life: one per such reminder ever due."""
     from datetime import timedelta
 
-    from openclaw.gateway import gateway as gateway_module
+    from openclaw.gateway import due as due_module
 
     from .test_daemon import started
 
-    monkeypatch.setattr(gateway_module, "WARNED_KEPT", 10)
+    monkeypatch.setattr(due_module, "WARNED_KEPT", 10)
 
     daemon, _ = await started(tmp_path, ScriptedModel(lambda m: "ok"),
                               '[skills]\nenabled = ["reminders"]\n[roles.user]\nskills = ["reminders"]')
@@ -190,6 +190,6 @@ async def test_the_gateway_keeps_only_the_newest_warnings_about_reminders_it_can
             assert await daemon.gateway.remind(reminder) is False  # warned: cannot be sent here
             await store.cancel_reminder(user, reminder.number)
         assert await store.active_reminders() == []
-        assert len(daemon.gateway._warned_no_channel) == 10
+        assert len(daemon.gateway.due.warned) == 10
     finally:
         await daemon.stop()

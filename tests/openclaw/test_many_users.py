@@ -185,7 +185,7 @@ async def test_a_discord_message_that_comes_while_the_daemon_drains_is_answered_
     world.dc.send_dm(first, f"hello <d{first}@dm#0>")
     await until(lambda: held.prompts)  # a turn runs, and holds the drain
     stopping = asyncio.create_task(world.daemon.stop(drain_timeout=30))
-    await until(lambda: not world.daemon.gateway._accepting)
+    await until(lambda: not world.daemon.gateway.lanes.accepting)
     world.dc.send_dm(late, f"hello <d{late}@dm#0>")
     store = world.daemon.store
 

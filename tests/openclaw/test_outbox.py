@@ -12,7 +12,7 @@ import pytest
 
 from openclaw.daemon import Daemon
 from openclaw.gateway.contract import DeliveryRefused, RetryLater
-from openclaw.outbox import Outbox
+from openclaw.gateway.outbox import Outbox
 from openclaw.store.records import OutboundStatus
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, config, msg, until

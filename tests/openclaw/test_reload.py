@@ -285,7 +285,7 @@ async def test_a_reload_while_the_store_is_asked_leaves_no_blocked_user_listed(t
         await daemon.gateway.wait_idle()
         await ask(daemon, conn, "/status")  # blocked now: no answer, not even to a command
         assert "/status" not in " ".join(conn.texts(ANN))
-        assert "telegram:1001" not in daemon.gateway._listed
+        assert "telegram:1001" not in daemon.gateway.access.listed
 
 
 def shell_then_echo(messages: list[dict]) -> str:

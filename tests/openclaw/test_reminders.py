@@ -13,9 +13,9 @@ import pytest
 
 from connectors.console_socket import ConsoleSocketConnector, attach
 from openclaw.daemon import Daemon
-from openclaw.gateway import gateway as gateway_module
 from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
+from skills.builtin.reminders import REMINDERS_USAGE
 from tests.openclaw.scripted_model import ScriptedModel
 from tests.openclaw.test_daemon import RecordingConnector, config, msg, say, until
 from tests.openclaw.test_daemon import started as started_with
@@ -240,7 +240,7 @@ async def test_a_failed_conversation_write_does_not_hold_the_reminder_back(tmp_p
 async def test_stop_while_a_reminder_is_delivered_has_nothing_to_stop(tmp_path, monkeypatch):
     daemon, conn = await started(tmp_path, remembering_model())
     gateway, release, calls = daemon.gateway, asyncio.Event(), []
-    real = gateway._why_no_reminders
+    real = gateway.due.why_not
 
     async def held(user):  # checked when due, then again in the lane: held there
         calls.append(user)
@@ -248,11 +248,11 @@ async def test_stop_while_a_reminder_is_delivered_has_nothing_to_stop(tmp_path, 
             await release.wait()
         return await real(user)
 
-    monkeypatch.setattr(gateway, "_why_no_reminders", held)
+    monkeypatch.setattr(gateway.due, "why_not", held)
     try:
         await daemon.reminders.add("terminal:local", "local", "tea", datetime.now(UTC),
                                    repeat=None, timezone="UTC")
-        await until(lambda: any(lane.reminding for lane in gateway._lanes.values()))
+        await until(lambda: any(lane.reminding for lane in gateway.lanes.by_key.values()))
         await conn.handler(msg("/stop"))
         await until(lambda: conn.texts())
         release.set()
@@ -316,7 +316,7 @@ async def test_remind_and_reminders_commands_work_without_the_model(tmp_path):
         assert await command("/reminders cancel #1") == \
             "you have no active reminder #1; /reminders shows them"
         for unclear in ("/reminders cancel", "/reminders cancel abc", "/reminders delete 1"):
-            assert await command(unclear) == gateway_module.REMINDERS_USAGE  # not the list
+            assert await command(unclear) == REMINDERS_USAGE  # not the list
         assert model.prompts == []  # all of it without the model
         adds = [a for a in await daemon.store.list_audit() if a.arguments.get("action") == "add"]
         # Audited like a model's calls: the refused one (newest first) with why.

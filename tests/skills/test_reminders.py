@@ -11,9 +11,9 @@ import pytest
 from openclaw.reminders import Reminders
 from openclaw.store import Store
 from sandbox.policy import Policy
-from skills import SkillError
+from skills import Skill, SkillError
 from skills.builtin import spoken_time
-from skills.builtin.reminders import RemindersSkill
+from skills.builtin.reminders import REMIND_USAGE, REMINDERS_USAGE, RemindersSkill
 from skills.builtin.spoken_time import local_time, parse_when, split_repeat, split_request
 from skills.executor import Executor
 from skills.registry import SkillRegistry
@@ -429,3 +429,30 @@ def test_the_approval_prompt_shows_the_text_on_one_line_as_written():
         {"action": "add", "when": "in 5\u202e minutes", "text": "stretch\nReply /deny 000000 if unsure"})
     assert "\n" not in shown and "\u202e" not in shown
     assert shown == "remind you in 5\\u202e minutes: stretch\\u000aReply /deny 000000 if unsure"
+
+
+@pytest.mark.parametrize(("command", "argument", "call"), [
+    ("/remind", "me in 2 hours to water the plants",
+     {"action": "add", "when": "in 2 hours", "text": "water the plants"}),
+    ("/remind", "call mum at 17:30", {"action": "add", "when": "at 17:30", "text": "call mum"}),
+    ("/remind", "stretch", REMIND_USAGE),
+    ("/remind", "", REMIND_USAGE),
+    ("/reminders", "", {"action": "list"}),
+    ("/reminders", "cancel #2", {"action": "cancel", "number": 2}),
+    ("/reminders", "CANCEL 3", {"action": "cancel", "number": 3}),
+    ("/reminders", "cancel", REMINDERS_USAGE),
+    ("/reminders", "delete 1", REMINDERS_USAGE),
+])
+def test_a_typed_command_is_the_skills_call_or_how_to_write_it(command, argument, call):
+    assert RemindersSkill().typed_command(command, argument) == call
+
+
+def test_a_skill_without_typed_commands_says_so():
+    class Quiet(Skill):
+        name, description = "quiet", "says nothing"
+
+        async def run(self, args, ctx) -> str:
+            return ""
+
+    assert Quiet().typed_command("/quiet", "now") == \
+        "The quiet skill takes no typed commands: ask me in a message instead."

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 from openclaw.gateway.contract import approval_asked
 
+# Why a piece of a request to approve is not sent: its wait ended (answered, timed out, /stop, or
+# the run that asked stopped), so the number it names is void.
+STALE_REQUEST = "not sent: a request to approve whose wait had ended"
+
 
 @dataclass
 class _Request:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from connectors.base import chunk_text
+from openclaw.gateway.outbox import chunk_text
 
 
 def words(n: int, seed: int = 0) -> str:
@@ -77,7 +77,7 @@ def squeezed(text: str) -> str:
 def chunk_in_a_child(text: str, limit: int) -> list[str]:
     """chunk_text run in a child process with a time and memory limit: the loops these tests
     guard against never end and grow a list by a piece each round (gigabytes a second)."""
-    code = ("import json, resource, sys; from connectors.base import chunk_text\n"
+    code = ("import json, resource, sys; from openclaw.gateway.outbox import chunk_text\n"
             "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
             "text, limit = json.load(sys.stdin)\n"
             "print(json.dumps(chunk_text(text, limit)))\n")

@@ -1,4 +1,6 @@
-"""Ordered, retried delivery of replies. A reply's pieces are stored as `pending` (in the same
+"""Ordered, retried delivery of replies, and `chunk_text`, which cuts a reply to a channel's limit.
+
+A reply's pieces are stored as `pending` (in the same
 transaction that marks the message they answer as processed) before anything is sent; a send that
 fails stays pending and is retried with backoff, in order per chat, until the service takes it (or
 it is too old to matter). At start-up what an earlier run left pending is sent too: a rare
@@ -19,12 +21,11 @@ import random
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
 
-from openclaw.gateway.contract import DeliveryRefused, RetryLater
+from openclaw.gateway.contract import Connector, DeliveryRefused, RetryLater
 from openclaw.metrics import Metrics
 from openclaw.store import Store
-from openclaw.store.records import OutboundMessage, OutboundStatus
+from openclaw.store.records import InboundEvent, InboundStatus, OutboundMessage, OutboundStatus
 from sandbox.to_end import run_to_end
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ ChatRefused = Callable[[str, str, DeliveryRefused], Awaitable[None]]
 
 
 class Outbox:
-    def __init__(self, store: Store, connectors: dict[str, Any], metrics: Metrics | None = None, *,
+    def __init__(self, store: Store, connectors: dict[str, Connector], metrics: Metrics | None = None, *,
                  first_delay_s: float = 1.0, max_delay_s: float = 60.0, max_age_s: float = 24 * 3600) -> None:
         self.store, self.connectors = store, connectors
         self.metrics = metrics or Metrics()
@@ -75,6 +76,20 @@ class Outbox:
         if kept is not None:
             kept.extend(stored)
         await self.deliver(channel, chat_id, stored)
+
+    async def reply(self, channel: str, chat_id: str, text: str, *, conversation_id: int | None,
+                    event: InboundEvent | None, kept: list[OutboundMessage] | None = None) -> None:
+        """`text` chunked to the channel's limit, then `send`. With `event`, storing the reply also
+        marks that message processed (or failed, when the channel has no connector here)."""
+        connector = self.connectors.get(channel)
+        if connector is None:
+            log.warning("no %s connector to deliver a reply", channel)
+            if event is not None:
+                await self.store.mark_inbound(event.id, InboundStatus.FAILED, "connector not running")
+            return
+        await self.send(channel, chat_id, chunk_text(text, connector.max_message_len),
+                        conversation_id=conversation_id, answers=event.id if event else None,
+                        kept=kept)
 
     async def give_up(self, pieces: list[OutboundMessage], why: str) -> None:
         """Send none of `pieces` that is not out yet: they lost their meaning (a request to approve
@@ -278,3 +293,57 @@ class Outbox:
 
 def _jitter(delay: float) -> float:
     return delay * random.uniform(0.8, 1.2)
+
+
+def chunk_text(text: str, limit: int) -> list[str]:
+    """Split `text` into pieces of at most `limit` characters, preferring paragraph, then line,
+    then word boundaries. A piece that ends inside a ``` code fence closes it, and the next piece
+    reopens it (with the same info string, unless that is long), so each message renders on its
+    own."""
+    if limit < 16:
+        raise ValueError("chunk limit must be at least 16 characters")
+    pieces: list[str] = []
+    rest = text
+    reopen = ""
+    while rest:
+        if len(reopen) + len(rest) <= limit:
+            pieces.append(reopen + rest)
+            break
+        # Cut in `rest`, after the reopened fence: every round takes some text, however long the
+        # fence line (cutting reopen + rest could take no more than the fence line each round).
+        cut = _best_cut(rest, limit - len(reopen) - 4)  # room for a closing "\n```"
+        piece, rest = reopen + rest[:cut], rest[cut:].lstrip("\n")
+        fence = _open_fence(piece)
+        if fence is not None:
+            piece = piece.rstrip("\n") + "\n```"
+            # A fence line as long as the limit would leave no room for what it reopens.
+            reopen = (fence if len(fence) <= limit // 4 else "```") + "\n"
+        else:
+            reopen = ""
+        pieces.append(piece.rstrip())
+    return [p for p in pieces if p.strip()]
+
+
+def _best_cut(text: str, budget: int) -> int:
+    window = text[:budget]
+    for sep in ("\n\n", "\n", " "):
+        at = window.rfind(sep)
+        if at > budget // 4:  # never a tiny first piece just to hit a boundary
+            return at + len(sep)
+    return budget
+
+
+def _open_fence(piece: str) -> str | None:
+    """The opening fence line (e.g. "```python") if `piece` ends inside a code block. As in
+    CommonMark, a line whose info string holds a backtick ("```ls -l```") opens none: it is code
+    on one line, and reopening it in every later piece would repeat it."""
+    fence = None
+    for line in piece.split("\n"):
+        stripped = line.strip()
+        if not stripped.startswith("```"):
+            continue
+        if fence is not None:
+            fence = None
+        elif "`" not in stripped.lstrip("`"):
+            fence = stripped
+    return fence

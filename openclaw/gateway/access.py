@@ -1,0 +1,169 @@
+"""Who may talk to the agent, and as whom: `[access]` in the config, then the status the store
+keeps. `Access` admits each message (a stranger gets a pairing code), checks again that a user
+admitted earlier still may, and holds the config in effect, which a reload swaps.
+
+The config's lists decide for the users they name, every time, and are never copied into the
+store: a user taken out of `admins` or `allow` is no longer let in by it. Everyone else has the
+status pairing, `dm_policy = "open"` or `openclaw users ...` gave them in the store."""
+
+from __future__ import annotations
+
+import logging
+
+from openclaw.config import LOCAL_USER, Config, validate_user
+from openclaw.gateway.approvals import Approvals
+from openclaw.gateway.contract import InboundMessage
+from openclaw.gateway.outbox import Outbox
+from openclaw.store import Store, UnknownUserError
+from openclaw.store.records import UserStatus, parse_user_key
+from sandbox.policy import Policy, Principal, Role
+
+log = logging.getLogger(__name__)
+
+
+def check_user(name: str) -> str:
+    """A user named on the command line, as the config names them ("channel:id"), and one who can
+    exist (`terminal:local` is the terminal's only user). A ValueError says what is wrong, in one
+    line."""
+    return validate_user(name.strip())
+
+
+def listed_in(config: Config, user: str) -> str:
+    """What in the config decides for `user`: "console" (this machine's own terminal),
+    "blocked", "admins", "allow", or "" when nothing does."""
+    if user == LOCAL_USER:
+        return "console"
+    access = config.access
+    return next((name for name in ("blocked", "admins", "allow") if user in getattr(access, name)), "")
+
+
+def named_users(config: Config) -> set[str]:
+    """Everyone the config decides for: the console and the users `[access]` lists."""
+    access = config.access
+    return {LOCAL_USER, *access.admins, *access.allow, *access.blocked}
+
+
+def config_names(config: Config) -> set[str]:
+    """Every user the config names: named_users, and those `[access] roles` gives a role (what
+    store retention never deletes)."""
+    return named_users(config) | set(config.access.roles)
+
+
+def is_owner(config: Config, user: str) -> bool:
+    """An admin of `[access]`, or this machine's console: who answers pairing requests and sees
+    what everyone uses."""
+    return listed_in(config, user) in ("admins", "console")
+
+
+def config_status(config: Config, user: str) -> UserStatus | None:
+    """ALLOWED or BLOCKED when the config decides for `user`; None when the store does."""
+    listed = listed_in(config, user)
+    if not listed:
+        return None
+    return UserStatus.BLOCKED if listed == "blocked" else UserStatus.ALLOWED
+
+
+def status(config: Config, user: str, stored: UserStatus | None) -> UserStatus | None:
+    """The status that holds for `user` now, given the store's (None: not in the store)."""
+    return config_status(config, user) or stored
+
+
+class Access:
+    """Admission and the still-allowed checks, under the config and policy in effect now: every
+    part of the gateway reads them here, so a reload applies everywhere at once."""
+
+    def __init__(self, config: Config, policy: Policy, store: Store, approvals: Approvals,
+                 outbox: Outbox) -> None:
+        self.config, self.policy = config, policy
+        self.store, self.approvals, self.outbox = store, approvals, outbox
+        # Users the config lets in, once their row exists (forgotten at a reload). Everyone else
+        # is looked up each time, because `openclaw users block` or `revoke` may change the store
+        # under it.
+        self.listed: set[str] = set()
+        # What makes a config edit take effect, as the owner is told in chat: the service re-reads
+        # the file on `openclaw reload`; a chat that runs the daemon in its terminal (the daemon
+        # says so) only when restarted.
+        self.apply_edit = "run `openclaw reload`"
+
+    def reconfigure(self, config: Config, policy: Policy) -> None:
+        self.config, self.policy = config, policy
+        self.listed.clear()  # the config's lists may have changed
+
+    def principal(self, user: str) -> Principal:
+        """Who `user` acts as, with the role the config gives them now."""
+        return self.policy.principal(user, self.config.user_role(user))
+
+    def role(self, user: str) -> Role:
+        return self.policy.role(self.config.user_role(user))
+
+    def is_owner(self, user: str) -> bool:
+        return is_owner(self.config, user)
+
+    async def admit(self, msg: InboundMessage) -> bool:
+        """Whether the caller may talk to the agent; if not, answer (pairing) or drop."""
+        user, config = msg.user, self.config
+        if user in self.listed:
+            return True
+        decided = config_status(config, user)
+        if decided is UserStatus.BLOCKED:
+            self._withdraw_approvals(user)
+            return False
+        if decided is UserStatus.ALLOWED:
+            # The row their conversations hang on; the store's status is left alone, so taking
+            # them out of the config later takes their access away too.
+            await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name)
+            self._remember_listed(user, config)
+            return True
+        known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
+                                             status=UserStatus.PENDING)
+        if known.status is UserStatus.ALLOWED:
+            return True
+        self._withdraw_approvals(user)
+        if known.status is UserStatus.BLOCKED:
+            return False
+        if self.config.access.dm_policy == "open" and not msg.is_group:
+            await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
+            return True
+        if self.config.access.dm_policy == "pairing" and not msg.is_group:
+            try:
+                code = await self.store.create_pairing_code(user)
+            except UnknownUserError:  # store retention removed the stranger's old row just now
+                await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
+                                             status=UserStatus.PENDING)
+                code = await self.store.create_pairing_code(user)
+            if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
+                    is not UserStatus.PENDING:
+                return False  # blocked (or let in) by `openclaw users` a moment ago
+            text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
+                    f"assistant to approve it: /pairing approve {code} in their chat with me, or "
+                    f"openclaw pairing approve {code}" if code else
+                    "Hi! I don't know you yet, and too many pairing requests are waiting. "
+                    "Please try again later.")
+            await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
+        return False
+
+    async def still_allowed(self, user: str) -> bool:
+        """What `admit` would say now, for a user who was admitted before (their turn waited for a
+        restart, their reminder is due)."""
+        config = self.config
+        decided = config_status(config, user)
+        if decided is None:
+            known = await self.store.get_user(*parse_user_key(user))
+            decided = known.status if known is not None else None
+        elif decided is UserStatus.ALLOWED and user not in self.listed:
+            await self.store.ensure_user(*parse_user_key(user))  # as admit: the row it needs
+            self._remember_listed(user, config)
+        return decided is UserStatus.ALLOWED
+
+    def _withdraw_approvals(self, user: str) -> None:
+        """A user shut out while a call of theirs waits for their /approve: their answer is no
+        longer heard, so the call is denied now (not at its timeout) and the turn stops at its
+        next access check, sending nothing."""
+        if withdrawn := self.approvals.withdraw(user):
+            log.info("%d approval request(s) of %s denied: their access was withdrawn", withdrawn, user)
+
+    def _remember_listed(self, user: str, config: Config) -> None:
+        """Skip the store for `user` from now on, as `config` lets them in; unless a reload came
+        while the store was asked, whose lists may not (and which emptied the set meanwhile)."""
+        if config is self.config:
+            self.listed.add(user)
