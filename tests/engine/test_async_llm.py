@@ -8,8 +8,7 @@ import random
 import pytest
 
 from engine import LLM, AsyncLLM, SamplingParams
-
-from .hf_reference import build_tiny_checkpoint
+from tests.helpers.hf_reference import build_tiny_checkpoint
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 

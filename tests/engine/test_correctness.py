@@ -9,8 +9,13 @@ import warnings
 import pytest
 
 from engine import LLM, SamplingParams
-
-from .hf_reference import build_tiny_checkpoint, compare_greedy, greedy, load_reference, prefill_logits
+from tests.helpers.hf_reference import (
+    build_tiny_checkpoint,
+    compare_greedy,
+    greedy,
+    load_reference,
+    prefill_logits,
+)
 
 FAMILIES = ["llama", "llama3-rope", "qwen2", "qwen3"]
 STEPS = 32

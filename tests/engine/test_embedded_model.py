@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-
-from .hf_reference import compare_greedy, greedy
+from tests.helpers.hf_reference import compare_greedy, greedy
 
 CHATS = [
     "What is the capital of France?",

@@ -19,9 +19,8 @@ from engine.constrained.vocab import token_bytes
 from engine.detokenizer import IncrementalDetokenizer
 from engine.loader.gguf import read_fields
 from engine.tokenizer import Tokenizer
-
-from .hf_reference import TINY, build_tiny_checkpoint
-from .test_loaders import byte_vocab, write_gguf
+from tests.helpers.gguf_writer import byte_vocab, write_gguf
+from tests.helpers.hf_reference import TINY, build_tiny_checkpoint
 
 SP = "\u2581"  # SentencePiece's space
 UNK, BOS, EOS = 0, 1, 2

@@ -9,8 +9,7 @@ from torch import nn
 
 from engine import LLM, SamplingParams
 from engine.layers.linear import EXACT_ROWS, PackedLinear, bucket_rows, onednn_available, pack_linears
-
-from .hf_reference import build_tiny_checkpoint
+from tests.helpers.hf_reference import build_tiny_checkpoint
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
 

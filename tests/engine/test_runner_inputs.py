@@ -110,8 +110,7 @@ def test_decode_steps_over_padded_static_buffers_match_eager_steps(tmp_path, mon
     pytest.importorskip("triton")
     from engine import LLM
     from engine.attention import TritonAttentionBackend
-
-    from .hf_reference import build_tiny_checkpoint
+    from tests.helpers.hf_reference import build_tiny_checkpoint
 
     monkeypatch.setenv("OPENCLAW_ATTENTION", "triton")  # padding rows need the Triton kernels
     folder = build_tiny_checkpoint("qwen3", tmp_path / "qwen3")
@@ -135,8 +134,7 @@ def test_the_largest_step_used_to_size_the_gpu_pool_runs(tmp_path):
     # On CUDA its memory peak sizes the KV pool; here it must at least run, prompts cut to
     # max_model_len and logits for max_num_seqs rows.
     from engine import LLM
-
-    from .hf_reference import build_tiny_checkpoint
+    from tests.helpers.hf_reference import build_tiny_checkpoint
 
     folder = build_tiny_checkpoint("llama", tmp_path / "llama")
     llm = LLM(str(folder), kv_cache_gib=0.002, max_num_seqs=6, max_num_batched_tokens=100, max_model_len=40)
@@ -246,8 +244,7 @@ def test_device_sampler_never_waits_for_the_gpu():
 @cuda
 def test_a_replayed_decode_graph_computes_what_an_eager_step_computes(tmp_path):
     from engine import LLM
-
-    from .hf_reference import build_tiny_checkpoint
+    from tests.helpers.hf_reference import build_tiny_checkpoint
 
     folder = build_tiny_checkpoint("qwen3", tmp_path / "qwen3")
     llm = LLM(str(folder), dtype="float32", kv_cache_gib=0.05, max_num_seqs=16)
@@ -271,8 +268,7 @@ def test_a_replayed_decode_graph_computes_what_an_eager_step_computes(tmp_path):
 @cuda
 def test_generation_with_decode_graphs_finishes_every_request(tmp_path):
     from engine import LLM
-
-    from .hf_reference import build_tiny_checkpoint
+    from tests.helpers.hf_reference import build_tiny_checkpoint
 
     folder = build_tiny_checkpoint("llama", tmp_path / "llama")
     llm = LLM(str(folder), kv_cache_gib=0.05, max_num_seqs=8)  # bfloat16 by default on CUDA
@@ -288,8 +284,7 @@ def test_a_decode_step_does_not_overwrite_the_staging_buffers_of_a_copy_still_qu
     # (a step that samples nothing), the next step's fill must wait for the previous step's
     # non-blocking copies, or the GPU would copy the next step's inputs for the previous step.
     from engine import LLM
-
-    from .hf_reference import build_tiny_checkpoint
+    from tests.helpers.hf_reference import build_tiny_checkpoint
 
     folder = build_tiny_checkpoint("llama", tmp_path / "llama")
     llm = LLM(str(folder), dtype="float32", kv_cache_gib=0.05, max_num_seqs=4)
@@ -314,8 +309,7 @@ def test_a_decode_step_does_not_overwrite_the_staging_buffers_of_a_copy_still_qu
 @cuda
 def test_an_eager_prefill_step_never_waits_for_the_gpu(tmp_path):
     from engine import LLM
-
-    from .hf_reference import build_tiny_checkpoint
+    from tests.helpers.hf_reference import build_tiny_checkpoint
 
     folder = build_tiny_checkpoint("qwen3", tmp_path / "qwen3")
     llm = LLM(str(folder), kv_cache_gib=0.05, max_num_seqs=4)

@@ -39,8 +39,7 @@ from engine.engine_core import LLMEngine
 from engine.outputs import RequestOutput
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, Status
-
-from .hf_reference import build_tiny_checkpoint
+from tests.helpers.hf_reference import build_tiny_checkpoint
 
 VOCAB = 384
 EOS = 2  # LlamaConfig's default eos_token_id, written to the folder's config.json

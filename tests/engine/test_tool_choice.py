@@ -13,20 +13,10 @@ from engine.constrained.grammar import MAX_WS
 from engine.engine_core import LLMEngine
 from engine.llm import offered_tools
 from engine.tool_parser import parse_tool_calls
+from tests.helpers.tools import TOOLS
 
 EOS = 2  # SmolLM2's <|im_end|>
 
-# Argument types a random model can finish: its free strings would run to max_tokens.
-TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]},
-                                         "days": {"type": "integer"},
-                                         "hourly": {"type": "boolean"}}}}},
-    {"type": "function", "function": {"name": "set_volume", "parameters": {
-        "type": "object", "properties": {"level": {"type": "number"}}}}},
-    {"type": "function", "function": {"name": "now", "parameters": {"type": "object",
-                                                                    "properties": {}}}},
-]
 NAMES = {t["function"]["name"] for t in TOOLS}
 CHAT = [{"role": "user", "content": "What is the weather like?"}]
 

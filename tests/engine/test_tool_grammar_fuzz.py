@@ -601,7 +601,7 @@ def smollm(smollm_tokenizer) -> tuple[ToolConstraints, Vocab]:
 
 @pytest.fixture(scope="module")
 def llama_tok(tmp_path_factory) -> Tokenizer:
-    from .test_llama_tool_calls import tokenizer_folder
+    from tests.helpers.llama3_tokenizer import tokenizer_folder
 
     path = tmp_path_factory.mktemp("fuzz-llama3-tokenizer")
     tokenizer_folder(path)
@@ -615,8 +615,7 @@ def qwen_tok(tmp_path_factory) -> Tokenizer:
     from tokenizers import AddedToken
 
     from engine.chat import CHATML_TEMPLATE
-
-    from .test_llama_tool_calls import train_tokenizer
+    from tests.helpers.llama3_tokenizer import train_tokenizer
 
     hf = train_tokenizer()
     hf.add_tokens([AddedToken("<tool_call>", special=False),

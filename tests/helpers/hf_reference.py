@@ -1,6 +1,6 @@
 """Reference runs with transformers on the same weights: tiny random checkpoints and greedy decoding.
 
-Used by the correctness tests only; the engine never imports transformers.
+Used by the engine's tests; the engine itself never imports transformers.
 """
 
 from __future__ import annotations
