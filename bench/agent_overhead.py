@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from openclaw.config import load_config  # noqa: E402
 from openclaw.daemon import Daemon  # noqa: E402
 from openclaw.gateway.contract import InboundMessage  # noqa: E402
-from tests.openclaw.scripted_model import ScriptedModel  # noqa: E402
-from tests.openclaw.test_daemon import RecordingConnector  # noqa: E402
+from tests.helpers.daemon import RecordingConnector  # noqa: E402
+from tests.helpers.scripted_model import ScriptedModel  # noqa: E402
 
 
 def scripted_reply(messages: list[dict]) -> str:

@@ -207,7 +207,7 @@ def scripted_reply(messages: list[dict]) -> str:
 
 
 def make_scripted_model():
-    from tests.openclaw.scripted_model import ScriptedModel
+    from tests.helpers.scripted_model import ScriptedModel
 
     class SoakModel(ScriptedModel):
         """The scripted model; an answer to "slow ..." trickles out, for /stop to cut."""

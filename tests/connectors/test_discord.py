@@ -21,7 +21,8 @@ from openclaw.daemon import Daemon
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.outbox import chunk_text
 from tests.fakes.discord_api import FakeDiscord, Upload
-from tests.openclaw.scripted_model import ScriptedModel, last_user
+from tests.helpers.scripted_model import ScriptedModel, echo, history_echo, last_user
+from tests.helpers.waiting import until
 
 ADA = 1_300_000_000_000_000_001  # an admin
 BOB = 1_300_000_000_000_000_002  # nobody the daemon knows
@@ -75,14 +76,6 @@ gateway_url = "{fake.gateway_url}"
         await daemon.stop(drain_timeout=1)
 
 
-async def until(condition, timeout: float = 10.0) -> None:
-    """Wait for `condition()` (no fixed sleeps: the machine may be busy)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
 async def dm(fake: FakeDiscord, user: int, text: str, **kw) -> str:
     """Send a DM and wait for the bot's next message in that chat."""
     channel = fake.dm_channel_id(user)
@@ -94,15 +87,6 @@ async def dm(fake: FakeDiscord, user: int, text: str, **kw) -> str:
 
 def workspace(daemon: Daemon, user: int) -> Path:
     return daemon.config.policy().principal(f"discord:{user}").workspace
-
-
-def history_echo(messages: list[dict]) -> str:
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    return f"you said {len(users)} things: " + " | ".join(users)
-
-
-def echo(messages: list[dict]) -> str:
-    return "re: " + last_user(messages)
 
 
 # ---- conversations ------------------------------------------------------------------------------

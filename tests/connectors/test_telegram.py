@@ -30,100 +30,20 @@ from openclaw.daemon import Daemon
 from openclaw.gateway.contract import ConnectorStartError
 from openclaw.store.records import ConversationStatus, OutboundStatus
 from tests.fakes.telegram_api import FakeTelegram, Generated
-from tests.openclaw.scripted_model import ScriptedModel, last_user
-from tests.openclaw.test_reminders import eventually
+from tests.helpers import telegram_env
+from tests.helpers.scripted_model import ScriptedModel, echo, history_echo, last_user
+from tests.helpers.telegram_env import ADA, Env, write_config
+from tests.helpers.waiting import eventually, until
 
 # PTB itself warns, while building a RetryAfter, that retry_after will become a timedelta; the
 # connector reads either form, so the notice says nothing about this code.
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:DeprecationWarning")
 
-ADA = 1001  # the admin, in config
 BOB = 2002  # a stranger
 GROUP = -100500
 REPO = Path(__file__).resolve().parents[2]
 
-
-def echo(messages: list[dict]) -> str:
-    return "re: " + last_user(messages)
-
-
-def history_echo(messages: list[dict]) -> str:
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    return f"you said {len(users)} things: " + " | ".join(users)
-
-
-async def until(condition, timeout: float = 10.0) -> None:
-    """Wait for `condition()`; no fixed sleeps, the machine may be busy."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
-
-
-def write_config(tmp_path: Path, fake: FakeTelegram, telegram_extra: str = "") -> Path:
-    path = tmp_path / "openclaw.toml"
-    path.touch(mode=0o600)  # it holds a token
-    path.write_text(f"""
-data_dir = "{tmp_path / 'data'}"
-[access]
-admins = ["telegram:{ADA}"]
-dm_policy = "pairing"
-[admin]
-enabled = false
-[telegram]
-enabled = true
-token = "{fake.token}"
-base_url = "{fake.base_url}"
-base_file_url = "{fake.base_file_url}"
-{telegram_extra}
-""")
-    return path
-
-
-class Env:
-    """The fake Bot API plus, once started, one daemon with a Telegram connector talking to it."""
-
-    def __init__(self, tmp_path: Path, fake: FakeTelegram) -> None:
-        self.tmp_path, self.fake = tmp_path, fake
-        self.daemon: Daemon | None = None
-        self.config = None
-
-    async def start(self, model: ScriptedModel, telegram_extra: str = "", **connector_kw) -> Daemon:
-        self.config = load_config(write_config(self.tmp_path, self.fake, telegram_extra))
-        options = {"poll_timeout": 5, "backoff": Backoff(0.05, 0.4), **connector_kw}
-        connector = TelegramConnector(self.fake.token, base_url=self.fake.base_url,
-                                      base_file_url=self.fake.base_file_url, **options)
-        self.daemon = Daemon(self.config, model=model, connectors=[connector])
-        await self.daemon.start()
-        await until(lambda: self.fake.polls_waiting)
-        return self.daemon
-
-    async def stop(self) -> None:
-        if self.daemon is not None:
-            daemon, self.daemon = self.daemon, None
-            await daemon.stop(drain_timeout=2)
-
-    async def replies(self, chat: int, count: int, timeout: float = 10.0) -> list[str]:
-        """The bot's messages in `chat` once there are `count`; then checks no more came."""
-        await until(lambda: len(self.fake.texts(chat)) >= count, timeout)
-        await self.daemon.gateway.wait_idle()
-        assert len(self.fake.texts(chat)) == count, self.fake.texts(chat)
-        return self.fake.texts(chat)
-
-
-@pytest.fixture
-async def fake():
-    server = FakeTelegram()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def env(tmp_path, fake):
-    environment = Env(tmp_path, fake)
-    yield environment
-    await environment.stop()
+fake, env = telegram_env.fake, telegram_env.env  # a fake Bot API, and a daemon on it (Env)
 
 
 @pytest.fixture

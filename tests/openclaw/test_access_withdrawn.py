@@ -16,8 +16,8 @@ from openclaw.cli import users as users_cli
 from openclaw.daemon import Daemon
 from openclaw.store import InboundStatus
 from skills.base import Skill, SkillContext
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, config, msg
+from tests.helpers.daemon import RecordingConnector, config, msg
+from tests.helpers.scripted_model import ScriptedModel
 
 USER = "4242"  # a Telegram user admitted through the store (as pairing does)
 CHANNEL = "telegram"  # the terminal has no user but the console, whom the config admits

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .scripted_model import ScriptedModel
-from .test_daemon import say, started
+from tests.helpers.daemon import say, started
+from tests.helpers.scripted_model import ScriptedModel
 
 
 class RecordingModel(ScriptedModel):

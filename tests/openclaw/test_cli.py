@@ -21,13 +21,7 @@ import pytest
 from openclaw.cli.doctor import cmd_doctor
 from openclaw.store import Store, head_revision, migrate
 from sandbox.policy import sandbox_uid
-
-
-def run(args: list[str], home, stdin: str = "", timeout: float = 300, **env):
-    environ = {**os.environ, "HOME": str(home), **env}
-    environ.pop("NOTIFY_SOCKET", None)
-    return subprocess.run([sys.executable, "-m", "openclaw.cli", *args], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=environ)
+from tests.helpers.cli import run
 
 
 def test_piped_chat_answers_each_line_and_exits_at_end_of_input(tmp_path):
@@ -503,7 +497,7 @@ def test_doctor_says_when_the_admin_port_is_in_use(tmp_path):
 async def test_doctor_beside_the_running_daemon_finds_its_admin_port_served_not_taken(tmp_path):
     from openclaw.config import load_config
     from openclaw.daemon import Daemon
-    from tests.openclaw.scripted_model import ScriptedModel
+    from tests.helpers.scripted_model import ScriptedModel
 
     with a_port_in_use() as port:  # a free port number: released as the block ends
         pass

@@ -8,9 +8,8 @@ import stat
 from connectors.console_socket import ConsoleSocketConnector, attach
 from openclaw.cli.chat import console_connector
 from openclaw.daemon import Daemon
-
-from .scripted_model import ScriptedModel, last_user
-from .test_daemon import config
+from tests.helpers.daemon import config
+from tests.helpers.scripted_model import ScriptedModel, last_user
 
 
 async def start(tmp_path, model):
@@ -71,7 +70,7 @@ async def test_a_reply_finishing_during_shutdown_still_reaches_the_console(tmp_p
     import asyncio
     import json
 
-    from .test_daemon import until
+    from tests.helpers.waiting import until
 
     model = ScriptedModel(lambda m: "the answer", chunk=1, delay=0.02)
     daemon, sock = await start(tmp_path, model)
@@ -102,7 +101,7 @@ async def test_a_second_daemon_refuses_to_take_over_a_live_console(tmp_path):
 async def test_a_person_can_stop_a_reply_while_it_streams(tmp_path):
     import asyncio
 
-    from .test_daemon import until
+    from tests.helpers.waiting import until
 
     model = ScriptedModel(lambda m: "a very long story " * 50, chunk=4)
     model.gate = asyncio.Event()  # the reply streams one chunk, then waits: only /stop ends it
@@ -143,7 +142,7 @@ async def test_the_client_ends_when_the_daemon_goes_away_while_it_waits_for_a_li
         return ""
 
     client = asyncio.create_task(attach(sock, person, out.append, interactive=True))
-    from .test_daemon import until
+    from tests.helpers.waiting import until
 
     await until(lambda: "".join(out) == "x\n")
     await daemon.stop()
@@ -155,7 +154,7 @@ async def test_a_reply_left_for_a_console_reaches_the_next_one_before_its_own(tm
     import asyncio
     import json
 
-    from .test_daemon import until
+    from tests.helpers.waiting import until
 
     model = ScriptedModel(lambda m: "echo: " + last_user(m), chunk=3)
     model.gate = asyncio.Event()
@@ -192,7 +191,7 @@ async def test_a_script_whose_daemon_goes_away_unanswered_does_not_pass_for_answ
 
     import pytest
 
-    from .test_daemon import until
+    from tests.helpers.waiting import until
 
     model = ScriptedModel(lambda m: "never finished")
     model.gate = asyncio.Event()
@@ -210,7 +209,7 @@ async def test_chat_started_while_the_daemon_loads_waits_for_its_console(tmp_pat
     import os
     import sys
 
-    from .test_daemon import config as config_of
+    from tests.helpers.daemon import config as config_of
 
     cfg = config_of(tmp_path)
     daemon = Daemon(cfg, model=ScriptedModel(lambda m: "hello from the daemon"))

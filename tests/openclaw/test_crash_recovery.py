@@ -17,7 +17,7 @@ again on the same data_dir. What must hold afterwards:
 - the SQLite file passes `PRAGMA integrity_check` after every crash, and a crash while the schema
   is made leaves one the next start can open.
 
-The model is scripted (tests/openclaw/scripted_model.py) and behaves as a careful model would: it
+The model is scripted (tests/helpers/scripted_model.py) and behaves as a careful model would: it
 repeats a tool call only when told the call did not run, or that it may be called again. Crash
 points are set with files in the test's folder: `hold-<point>` makes the child wait there (and say
 so with `at-<point>`) until the test kills it; `crash_once` kills the child itself, once, at a
@@ -50,7 +50,7 @@ from openclaw.agent.context import SUMMARY_INSTRUCTIONS
 from openclaw.gateway.approvals import STALE_REQUEST
 from skills.base import Skill, SkillContext
 from tests.fakes.telegram_api import FakeTelegram
-from tests.openclaw.scripted_model import ScriptedModel
+from tests.helpers.scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:DeprecationWarning")
 
@@ -689,7 +689,7 @@ async def test_a_reply_stored_as_its_sender_is_cancelled_is_still_sent(tmp_path,
     The store finishes the call, so the reply is stored, pending, and its message marked answered;
     it used to wait for the next start, as no retry had been started for it. In process."""
     from openclaw.store import Store
-    from tests.openclaw.test_outbox import SlowConnector, start
+    from tests.helpers.outbox import SlowConnector, start
 
     conn = SlowConnector()
     daemon = await start(tmp_path, conn)

@@ -11,8 +11,9 @@ import re
 from openclaw.agent.loop import TOKENS_SPENT
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, msg, until
+from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 CONFIG = """
 data_dir = "{data}"

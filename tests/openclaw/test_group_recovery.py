@@ -8,9 +8,9 @@ import asyncio
 
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-
-from .scripted_model import ScriptedModel, last_user
-from .test_daemon import RecordingConnector, msg, until
+from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.scripted_model import ScriptedModel, last_user
+from tests.helpers.waiting import until
 
 GROUP = "group-9"
 

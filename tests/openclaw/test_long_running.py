@@ -18,8 +18,7 @@ from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.telegram_api import FakeTelegram
-
-from .scripted_model import ScriptedModel
+from tests.helpers.scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:DeprecationWarning")
 
@@ -142,9 +141,8 @@ async def test_the_gateway_forgets_chat_moves_once_their_lanes_are_gone(tmp_path
     gateway for the daemon's whole life, though only turns queued under the old id (before the
     move) ever look it up."""
     from openclaw.gateway import lanes as lanes_module
-
-    from .scripted_model import last_user
-    from .test_daemon import RecordingConnector, msg, started
+    from tests.helpers.daemon import RecordingConnector, msg, started
+    from tests.helpers.scripted_model import last_user
 
     monkeypatch.setattr(lanes_module, "LANE_IDLE_S", 0.05)
     tg = RecordingConnector("telegram")
@@ -171,8 +169,7 @@ async def test_the_gateway_keeps_only_the_newest_warnings_about_reminders_it_can
     from datetime import timedelta
 
     from openclaw.gateway import due as due_module
-
-    from .test_daemon import started
+    from tests.helpers.daemon import started
 
     monkeypatch.setattr(due_module, "WARNED_KEPT", 10)
 

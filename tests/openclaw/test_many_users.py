@@ -20,8 +20,7 @@ from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.telegram_api import FakeTelegram
-
-from .scripted_model import ScriptedModel
+from tests.helpers.scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:DeprecationWarning")
 

@@ -14,8 +14,10 @@ from openclaw.daemon import Daemon
 from openclaw.gateway.contract import DeliveryRefused, RetryLater
 from openclaw.gateway.outbox import Outbox
 from openclaw.store.records import OutboundStatus
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, config, msg, until
+from tests.helpers.daemon import RecordingConnector, config, msg
+from tests.helpers.outbox import SlowConnector, start
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 
 class FlakyConnector(RecordingConnector):
@@ -41,14 +43,6 @@ class FlakyConnector(RecordingConnector):
         if self.down:
             raise ConnectionError("network is unreachable")
         return await super().send_text(chat_id, text)
-
-
-async def start(tmp_path, conn, reply=lambda m: "reply to: " + m[-1]["content"]) -> Daemon:
-    daemon = Daemon(config(tmp_path), model=ScriptedModel(reply), connectors=[conn])
-    await daemon.start()
-    daemon.gateway.outbox.first_delay_s = 0.02  # the production backoff starts at 1 s
-    daemon.gateway.outbox.max_delay_s = 0.1
-    return daemon
 
 
 async def outbound(daemon: Daemon):
@@ -172,18 +166,6 @@ async def _rows_after(tmp_path):
         return [(o.chat_id, o.text, o.status, o.attempts) for o in await store.pending_outbound()]
     finally:
         await store.close()
-
-
-class SlowConnector(RecordingConnector):
-    """A send that never completes (a long 429 wait, a dead network) until released."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = asyncio.Event()
-
-    async def send_text(self, chat_id: str, text: str) -> str:
-        await self.release.wait()
-        return await super().send_text(chat_id, text)
 
 
 async def test_a_restart_during_the_send_resends_the_reply_but_never_reruns_the_turn(tmp_path):

@@ -26,8 +26,9 @@ from openclaw.config import Config, ConfigError, data_dir_of, load_config
 from openclaw.daemon import Daemon
 from openclaw.datadir import Holder, lock_holder
 from openclaw.gateway.contract import InboundMessage
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, msg, until
+from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 ANN = "1001"  # a Telegram user: "telegram:1001" in the file (the terminal's one user is the console)
 
@@ -515,7 +516,7 @@ async def test_a_reload_that_breaks_the_workspace_mid_turn_is_a_tool_error_not_a
 
 
 async def test_a_skill_md_added_or_removed_in_the_skills_folders_is_said_to_be_in_effect(tmp_path):
-    from tests.skills.test_registry import SKILL_MD
+    from tests.helpers.skill_md import SKILL_MD
 
     folder = tmp_path / "skills"
     folder.mkdir()

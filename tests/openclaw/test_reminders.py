@@ -16,9 +16,10 @@ from openclaw.daemon import Daemon
 from openclaw.reminders import message, next_time
 from openclaw.store import Reminder, ReminderStatus, Store
 from skills.builtin.reminders import REMINDERS_USAGE
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, config, msg, say, until
-from tests.openclaw.test_daemon import started as started_with
+from tests.helpers.daemon import RecordingConnector, config, msg, say
+from tests.helpers.daemon import started as started_with
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import eventually, until
 
 SKILLS = """
 [skills]
@@ -46,15 +47,6 @@ def remembering_model():
 
 async def started(tmp_path, model, extra: str = "") -> tuple[Daemon, RecordingConnector]:
     return await started_with(tmp_path, model, SKILLS + extra)
-
-
-async def eventually(read, ok, timeout: float = 10.0):
-    """What `read()` returns once `ok` holds for it (a store query the daemon changes later)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not ok(value := await read()):
-        assert asyncio.get_running_loop().time() < deadline, f"still {value!r}"
-        await asyncio.sleep(0.01)
-    return value
 
 
 def reminders_sent(conn: RecordingConnector) -> list[str]:

@@ -29,13 +29,11 @@ from openclaw.store.models import (
     UserRow,
 )
 from openclaw.store.retention import KINDS, Retention, RetentionTask, prune
-from tests.openclaw import test_store
-
-from .scripted_model import ScriptedModel
-from .test_daemon import RecordingConnector, msg, until
-from .test_daemon import config as daemon_config
-
-postgres = test_store.postgres  # the session's throwaway cluster, where this machine can run one
+from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.daemon import config as daemon_config
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.store import fresh_store, left_at_revision
+from tests.helpers.waiting import until
 
 ADA, BOB = "telegram:1001", "telegram:1002"
 NOTHING = dict.fromkeys(KINDS, 0)
@@ -44,7 +42,7 @@ FOREVER = Retention(0, 0, 0, 0, 0)
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request, tmp_path):
-    async with test_store.fresh_store(request, tmp_path) as opened:
+    async with fresh_store(request, tmp_path) as opened:
         yield opened
 
 
@@ -396,7 +394,7 @@ async def test_a_cancelled_stop_stays_cancelled(store, monkeypatch):
 
 async def test_the_age_indexes_come_with_an_upgrade_and_keep_the_rows(tmp_path):
     url = f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}"
-    await test_store.left_at_revision(url, "0003", (
+    await left_at_revision(url, "0003", (
         "INSERT INTO audit_log (at, user_key, skill, decision) "
         "VALUES ('2025-01-01 00:00:00', 'telegram:1', 'shell', 'allowed')", ()))
     async with await Store.open(url) as store:

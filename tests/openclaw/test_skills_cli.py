@@ -7,7 +7,7 @@ import asyncio
 import json
 
 from openclaw.store import Store
-from tests.openclaw.test_cli import run
+from tests.helpers.cli import run
 
 # No admin port: doctor's check of it would fail these tests whenever a daemon of the machine's
 # holds the default one.

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import RecordingConnector, msg, until
+from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 # Telegram users, by numeric id (the terminal's one user is the console's owner, "local"): one whose
 # shell calls wait for approval, one with the built-in role "user", and a developer.

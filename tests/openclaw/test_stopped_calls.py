@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from skills.base import Skill, SkillContext
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import msg, say, started, until
+from tests.helpers.daemon import msg, say, started
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 EXTRA = """
 [skills]

@@ -8,20 +8,12 @@ cases are skipped and say why.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import glob
 import logging
-import os
-import pwd
-import shutil
-import socket
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -44,7 +36,6 @@ from openclaw.store import (
     UnknownUserError,
     UserStatus,
     head_revision,
-    migrate,
     migrations_dir,
     normalize_url,
     upgrade,
@@ -53,6 +44,7 @@ from openclaw.store import engine as store_engine
 from openclaw.store.migrate import alembic_config
 from openclaw.store.models import Base, ConversationRow
 from openclaw.store.users import find_user
+from tests.helpers.store import fresh_store, left_at_revision
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "conversations", "messages", "inbound_events", "outbound_messages",
@@ -70,58 +62,6 @@ class FakeClock:
         self.now += timedelta(seconds=seconds)
 
 
-# -- PostgreSQL, when this machine can run one -----------------------------------------------------
-
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name) or sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return found if isinstance(found, str) else (found[-1] if found else None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[str]:
-    """The URL of a database in a PostgreSQL cluster started for this test session."""
-    pytest.importorskip("asyncpg", reason="PostgreSQL cases need asyncpg: pip install -e '.[postgres]'")
-    initdb, pg_ctl, createdb = _pg_bin("initdb"), _pg_bin("pg_ctl"), _pg_bin("createdb")
-    if not initdb or not pg_ctl or not createdb:
-        pytest.skip("PostgreSQL cases need the server binaries (initdb, pg_ctl, createdb)")
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # the server refuses to run as root
-        try:
-            account = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and there is no 'postgres' user to run the server as")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    # Not under pytest's tmp_path: as root that is mode 0700, which the postgres user cannot enter.
-    workdir = tempfile.mkdtemp(prefix="openclaw-pg-")
-    if as_user:
-        os.chown(workdir, account.pw_uid, account.pw_gid)
-    data, port = os.path.join(workdir, "data"), _free_port()
-    server = f"-h 127.0.0.1 -p {port} -k {workdir} -F"  # -F: no fsync, a throwaway cluster
-    try:
-        for cmd in ([*as_user, initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"],
-                    [*as_user, pg_ctl, "-D", data, "-w", "-l", f"{workdir}/log", "-o", server, "start"],
-                    [createdb, "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "openclaw"]):
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                pytest.skip(f"could not start PostgreSQL ({cmd[len(as_user)]}): {done.stderr.strip()[-300:]}")
-        yield f"postgresql+asyncpg://postgres@127.0.0.1:{port}/openclaw"
-    finally:
-        subprocess.run([*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-async def _empty_all_tables(store: Store) -> None:
-    tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
-    async with store.engine.begin() as conn:
-        await conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
-
-
 # -- fixtures ---------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -132,23 +72,6 @@ def clock() -> FakeClock:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}"
-
-
-@contextlib.asynccontextmanager
-async def fresh_store(request: pytest.FixtureRequest, tmp_path: Path, **kw) -> AsyncIterator[Store]:
-    """An empty store for one test, on the backend `request.param` names: a new SQLite file, or
-    the session's PostgreSQL database (module fixture `postgres`) emptied."""
-    url = (f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}" if request.param == "sqlite"
-           else request.getfixturevalue("postgres"))
-    opened = await Store.open(url, **kw)
-    if request.param == "postgresql":
-        # One database for the session (migrated by the first open, a no-op after): emptying it is
-        # ten times faster than creating a database per test.
-        await _empty_all_tables(opened)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -185,21 +108,6 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
             assert set(sqlalchemy.inspect(conn).get_table_names()) == TABLES
     finally:
         engine.dispose()
-
-
-async def left_at_revision(url: str, revision: str, *rows: tuple[str, tuple]) -> None:
-    """A store an older daemon left: migrated to `revision` only, with `rows` (SQL, parameters)
-    written in it as that schema's own."""
-    from openclaw.store import create_engine
-
-    engine = create_engine(url)
-    try:
-        await migrate(engine, revision)
-        async with engine.begin() as conn:
-            for sql, parameters in rows:
-                await conn.exec_driver_sql(sql, parameters)
-    finally:
-        await engine.dispose()
 
 
 async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):

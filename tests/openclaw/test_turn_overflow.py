@@ -9,8 +9,8 @@ import json
 from typing import Any
 
 from skills.base import Skill, SkillContext
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.openclaw.test_daemon import say, started
+from tests.helpers.daemon import say, started
+from tests.helpers.scripted_model import ScriptedModel
 
 EXTRA = """
 context_tokens = 900

@@ -13,9 +13,7 @@ from sqlalchemy import text
 from openclaw.cli import main
 from openclaw.datadir import claim_data_dir
 from openclaw.store import Store, UserStatus
-from tests.openclaw import test_store
-
-postgres = test_store.postgres  # the session's throwaway cluster, where this machine can run one
+from tests.helpers.store import fresh_store
 
 ADA, BOB = "telegram:1001", "telegram:1002"
 GROUP = "-500"  # a group chat both talk in
@@ -28,7 +26,7 @@ KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request, tmp_path):
-    async with test_store.fresh_store(request, tmp_path) as opened:
+    async with fresh_store(request, tmp_path) as opened:
         yield opened
 
 

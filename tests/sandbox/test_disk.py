@@ -19,7 +19,7 @@ from sandbox import disk, disk_budget
 from sandbox.disk_budget import DiskFull
 from sandbox.runner import run_command
 from sandbox.scope import Limits, Scope
-from tests.openclaw.test_reminders import eventually
+from tests.helpers.waiting import eventually
 
 MB = 1 << 20
 QUOTA = 8 * MB

@@ -19,6 +19,7 @@ from openclaw.store import Store
 from sandbox.policy import Policy, Role
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, load_skills
+from tests.helpers.skill_md import SKILL_MD
 
 PLUGIN = '''
 from skills import Skill, SkillError
@@ -282,18 +283,6 @@ def test_a_skill_secret_reference_is_resolved_and_a_missing_one_named(tmp_path, 
     registry = configured_skills(load_config(path))
     assert registry.settings("weather") == {"api_key": "k-123"}
     assert "k-123" not in repr(load_config(path))  # the config itself never shows it
-
-
-SKILL_MD = """---
-name: recipes
-description: >
-  Find and scale cooking recipes.
-metadata: {"openclaw": {"emoji": "x"}}
----
-# Recipes
-
-To scale a recipe, multiply every quantity.
-"""
 
 
 async def test_skill_md_folders_are_offered_by_name_and_read_on_demand(tmp_path):

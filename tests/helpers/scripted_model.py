@@ -72,3 +72,12 @@ class ScriptedModel:
 
 def last_user(messages: list[dict]) -> str:
     return next(m["content"] for m in reversed(messages) if m["role"] == "user")
+
+
+def echo(messages: list[dict]) -> str:
+    return "re: " + last_user(messages)
+
+
+def history_echo(messages: list[dict]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return f"you said {len(users)} things: " + " | ".join(users)
