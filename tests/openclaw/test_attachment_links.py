@@ -17,13 +17,13 @@ from sandbox.bwrap import isolation_available
 from sandbox.grants import open_folder
 from sandbox.policy import sandbox_uid
 from sandbox.runner import run_command
-from tests.connectors import test_telegram
-from tests.connectors.test_telegram import ADA, echo
-from tests.openclaw.scripted_model import ScriptedModel
-from tests.sandbox.test_runner import LIMITS
+from tests.helpers import telegram_env
+from tests.helpers.sandbox import LIMITS
+from tests.helpers.scripted_model import ScriptedModel, echo
+from tests.helpers.telegram_env import ADA
 
 # The Telegram tests' fixtures: a fake Bot API server, and a daemon on it (Env).
-fake, env = test_telegram.fake, test_telegram.env
+fake, env = telegram_env.fake, telegram_env.env
 PARENT = "telegram:2002"  # never writes to the bot: only their commands run here
 
 

@@ -12,7 +12,7 @@ import pytest
 from openclaw.cli.doctor import cmd_doctor
 from sandbox import cgroups
 from sandbox.disk import free_bytes
-from tests.sandbox.test_runner import OLD_BWRAP
+from tests.helpers.sandbox import OLD_BWRAP
 
 BASE = '[admin]\nenabled = false\n'
 

@@ -12,7 +12,7 @@ from sandbox.disk import free_bytes
 from sandbox.grants import Grants, UnsafeGrant
 from sandbox.runner import run_command
 from sandbox.scope import SandboxUnavailable, Scope
-from tests.sandbox.test_runner import LIMITS
+from tests.helpers.sandbox import LIMITS, swap_for_link
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py
 
@@ -52,14 +52,6 @@ async def test_a_read_only_folder_in_the_workspace_cannot_be_pointed_at_the_daem
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon hands the workspace to a uid")
-async def swap_for_link(folder: Path, target: Path, scope: Scope, limits=LIMITS) -> None:
-    """What a command may do in a writable share: move `folder` aside and put a link to `target`
-    in its place, for the next command to be handed or bound (a command run with `scope`)."""
-    planted = await run_command(f"cd {folder.parent} && mv {folder.name} old && "
-                                f"ln -s {target} {folder.name} && echo ok", scope, limits)
-    assert planted.stdout == "ok\n", planted.stderr
-
-
 async def test_a_workspace_in_a_writable_share_swapped_for_a_symlink_is_not_handed_over(base):
     system = base / "system"  # stands for /etc
     system.mkdir()

@@ -18,13 +18,13 @@ from sandbox import network
 from sandbox.disk import free_bytes
 from sandbox.runner import Sandbox, run_command
 from sandbox.scope import Limits, SandboxUnavailable, Scope
-from tests.sandbox.test_runner import LIMITS, processes_running, run
+from tests.helpers.processes import our_helpers, processes_running
+from tests.helpers.sandbox import LIMITS, run
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py
 needs_slirp = pytest.mark.usefixtures("slirp4netns_works")
 
 REPO = Path(__file__).resolve().parents[2]
-HELPERS = {"slirp4netns", "nsenter", "cat"}  # what a Link starts (cat: the namespace holder)
 
 # Prints the outcome of each connection attempt: "connected" or the exception's name.
 CONNECT = """
@@ -47,21 +47,6 @@ async def connect(workspace, *targets: str) -> dict[str, str]:
     result = await run(f"python3 connect.py {' '.join(targets)}", workspace, network=True)
     assert result.exit_status == 0, result.stderr
     return dict(line.split() for line in result.stdout.splitlines())
-
-
-def our_helpers() -> list[tuple[int, str]]:
-    """Processes of the network plumbing that are children of this test process (other sessions'
-    sandboxes may be running on the same machine); zombies count: someone forgot to reap them."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit():
-                comm, _, rest = (entry / "stat").read_text().partition(" (")[2].rpartition(") ")
-                if comm in HELPERS and int(rest.split()[1]) == os.getpid():
-                    found.append((int(entry.name), comm))
-        except (OSError, ValueError, IndexError):
-            pass  # exited while we looked
-    return found
 
 
 async def wait_for_slirp(task: asyncio.Task) -> None:
@@ -278,7 +263,7 @@ from pathlib import Path
 sys.path.insert(0, {repo!r})
 from sandbox.runner import run_command
 from sandbox.scope import Limits, Scope
-from tests.sandbox.test_network import our_helpers
+from tests.helpers.processes import our_helpers
 
 async def main():
     task = asyncio.create_task(run_command("sleep 4332", Scope(Path({workspace!r}), network=True),
@@ -351,7 +336,7 @@ DOCTOR_CONFIG = 'data_dir = "{tmp}/data"\n[admin]\nenabled = false\n[skills]\nen
 
 @needs_slirp
 def test_doctor_tries_the_network_of_roles_that_run_commands(tmp_path):
-    from tests.openclaw.test_cli import run as openclaw
+    from tests.helpers.cli import run as openclaw
 
     config = tmp_path / "openclaw.toml"
     config.write_text(DOCTOR_CONFIG.format(tmp=tmp_path))

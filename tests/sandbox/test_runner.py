@@ -19,32 +19,10 @@ import pytest
 from sandbox.process import tasks_of_uid
 from sandbox.runner import run_command
 from sandbox.scope import SANDBOX_UID, Limits, SandboxUnavailable, Scope
-
-# Small limits keep the suite fast; every call must still return within its wall limit.
-LIMITS = Limits(cpu_seconds=2, memory_bytes=256 << 20, wall_seconds=4, output_bytes=4096,
-                file_size_bytes=1 << 20, processes=32, open_files=64)
-
+from tests.helpers.processes import processes_running
+from tests.helpers.sandbox import LIMITS, OLD_BWRAP, run
 
 pytestmark = pytest.mark.usefixtures("bwrap_installed")  # see conftest.py
-
-
-async def run(command, workspace, limits=LIMITS, **kwargs):
-    scope = Scope(workspace, network=kwargs.pop("network", False))
-    result = await run_command(command, scope, limits, **kwargs)
-    assert result.duration_s < limits.wall_seconds + 2
-    return result
-
-
-def processes_running(*args: str) -> list[int]:
-    wanted = "\0".join(args).encode() + b"\0"
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == wanted:
-                found.append(int(entry.name))
-        except OSError:
-            pass  # exited while we looked
-    return found
 
 
 async def test_echo_status_stderr_cwd_and_files_land_in_workspace(workspace):
@@ -508,20 +486,6 @@ def test_an_unprivileged_daemons_commands_get_the_same_bounded_tmpfs_and_a_read_
     assert stdout.split() == [str(uid), str(uid), "dev-refused", str(TMP_SIZE), str(SHM_SIZE),
                               "tmp-fits", "tmp-full", "shm-fits", "shm-full"], stderr
     assert "Read-only file system" in stderr
-
-
-OLD_BWRAP = """#!/bin/sh
-# bubblewrap before 0.7: no --size. Everything else is the real one's.
-if [ "$1" = --help ]; then
-    env > "$0.help-env"
-    {bwrap} --help 2>&1 | grep -v -e --size
-    exit 0
-fi
-for arg; do
-    if [ "$arg" = --size ]; then echo "bwrap: Unknown option --size" >&2; exit 1; fi
-done
-exec {bwrap} "$@"
-"""
 
 
 async def test_an_old_bubblewrap_without_size_still_runs_and_says_tmp_is_unlimited(

@@ -23,7 +23,7 @@ from skills.builtin import file_paths, file_search
 from skills.builtin.files import FilesSkill
 from skills.executor import Executor, Outcome, audit_arguments
 from skills.registry import SkillLoadError, load_skills
-from tests.sandbox.test_grants import swap_for_link
+from tests.helpers.sandbox import swap_for_link
 
 USER, OTHER_USER, NO_FILES_USER = "telegram:42", "telegram:43", "telegram:7"
 LIMITS = Limits(file_size_bytes=4096, wall_seconds=1)
