@@ -101,7 +101,8 @@ class DiscordConnector(Connector):
         self._drafts = DraftStream(
             self.name, limit=self.max_message_len, interval=DRAFT_EDIT_INTERVAL,
             send=self._send_draft, edit=self._edit_message,  # discord.py waits out short 429s
-            message_gone=lambda exc: isinstance(exc, discord.NotFound) and exc.code == _UNKNOWN_MESSAGE)
+            message_gone=lambda exc: isinstance(exc, discord.NotFound) and exc.code == _UNKNOWN_MESSAGE,
+            retried=lambda exc: not _refused(exc))
         self._cdn = FileDownloads("Discord's CDN")  # attached files; its session made on first use
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -137,7 +138,8 @@ class DiscordConnector(Connector):
             await asyncio.wait(handing, timeout=HAND_OVER_AT_STOP_S)
         for task in [*self._tasks, *handing]:
             task.cancel()
-        await self._drafts.close()  # a draft's request on the wire fails fast: the client is closed
+        # Not waited for: discord.py sleeps out a rate limit inside the request, closed client or not.
+        await self._drafts.close(wait_s=0)
         await asyncio.gather(*self._tasks, *handing, return_exceptions=True)
         self._tasks = []
         self._inboxes.clear()
@@ -340,7 +342,7 @@ class DiscordConnector(Connector):
         try:
             return await self._send_text(chat_id, text)
         except discord.HTTPException as exc:
-            if exc.status not in (400, 403, 404):  # a server error, a rate limit not waited out
+            if not _refused(exc):  # a server error, a rate limit not waited out
                 raise
             raise DeliveryRefused(f"discord refused a message to channel {chat_id}: {exc}",
                                   chat_gone=_chat_gone(exc)) from exc
@@ -539,6 +541,11 @@ def _install_endpoint_overrides() -> None:
         route.BASE = _PerContext("api_base", route.BASE)
     if not isinstance(websocket.__dict__.get("DEFAULT_GATEWAY"), _PerContext):
         websocket.DEFAULT_GATEWAY = _PerContext("gateway", websocket.DEFAULT_GATEWAY)
+
+
+def _refused(exc: Exception) -> bool:
+    """Discord refused the message for good (DeliveryRefused: the outbox does not retry it)."""
+    return isinstance(exc, discord.HTTPException) and exc.status in (400, 403, 404)
 
 
 def _chat_gone(exc: discord.HTTPException) -> bool:

@@ -48,15 +48,18 @@ class DraftStream:
     two of a draft's sends or edits. `retry_after(exc)`: the seconds a rate limit asks to wait, or
     None for any other error (the draft then stops: it is cosmetic, the reply still comes).
     `message_gone(exc)`: an edit failed because the draft's message no longer exists (deleted
-    meanwhile). `why(exc)` words an error for the log."""
+    meanwhile). `retried(exc)`: the send that failed with `exc` will be tried again (so the draft
+    is kept for it to edit); False for a refusal for good. `why(exc)` words an error for the log."""
 
     def __init__(self, channel: str, *, send: Send, edit: Edit, limit: int, interval: float,
                  message_gone: Callable[[Exception], bool],
+                 retried: Callable[[Exception], bool] = lambda exc: True,
                  retry_after: Callable[[Exception], float | None] = lambda exc: None,
                  why: Callable[[BaseException], str] = str) -> None:
         self.channel, self._send, self._edit = channel, send, edit
         self.limit, self.interval = limit, interval
-        self._message_gone, self._retry_after, self._why = message_gone, retry_after, why
+        self._message_gone, self._retried = message_gone, retried
+        self._retry_after, self._why = retry_after, why
         self._drafts: dict[str, _Draft] = {}
         self._swept = float("-inf")  # loop time of the last look for forgotten drafts
 
@@ -83,8 +86,9 @@ class DraftStream:
     async def replace(self, chat_id: str, edit: Callable[[int], Awaitable[object]]) -> str | None:
         """For the first send of a reply: end the chat's draft and have `edit(message_id)` turn
         its message into the reply; that message's id, or None when there is no draft message (none
-        was sent, or it is gone) and the caller sends the reply anew. Any other error is raised
-        with the draft kept, so the retry edits it instead of adding a second message."""
+        was sent, or it is gone) and the caller sends the reply anew. Any other error is raised,
+        with the draft kept when the send is retried, so the retry edits it instead of adding a
+        second message (kept after a refusal for good, it would swallow the chat's next draft)."""
         draft = await self._close(chat_id)
         if draft is None or draft.message_id is None:
             return None
@@ -92,7 +96,8 @@ class DraftStream:
             await edit(draft.message_id)
         except Exception as exc:
             if not self._message_gone(exc):
-                self._drafts.setdefault(chat_id, draft)
+                if self._retried(exc):
+                    self._drafts.setdefault(chat_id, draft)
                 raise
             log.info("%s: could not turn the draft into the reply (%s); sending it anew",
                      self.channel, self._why(exc))
@@ -107,10 +112,20 @@ class DraftStream:
             if draft.task is not None:
                 draft.task.cancel()
 
-    async def close(self) -> None:
-        """End every draft (at the connector's stop), waiting for a send on the wire."""
-        for chat_id in list(self._drafts):
-            await self._close(chat_id)
+    async def close(self, wait_s: float | None = None) -> None:
+        """End every draft (at the connector's stop). A send or edit on the wire is waited for
+        up to `wait_s` (None: until it ends), then cancelled: a library that sleeps out a rate
+        limit inside the request must not hold up the stop."""
+        drafts = [self._drafts.pop(chat_id) for chat_id in list(self._drafts)]
+        for draft in drafts:
+            draft.closed = True
+        tasks = [d.task for d in drafts if d.task is not None and not d.task.done()]
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=wait_s)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _forget_idle(self, now: float) -> None:
         """Drop the drafts nothing updated for DRAFT_IDLE_S, looking a few times per DRAFT_IDLE_S:

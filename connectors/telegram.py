@@ -109,7 +109,8 @@ class TelegramConnector(Connector):
             self.name, limit=self.max_message_len, interval=draft_interval, why=_why,
             send=self._send_draft, edit=self._edit_draft,
             retry_after=lambda exc: _retry_seconds(exc) if isinstance(exc, RetryAfter) else None,
-            message_gone=lambda exc: isinstance(exc, BadRequest))  # deleted meanwhile, say
+            message_gone=lambda exc: isinstance(exc, BadRequest),  # deleted meanwhile, say
+            retried=lambda exc: not isinstance(exc, (Forbidden, ChatMigrated)))  # DeliveryRefused
         self.connected = False  # the Bot API answered the last call (for /healthz, reminders)
 
     # ---- lifecycle ----------------------------------------------------------------------------

@@ -18,6 +18,10 @@ class Gone(Exception):
     """The draft's message was deleted."""
 
 
+class Refused(Exception):
+    """The service refuses the message for good: its send is not retried."""
+
+
 class SlowDown(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"retry in {seconds}")
@@ -51,6 +55,7 @@ class Service:
     def stream(self, interval: float = 0.1) -> DraftStream:
         return DraftStream("test", send=self.send, edit=self.edit, limit=20, interval=interval,
                            message_gone=lambda exc: isinstance(exc, Gone),
+                           retried=lambda exc: not isinstance(exc, Refused),
                            retry_after=lambda exc: exc.seconds if isinstance(exc, SlowDown) else None)
 
 
@@ -116,6 +121,37 @@ async def test_a_reply_that_fails_for_now_keeps_the_draft_for_its_retry():
         await drafts.replace("chat", lambda mid: service.edit("chat", mid, "reply"))
     assert await drafts.replace("chat", lambda mid: service.edit("chat", mid, "reply")) == "1"
     assert service.messages == {1: "reply"}
+
+
+async def test_a_reply_refused_for_good_leaves_no_draft_behind_for_the_next_reply():
+    service = Service()
+    drafts = service.stream()
+    drafts.update("chat", "turn 1 partial")
+    await until(lambda: service.messages)
+    service.fail = [Refused("400")]
+    with pytest.raises(Refused):
+        await drafts.replace("chat", lambda mid: service.edit("chat", mid, "turn 1 final"))
+    drafts.update("chat", "turn 2 partial")  # a draft of its own, not swallowed by the dead one
+    await until(lambda: len(service.messages) == 2)
+    assert await drafts.replace("chat", lambda mid: service.edit("chat", mid, "turn 2 final")) == "2"
+    assert service.messages == {1: "turn 1 partial", 2: "turn 2 final"}
+
+
+async def test_closing_without_waiting_cancels_a_send_stuck_on_the_wire():
+    stuck = asyncio.Event()
+
+    async def send(chat_id: str, text: str) -> int:
+        stuck.set()
+        await asyncio.sleep(60)  # a library sleeping out a rate limit inside the request
+        return 1
+
+    drafts = DraftStream("test", send=send, edit=Service().edit, limit=20, interval=0.1,
+                         message_gone=lambda exc: False)
+    drafts.update("chat", "draft")
+    await stuck.wait()
+    started = time.monotonic()
+    await drafts.close(wait_s=0)
+    assert time.monotonic() - started < 1 and len(drafts) == 0
 
 
 async def test_a_dropped_draft_stays_as_it_is_and_the_next_starts_a_new_message():
