@@ -46,10 +46,11 @@ def normalize_url(url: str | URL) -> URL:
 
 
 def sqlite_file(url: URL) -> Path | None:
-    """The database file of a SQLite URL (normalized); None for an in-memory or URI database.
-    It reads only the URL's database part: ask it of SQLite URLs only."""
+    """The database file of a store URL (normalized); None for an in-memory or URI SQLite
+    database, and for a server's (PostgreSQL), which has no file here."""
     db = url.database
-    if not db or db == ":memory:" or db.startswith("file:") or url.query.get("uri"):
+    if url.get_backend_name() != "sqlite" or not db or db == ":memory:" or db.startswith("file:") \
+            or url.query.get("uri"):
         return None
     return Path(db).expanduser()
 

@@ -176,3 +176,15 @@ def test_restore_refuses_what_is_not_an_openclaw_database_it_knows(tmp_path, cap
         revision_of(other)
     assert asyncio.run(users_in(database(tmp_path))) == ["telegram:1001"]
     assert list((tmp_path / "data").glob("*.before-restore-*")) == []  # nothing was started
+
+
+def test_a_postgresql_store_is_asked_not_taken_for_a_file_not_made_yet(tmp_path, capsys,
+                                                                        monkeypatch):
+    """A server's store has no file here: `doctor` connects to it (and says when it cannot),
+    rather than reporting its database name as a file "created at first start"."""
+    monkeypatch.chdir(tmp_path)  # where no file is named like the database
+    config = config_file(tmp_path, "postgresql+asyncpg://openclaw:s3cret@127.0.0.1:9/openclaw")
+    assert cli(config, "doctor", "--skip-model") == 1
+    out = capsys.readouterr().out
+    database = [line for line in out.splitlines() if "database" in line]
+    assert database and "will be created" not in out and "s3cret" not in out, out
