@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from openclaw import systemd
 from openclaw.admin import AdminPortInUse, AdminServer
@@ -28,6 +28,9 @@ from openclaw.store.retention import Retention, RetentionTask
 from sandbox import cgroups
 from skills import SkillRegistry
 from skills.executor import AuditSink
+
+if TYPE_CHECKING:
+    from openclaw.serve import APIServer
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class Daemon:
         self.store: Store | None = None
         self.gateway: Gateway | None = None
         self.admin: AdminServer | None = None
+        self.api: APIServer | None = None  # the OpenAI-compatible API, with [serve] enabled
         self.reminders: Reminders | None = None
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
@@ -108,6 +112,10 @@ class Daemon:
                 # restart every 5 s), said in one line.
                 log.debug("the model did not load", exc_info=True)
                 raise ConfigError(cfg.source, [f"[engine]: {exc}"]) from exc
+        if cfg.serve.enabled:  # on the model just loaded; a port in use stops the start here
+            from openclaw.serve import serve_daemon_model
+
+            self.api = await serve_daemon_model(self.model, cfg.serve)
         self.reminders = Reminders(self.store)
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
@@ -313,6 +321,8 @@ class Daemon:
             self._loop_lag.cancel()
         if self.admin:
             await self.admin.stop()
+        if self.api:  # its requests in flight are aborted; before the engine shuts down
+            await self.api.stop()
         if self.model is not None and self._owns_model:
             self.model.shutdown()
         if self.store:

@@ -1,6 +1,6 @@
 """The `openclaw` command: its parser, init and run (the service); every other command is a
-group of its own in this package (reload, chat, doctor, db, pairing, users, skills, reminders,
-service)."""
+group of its own in this package (reload, chat, serve, doctor, db, pairing, users, skills,
+reminders, service)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from openclaw import __version__
-from openclaw.cli import chat, db, doctor, pairing, reload, reminders, service, skills, users
+from openclaw.cli import chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
 from openclaw.cli.chat import run_daemon
 from openclaw.config import (
     ConfigError,
@@ -29,14 +29,14 @@ from openclaw.gateway.contract import ConnectorStartError
 from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
-COMMAND_GROUPS = (reload, chat, doctor, db, pairing, users, skills, reminders, service)
+COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, service)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else (
-        logging.INFO if args.command == "run" else logging.WARNING)
+        logging.INFO if args.command in ("run", "serve") else logging.WARNING)
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # its plugin set-up says seven INFO lines at every start

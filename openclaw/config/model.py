@@ -27,6 +27,7 @@ from openclaw.config.sections import (
     DiscordConfig,
     RoleConfig,
     SandboxConfig,
+    ServeConfig,
     SkillsConfig,
     StoreConfig,
     TelegramConfig,
@@ -54,6 +55,7 @@ class Config(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)

@@ -212,6 +212,41 @@ class AdminConfig(Section):
         return host
 
 
+class ServeConfig(Section):
+    """`[serve]`: the OpenAI-compatible API over the daemon's own engine (docs/serving.md); also
+    the defaults of `openclaw serve`."""
+
+    enabled: bool = False
+    """Serve the API from the daemon, on the model it already loaded (the weights load once)."""
+    host: str = "127.0.0.1"
+    """Address to bind; anything but loopback needs an api_key."""
+    port: int = Field(8000, ge=0, le=65535)
+    """TCP port; 0 picks a free one (tests)."""
+    api_key: Secret | None = Field(None, validate_default=True)
+    """The key clients send as `Authorization: Bearer KEY`; "env:NAME" or "file:PATH". Unset: no
+    key is asked, which only loopback allows."""
+    served_model_name: str | None = None
+    """The model's name in the API (`model` of requests, /v1/models); unset: the model's file or
+    folder name."""
+
+    # host is declared before api_key so api_key's validator can see it.
+    @field_validator("api_key")
+    @classmethod
+    def _key_beyond_loopback(cls, key: Secret | None, info: ValidationInfo) -> Secret | None:
+        host = info.data.get("host")
+        if key is None and host is not None and not _is_loopback(host):
+            raise ValueError(f"required when serve.host ({host}) is not loopback: the API would "
+                             'answer anyone who can reach it; e.g. api_key = "env:OPENCLAW_API_KEY"')
+        return key
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _name(cls, name: str | None) -> str | None:
+        if name is not None and not name.strip():
+            raise ValueError("expected a non-empty name, e.g. \"smollm2\"")
+        return name
+
+
 def _require_token(token: Secret | None, info: ValidationInfo, section: str, env: str) -> Secret | None:
     if token is None and info.data.get("enabled"):
         raise ValueError(f'required when {section}.enabled = true, e.g. token = "env:{env}"')

@@ -1,0 +1,165 @@
+"""The API's aiohttp application: routes, the middlewares every request passes (errors in OpenAI's
+shape, the API key, the Host check), and `APIServer`, which runs it in the caller's event loop
+(`openclaw serve`, or the daemon on the model it already loaded)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+import socket
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from openclaw.config import ConfigError
+from openclaw.config.sections import ServeConfig
+from openclaw.serve import chat, completions, metrics, models, tokens
+from openclaw.serve.errors import INVALID_REQUEST, NOT_FOUND, SERVER_ERROR, APIError
+from openclaw.serve.state import DEFAULT_MAX_WAITING, STATE, ServeState, default_model_name
+
+if TYPE_CHECKING:
+    from engine import AsyncLLM
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 << 20  # a long conversation with tool results; far beyond any context
+OPEN_PATHS = frozenset({"/health"})  # answered without the key: a load balancer's probe
+
+
+def build_app(state: ServeState) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES,
+                          middlewares=[errors_middleware, access_middleware])
+    app[STATE] = state
+    app[metrics.METRICS] = metrics.registry_for(state)
+    app.router.add_get("/v1/models", models.list_models)
+    app.router.add_get("/v1/models/{model}", models.get_model)
+    app.router.add_post("/v1/chat/completions", chat.chat_completions)
+    app.router.add_post("/v1/completions", completions.completions)
+    app.router.add_post("/tokenize", tokens.tokenize)
+    app.router.add_post("/detokenize", tokens.detokenize)
+    app.router.add_get("/health", models.health)
+    app.router.add_get("/metrics", metrics.metrics)
+    return app
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Every error in OpenAI's shape. Nothing of a request's body is logged: it is someone's
+    conversation."""
+    try:
+        return await handler(request)
+    except APIError as exc:
+        return exc.response()
+    except web.HTTPException as exc:  # no such path, a method not allowed, a body too large
+        if exc.status < 400:
+            raise
+        kind = NOT_FOUND if exc.status == 404 else INVALID_REQUEST
+        return APIError(exc.status, f"{request.method} {request.path}: {exc.reason}",
+                        type=kind).response()
+    except (ConnectionResetError, asyncio.CancelledError):  # the client left
+        raise
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return APIError(500, "the server failed to answer; its log says why",
+                        type=SERVER_ERROR).response()
+
+
+@web.middleware
+async def access_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """With a key, every path but /health asks for `Authorization: Bearer KEY` (compared in
+    constant time). Without one the server listens on loopback only, and answers only requests
+    addressed to a loopback name: a web page that rebinds its own name to 127.0.0.1 gets no
+    answer from the model (DNS rebinding)."""
+    key = request.app[STATE].api_key
+    if key is not None:
+        if request.path not in OPEN_PATHS:
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            if not hmac.compare_digest(given, f"Bearer {key}".encode()):
+                raise APIError(401, "a valid API key is required: send the header "
+                               "`Authorization: Bearer KEY`", code="invalid_api_key",
+                               headers={"WWW-Authenticate": "Bearer"})
+    elif not addressed_to_loopback(request.host):
+        raise APIError(421, "this server answers only requests addressed to localhost or a "
+                       "loopback address; set an API key to serve other names",
+                       code="misdirected_request")
+    return await handler(request)
+
+
+def addressed_to_loopback(host_header: str) -> bool:
+    """Whether a Host header ("localhost:8000", "127.0.0.1", "[::1]:8000") names loopback."""
+    name = host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class APIServer:
+    """The API over one AsyncLLM, on `config.host` and `config.port` (a ServeConfig, checked as
+    the config file's [serve] is: beyond loopback only with an api_key)."""
+
+    def __init__(self, llm: AsyncLLM, config: ServeConfig, *,
+                 max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+        self.config = config
+        name = config.served_model_name or default_model_name(llm.engine.config.model)
+        key = config.api_key.get() if config.api_key is not None else None
+        self.state = ServeState(llm, name, api_key=key, max_waiting=max_waiting)
+        self.app = build_app(self.state)
+        self._runner: web.AppRunner | None = None
+        self.host: str | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if self.host and ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Listen; port 0 picks a free one, read back from `.port`."""
+        host, port = self.config.host, self.config.port
+        # A client that leaves ends its handler, and with it the engine request (blocks freed).
+        runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        if port == 0:  # a name such as localhost would get a free port per address
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            host = infos[0][4][0]
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.host, self.port = runner.addresses[0][:2]
+
+    async def stop(self) -> None:
+        """Stop listening and end the requests in flight (their engine requests are aborted)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+async def serve_daemon_model(model: object, config: ServeConfig) -> APIServer:
+    """The daemon's [serve]: the API on the engine it already loaded, so the machine holds the
+    weights once. Only an in-process engine can be served so."""
+    from engine import AsyncLLM
+
+    if not isinstance(model, AsyncLLM):
+        raise ConfigError(None, [
+            "[serve] enabled = true serves the daemon's in-process engine, and this daemon talks "
+            f"to its model through {type(model).__name__}; run `openclaw serve` beside it, or "
+            "set [serve] enabled = false"])
+    server = APIServer(model, config)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise OSError(exc.errno, f"[serve] port {config.port} on {config.host}: {exc.strerror}; "
+                      "set [serve] port = N (a free one), or [serve] enabled = false") from exc
+    log.info("OpenAI-compatible API on %s/v1, model %s", server.url, server.state.model_name)
+    return server
