@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 8 * 1024
 READ_TIMEOUT_S = 10.0
 # Prometheus, a health checker and `openclaw doctor` need a few; each one over this costs nothing.
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 32
 
 JSON_CONTENT_TYPE = "application/json"
 

@@ -2,10 +2,14 @@
 
 aiohttp parses and answers the requests; in front of its protocol each connection first passes a
 gate, which aiohttp has no setting for:
-- at most `max_connections` at once. Over it, the oldest connection that has not yet sent a whole
-  request head is dropped, else the new one is: half-sent requests from any local account then cost
-  the daemon at most that many descriptors, and a real client, which sends its head at once, still
-  gets in. Dropping is an abort (a reset): no answer to write, the descriptor freed at once.
+- `max_connections`: over it, the oldest connections that have not yet sent a whole request head
+  are dropped, each once it has had SETTLE_S to send one (a real client sends its head at once, so
+  it is past the gate by then). At twice it, a newcomer takes the place of the oldest of them at
+  once, whatever its age, one that sent part of a head before one that sent nothing yet; with none
+  (every connection is being answered) the newcomer is dropped. Half-sent requests from any local
+  account then cost the daemon at most twice `max_connections` descriptors, and a real request
+  still gets in during the flood. Dropping closes the socket unanswered: nothing to write, the
+  descriptor freed at once.
 - the request head must arrive whole within `read_timeout` (else 408) and `max_head_bytes` (else
   431), so a slow or endless head holds nothing for long.
 The listening server is made here rather than by aiohttp's TCPSite, which hands aiohttp's protocol
@@ -16,6 +20,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+
+# How long a new connection is safe from being dropped to get back to the cap: time for a real
+# client's head, sent at once, to be read.
+SETTLE_S = 0.05
+CEILING = 2  # times max_connections: open at once, at most
+# The kernel's queue of connections not yet accepted, which is also how many asyncio accepts in
+# one go: a flood waits in the kernel (it costs the daemon nothing there), and a burst of accepts
+# stays too small to push out a real request before its head is read.
+BACKLOG = 16
 
 # A small body after an answer of ours (a 431 for a huge head) is read and dropped, so that closing
 # the socket does not reset the connection before the client has read the answer.
@@ -36,16 +49,17 @@ class Listener:
         self.read_timeout = read_timeout
         self.on_drop = on_drop
         self._server: asyncio.Server | None = None
-        # Not yet handed to aiohttp (reading a head, or closing after our answer), oldest first:
-        # the ones dropped first when the cap is reached.
-        self._gated: dict[_Gate, None] = {}
+        # Not yet handed to aiohttp (reading a head, or closing after our answer), oldest first,
+        # with when each came (loop time): the ones dropped, oldest first, over the cap.
+        self._gated: dict[_Gate, float] = {}
         self._passed: set[_Gate] = set()  # handed to aiohttp, until closed
+        self._trim: asyncio.TimerHandle | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port; the address bound (port 0 picks one). An OSError as the loop
         raises it (EADDRINUSE for a port taken)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Gate(self), host, port)
+        self._server = await loop.create_server(lambda: _Gate(self), host, port, backlog=BACKLOG)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 
@@ -59,6 +73,8 @@ class Listener:
         aiohttp serves are its runner's to end (AppRunner.cleanup)."""
         if self._server is not None:
             self._server.close()
+        if self._trim is not None:
+            self._trim.cancel()
         for gate in list(self._gated):
             gate.drop()
 
@@ -70,16 +86,45 @@ class Listener:
     # ---- the gate's bookkeeping ----------------------------------------------------------------
 
     def _admit(self, gate: _Gate) -> bool:
-        if self.connections >= self.max_connections:
-            if not self._gated:  # every slot serves a request: the newcomer waits for none
-                self._dropped()
-                return False
-            next(iter(self._gated)).drop()
-        self._gated[gate] = None
+        now = asyncio.get_running_loop().time()
+        full = self.connections >= CEILING * self.max_connections
+        if full and not self._drop_oldest(now, any_age=True):
+            self._dropped()
+            return False
+        self._gated[gate] = now
+        self._schedule_trim()
         return True
 
+    def _drop_oldest(self, now: float, any_age: bool = False) -> bool:
+        """Drop the oldest connection without a whole head that has had SETTLE_S to send one (or
+        of `any_age`): first one that sent part of a head (a slow sender shown to be one), then
+        one that sent nothing yet (a real client's head may be on its way)."""
+        for partial in (True, False):
+            for gate, came in self._gated.items():
+                if now - came < SETTLE_S and not any_age:
+                    break  # the oldest left is new: so are all the others
+                if gate.sent_part == partial:
+                    gate.drop()
+                    return True
+        return False
+
+    def _trim_to_cap(self) -> None:
+        """Back to the cap, as far as connections without a whole head allow (the ones aiohttp
+        serves end by themselves, each after one answer)."""
+        self._trim = None
+        now = asyncio.get_running_loop().time()
+        while self.connections > self.max_connections and self._drop_oldest(now):
+            pass
+        self._schedule_trim()
+
+    def _schedule_trim(self) -> None:
+        if self._trim is None and self._gated and self.connections > self.max_connections:
+            loop = asyncio.get_running_loop()
+            oldest = next(iter(self._gated.values()))
+            self._trim = loop.call_at(max(oldest + SETTLE_S, loop.time()), self._trim_to_cap)
+
     def _pass(self, gate: _Gate) -> None:
-        self._gated.pop(gate, None)
+        del self._gated[gate]
         self._passed.add(gate)
 
     def _forget(self, gate: _Gate) -> None:
@@ -148,8 +193,13 @@ class _Gate(asyncio.Protocol):
         if self._inner is not None:
             self._inner.resume_writing()
 
+    @property
+    def sent_part(self) -> bool:
+        """Whether part of a head came (and no whole one yet)."""
+        return bool(self._head)
+
     def drop(self) -> None:
-        """Reset the connection now, unanswered: over the cap, or the listener closing."""
+        """Close the connection now, unanswered: over the cap, or the listener closing."""
         self._listener._forget(self)
         self._listener._dropped()
         self._cancel_timer()
@@ -191,7 +241,7 @@ class _Gate(asyncio.Protocol):
             self._timer = None
 
 
-def _head_end(buffer: bytearray) -> int | None:
+def _head_end(buffer: bytes | bytearray) -> int | None:
     """Where the request head ends, its blank line included; None while it has not."""
     # CRLF is the standard; a bare LF head is passed on too, for aiohttp to refuse (400) at once.
     ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := buffer.find(sep)) >= 0]

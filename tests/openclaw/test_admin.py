@@ -333,17 +333,17 @@ async def half_sent(server: AdminServer) -> tuple[asyncio.StreamReader, asyncio.
     return reader, writer
 
 
-async def test_over_the_cap_the_oldest_half_sent_connection_makes_room_for_a_real_request(
+async def test_over_the_cap_the_oldest_half_sent_connection_makes_room(
         metrics: Metrics, health: Health) -> None:
     admin = AdminServer(metrics, health, max_connections=4)
     await admin.start("127.0.0.1", 0)
     try:
         held = [await half_sent(admin) for _ in range(4)]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
         assert admin.connections == 4
         status, _, _ = await exchange(admin, get("/healthz"))
-        assert status == 200  # it got in: the oldest half-sent one made room
-        assert await closed_by_server(held[0][0])
+        assert status == 200  # it got in: it sent its head at once
+        assert await closed_by_server(held[0][0])  # the oldest half-sent one made room
         assert admin.connections == 3
         assert metrics.value("openclaw_admin_connections_dropped_total") == 1
         for _, writer in held:
@@ -360,7 +360,7 @@ async def test_a_flood_of_half_sent_connections_holds_no_more_than_the_cap(metri
         held = [await half_sent(admin) for _ in range(200)]
         await asyncio.sleep(0.1)
         assert admin.connections <= 8
-        assert metrics.value("openclaw_admin_connections_dropped_total") >= 192
+        assert metrics.value("openclaw_admin_connections_dropped_total") == 192
         status, _, body = await exchange(admin, get("/healthz"))
         assert status == 200 and json.loads(body)["status"] == "ok"
         for _, writer in held:
@@ -376,11 +376,11 @@ async def test_with_every_slot_answering_a_new_connection_is_closed_at_once(metr
         await release.wait()
         return {"status": "ok"}
 
-    admin = AdminServer(metrics, slow, max_connections=2)
+    admin = AdminServer(metrics, slow, max_connections=2)  # twice that at once, briefly
     await admin.start("127.0.0.1", 0)
     try:
-        answering = [asyncio.create_task(exchange(admin, get("/healthz"))) for _ in range(2)]
-        while admin.connections < 2:
+        answering = [asyncio.create_task(exchange(admin, get("/healthz"))) for _ in range(4)]
+        while admin.connections < 4:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
         reader, writer = await asyncio.open_connection("127.0.0.1", admin.port)
@@ -388,7 +388,7 @@ async def test_with_every_slot_answering_a_new_connection_is_closed_at_once(metr
         assert await closed_by_server(reader)  # unanswered, without waiting for the others
         writer.close()
         release.set()
-        assert [status for status, _, _ in await asyncio.gather(*answering)] == [200, 200]
+        assert [status for status, _, _ in await asyncio.gather(*answering)] == [200] * 4
         assert metrics.value("openclaw_admin_connections_dropped_total") == 1
     finally:
         await admin.stop()
