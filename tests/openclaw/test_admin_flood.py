@@ -17,17 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from openclaw import health as health_module
 from openclaw.descriptors import ACCEPT_FAILED, AcceptFailureLog
 from openclaw.health import ConnectorWatch
+from tests.helpers import telegram_env
 from tests.helpers.daemon import RecordingConnector, config
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.waiting import until
 
 REPO = Path(__file__).resolve().parents[2]
 ADA = 1001  # the admin, in config
+fake = telegram_env.fake  # the fake Bot API, as a fixture
 LIMIT = 256  # the daemon's hard RLIMIT_NOFILE in the flood test (its soft one starts at 128)
 FLOOD = 1100  # half-sent connections held open at once, as in the report that found the problem
 
@@ -238,16 +238,6 @@ async def get(port: int, path: str, timeout: float = 5) -> tuple[int, dict]:
 
 def descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-@pytest.fixture
-async def fake():
-    from tests.fakes.telegram_api import FakeTelegram
-
-    server = FakeTelegram()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def test_a_flood_of_half_sent_connections_leaves_the_daemon_working(tmp_path, fake):
