@@ -18,13 +18,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Summary, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-# The text format every Prometheus reads (what generate_latest writes), for the Content-Type.
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+# The text format every Prometheus reads, which generate_latest writes (the library's own name for
+# it, and its CONTENT_TYPE_LATEST, moved between versions).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 # The `_created` series (a timestamp per counter and histogram) mean something only in
 # OpenMetrics; in the text format they are one more series each, which nothing reads. The switch
