@@ -1,9 +1,10 @@
-"""The admin port: `/healthz` (JSON, 503 unless healthy) and Prometheus `/metrics`, over a tiny
-HTTP/1.1 server on asyncio streams.
+"""The admin port: `/healthz` (JSON, 503 unless healthy) and Prometheus `/metrics`, an aiohttp
+application run in the daemon's loop behind openclaw.listener's gate.
 
-Deliberately minimal: one request per connection (`Connection: close`), GET and HEAD only, a cap on
-the request head and a read timeout, so a stuck or hostile client cannot hold the daemon's memory
-or sockets. Request headers and bodies are never logged: a scraper's credentials may be in them.
+One request per connection (`Connection: close`), GET and HEAD only, at most MAX_CONNECTIONS at
+once and a request head within MAX_HEAD_BYTES and READ_TIMEOUT_S, so a stuck, hostile or flooding
+client cannot hold the daemon's memory or descriptors. Nothing about a request is logged (no access
+log, and aiohttp's own parse errors go nowhere): a scraper's credentials may be in its headers.
 """
 
 from __future__ import annotations
@@ -15,41 +16,31 @@ import inspect
 import ipaddress
 import json
 import logging
-import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
+from openclaw.listener import LINGER_S, MAX_DISCARD_BYTES, Listener
+from openclaw.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from openclaw.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 8 * 1024
 READ_TIMEOUT_S = 10.0
-# A small body (a mistaken POST) is read and dropped so that closing the socket does not reset the
-# connection before the client has read our answer; a bigger one is not worth waiting for.
-MAX_DISCARD_BYTES = 64 * 1024
-LINGER_S = 1.0
+# Prometheus, a health checker and `openclaw doctor` need a few; each one over this costs nothing.
+MAX_CONNECTIONS = 32
 
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 421: "Misdirected Request", 431: "Request Header Fields Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token: a method name
-_VERSION = re.compile(r"^HTTP/1\.[0-9]$")
+# aiohttp logs a request it cannot parse with the bytes that broke it, a header's included: to a
+# logger that is off, and outside logging's tree, where no configuration can turn it on.
+_UNLOGGED = logging.Logger(__name__ + ".requests")
+_UNLOGGED.disabled = True
 
 Health = Callable[[], dict[str, Any] | Awaitable[dict[str, Any]]]
-
-
-@dataclass
-class _Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    allow: str | None = None
 
 
 class AdminPortInUse(OSError):
@@ -80,23 +71,19 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
-
-
 class AdminServer:
     """Serves `/healthz` from `health()` and `/metrics` from `metrics.render()`."""
 
-    def __init__(self, metrics: Metrics, health: Health, *, read_timeout: float = READ_TIMEOUT_S) -> None:
+    def __init__(self, metrics: Metrics, health: Health, *, read_timeout: float = READ_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.metrics = metrics
         self.health = health
         self.read_timeout = read_timeout
+        self.max_connections = max_connections
         self.host: str | None = None
         self.port: int | None = None
-        self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
 
     @property
     def url(self) -> str:
@@ -106,10 +93,15 @@ class AdminServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections open now (for tests and the flood's checks)."""
+        return self._listener.connections if self._listener is not None else 0
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
         """Listen on host:port; port 0 picks a free port, read back from `.port`. A port that
         something else holds is an AdminPortInUse."""
-        if self._server is not None:
+        if self._runner is not None:
             raise RuntimeError(f"the admin server already listens on {self.url}")
         if port == 0:
             # A name such as "localhost" can resolve to ::1 and 127.0.0.1, and port 0 would give
@@ -117,100 +109,58 @@ class AdminServer:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
             host = infos[0][4][0]
+        app = web.Application(client_max_size=MAX_DISCARD_BYTES)  # a body is never read anyway
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        runner = web.AppRunner(
+            app, handle_signals=False, access_log=None, logger=_UNLOGGED,
+            handler_cancellation=True,  # a client that hangs up ends a slow health() for it
+            shutdown_timeout=LINGER_S, lingering_time=LINGER_S, keepalive_timeout=self.read_timeout,
+            max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
+        await runner.setup()
+        listener = Listener(runner.server, max_connections=self.max_connections,
+                            max_head_bytes=MAX_HEAD_BYTES, read_timeout=self.read_timeout,
+                            on_drop=lambda: self.metrics.inc("openclaw_admin_connections_dropped_total"))
         try:
-            self._server = await asyncio.start_server(self._on_connection, host, port)
+            self.host, self.port = await listener.start(host, port)
         except OSError as exc:
+            await runner.cleanup()
             if exc.errno == errno.EADDRINUSE:
                 raise AdminPortInUse(host, port) from exc
             raise
-        bound = self._server.sockets[0].getsockname()
-        self.host, self.port = bound[0], bound[1]
+        self._runner, self._listener = runner, listener
 
     async def stop(self) -> None:
-        """Stop listening and drop open connections; returns once the socket is closed."""
-        server, self._server = self._server, None
-        if server is None:
+        """Stop listening and drop open connections; returns once the socket is closed. A request
+        still being answered gets LINGER_S, then is cancelled."""
+        runner, listener, self._runner, self._listener = self._runner, self._listener, None, None
+        if runner is None or listener is None:
             return
-        server.close()
-        # Aborting the transports ends each handler at its next read or write, as if the client had
-        # hung up; cancelling the tasks instead makes Python 3.11's streams log a spurious error.
-        for writer in self._connections.values():
-            writer.transport.abort()
-        tasks = list(self._connections)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=LINGER_S)
-            for task in pending:  # stuck in a slow health() callback: give up on it
-                task.cancel()
-        await server.wait_closed()
+        listener.close()
+        await runner.cleanup()
+        await listener.wait_closed()
 
-    # ---- one connection ------------------------------------------------------------------------
+    # ---- one request ---------------------------------------------------------------------------
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # start_server runs each connection in its own task
-        self._connections[task] = writer  # so stop() can drop connections that are still open
-        try:
-            await self._serve(reader, writer)
-        except asyncio.CancelledError:
-            writer.transport.abort()  # stop() gave up waiting; end quietly (see stop)
-        finally:
-            del self._connections[task]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+    async def _handle(self, request: web.Request) -> web.Response:
+        # aiohttp answers an HTTP/0.9 request and an absolute URL; this port takes neither.
+        if request.version < (1, 0) or not request.raw_path.startswith("/"):
+            return _response(400, b"Bad Request\n")
+        if self._foreign_host(request.headers.get("Host")):
+            return _response(421, b"This port answers only to localhost and IP addresses.\n")
+        path = request.raw_path.split("?", 1)[0]
+        if path not in ("/healthz", "/metrics"):
+            return _response(404, b"Not Found\n")
+        if request.method not in ("GET", "HEAD"):
+            response = _response(405, b"Method Not Allowed\n")
+            response.headers["Allow"] = "GET, HEAD"
+            return response
+        if path == "/metrics":
             try:
-                async with asyncio.timeout(self.read_timeout):
-                    method, path, host, unread_body = await self._read_request(reader)
-                    if unread_body:
-                        await reader.readexactly(unread_body)
-                if self._foreign_host(host):
-                    response = _Response(421, b"This port answers only to localhost and IP "
-                                              b"addresses.\n")
-                else:
-                    response = await self._route(method, path)
-            except _BadRequest as exc:
-                method, response = "GET", _Response(exc.status, _REASONS[exc.status].encode() + b"\n")
-            except TimeoutError:
-                method, response = "GET", _Response(408, b"Request Timeout\n")
-            except asyncio.IncompleteReadError:  # a body shorter than its Content-Length
-                method, response = "GET", _Response(400, b"Bad Request\n")
-            await self._respond(writer, response, head_only=method == "HEAD")
-            await self._linger(reader)
-        except (ConnectionError, _ClosedEarly):
-            pass  # the client went away; nothing to answer
-        finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-
-    async def _read_request(self, reader: asyncio.StreamReader) -> tuple[str, str, str | None, int]:
-        """Method, path without query, the Host header (None without one), and how many body
-        bytes are still to be read and dropped."""
-        head, body_start = await _read_head(reader)
-        lines = head.decode("latin-1").splitlines()
-        parts = lines[0].split(" ") if lines else []
-        if len(parts) != 3 or not _TOKEN.match(parts[0]) or not _VERSION.match(parts[2]):
-            raise _BadRequest(400)
-        method, target, _version = parts
-        if not target.startswith("/"):
-            raise _BadRequest(400)
-        content_length, host = 0, None
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if not sep or not name or name != name.strip():
-                raise _BadRequest(400)
-            if name.lower() == "content-length":
-                if not value.strip().isdigit():
-                    raise _BadRequest(400)
-                content_length = int(value.strip())
-            elif name.lower() == "host":
-                host = value.strip()
-        unread = content_length - len(body_start)
-        if unread > MAX_DISCARD_BYTES:
-            unread = 0  # not worth waiting for; _linger drops what arrives after the answer
-        return method, target.split("?", 1)[0], host, max(unread, 0)
+                return _response(200, self.metrics.render().encode(), METRICS_CONTENT_TYPE)
+            except Exception:
+                log.exception("rendering /metrics failed")
+                return _response(500, b"Internal Server Error\n")
+        return await self._healthz()
 
     def _foreign_host(self, host: str | None) -> bool:
         """A request to the loopback port for a host name that is not a loopback one: a web page
@@ -234,20 +184,7 @@ class AdminServer:
             return True
         return False  # an address names no site a page could rebind
 
-    async def _route(self, method: str, path: str) -> _Response:
-        if path not in ("/healthz", "/metrics"):
-            return _Response(404, b"Not Found\n")
-        if method not in ("GET", "HEAD"):
-            return _Response(405, b"Method Not Allowed\n", allow="GET, HEAD")
-        if path == "/metrics":
-            try:
-                return _Response(200, self.metrics.render().encode(), METRICS_CONTENT_TYPE)
-            except Exception:
-                log.exception("rendering /metrics failed")
-                return _Response(500, b"Internal Server Error\n")
-        return await self._healthz()
-
-    async def _healthz(self) -> _Response:
+    async def _healthz(self) -> web.Response:
         try:
             report = self.health()
             if inspect.isawaitable(report):
@@ -258,39 +195,14 @@ class AdminServer:
             log.exception("the health check failed")
             body = json.dumps({"status": "error", "error": type(exc).__name__})
             healthy = False
-        return _Response(200 if healthy else 503, body.encode() + b"\n", JSON_CONTENT_TYPE)
+        return _response(200 if healthy else 503, body.encode() + b"\n", JSON_CONTENT_TYPE)
 
-    @staticmethod
-    async def _respond(writer: asyncio.StreamWriter, response: _Response, *, head_only: bool) -> None:
-        headers = [f"HTTP/1.1 {response.status} {_REASONS[response.status]}",
-                   f"Content-Type: {response.content_type}",
-                   f"Content-Length: {len(response.body)}",
-                   "Cache-Control: no-store",
-                   "X-Content-Type-Options: nosniff",
-                   "Connection: close"]
-        if response.allow:
-            headers.append(f"Allow: {response.allow}")
-        writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("latin-1"))
-        if not head_only:
-            writer.write(response.body)
-        await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
 
-    @staticmethod
-    async def _linger(reader: asyncio.StreamReader) -> None:
-        """Wait briefly for the client to close, discarding what it still sends.
-
-        Closing a socket with unread input makes the kernel send a reset, which can destroy our
-        answer before the client reads it (a 431 for a huge head, say). We half-closed already.
-        """
-        try:
-            async with asyncio.timeout(LINGER_S):
-                received = 0
-                while received < MAX_DISCARD_BYTES and (chunk := await reader.read(4096)):
-                    received += len(chunk)
-        except TimeoutError:
-            pass
+def _response(status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> web.Response:
+    response = web.Response(status=status, body=body, headers={
+        "Content-Type": content_type, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+    response.force_close()  # one request per connection: nothing to keep open between scrapes
+    return response
 
 
 @functools.cache
@@ -305,34 +217,3 @@ def _is_loopback_address(address: str | None) -> bool:
         return address is not None and ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
-
-
-class _ClosedEarly(Exception):
-    """The client closed the connection before sending a complete request head."""
-
-
-async def _read_head(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """The request line and headers (at most MAX_HEAD_BYTES), and the body bytes read with them."""
-    buffer = bytearray()
-    while True:
-        found = _head_end(buffer)
-        if found is not None:
-            end, separator = found
-            if end > MAX_HEAD_BYTES:
-                raise _BadRequest(431)
-            return bytes(buffer[:end]), bytes(buffer[end + separator:])
-        if len(buffer) > MAX_HEAD_BYTES:
-            raise _BadRequest(431)
-        chunk = await reader.read(4096)
-        if not chunk:
-            if buffer.strip():
-                raise _BadRequest(400)  # a head cut off by the client's half-close
-            raise _ClosedEarly
-        buffer += chunk
-
-
-def _head_end(buffer: bytearray) -> tuple[int, int] | None:
-    """Where the head ends and the length of the blank line that ends it."""
-    # CRLF is the standard; bare LF is accepted as RFC 9112 permits, for hand-typed requests.
-    ends = [(i, len(sep)) for sep in (b"\r\n\r\n", b"\n\n") if (i := buffer.find(sep)) >= 0]
-    return min(ends) if ends else None

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from openclaw import systemd
@@ -16,9 +17,11 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
+from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
 from openclaw.gateway import access
 from openclaw.gateway.contract import Connector
 from openclaw.gateway.gateway import Gateway
+from openclaw.health import ConnectorWatch, enabled_connectors
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
@@ -71,6 +74,9 @@ class Daemon:
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._loop_lag: asyncio.Task | None = None
+        self._connector_watch: ConnectorWatch | None = None
+        self._watching: asyncio.Task | None = None
+        self._restore_exception_handler: Callable[[], None] | None = None
         self._reload_task: asyncio.Task | None = None  # held: the loop keeps only weak references
         self._reload_pending = False  # SIGHUP came during start-up
         self._phase = "starting"  # then "running", "stopping"
@@ -85,10 +91,13 @@ class Daemon:
         # Before anything reads or sends from the store, and before the signal handlers: a
         # refused second daemon in the same process must leave the first one's alone.
         self._lock = claim_data_dir(cfg.data_dir, reloads=self.hangup_reloads)
+        if raised := raise_open_files_limit():  # else a flood or many commands' pipes starve it
+            log.info("raised the open-files limit from %d to %d, the hard limit", *raised)
+        loop = asyncio.get_running_loop()
+        self._restore_exception_handler = quiet_accept_failures(loop)
         # Before the daemon starts a process of its own: on cgroup v2 it moves into a leaf of its
         # cgroup, alone there, so that commands' memory cgroups can be made beside it.
         await asyncio.to_thread(cgroups.default.available)
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):  # before READY=1: a stop may follow at once
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self._hangup)
@@ -133,6 +142,8 @@ class Daemon:
         for connector in self.connectors:
             await connector.start(self.gateway.handle)
             self.gateway.outbox.retry_channel_now(connector.name)
+        self._connector_watch = ConnectorWatch(enabled_connectors(cfg, self.connectors))
+        self._watching = asyncio.create_task(self._connector_watch.follow(), name="connector watch")
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
@@ -172,32 +183,26 @@ class Daemon:
         return access.config_names(self.config)
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok" if self.gateway is not None else "starting",
-                "pid": os.getpid(),  # `doctor` tells this data_dir's daemon from another's
-                "uptime_s": round(time.time() - self.started_at, 1),
-                # `connected` where a connector can tell (a service it keeps reconnecting to)
-                "connectors": {c.name: c.connected for c in self.connectors},
-                "queue": self.gateway.queue_length() if self.gateway else 0,
-                # How sandboxed commands' memory is bounded, as a whole or per process: `doctor`
-                # shows the running daemon's, whose cgroup is not the doctor's.
-                "command_memory": cgroups.describe(cgroups.default.available())}
+        """/healthz: 200 when "ok"; "starting" until the start is done; "disconnected" while a
+        connector the config enables has been disconnected longer than CONNECTOR_GRACE_S."""
+        down = self._connector_watch.down() if self._connector_watch else {}
+        report = {"status": "starting" if self.gateway is None else "disconnected" if down else "ok",
+                  "pid": os.getpid(),  # `doctor` tells this data_dir's daemon from another's
+                  "uptime_s": round(time.time() - self.started_at, 1),
+                  # `connected` where a connector can tell (a service it keeps reconnecting to)
+                  "connectors": {c.name: c.connected for c in self.connectors},
+                  "queue": self.gateway.queue_length() if self.gateway else 0,
+                  # How sandboxed commands' memory is bounded, as a whole or per process: `doctor`
+                  # shows the running daemon's, whose cgroup is not the doctor's.
+                  "command_memory": cgroups.describe(cgroups.default.available())}
+        if down:
+            report["disconnected_s"] = down  # which connectors, and for how long
+        return report
 
     def _register_gauges(self) -> None:
-        stats = self.model.stats
         m = self.metrics
         m.gauge("openclaw_queue_length", self.gateway.queue_length, "messages waiting or answering")
-        m.gauge("openclaw_engine_running", lambda: stats()["num_running"], "sequences in the batch")
-        m.gauge("openclaw_engine_waiting", lambda: stats()["num_waiting"], "sequences queued")
-        m.gauge("openclaw_kv_cache_usage", lambda: stats()["kv_usage"], "fraction of KV blocks used")
-        m.gauge("openclaw_generated_tokens", lambda: stats()["generated_tokens"],
-                "tokens generated since start")
-        started = self.started_at
-        m.gauge("openclaw_tokens_per_second",
-                lambda: stats()["generated_tokens"] / max(time.time() - started, 1e-9),
-                "average generation rate since start")
-        m.gauge("openclaw_prefix_cache_hit_ratio",
-                lambda: stats()["prefix_cache_hits"] / max(stats()["prefix_cache_queries"], 1),
-                "prompt tokens served by the prefix cache, of those looked up, since start")
+        m.add_engine(self.model.stats, since=self.started_at)  # the engine's numbers, at each scrape
         m.histogram("openclaw_time_to_first_token_seconds", help_text="a model call's first token")
         m.histogram("openclaw_turn_seconds", help_text="a message's whole answer, tools included")
         m.histogram("openclaw_tool_seconds", help_text="a tool call's run, after any approval")
@@ -319,6 +324,8 @@ class Daemon:
             self._watchdog.cancel()
         if self._loop_lag:
             self._loop_lag.cancel()
+        if self._watching:
+            self._watching.cancel()
         if self.admin:
             await self.admin.stop()
         if self.api:  # its requests in flight are aborted; before the engine shuts down
@@ -329,6 +336,9 @@ class Daemon:
             await self.store.close()
         # Only now: without a handler SIGHUP ends the process, mid-drain.
         loop.remove_signal_handler(signal.SIGHUP)
+        if self._restore_exception_handler is not None:
+            self._restore_exception_handler()
+            self._restore_exception_handler = None
         if self._lock is not None:
             release_data_dir(self._lock)
             self._lock = None

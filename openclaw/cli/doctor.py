@@ -184,6 +184,7 @@ def _our_daemon_health(config: Config) -> dict | None:
     """/healthz of the daemon holding this data_dir, when it is the one answering on the admin
     port; None otherwise."""
     import json
+    import urllib.error
     import urllib.request
 
     if not config.admin.enabled or config.admin.port == 0:
@@ -194,8 +195,11 @@ def _our_daemon_health(config: Config) -> dict | None:
             return None
         host = f"[{config.admin.host}]" if ":" in config.admin.host else config.admin.host
         url = f"http://{host}:{config.admin.port}/healthz"
-        with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310 -- loopback http
-            health = json.loads(answer.read())
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310 -- loopback http
+                health = json.loads(answer.read())
+        except urllib.error.HTTPError as unhealthy:  # 503, starting or a connector down: still ours
+            health = json.loads(unhealthy.read())
     except (OSError, ValueError):
         return None
     return health if isinstance(health, dict) and health.get("pid") == holder.pid else None

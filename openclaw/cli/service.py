@@ -21,6 +21,10 @@ from pathlib import Path
 from openclaw.config import data_dir_of, default_config_path, load_config
 
 UNIT_NAME = "openclaw.service"
+# The unit's hard limit on open files: room for every descriptor the daemon holds, many times over,
+# on any distribution's defaults (some give 4096). Where a user manager's own hard limit is lower,
+# systemd sets the closest it may.
+OPEN_FILES_LIMIT = 65536
 SYSTEM_UNIT_DIR = Path("/etc/systemd/system")
 
 # Left out on purpose (each would break the sandbox or the GPU):
@@ -166,6 +170,12 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
         _environment("TRITON_CACHE_DIR", data_dir / "cache" / "triton"),
         _environment("CUDA_CACHE_PATH", data_dir / "cache" / "cuda"),
         "UMask=0077",
+        "# Open files: the daemon raises its soft limit to this hard one at start (logged), so that",
+        "# a flood of connections to the admin port or many commands' pipes cannot use up the",
+        "# usual 1024, after which every shell and files call, the database and the connectors",
+        "# fail with \"Too many open files\". The soft limit stays 1024 for anything started before",
+        "# that; sandboxed commands get limits of their own.",
+        f"LimitNOFILE=1024:{OPEN_FILES_LIMIT}",
         "# The memory cgroup subtree under which each sandboxed command gets a memory limit of its",
         "# own, for all of its processes together (sandbox/cgroups.py).",
         "Delegate=memory",

@@ -176,6 +176,9 @@ async def test_post_is_405_and_names_the_allowed_methods(server: AdminServer) ->
     b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n",
     b"GET /healthz HTTP/1.1\r\nContent-Length: many\r\n\r\n",
     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS ClientHello on the plain port
+    b"GET http://localhost/healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",  # absolute form
+    b"GET /healthz HTTP/0.9\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n",
 ])
 async def test_malformed_requests_are_400(server: AdminServer, raw: bytes) -> None:
     status, _, _ = await exchange(server, raw)
@@ -309,3 +312,83 @@ async def test_a_loopback_port_answers_to_loopback_names_and_addresses(server: A
     assert status == 200
     status, _, _ = await exchange(server, b"GET /healthz HTTP/1.0\r\n\r\n")  # no Host at all
     assert status == 200
+
+
+async def test_nothing_about_a_request_is_logged_not_even_by_aiohttp(
+        server: AdminServer, caplog: pytest.LogCaptureFixture) -> None:
+    # No access log, and aiohttp's own reports of a request it cannot parse (which quote the
+    # bytes that broke it, a header's included) go nowhere.
+    caplog.set_level(logging.DEBUG)
+    await exchange(server, get("/healthz"))
+    await exchange(server, b"GET /healthz HTTP/1.1\r\nAuthorization: Bearer sk-secret\r\nbad header\r\n\r\n")
+    await exchange(server, b"G(T /healthz HTTP/1.1\r\n\r\n")
+    assert [r for r in caplog.records if r.name.startswith(("aiohttp", "openclaw.admin"))] == []
+
+
+async def half_sent(server: AdminServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that sent part of a request head and then nothing."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+    await writer.drain()
+    return reader, writer
+
+
+async def test_over_the_cap_the_oldest_half_sent_connection_makes_room(
+        metrics: Metrics, health: Health) -> None:
+    admin = AdminServer(metrics, health, max_connections=4)
+    await admin.start("127.0.0.1", 0)
+    try:
+        held = [await half_sent(admin) for _ in range(4)]
+        await asyncio.sleep(0.1)
+        assert admin.connections == 4
+        status, _, _ = await exchange(admin, get("/healthz"))
+        assert status == 200  # it got in: it sent its head at once
+        assert await closed_by_server(held[0][0])  # the oldest half-sent one made room
+        assert admin.connections == 3
+        assert metrics.value("openclaw_admin_connections_dropped_total") == 1
+        for _, writer in held:
+            writer.close()
+    finally:
+        await admin.stop()
+
+
+async def test_a_flood_of_half_sent_connections_holds_no_more_than_the_cap(metrics: Metrics,
+                                                                           health: Health) -> None:
+    admin = AdminServer(metrics, health, max_connections=8)
+    await admin.start("127.0.0.1", 0)
+    try:
+        held = [await half_sent(admin) for _ in range(200)]
+        await asyncio.sleep(0.1)
+        assert admin.connections <= 8
+        assert metrics.value("openclaw_admin_connections_dropped_total") == 192
+        status, _, body = await exchange(admin, get("/healthz"))
+        assert status == 200 and json.loads(body)["status"] == "ok"
+        for _, writer in held:
+            writer.close()
+    finally:
+        await admin.stop()
+
+
+async def test_with_every_slot_answering_a_new_connection_is_closed_at_once(metrics: Metrics) -> None:
+    release = asyncio.Event()
+
+    async def slow() -> dict[str, Any]:
+        await release.wait()
+        return {"status": "ok"}
+
+    admin = AdminServer(metrics, slow, max_connections=2)  # twice that at once, briefly
+    await admin.start("127.0.0.1", 0)
+    try:
+        answering = [asyncio.create_task(exchange(admin, get("/healthz"))) for _ in range(4)]
+        while admin.connections < 4:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        reader, writer = await asyncio.open_connection("127.0.0.1", admin.port)
+        writer.write(get("/healthz"))
+        assert await closed_by_server(reader)  # unanswered, without waiting for the others
+        writer.close()
+        release.set()
+        assert [status for status, _, _ in await asyncio.gather(*answering)] == [200] * 4
+        assert metrics.value("openclaw_admin_connections_dropped_total") == 1
+    finally:
+        await admin.stop()

@@ -110,6 +110,13 @@ def test_user_unit_asks_for_private_users_so_older_systemd_applies_the_sandbox()
     assert one(unit, "Service", "PrivateUsers") == "yes"
 
 
+def test_the_unit_gives_the_daemon_a_hard_open_files_limit_to_raise_its_soft_one_to() -> None:
+    # A flood of connections or many commands' pipes must not use up the usual 1024 descriptors;
+    # the daemon raises its soft limit to this hard one itself (openclaw/descriptors.py).
+    unit = parse_unit(unit_text("/usr/bin/openclaw", Path("/etc/openclaw.toml"), None, Path("/srv/oc")))
+    assert one(unit, "Service", "LimitNOFILE") == "1024:65536"
+
+
 def test_gpu_jit_caches_live_in_the_writable_data_dir() -> None:
     unit = parse_unit(unit_text("/usr/bin/openclaw", Path("/c.toml"), None, Path("/srv/oc")))
     environment = unit["Service"]["Environment"]
