@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.sampler import to_device
+
 
 @dataclass(frozen=True)
 class TokenLogprob:
@@ -27,10 +29,8 @@ class StepLogprobs:
         self.ks = ks
         self.rows = [i for i, k in enumerate(ks) if k is not None]
         index = None
-        if len(self.rows) < len(ks):
-            index = torch.tensor(self.rows, dtype=torch.int64)
-            if logits.is_cuda:  # from pinned memory without waiting for the GPU
-                index = index.pin_memory().to(logits.device, non_blocking=True)
+        if len(self.rows) < len(ks):  # up without waiting for the GPU
+            index = to_device(torch.tensor(self.rows, dtype=torch.int64), logits.device)
         self.index = index
         picked = logits if index is None else logits.index_select(0, index)
         # A new tensor: the constraint masks written into `logits` afterwards do not reach it.
