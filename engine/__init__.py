@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from engine.async_llm import AsyncLLM, EngineDeadError
     from engine.config import EngineConfig, ModelConfig
     from engine.llm import LLM
-    from engine.outputs import ChatResponse, RequestOutput
-    from engine.sampling_params import SamplingParams
+    from engine.logprobs import TokenLogprob
+    from engine.outputs import ChatResponse, RequestMetrics, RequestOutput
+    from engine.sampling_params import SamplingParams, StructuredOutputs
 
 _HOMES = {
     "LLM": "engine.llm",
@@ -23,11 +24,14 @@ _HOMES = {
     "EngineConfig": "engine.config",
     "EngineDeadError": "engine.async_llm",
     "ModelConfig": "engine.config",
+    "RequestMetrics": "engine.outputs",
     "RequestOutput": "engine.outputs",
     "SamplingParams": "engine.sampling_params",
+    "StructuredOutputs": "engine.sampling_params",
+    "TokenLogprob": "engine.logprobs",
 }
 __all__ = ["LLM", "AsyncLLM", "ChatResponse", "EngineConfig", "EngineDeadError", "ModelConfig",
-           "RequestOutput", "SamplingParams"]
+           "RequestMetrics", "RequestOutput", "SamplingParams", "StructuredOutputs", "TokenLogprob"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,10 +4,12 @@ and aborts reach it through a queue, outputs come back to each caller's event lo
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -68,6 +70,7 @@ class AsyncLLM:
         `cache_salt`: the prefix cache serves this request only blocks cached under the same salt."""
         if self._closed:
             raise EngineDeadError("the engine is shut down")
+        arrival = time.monotonic()  # TTFT counts the wait for the worker thread too
         params = params or SamplingParams()
         tools = offered_tools(tools, params)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
@@ -77,7 +80,8 @@ class AsyncLLM:
             raise ValueError(f"request id {rid!r} is already in use")
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[rid] = (asyncio.get_running_loop(), stream)
-        self._commands.put(("add", rid, stream, prompt, params, priority, tools, cache_salt))
+        self._commands.put(("add", rid, stream, prompt, params, priority, tools, cache_salt,
+                            arrival))
         finished = False
         try:
             while True:
@@ -109,8 +113,9 @@ class AsyncLLM:
         self._commands.put(("abort", request_id, None))
 
     def stats(self) -> dict[str, Any]:
-        """The engine's counters as of the last step (safe to call from any thread)."""
-        return dict(self._stats)
+        """The engine's counters as of the last step (safe to call from any thread); the keys of
+        LLMEngine.stats()."""
+        return copy.deepcopy(self._stats)
 
     def shutdown(self) -> None:
         if not self._closed:
@@ -152,13 +157,13 @@ class AsyncLLM:
 
     def _handle(self, cmd: tuple) -> None:
         if cmd[0] == "add":
-            _, rid, stream, prompt, params, priority, tools, cache_salt = cmd
+            _, rid, stream, prompt, params, priority, tools, cache_salt, arrival = cmd
             target = self._streams.get(rid)
             if target is None or target[1] is not stream:  # its caller already left: no work
                 return
             try:
                 self.engine.add_request(rid, prompt, params, priority, tools=tools,
-                                        cache_salt=cache_salt)
+                                        cache_salt=cache_salt, arrival_time=arrival)
             except Exception as exc:
                 self._deliver(rid, exc, stream)
                 return

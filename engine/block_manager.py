@@ -70,12 +70,18 @@ class BlockManager:
         # they are reused before anything a later request might still hit.
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(self.num_blocks))
         self._cached: dict[bytes, int] = {}  # chained key -> block id
+        self._num_cached_free = 0  # free blocks that still hold a cached prefix
 
     # ---- queries -------------------------------------------------------------------------
 
     @property
     def num_free_blocks(self) -> int:
         return len(self._free)
+
+    @property
+    def num_cached_free_blocks(self) -> int:
+        """Free blocks that still hold a cached prefix: reusable by a hit until evicted."""
+        return self._num_cached_free
 
     @property
     def usage(self) -> float:
@@ -124,6 +130,7 @@ class BlockManager:
             block = self.blocks[block_id]
             if block.ref_count == 0:
                 del self._free[block_id]
+                self._num_cached_free -= 1  # a hit names a block that holds a key
             block.ref_count += 1
             seq.block_table.append(block_id)
             seq.block_hashes.append(block.hash)
@@ -164,6 +171,8 @@ class BlockManager:
                 self._free[block_id] = None
                 if block.hash is None:
                     self._free.move_to_end(block_id, last=False)
+                else:
+                    self._num_cached_free += 1
         seq.block_table.clear()
         seq.block_hashes.clear()
         seq.num_computed_tokens = 0
@@ -182,6 +191,8 @@ class BlockManager:
         return block_id
 
     def _uncache(self, block: Block) -> None:
+        """Forget a free block's key (its only callers hold free blocks)."""
+        self._num_cached_free -= 1
         if self._cached.get(block.hash) == block.id:
             del self._cached[block.hash]
         block.hash, block.token_ids = None, ()

@@ -5,7 +5,9 @@ Single-threaded by design: LLM drives it directly and AsyncLLM from one worker t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -13,14 +15,17 @@ from engine.block_manager import BlockManager, salt_key
 from engine.chat import ChatFormatter
 from engine.config import EngineConfig
 from engine.constrained import ToolCallMatcher, ToolConstraints, constrains
+from engine.constrained.json_schema import JsonConstraints, JsonMatcher
 from engine.detokenizer import IncrementalDetokenizer
 from engine.loader import Checkpoint, open_checkpoint
+from engine.logprobs import TokenLogprob
 from engine.model_runner import ModelRunner
-from engine.outputs import RequestOutput
+from engine.outputs import RequestMetrics, RequestOutput
 from engine.sampler import make_generator
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence
+from engine.stats import TPOT_BUCKETS, TTFT_BUCKETS, Histogram
 
 Prompt = str | list[int]
 
@@ -30,6 +35,8 @@ class _Request:
     seq: Sequence
     detokenizer: IncrementalDetokenizer | None
     eos_ids: frozenset[int]
+    metrics: RequestMetrics
+    logprobs: list[TokenLogprob] | None = field(default=None)  # when the params ask
 
 
 class LLMEngine:
@@ -53,8 +60,14 @@ class LLMEngine:
         # Tool-call constraints: the vocabulary's bytes are read on the first constrained request.
         self.tool_constraints = (ToolConstraints(self.tokenizer, self.model_config.vocab_size)
                                  if self.tokenizer else None)
+        # JSON output: llguidance is imported by the first request that asks.
+        self.json_constraints = (JsonConstraints(self.tokenizer, self.model_config.vocab_size)
+                                 if self.tokenizer else None)
         self.num_generated_tokens = 0
         self.num_prompt_tokens = 0
+        self.num_requests_finished = 0  # for any reason: stop, length or abort
+        self.ttft = Histogram(TTFT_BUCKETS)  # arrival to the first output token
+        self.tpot = Histogram(TPOT_BUCKETS)  # per output token after the first, at the finish
         torch.manual_seed(config.seed)  # the shared RNG of requests without a seed
 
     @property
@@ -84,10 +97,12 @@ class LLMEngine:
 
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
                     priority: int = 0, tools: list[dict] | None = None,
-                    cache_salt: str | None = None) -> None:
+                    cache_salt: str | None = None, arrival_time: float | None = None) -> None:
         """`tools`: the tools offered to this request (OpenAI shape); `params.tool_choice` says
         how the request's tool calls are constrained ("auto" when tools are given).
-        `cache_salt`: prefix-cache hits only among requests with the same salt (say, one user's)."""
+        `cache_salt`: prefix-cache hits only among requests with the same salt (say, one user's).
+        `arrival_time`: when the request came (time.monotonic()), if before this call."""
+        arrival = time.monotonic() if arrival_time is None else arrival_time
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         params = params or SamplingParams()
@@ -104,11 +119,25 @@ class LLMEngine:
         seq = Sequence(request_id, ids, params, priority=priority, max_total_tokens=limit,
                        cache_root=salt_key(cache_salt))
         seq.generator = make_generator(params.seed, self.device)
-        seq.constraint = self._tool_matcher(params, tools, eos)  # the runner masks its logits
+        seq.constraint = self._constraint(params, tools, eos)  # the runner masks its logits
         detok = IncrementalDetokenizer(self.tokenizer, ids, params) if self.tokenizer else None
         self.scheduler.add(seq)
-        self._requests[request_id] = _Request(seq, detok, eos)
+        self._requests[request_id] = _Request(seq, detok, eos, RequestMetrics(arrival),
+                                              [] if params.logprobs is not None else None)
         self.num_prompt_tokens += len(ids)
+
+    def _constraint(self, params: SamplingParams, tools: list[dict] | None,
+                    eos: frozenset[int]) -> ToolCallMatcher | JsonMatcher | None:
+        if params.structured_outputs is None:
+            return self._tool_matcher(params, tools, eos)
+        if constrains(tools, params.tool_choice):
+            raise ValueError(f"SamplingParams.structured_outputs cannot be combined with tool "
+                             f"calls: tools with tool_choice={params.tool_choice!r} constrain the "
+                             f"output to calls; pass tool_choice='none' or no tools")
+        if self.json_constraints is None:
+            raise ValueError("SamplingParams.structured_outputs needs the model's tokenizer, and "
+                             "this model has none")
+        return self.json_constraints.matcher(params.structured_outputs, eos)
 
     def _tool_matcher(self, params: SamplingParams, tools: list[dict] | None,
                       eos: frozenset[int]) -> ToolCallMatcher | None:
@@ -124,8 +153,9 @@ class LLMEngine:
         if req is None:
             return None
         self.scheduler.finish(req.seq)
+        self._finished(req)
         rest = req.detokenizer.flush() if req.detokenizer else ""
-        return self._output(req, [], rest, "abort", None)
+        return self._output(req, [], [], rest, "abort", None)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -136,18 +166,27 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
-        sampled = self.runner.execute(batch)
+        sampled, logprobs = self.runner.execute(batch)
         self.scheduler.update(batch)
         outputs = []
-        for seq, token in zip(batch.seqs, sampled, strict=True):
+        for seq, token, logprob in zip(batch.seqs, sampled, logprobs, strict=True):
             if token is not None:
-                outputs.append(self._append_token(self._requests[seq.request_id], token))
+                outputs.append(self._append_token(self._requests[seq.request_id], token, logprob))
         return outputs
 
-    def _append_token(self, req: _Request, token: int) -> RequestOutput:
+    def _append_token(self, req: _Request, token: int, logprob: TokenLogprob | None) -> RequestOutput:
         seq, params = req.seq, req.seq.params
         seq.token_ids.append(token)
         self.num_generated_tokens += 1
+        metrics = req.metrics
+        metrics.num_generation_tokens += 1
+        if metrics.first_token_time is None:
+            metrics.first_token_time = time.monotonic()
+            self.ttft.observe(metrics.first_token_time - metrics.arrival_time)
+        delta_logprobs = []
+        if req.logprobs is not None and logprob is not None:
+            req.logprobs.append(logprob)
+            delta_logprobs = [logprob]
         if seq.constraint is not None:
             seq.constraint.advance(token)
         finish, stop_reason = None, None
@@ -167,10 +206,20 @@ class LLMEngine:
         if finish:
             self.scheduler.finish(seq)
             del self._requests[seq.request_id]
-        return self._output(req, [token], delta, finish, stop_reason)
+            self._finished(req)
+        return self._output(req, [token], delta_logprobs, delta, finish, stop_reason)
 
-    def _output(self, req: _Request, delta_ids: list[int], delta_text: str,
-                finish: str | None, stop_reason: str | int | None) -> RequestOutput:
+    def _finished(self, req: _Request) -> None:
+        """Count a request that ended (any reason) and observe its time per output token."""
+        metrics = req.metrics
+        metrics.finished_time = time.monotonic()
+        self.num_requests_finished += 1
+        if metrics.num_generation_tokens >= 2 and metrics.first_token_time is not None:
+            self.tpot.observe((metrics.finished_time - metrics.first_token_time)
+                              / (metrics.num_generation_tokens - 1))
+
+    def _output(self, req: _Request, delta_ids: list[int], delta_logprobs: list[TokenLogprob],
+                delta_text: str, finish: str | None, stop_reason: str | int | None) -> RequestOutput:
         seq = req.seq
         return RequestOutput(
             request_id=seq.request_id,
@@ -183,11 +232,17 @@ class LLMEngine:
             finish_reason=finish,
             stop_reason=stop_reason,
             num_cached_tokens=seq.num_cached_tokens,
+            logprobs=list(req.logprobs) if req.logprobs is not None else None,
+            delta_logprobs=delta_logprobs,
+            metrics=replace(req.metrics),  # a copy: later outputs move on, this one stays
         )
 
     # ---- introspection -------------------------------------------------------------------
 
-    def stats(self) -> dict[str, float | int | str]:
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters now. Token and request counts are cumulative; `ttft_seconds` and
+        `tpot_seconds` are histograms ({"buckets", "counts" per bucket with +Inf last, "sum",
+        "count"}), TTFT observed at a request's first token, TPOT when it finishes with >= 2."""
         bm = self.block_manager
         return {
             "model": self.config.model or ("(in-memory checkpoint)" if self._in_memory
@@ -197,9 +252,16 @@ class LLMEngine:
             "num_waiting": self.scheduler.num_waiting,
             "kv_blocks": bm.num_blocks,
             "kv_usage": round(bm.usage, 4),
+            "kv_blocks_used": bm.num_blocks - bm.num_free_blocks,
+            "kv_blocks_cached": bm.num_cached_free_blocks,
             "prefix_cache_queries": bm.stats.queries,
             "prefix_cache_hits": bm.stats.hits,
+            "prefix_cache_query_tokens": bm.stats.queries,
+            "prefix_cache_hit_tokens": bm.stats.hits,
             "num_preemptions": self.scheduler.num_preemptions,
+            "num_requests_finished": self.num_requests_finished,
             "prompt_tokens": self.num_prompt_tokens,
             "generated_tokens": self.num_generated_tokens,
+            "ttft_seconds": self.ttft.snapshot(),
+            "tpot_seconds": self.tpot.snapshot(),
         }

@@ -22,6 +22,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.layers.linear import pack_linears
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
 from engine.loader import Checkpoint
+from engine.logprobs import StepLogprobs, TokenLogprob
 from engine.models import MODEL_CLASSES
 from engine.sampler import Sampler, to_device
 from engine.sampling_params import SamplingParams
@@ -157,29 +158,38 @@ class ModelRunner:
             torch.cuda.set_device(self.device)
 
     @torch.inference_mode()
-    def execute(self, batch: ScheduledBatch) -> list[int | None]:
+    def execute(self, batch: ScheduledBatch) -> tuple[list[int | None], list[TokenLogprob | None]]:
         """Run one step. Returns, per sequence of the batch, its next token, or None when its
-        prompt chunk did not reach the end (nothing to sample yet)."""
+        prompt chunk did not reach the end (nothing to sample yet); and that token's logprobs,
+        for the sequences whose params ask for them (None otherwise)."""
         self._use_device()
         hidden, sample_rows, sample_of = self._forward(batch)
         result: list[int | None] = [None] * len(batch)
+        logprobs: list[TokenLogprob | None] = [None] * len(batch)
         if not sample_rows:
-            return result
+            return result, logprobs
         logits = self.model.compute_logits(self._rows(hidden, sample_rows))
         seqs = [batch.seqs[i] for i in sample_of]
+        ks = [s.params.logprobs for s in seqs]
+        # Before the masks: logprobs describe the model's own distribution.
+        step_logprobs = StepLogprobs(logits, ks) if any(k is not None for k in ks) else None
         for row, seq in enumerate(seqs):
             if seq.constraint is not None:  # constrained decoding: disallowed tokens to -inf
                 seq.constraint.mask_logits(logits[row])
-        tokens = self.sampler(
+        sampled = self.sampler(
             logits,
             [s.params for s in seqs],
             [s.generator for s in seqs],
             [s.prompt_token_ids if s.params.repetition_penalty != 1.0 else [] for s in seqs],
             [s.output_token_ids if s.params.has_penalties else [] for s in seqs],
-        ).tolist()  # the step's one wait for the device
+        )
+        tokens = sampled.tolist()  # the step's one wait for the device
         for i, tok in zip(sample_of, tokens, strict=True):
             result[i] = tok
-        return result
+        if step_logprobs is not None:  # computed by now: its reads wait for nothing more
+            for i, lp in zip(sample_of, step_logprobs.finish(sampled), strict=True):
+                logprobs[i] = lp
+        return result, logprobs
 
     @torch.inference_mode()
     def prefill_logits(self, token_ids: list[int]) -> torch.Tensor:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
+from engine.logprobs import TokenLogprob
 from engine.tool_parser import ToolCall
+
+
+@dataclass
+class RequestMetrics:
+    """A request's timeline, in time.monotonic() seconds."""
+
+    arrival_time: float = field(default_factory=time.monotonic)
+    first_token_time: float | None = None  # None until the first output token
+    finished_time: float | None = None  # None until it finishes (stop, length or abort)
+    num_generation_tokens: int = 0
 
 
 @dataclass
@@ -19,6 +31,11 @@ class RequestOutput:
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: str | int | None = None  # the stop string or stop token that ended it
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    # SamplingParams.logprobs: one per output token so far (None when not asked), and those of
+    # delta_token_ids (empty when not asked).
+    logprobs: list[TokenLogprob] | None = None
+    delta_logprobs: list[TokenLogprob] = field(default_factory=list)
+    metrics: RequestMetrics = field(default_factory=RequestMetrics)
 
 
 @dataclass

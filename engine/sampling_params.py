@@ -6,6 +6,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOOL_CHOICES = ("none", "auto", "required")
+MAX_LOGPROBS = 20  # OpenAI's top_logprobs limit
+
+
+@dataclass
+class StructuredOutputs:
+    """Constrain the output to JSON (vLLM V1's names): `json`, a JSON Schema (a dict, or its
+    text), or `json_object=True`, any JSON object. The schema is compiled, and its errors raised
+    as ValueError, when the request is added."""
+
+    json: dict[str, Any] | str | None = None
+    json_object: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.json is not None) == bool(self.json_object):
+            raise ValueError("StructuredOutputs: give exactly one of json (a JSON Schema) and "
+                             "json_object=True")
+        if self.json is not None and not isinstance(self.json, dict | str):
+            raise ValueError(f"StructuredOutputs.json must be a JSON Schema as a dict or its "
+                             f"JSON text, not {type(self.json).__name__}")
 
 
 @dataclass
@@ -28,6 +47,11 @@ class SamplingParams:
     # "required" (starts with a call) or {"type": "function", "function": {"name": ...}}. Applies
     # to the tools passed with the request; without tools "auto" constrains nothing.
     tool_choice: str | dict[str, Any] = "auto"
+    # None: no logprobs; k: the sampled token's logprob and the k most likely tokens' (see
+    # engine/logprobs.py: from the model's raw distribution, as vLLM does by default).
+    logprobs: int | None = None
+    # JSON output (engine/constrained/json_schema.py); not with tools that constrain calls.
+    structured_outputs: StructuredOutputs | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -44,6 +68,8 @@ class SamplingParams:
             (-2.0 <= self.presence_penalty <= 2.0, "presence_penalty", "must be in [-2, 2]"),
             (-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty", "must be in [-2, 2]"),
             (self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0"),
+            (self.logprobs is None or (type(self.logprobs) is int and 0 <= self.logprobs <= MAX_LOGPROBS),
+             "logprobs", f"must be None or an integer in [0, {MAX_LOGPROBS}]"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -52,6 +78,10 @@ class SamplingParams:
             raise ValueError(
                 f"SamplingParams.tool_choice={self.tool_choice!r}: must be 'none', 'auto', "
                 "'required' or {'type': 'function', 'function': {'name': <a tool's name>}}")
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs,
+                                                                  StructuredOutputs):
+            raise ValueError(f"SamplingParams.structured_outputs={self.structured_outputs!r}: "
+                             "must be an engine.StructuredOutputs")
 
     @property
     def greedy(self) -> bool:

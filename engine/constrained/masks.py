@@ -149,16 +149,7 @@ class ToolCallMatcher:
 
     def mask_logits(self, row: torch.Tensor) -> None:
         """Set this request's disallowed tokens to -inf in its row of logits, in place."""
-        mask = self.disallowed()
-        if mask is None:
-            return
-        if row.device.type == "cpu" and row.dtype == torch.float32:
-            row.numpy()[mask] = -np.inf
-            return
-        host = torch.from_numpy(mask)
-        if row.is_cuda:  # up through pinned memory, without waiting for the GPU
-            host = host.pin_memory().to(row.device, non_blocking=True)
-        row.masked_fill_(host, float("-inf"))
+        mask_row(row, self.disallowed())
 
     def advance(self, token: int) -> None:
         if self.state is None:
@@ -178,6 +169,20 @@ class ToolCallMatcher:
             # Only a token the mask did not allow gets here (a caller that skipped the mask).
             log.warning("tool-call grammar: token %d does not fit; the rest is unconstrained", token)
         self.state = nxt
+
+
+def mask_row(row: torch.Tensor, disallowed: np.ndarray | None) -> None:
+    """Set the tokens marked in `disallowed` (bool [vocab] or None: nothing) to -inf in one row
+    of logits, in place, on whatever device the row lives."""
+    if disallowed is None:
+        return
+    if row.device.type == "cpu" and row.dtype == torch.float32:
+        row.numpy()[disallowed] = -np.inf
+        return
+    host = torch.from_numpy(disallowed)
+    if row.is_cuda:  # up through pinned memory, without waiting for the GPU
+        host = host.pin_memory().to(row.device, non_blocking=True)
+    row.masked_fill_(host, float("-inf"))
 
 
 def constrains(tools: Sequence[Any] | None, tool_choice: str | dict) -> bool:

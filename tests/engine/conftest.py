@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -25,3 +26,22 @@ def smollm_tokenizer(smollm_gguf_path: str):
     # Reading every GGUF field takes ~2 s; one read serves the whole session.
     fields = {k: f.contents() for k, f in gguf.GGUFReader(smollm_gguf_path).fields.items()}
     return Tokenizer.from_gguf_fields(fields)
+
+
+@pytest.fixture(scope="session")
+def random_folder(smollm_tokenizer, tmp_path_factory) -> str:
+    """A random-weight Llama on SmolLM2's tokenizer (eos <|im_end|> = 2), as a Hugging Face
+    folder: garbage logits in every row, the harshest input a constraint can get."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(vocab_size=smollm_tokenizer.vocab_size, hidden_size=64,
+                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=2048,
+                         initializer_range=0.25, tie_word_embeddings=False)
+    folder = tmp_path_factory.mktemp("random-smollm-vocab")
+    tf.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
+    smollm_tokenizer.backend.save(str(folder / "tokenizer.json"))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": 2}))
+    return str(folder)

@@ -447,3 +447,24 @@ def test_a_forced_tool_call_may_start_with_sentencepieces_space(llm):
     parsed = parse_tool_calls(out.text)
     assert out.finish_reason == "stop" and parsed.errors == [], out.text
     assert [c.name for c in parsed.tool_calls] == ["now"], out.text
+
+
+def test_json_output_over_a_sentencepiece_vocabulary(llm):
+    """llguidance reads this vocabulary (byte fallback, ▁ for a space) as our token_bytes does."""
+    import json
+
+    from engine import StructuredOutputs
+
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3}
+    spelled = token_bytes(llm.tokenizer, llm.tokenizer.vocab_size)
+    matcher = llm.engine.json_constraints.matcher(StructuredOutputs(json=schema), [EOS])
+    allowed = (~matcher.disallowed()).nonzero()[0]
+    assert len(allowed)
+    for i in allowed:  # '[' after optional whitespace (such as SentencePiece's prefix space)
+        assert spelled[i] and (spelled[i].lstrip().startswith(b"[") or not spelled[i].strip())
+    params = [SamplingParams(temperature=1.0, seed=s, max_tokens=200,
+                             structured_outputs=StructuredOutputs(json=schema)) for s in range(4)]
+    for out in llm.generate(["Numbers:"] * 4, params):
+        value = json.loads(out.text)
+        assert out.finish_reason == "stop" and 1 <= len(value) <= 3, out.text
+        assert all(isinstance(v, int) for v in value), out.text

@@ -3,39 +3,18 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import torch
 
 from engine import LLM, AsyncLLM, SamplingParams
 from engine.constrained.grammar import MAX_WS
 from engine.engine_core import LLMEngine
 from engine.llm import offered_tools
 from engine.tool_parser import parse_tool_calls
+from tests.helpers.engine_steps import run_requests
 from tests.helpers.tools import TOOLS
-
-EOS = 2  # SmolLM2's <|im_end|>
 
 NAMES = {t["function"]["name"] for t in TOOLS}
 CHAT = [{"role": "user", "content": "What is the weather like?"}]
-
-
-@pytest.fixture(scope="module")
-def random_folder(smollm_tokenizer, tmp_path_factory) -> str:
-    """A random-weight Llama on SmolLM2's tokenizer (eos <|im_end|>), as a Hugging Face folder."""
-    import transformers as tf
-
-    torch.manual_seed(0)
-    cfg = tf.LlamaConfig(vocab_size=smollm_tokenizer.vocab_size, hidden_size=64,
-                         intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=2048,
-                         initializer_range=0.25, tie_word_embeddings=False)
-    folder = tmp_path_factory.mktemp("random-smollm-vocab")
-    tf.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
-    smollm_tokenizer.backend.save(str(folder / "tokenizer.json"))
-    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": EOS}))
-    return str(folder)
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +23,7 @@ def random_engine(random_folder) -> LLMEngine:
 
 
 def run(engine: LLMEngine, params: list[SamplingParams], tools=TOOLS, prompt=None):
-    prompt = prompt or engine.encode_chat(CHAT, tools)
-    for i, p in enumerate(params):
-        engine.add_request(f"r{i}", prompt, p, tools=tools)
-    final = {}
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.finished:
-                final[out.request_id] = out
-    return [final[f"r{i}"] for i in range(len(params))]
+    return run_requests(engine, prompt or engine.encode_chat(CHAT, tools), params, tools)
 
 
 def test_required_call_from_a_random_model_always_parses(random_engine):

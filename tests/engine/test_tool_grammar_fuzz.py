@@ -56,6 +56,7 @@ from engine.constrained.grammar import (
 from engine.constrained.masks import ToolCallMatcher
 from engine.tokenizer import Tokenizer
 from engine.tool_parser import StreamingToolParser, parse_tool_calls
+from tests.helpers.json_schema_check import schema_errors
 
 SEED = int(os.environ.get("OPENCLAW_FUZZ_SEED", "20250101"))
 SCALARS = ("boolean", "integer", "number", "string", "null")
@@ -147,7 +148,7 @@ def fn_of(tool: dict) -> dict:
     return tool.get("function", tool)
 
 
-# ---- what the grammar promises, and a small JSON Schema checker (jsonschema is not installed) --
+# ---- what the grammar promises (checked with tests/helpers/json_schema_check.py) ------------
 
 
 def promised(params: object) -> dict:
@@ -167,46 +168,6 @@ def promised(params: object) -> dict:
             elif enum is None and schema.get("type") in SCALARS:
                 out[key] = {"type": schema["type"]}
     return {"type": "object", "properties": out, "additionalProperties": False}
-
-
-def is_type(value: object, kind: str) -> bool:
-    return {
-        "string": isinstance(value, str),
-        "integer": isinstance(value, int) and not isinstance(value, bool),
-        "number": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "boolean": isinstance(value, bool),
-        "null": value is None,
-        "object": isinstance(value, dict),
-        "array": isinstance(value, list),
-    }.get(kind, True)
-
-
-def problems(value: object, schema: object, path: str = "$") -> list[str]:
-    if not isinstance(schema, dict):
-        return []
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        if not any(is_type(value, k) for k in kinds):
-            return [f"{path}: {value!r:.60} is not of type {kind}"]
-    if "enum" in schema and not any(type(value) is type(e) and value == e for e in schema["enum"]):
-        return [f"{path}: {value!r:.60} is not one of {schema['enum']!r:.80}"]
-    out = []
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        out += [f"{path}: missing {k!r}" for k in schema.get("required", []) if k not in value]
-        extra = schema.get("additionalProperties", True)
-        for k, v in value.items():
-            if k in props:
-                out += problems(v, props[k], f"{path}.{k}")
-            elif extra is False:
-                out.append(f"{path}: unexpected key {k!r}")
-            else:
-                out += problems(v, extra, f"{path}.{k}")
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            out += problems(v, schema.get("items"), f"{path}[{i}]")
-    return out
 
 
 # ---- random valid JSON text (a run's guide) ----------------------------------------------------
@@ -571,7 +532,7 @@ def check_output(text: str, run: Run, tools: list[dict], choice, dialect: str, c
     names = [choice["function"]["name"]] if isinstance(choice, dict) else list(schemas)
     for call in parsed.tool_calls:
         assert call.name in names, where
-        assert problems(call.arguments, schemas[call.name]) == [], where
+        assert schema_errors(call.arguments, schemas[call.name]) == [], where
         json.dumps(call.arguments, ensure_ascii=False).encode("utf-8")  # no lone surrogates
     if choice != "auto":
         lead = len(text) - len(text.lstrip(" \t\r\n"))
