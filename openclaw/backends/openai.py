@@ -15,6 +15,7 @@ import aiohttp
 
 from engine import SamplingParams
 from openclaw.agent.model import ModelOutput, ModelUnavailable
+from openclaw.backends import server_stats
 from openclaw.backends.counting import LocalCount, ServerCount, UsageEstimate
 from openclaw.backends.http import Client, ServerRefused, describe
 from openclaw.backends.stream import Completion, Deadline, events
@@ -43,6 +44,8 @@ class OpenAIBackend:
         self._aborted: set[str] = set()
         self._counters = {"generated_tokens": 0, "prompt_tokens": 0, "prefix_cache_hits": 0,
                           "requests": 0, "requests_unavailable": 0}
+        self.server_load: dict[str, float] = {}  # what the server's /metrics states
+        self._following: asyncio.Task | None = None
 
     @classmethod
     async def open(cls, config: OpenAIEngineConfig,
@@ -60,6 +63,8 @@ class OpenAIBackend:
         except BaseException:
             await backend.close()
             raise
+        backend._following = asyncio.create_task(
+            server_stats.follow(backend.client, backend.server_load), name="model server's load")
         return backend
 
     async def _discover(self, stopping: asyncio.Event | None) -> None:
@@ -126,6 +131,9 @@ class OpenAIBackend:
                  self.max_model_len)
 
     async def close(self) -> None:
+        if self._following is not None:
+            self._following.cancel()
+            await asyncio.gather(self._following, return_exceptions=True)
         await self.client.close()
 
     # ---- ChatModel ------------------------------------------------------------------------
@@ -241,11 +249,14 @@ class OpenAIBackend:
             answer.close()
 
     def stats(self) -> dict[str, Any]:
-        """This daemon's view of the server: its requests now, and the tokens the server's usage
-        reports (its prompt tokens served from its prefix cache too, where it says)."""
-        c = self._counters
+        """The server's load as its /metrics states it (else this daemon's requests running, and
+        no KV share known), and the tokens its usage reports (with the prompt tokens it served
+        from its prefix cache, where it says)."""
+        c, load = self._counters, self.server_load
         return {"model": self.model, "device": self.config.url, "backend": "openai",
-                "num_running": len(self._running), "num_waiting": 0, "kv_usage": 0.0,
+                "num_running": int(load.get("num_running", len(self._running))),
+                "num_waiting": int(load.get("num_waiting", 0)),
+                "kv_usage": load.get("kv_usage", 0.0),
                 "generated_tokens": c["generated_tokens"],
                 "prefix_cache_queries": c["prompt_tokens"], "prefix_cache_hits": c["prefix_cache_hits"],
                 "requests": c["requests"], "requests_unavailable": c["requests_unavailable"]}

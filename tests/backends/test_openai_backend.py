@@ -14,7 +14,7 @@ from engine.chat import ChatFormatter
 from engine.tokenizer import Tokenizer
 from engine.tool_parser import parse_tool_calls
 from openclaw.agent.model import ModelUnavailable
-from openclaw.backends import http
+from openclaw.backends import http, server_stats
 from openclaw.backends.http import ServerRefused
 from openclaw.backends.openai import OpenAIBackend
 from openclaw.backends.stream import StreamError
@@ -316,4 +316,21 @@ async def test_stats_say_the_model_the_server_and_what_it_reported(fake):
     assert (stats["generated_tokens"], stats["prefix_cache_queries"], stats["prefix_cache_hits"]) \
         == (4, 30, 16)
     assert stats["num_running"] == 0 and stats["num_waiting"] == 0
+    await backend.close()
+
+
+async def test_stats_take_the_load_the_servers_metrics_state(fake, monkeypatch):
+    monkeypatch.setattr(server_stats, "POLL_S", 0.05)
+    fake.metrics = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="fake-model"} 3.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="fake-model"} 1.0\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{engine="0",model_name="fake-model"} 0.25\n')
+    backend = await opened(fake)
+    await until(lambda: backend.stats()["kv_usage"] == 0.25)
+    assert (backend.stats()["num_running"], backend.stats()["num_waiting"]) == (3, 1)
+    fake.metrics = fake.metrics.replace("0.25", "0.5")
+    await until(lambda: backend.stats()["kv_usage"] == 0.5)
     await backend.close()

@@ -3,11 +3,12 @@ wire protocol, for driving the daemon's OpenAI backend in tests.
 
 `GET /v1/models` lists the model with its `max_model_len` (left out when None, as Ollama does);
 `POST /tokenize` counts chat messages as vLLM does (`{"count", "max_model_len", "tokens"}`), or
-answers 404 with `tokenize = False`; `POST /v1/chat/completions` streams server-sent events:
-a first chunk with the role, `chat.completion.chunk`s with content or tool-call deltas (the
-call's id, type and name in its first piece, then its arguments in pieces), a last chunk with the
-finish reason, the usage chunk (`choices: []`) when asked with `stream_options.include_usage`,
-then `data: [DONE]`. Errors are OpenAI's `{"error": {"message", "type", "param", "code"}}`.
+answers 404 with `tokenize = False`; `GET /metrics` serves the Prometheus text set in `metrics`;
+`POST /v1/chat/completions` streams server-sent events: a first chunk with the role,
+`chat.completion.chunk`s with content or tool-call deltas (the call's id, type and name in its
+first piece, then its arguments in pieces), a last chunk with the finish reason, the usage chunk
+(`choices: []`) when asked with `stream_options.include_usage`, then `data: [DONE]`. Errors are
+OpenAI's `{"error": {"message", "type", "param", "code"}}`.
 
 Scripted per test: `reply` maps each chat request's body to a `Reply` (or a string of content);
 `replies(...)` makes one that answers in order. A Reply can call tools (structured, or as text in
@@ -75,6 +76,7 @@ class FakeOpenAI:
                  api_key: str | None = None) -> None:
         self.model, self.max_model_len, self.api_key = model, max_model_len, api_key
         self.tokenize = True
+        self.metrics: str | None = None  # the Prometheus text of /metrics; None: 404
         self.reply: Callable[[dict], Reply | str] = lambda body: "hello from the fake"
         self.chats: list[dict] = []  # every chat request's body, in order
         self.chat_headers: list[dict[str, str]] = []
@@ -95,6 +97,7 @@ class FakeOpenAI:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/metrics", self._metrics)
         self._runner, self.port = await serve(app, self.port)
 
     async def stop(self) -> None:
@@ -118,6 +121,11 @@ class FakeOpenAI:
         if self.max_model_len is not None:
             entry["max_model_len"] = self.max_model_len
         return web.json_response({"object": "list", "data": [entry]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if self.metrics is None:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.Response(text=self.metrics, content_type="text/plain")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         if not self.tokenize:
