@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from engine.config import EngineConfig
 from openclaw import systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
+from openclaw.agent.model import ModelUnavailable
+from openclaw.backends import Backend, open_backend
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
@@ -109,18 +112,9 @@ class Daemon:
             # /healthz answers "starting" while it loads
             self.admin = await self._start_admin()
         if self.model is None:
-            from engine import AsyncLLM
-
-            log.info("loading the model (%s)", cfg.engine.model or "embedded SmolLM2-135M-Instruct")
-            try:
-                self.model = await asyncio.to_thread(AsyncLLM, cfg.engine)
-            except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
-                    ValueError) as exc:
-                # [engine] names a model (not there, unreadable, not a model), device or dtype
-                # this machine cannot use: a config error (exit status 2, which the unit does not
-                # restart every 5 s), said in one line.
-                log.debug("the model did not load", exc_info=True)
-                raise ConfigError(cfg.source, [f"[engine]: {exc}"]) from exc
+            self.model = await self._open_model()
+            if self.model is None:  # stopped while it waited for the model's server
+                return
         if cfg.serve.enabled:  # on the model just loaded; a port in use stops the start here
             from openclaw.serve import serve_daemon_model
 
@@ -161,6 +155,27 @@ class Daemon:
         self._loop_lag = asyncio.create_task(follow_loop_lag(self.metrics), name="event loop lag")
         log.info("openclaw is running with %s", ", ".join(c.name for c in self.connectors) or
                  "no connectors")
+
+    async def _open_model(self) -> Backend | None:
+        """The model `[engine]` names: loaded here, or a server's, waited for until it is up or a
+        stop comes (None)."""
+        cfg = self.config
+        local = isinstance(cfg.engine, EngineConfig)
+        log.info("loading the model (%s)", (cfg.engine.model or "embedded SmolLM2-135M-Instruct")
+                 if local else f"{cfg.engine.model or 'the one served'} on {cfg.engine.url}")
+        try:
+            return await open_backend(cfg.engine, self._stop)
+        except ModelUnavailable:
+            if self._stop.is_set():
+                return None
+            raise
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                ValueError) as exc:
+            # [engine] names a model (not there, unreadable, not a model, not served), device or
+            # dtype this machine cannot use: a config error (exit status 2, which the unit does
+            # not restart every 5 s), said in one line.
+            log.debug("the model did not load", exc_info=True)
+            raise ConfigError(cfg.source, [f"[engine]: {exc}"]) from exc
 
     async def _start_admin(self) -> AdminServer | None:
         cfg = self.config.admin
@@ -264,7 +279,8 @@ class Daemon:
             # path, where `openclaw init` writes.
             loaded = load_config(self.config.source)
             config, applied, waiting = merge(self.config, loaded)
-            if "engine" in waiting:  # a model loaded only at the next start: said now, not then
+            if "engine" in waiting and isinstance(loaded.engine, EngineConfig):
+                # A model loaded only at the next start: said now, not then.
                 from engine.loader import model_problem
 
                 if problem := model_problem(loaded.engine.model):
@@ -331,7 +347,7 @@ class Daemon:
         if self.api:  # its requests in flight are aborted; before the engine shuts down
             await self.api.stop()
         if self.model is not None and self._owns_model:
-            self.model.shutdown()
+            await self.model.close()
         if self.store:
             await self.store.close()
         # Only now: without a handler SIGHUP ends the process, mid-drain.

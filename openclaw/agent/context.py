@@ -1,5 +1,5 @@
 """The prompt for the next model call: system prompt, the stored summary, and the conversation
-since it, within the token budget counted by the engine's own tokenizer.
+since it, within the token budget counted as the model counts (ChatModel.count_chat).
 
 When the history outgrows the budget, the oldest turns are summarised by the model itself and the
 summary is stored with the id of the last message it covers. Nothing is deleted: the store keeps
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,8 +86,8 @@ class ContextBuilder:
         self.model, self.store, self.system_prompt, self.budget = model, store, system_prompt, budget
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
 
-    def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        return len(self.model.encode_chat(messages, tools))
+    async def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        return await self.model.count_chat(messages, tools)
 
     async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Message:
         """Store a message, and keep the cached history in step with the store."""
@@ -122,11 +123,11 @@ class ContextBuilder:
         while True:
             summary, history = await self.history(conversation_id)
             prompt = self._prompt(summary.content if summary else None, history)
-            if self.count(prompt, tools) <= self.budget.prompt_tokens:
+            if await self.count(prompt, tools) <= self.budget.prompt_tokens:
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
             if cut == 0:  # only the current turn is left: its own tool results outgrew it
-                if (shortened := self._shorten_tool_results(prompt, tools)) is not None:
+                if (shortened := await self._shorten_tool_results(prompt, tools)) is not None:
                     return shortened
                 raise PromptTooLong(
                     f"the newest message and the results of its tools do not fit the model's "
@@ -135,7 +136,8 @@ class ContextBuilder:
                                 cache_salt, meter)
             self._cache.pop(conversation_id, None)  # re-read from the new summary on
 
-    def _shorten_tool_results(self, prompt: list[dict], tools: list[dict] | None) -> list[dict] | None:
+    async def _shorten_tool_results(self, prompt: list[dict],
+                                    tools: list[dict] | None) -> list[dict] | None:
         """The prompt with the turn's older tool results cut to their start, oldest first, until
         it fits (None if it never does). Only the prompt: the store keeps them whole, and every
         call keeps a result. The newest result is left whole: it is what the model reads now."""
@@ -148,7 +150,7 @@ class ContextBuilder:
                     text[:SHORTENED_RESULT_CHARS] + f" [... the rest of this result ({len(text)} "
                     "characters in all) was left out to fit the context; call the tool again for "
                     "a part of it if needed]")
-                if self.count(prompt, tools) <= self.budget.prompt_tokens:
+                if await self.count(prompt, tools) <= self.budget.prompt_tokens:
                     return prompt
         return None
 
@@ -162,13 +164,13 @@ class ContextBuilder:
         long for one call is summarised in front-to-back pieces, each stored as it completes."""
         while old:
             take = len(old)
-            while take > 1 and self.count(self._summary_prompt(previous, old[:take])) > (
+            while take > 1 and await self.count(self._summary_prompt(previous, old[:take])) > (
                     self.budget.prompt_tokens - self.budget.summary_tokens):
                 take = max(1, take // 2)
             text = await self._summarise(self._summary_prompt(previous, old[:take]), cache_salt,
                                          meter)
             last = old[take - 1]
-            tokens = self.count([{"role": "system", "content": text}])
+            tokens = await self.count([{"role": "system", "content": text}])
             await self.store.add_summary(conversation_id, last.id, text, tokens)
             log.info("conversation %s: compacted %d messages (up to id %s) into a %d-token summary",
                      conversation_id, take, last.id, tokens)
@@ -195,11 +197,12 @@ class ContextBuilder:
             raise TokensSpent
         last = None
         try:
-            async for out in self.model.generate(prompt, params, cache_salt=cache_salt):
-                last = out
+            async with aclosing(self.model.generate(prompt, params, cache_salt=cache_salt)) as stream:
+                async for out in stream:
+                    last = out
         finally:  # also when cut short: the engine did that work for this user
             if last is not None and meter is not None:
-                meter.spent(len(last.prompt_token_ids), len(last.token_ids))
+                meter.spent(last.prompt_tokens, last.completion_tokens)
         return (last.text.strip() if last is not None else "") or "(no summary)"
 
 

@@ -8,13 +8,14 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import RequestOutput, SamplingParams
+from engine import SamplingParams
 from engine.tool_parser import StreamingToolParser, ToolCall
 from openclaw.agent.context import Budget, ContextBuilder, HistoryStore, PromptTooLong, TokensSpent
-from openclaw.agent.model import ChatModel
+from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
 from sandbox.policy import Principal
@@ -118,14 +119,14 @@ class Agent:
         result = result if result is not None else TurnResult(text="", steps=0)
         alone = [{"role": "system", "content": self.settings.system_prompt},
                  {"role": "user", "content": text}]
-        if self.context.count(alone, tools) > self.context.budget.prompt_tokens:
+        if await self.context.count(alone, tools) > self.context.budget.prompt_tokens:
             # Never stored: a message that cannot fit would break every later turn of the chat.
             result.text, result.failed = (
                 f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
                 "tokens at most, with my instructions). Please shorten it or split it."), True
             return result
         if not stored:
-            tokens = len(self.model.encode_chat([{"role": "user", "content": text}]))
+            tokens = await self.context.count([{"role": "user", "content": text}])
             await self.context.add(conversation_id, "user", text, token_count=tokens)
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
@@ -148,7 +149,8 @@ class Agent:
                 content, calls, errors, out = await self._generate(
                     prompt, params, tools, f"{run_id}-{step}", sink, meter, caller.user)
                 await self.context.add(
-                    conversation_id, "assistant", content, token_count=len(out.token_ids),
+                    conversation_id, "assistant", content,
+                    token_count=out.completion_tokens if out is not None else 0,
                     tool_calls=[_call_json(c) for c in calls] or None)
                 if not calls and not errors:
                     result.text = content if content.strip() else "(no answer)"
@@ -179,7 +181,7 @@ class Agent:
         except TokensSpent:  # before a summary its history needed
             result.text = TOKENS_SPENT
             return result
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ModelUnavailable):  # the caller's to handle: see Turns
             raise
         except Exception:
             log.exception("turn %s failed", run_id)
@@ -188,25 +190,28 @@ class Agent:
 
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
                         request_id: str, sink: ReplySink, meter: _TurnMeter, cache_salt: str
-                        ) -> tuple[str, list[ToolCall], list[str], RequestOutput | None]:
+                        ) -> tuple[str, list[ToolCall], list[str], ModelOutput | None]:
         parser = StreamingToolParser()
-        out: RequestOutput | None = None
+        out: ModelOutput | None = None
         await sink.typing()
         started = time.monotonic()
         try:
-            async for out in self.model.generate(prompt, params, request_id, tools=tools,
-                                                 cache_salt=cache_salt):
-                if started is not None:
-                    self.metrics.observe("openclaw_time_to_first_token_seconds",
-                                         time.monotonic() - started)
-                    started = None
-                if parser.feed(out.delta_text):
-                    await sink.draft(parser.shown)
+            # Closed as the loop is left (/stop, an error): the request ends now, not when the
+            # stream is collected.
+            async with aclosing(self.model.generate(prompt, params, request_id, tools=tools,
+                                                    cache_salt=cache_salt)) as stream:
+                async for out in stream:
+                    if started is not None:
+                        self.metrics.observe("openclaw_time_to_first_token_seconds",
+                                             time.monotonic() - started)
+                        started = None
+                    if parser.feed(out.delta_text):
+                        await sink.draft(parser.shown)
         finally:
             # Also when cut short (/stop, /new, an error): the engine did that work, and a cap
             # that counted only finished answers would be dodged by stopping each one near its end.
             if out is not None:
-                meter.spent(len(out.prompt_token_ids), len(out.token_ids))
+                meter.spent(out.prompt_tokens, out.completion_tokens)
         parsed = parser.finish()
         return parsed.content, parsed.tool_calls, parsed.errors, out
 

@@ -1,22 +1,47 @@
-"""The model interface the agent needs. engine.AsyncLLM provides it; tests use a scripted stand-in."""
+"""The model interface the agent needs, whatever runs the model: the engine in this process or an
+OpenAI-compatible server (openclaw/backends); tests use a scripted stand-in."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import RequestOutput, SamplingParams
+from engine import SamplingParams
+
+
+@dataclass
+class ModelOutput:
+    """One step of a model call's stream. Tool calls are in the text, in the Hermes form
+    (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`) that engine.tool_parser reads:
+    one way in for every backend (see openclaw/backends/openai.py)."""
+
+    delta_text: str  # new since the previous step
+    text: str  # all so far
+    prompt_tokens: int  # the prompt's tokens
+    completion_tokens: int  # tokens generated so far
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+
+
+class ModelUnavailable(Exception):
+    """The model cannot answer now: its server is unreachable, or refused past the retries, or
+    went silent. Not the turn's fault: the turn waits and is taken up again when it is back."""
 
 
 class ChatModel(Protocol):
-    max_model_len: int
+    max_model_len: int  # the model's context, in tokens
 
     def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                  request_id: str | None = None, *, tools: list[dict] | None = None,
-                 priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[RequestOutput]: ...
+                 priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[ModelOutput]:
+        """Stream the answer to the chat `prompt`. Leaving the loop early (or cancelling) aborts
+        the request. `cache_salt`: the user's; prefix caches are shared only within it."""
 
     async def abort(self, request_id: str) -> None: ...
 
-    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]: ...
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        """The tokens of the prompt these messages (and tools) make, as the model counts them."""
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """For /status and /metrics: `model`, `device`, and the engine's counters."""

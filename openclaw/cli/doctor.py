@@ -25,7 +25,8 @@ MARKS: dict[Mark, str] = {True: "✓", False: "✗", WARN: "⚠"}
 
 def add_commands(sub, common_sub) -> None:
     p = sub.add_parser("doctor", help="check config, database, model, sandbox, tokens")
-    p.add_argument("--skip-model", action="store_true", help="do not load the model")
+    p.add_argument("--skip-model", action="store_true",
+                   help="do not load the model (nor ask the model's server)")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -40,7 +41,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks += _check_secrets_exposed(config)
     checks += asyncio.run(_check_database(config))
     if not args.skip_model:
-        checks.append(_check_model(config))
+        checks += _check_model(config)
     checks += _check_admin_port(config)
     checks.append(_check_skills(config))
     checks.append(_check_sandbox(config))
@@ -417,12 +418,21 @@ def _check_sandbox_uids(config: Config, stored: list[str]) -> tuple[bool, str, s
     return True, f"sandbox uids: {len(users)} user(s), each on a uid of its own", ""
 
 
-def _check_model(config: Config) -> tuple[bool, str, str]:
+def _check_model(config: Config) -> list[tuple[Mark, str, str]]:
+    """The local engine: loaded, and a few tokens generated. A server: what `run` needs of it
+    (openclaw/backends/probe.py)."""
+    from openclaw.config import OpenAIEngineConfig
+
+    if isinstance(config.engine, OpenAIEngineConfig):
+        from openclaw.backends.probe import check_server
+
+        return asyncio.run(check_server(config.engine))
     try:
         from engine import LLM
 
         llm = LLM(config.engine, kv_cache_gib=0.05)
         out = llm.generate("Hello", None)[0]
-        return True, f"model: loaded on {llm.engine.device}, generated {len(out.token_ids)} tokens", ""
+        return [(True, f"model: loaded on {llm.engine.device}, generated {len(out.token_ids)} "
+                       "tokens", "")]
     except Exception as exc:
-        return False, f"model: {exc}", "check engine.model (a HF folder or a .gguf file)"
+        return [(False, f"model: {exc}", "check engine.model (a HF folder or a .gguf file)")]

@@ -7,10 +7,12 @@ needs no file: a missing file at the default path means all defaults. `starter_c
 commented file `openclaw init` writes.
 
 secrets.py: env:/file: references and Secret; fields.py: shared value types; sections.py: the
-tables; model.py: the root and its checks across tables; problems.py: the wording of errors;
+tables; engine.py: `[engine]`, by backend (the local engine or a server); model.py: the root and
+its checks across tables; problems.py: the wording of errors;
 load.py: reading the file; starter.py + starter.toml: the file `openclaw init` writes.
 """
 
+from openclaw.config.engine import EngineSection, OpenAIEngineConfig
 from openclaw.config.fields import CHANNELS, LOCAL_USER, validate_user
 from openclaw.config.load import data_dir_of, default_config_path, exposed_secrets, load_config
 from openclaw.config.model import Config, cross_reference_problems, default_data_dir
@@ -25,6 +27,8 @@ __all__ = [
     "AgentConfig",
     "Config",
     "ConfigError",
+    "EngineSection",
+    "OpenAIEngineConfig",
     "RoleConfig",
     "Secret",
     "backup_path",

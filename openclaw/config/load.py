@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from openclaw.config.engine import OpenAIEngineConfig
 from openclaw.config.fields import ConfigPath
 from openclaw.config.model import Config, cross_references_of_what_parsed, default_data_dir
 from openclaw.config.problems import ConfigError, problem, toml_problem
@@ -118,6 +119,9 @@ def exposed_secrets(config: Config, file: Path) -> list[str]:
         return []
     held = [f"{name}.token" for name in ("telegram", "discord")
             if (token := getattr(config, name).token) is not None and token.source == "literal"]
+    engine = config.engine
+    if isinstance(engine, OpenAIEngineConfig) and engine.api_key and engine.api_key.source == "literal":
+        held.append("engine.api_key")
     held += [f"skills.{name}.{key}" for name, table in config.skills.settings.items()
              for key, value in table.items()
              if SECRET_KEY.search(key) and isinstance(value, str) and not is_reference(value)]

@@ -18,7 +18,8 @@ from pydantic import (
 )
 
 from engine.config import EngineConfig
-from openclaw.config.fields import LOCAL_USER, ConfigPath, EngineTable, Section
+from openclaw.config.engine import EngineField
+from openclaw.config.fields import LOCAL_USER, ConfigPath, Section
 from openclaw.config.secrets import resolve_skill_secrets
 from openclaw.config.sections import (
     AccessConfig,
@@ -50,7 +51,8 @@ class Config(Section):
 
     data_dir: ConfigPath = Field(default_factory=default_data_dir)
     """Where state lives: the database, user workspaces."""
-    engine: EngineTable = Field(default_factory=EngineConfig)
+    engine: EngineField = Field(default_factory=EngineConfig)
+    """The model: the engine in this process, or an OpenAI-compatible server (config/engine.py)."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)

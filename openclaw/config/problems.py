@@ -146,9 +146,14 @@ def _unknown_key_hint(loc: list[Any], root: type[BaseModel]) -> tuple[str, str |
             table = get_args(table)[1] if next(parts, None) is not None else None
         if table_keys(table) is None:
             return "unknown key", None
-    keys = table_keys(table) or []
     where = f"in [{dotted(loc[:-1])}]" if len(loc) > 1 else "at the top level"
-    close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+    return unknown_key_hint(str(loc[-1]), table_keys(table) or [], where)
+
+
+def unknown_key_hint(key: str, keys: list[str], where: str) -> tuple[str, str | None]:
+    """What to say of `key`, unknown `where` ("in [engine]"), which takes `keys`; and the key it
+    was likely meant to be."""
+    close = difflib.get_close_matches(key, keys, n=1)
     if close:
         return f'unknown key {where}; did you mean "{close[0]}"?', close[0]
     return f"unknown key {where}; expected one of: {', '.join(keys)}", None

@@ -1,7 +1,7 @@
 """The tables of the config file, one model each: what each key means, its default, its checks.
 
-`[engine]` is the engine's own EngineConfig (fields.EngineTable); the root that holds these tables,
-and the checks across them, are in model.py.
+`[engine]` is in engine.py (the engine's own EngineConfig, or an OpenAI-compatible server's); the
+root that holds these tables, and the checks across them, are in model.py.
 """
 
 from __future__ import annotations

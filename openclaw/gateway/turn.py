@@ -1,6 +1,8 @@
 """One turn: a message answered by the agent. The user's files are fetched into their workspace,
 the model runs with typing (and drafts, where the channel streams them) shown in the chat, the
-reply is delivered, and the tokens spent are counted against the role's daily cap."""
+reply is delivered, and the tokens spent are counted against the role's daily cap. A model that
+cannot be reached (its server down) keeps the turn: the user is told once, and it goes on from
+what it stored when the model is back."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from openclaw.agent import Agent, Caller, TurnResult
+from openclaw.agent.model import ModelUnavailable
 from openclaw.agent.resume import take_up
 from openclaw.gateway.access import Access
 from openclaw.gateway.approvals import STALE_REQUEST, Approvals
@@ -30,6 +33,11 @@ from sandbox.to_end import run_to_end
 log = logging.getLogger(__name__)
 
 TYPING_REFRESH_S = 4.0  # chat apps show "typing" for about 5 s after each signal
+# Waits between tries of a turn whose model cannot be reached: doubling up to the most.
+MODEL_RETRY_S = 2.0
+MODEL_RETRY_MAX_S = 60.0
+MODEL_AWAY = ("I cannot reach my model right now, so your message waits: I will answer it as soon "
+              "as the model is back.")
 
 
 class Sink:
@@ -39,6 +47,7 @@ class Sink:
         self.connector, self.chat_id, self.stream = connector, chat_id, stream
         self._last_typing = 0.0
         self.draft_text = ""
+        self.paused = False  # no typing shown while the turn waits for the model
 
     async def typing(self) -> None:
         now = time.monotonic()
@@ -57,7 +66,8 @@ class Sink:
     async def keep_typing(self) -> None:
         """The typing indicator stays on while the model works (it fades after about 5 s)."""
         while True:
-            await self.typing()
+            if not self.paused:
+                await self.typing()
             await asyncio.sleep(TYPING_REFRESH_S)
 
 
@@ -145,22 +155,43 @@ class Turns:
         started = time.monotonic()
         result = self.spending.begin(msg.user)
 
-        async def answer() -> TurnResult:  # one task for /stop to cancel: the files, then the turn
+        text: str | None = None  # the message as the turn stores it, once made
+
+        async def attempt(resumed: bool) -> TurnResult:
+            nonlocal text
             taken_up = await take_up(
                 self.agent.context, self.agent.executor, principal, conversation_id,
-                functools.partial(stored_as, msg), event.received_at) if job.resumed else None
+                functools.partial(stored_as, msg), event.received_at) if resumed else None
             if taken_up is not None and taken_up.answer is not None:
                 result.text = taken_up.answer  # the turn had ended: its answer, not a second run
                 return result
             if taken_up is not None:  # as stored: its files are not fetched (and saved) again
                 text = taken_up.text
-            else:
+            elif text is None:
                 note = await self._attachments_note(connector, msg.attachments, principal)
                 text = (msg.text + note).strip()
             return await self.agent.run_turn(
                 conversation_id, caller, text, sink,
                 run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", stored=taken_up is not None,
                 result=result)
+
+        async def answer() -> TurnResult:  # one task for /stop to cancel: the files, then the turn
+            resumed, delay, told = job.resumed, MODEL_RETRY_S, False
+            while True:
+                try:
+                    return await attempt(resumed)
+                except ModelUnavailable as exc:
+                    log.log(logging.DEBUG if told else logging.WARNING,
+                            "message %d waits for the model: %s", event.id, exc)
+                    if not told:
+                        told = True
+                        await self._say_model_away(msg, exc)
+                    sink.paused = True
+                    if not await self._wait_for_model(delay):
+                        raise  # the daemon is stopping: the message waits for the next start
+                    sink.paused = False
+                    # Again from what this try stored (its steps are not run twice).
+                    resumed, delay = True, min(delay * 2, MODEL_RETRY_MAX_S)
 
         typing = asyncio.create_task(sink.keep_typing())
         try:
@@ -172,6 +203,9 @@ class Turns:
                     raise
                 self.metrics.inc("openclaw_turns_total", result="stopped")
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
+                return
+            except ModelUnavailable:  # left unanswered in the store, for the next start
+                log.info("message %d is left for the next start: the model is still away", event.id)
                 return
             finally:
                 lane.current = None
@@ -201,6 +235,21 @@ class Turns:
         else:
             await self.outbox.reply(msg.channel, msg.chat_id, result.text,
                                     conversation_id=conversation_id, event=event)
+
+    async def _say_model_away(self, msg: InboundMessage, exc: ModelUnavailable) -> None:
+        """Tell the user their message waits for the model; the owner also hears why."""
+        text = MODEL_AWAY + (f" ({exc})" if self.access.is_owner(msg.user) else "")
+        await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
+
+    async def _wait_for_model(self, delay: float) -> bool:
+        """Wait `delay` seconds before the turn tries the model again, or less if the daemon
+        starts stopping meanwhile (it must not wait for a model that may stay away); whether to
+        try again."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + delay
+        while self.lanes.accepting and (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(left, 0.1))
+        return self.lanes.accepting
 
     async def _has_tokens(self, user: str) -> bool:
         """Whether the user's role, as the config says now, leaves them tokens today."""

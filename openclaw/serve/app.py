@@ -148,14 +148,14 @@ class APIServer:
 async def serve_daemon_model(model: object, config: ServeConfig) -> APIServer:
     """The daemon's [serve]: the API on the engine it already loaded, so the machine holds the
     weights once. Only an in-process engine can be served so."""
-    from engine import AsyncLLM
+    from openclaw.backends.local import LocalBackend
 
-    if not isinstance(model, AsyncLLM):
+    if not isinstance(model, LocalBackend):
         raise ConfigError(None, [
             "[serve] enabled = true serves the daemon's in-process engine, and this daemon talks "
             f"to its model through {type(model).__name__}; run `openclaw serve` beside it, or "
             "set [serve] enabled = false"])
-    server = APIServer(model, config)
+    server = APIServer(model.llm, config)
     try:
         await server.start()
     except OSError as exc:

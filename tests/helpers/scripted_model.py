@@ -8,7 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from engine import RequestOutput, SamplingParams
+from engine import SamplingParams
+from openclaw.agent.model import ModelOutput
 
 Reply = Callable[[list[dict]], str]
 
@@ -31,9 +32,12 @@ class ScriptedModel:
         words = sum(len(str(m.get("content", "")).split()) + 4 for m in messages)
         return [0] * (words + (20 * len(tools) if tools else 0))
 
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        return len(self.encode_chat(messages, tools))
+
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
-                       priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[RequestOutput]:
+                       priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[ModelOutput]:
         self.prompts.append(prompt)
         self.cache_salts.append(cache_salt)
         text = self.reply(prompt)
@@ -45,8 +49,8 @@ class ScriptedModel:
                 sent += piece
                 done = start + self.chunk >= len(text)
                 self.generated += 1
-                yield RequestOutput(request_id or "r", ids, [0] * len(sent), sent, [0], piece,
-                                    finished=done, finish_reason="stop" if done else None)
+                yield ModelOutput(piece, sent, len(ids), len(sent), finished=done,
+                                  finish_reason="stop" if done else None)
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 if self.gate is not None:
@@ -66,7 +70,7 @@ class ScriptedModel:
                 "kv_usage": 0.0, "generated_tokens": self.generated, "prefix_cache_queries": 0,
                 "prefix_cache_hits": 0}
 
-    def shutdown(self) -> None:
+    async def close(self) -> None:  # as a backend the daemon made
         pass
 
 

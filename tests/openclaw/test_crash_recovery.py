@@ -173,11 +173,14 @@ def child_main(config: str, test_dir: str) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.environ[DIR_ENV] = test_dir
-    import engine
+    import openclaw.daemon
     from openclaw.cli import main
     from openclaw.store import Store
 
-    engine.AsyncLLM = lambda *args, **kwargs: CrashModel()  # the daemon imports it at start
+    async def scripted_backend(*args, **kwargs) -> CrashModel:
+        return CrashModel()
+
+    openclaw.daemon.open_backend = scripted_backend  # what the daemon makes its model with
     add_reply = Store.add_reply
 
     async def add_reply_or_die(self, channel, chat_id, pieces, **kw):

@@ -7,6 +7,7 @@ import httpx
 import openai
 import pytest
 
+from openclaw.backends.local import LocalBackend
 from openclaw.config import ConfigError
 from openclaw.daemon import Daemon
 from tests.helpers.daemon import config, started
@@ -16,7 +17,7 @@ SERVE = "[serve]\nenabled = true\nport = 0\nserved_model_name = \"daemon-model\"
 
 
 async def test_the_daemon_serves_the_api_from_the_engine_it_already_has(tmp_path, llm):
-    daemon, _ = await started(tmp_path, llm, SERVE)
+    daemon, _ = await started(tmp_path, LocalBackend(llm), SERVE)
     try:
         assert daemon.api.state.llm is llm  # no second copy of the weights
         client = openai.AsyncOpenAI(base_url=daemon.api.url + "/v1", api_key="-", max_retries=0)

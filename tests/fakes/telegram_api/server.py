@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve
 from tests.fakes.telegram_api.files import Content, Cut, Download, chunks, stream
 from tests.fakes.telegram_api.wire import (
     MAX_TEXT,
@@ -77,19 +77,12 @@ class FakeTelegram:
 
     async def start(self) -> None:
         """Listen on a free port, or on the same port again after stop()."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.port or 0))
-        self.port = sock.getsockname()[1]
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._api)
         app.router.add_get("/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        # stop() drops open connections (a held long poll too) almost at once, as an outage does;
-        # a timeout of 0 would mean "wait for every handler to finish"
-        self._runner = web.AppRunner(app, shutdown_timeout=0.01, access_log=None)
-        await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        # stop() drops open connections (a held long poll too) almost at once, as an outage does
+        self._runner, self.port = await serve(app, self.port)
 
     async def stop(self) -> None:
         """Go away: close the port and every open connection. State is kept for start()."""
