@@ -41,13 +41,13 @@ class ServerCount:
         if not isinstance(count, int) or isinstance(count, bool):
             return self._unavailable('its answer has no "count"')
         if self.available is None:
-            log.info("token counts come from %s/tokenize", self.client.root)
+            log.info("token counts come from %s/tokenize", self.client.shown_root)
         self.available = True
         return count
 
     def _unavailable(self, why: str) -> None:
         log.info("%s/tokenize does not count chat messages (%s): counting otherwise",
-                 self.client.root, why)
+                 self.client.shown_root, why)
         self.available = False
         return None
 

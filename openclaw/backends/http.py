@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 import aiohttp
+import yarl
 
 from openclaw.agent.model import ModelUnavailable
 
@@ -25,20 +26,41 @@ ERROR_BODY_CHARS = 500  # of an error answer, in a message
 
 class ServerRefused(RuntimeError):
     """The server answered the request with an error of the request's own (a 4xx other than 429):
-    a wrong model name, a refused key, a prompt over the context."""
+    a wrong model name, a refused key, a prompt over the context. `param`: the request's field at
+    fault, where the server names it so (OpenAI's error.param)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
-        self.status = status
+        self.status, self.message, self.param = status, message, param
+
+
+def shown(url: str) -> str:
+    """The URL as messages and /status show it: a password or token in it (user:secret@, ?key=)
+    is a credential, and messages reach logs and chats."""
+    parsed = yarl.URL(url)
+    userinfo = parsed.raw_user is not None or parsed.raw_password is not None
+    if not userinfo and not parsed.raw_query_string:
+        return url
+    bare = str(parsed.with_user(None).with_query(None))
+    return (bare.replace("://", "://***@", 1) if userinfo else bare) + (
+        "?***" if parsed.raw_query_string else "")
 
 
 class Client:
-    """One aiohttp session to the server, with the API key on every request."""
+    """One aiohttp session to the server, with the API key on every request. Its messages never
+    hold the key or a credential in the URL, even where the server echoes one."""
 
-    def __init__(self, url: str, api_key: str | None, *, connect_timeout: float, retries: int) -> None:
+    def __init__(self, url: str, api_key: str | None, *, connect_timeout: float, retries: int,
+                 stopping: asyncio.Event | None = None) -> None:
         self.url = url  # the API's base, ".../v1"
         self.root = url[:-3] if url.endswith("/v1") else url  # vLLM's /tokenize lives here
+        self.shown, self.shown_root = shown(url), shown(self.root)
         self.retries = retries
+        # Set when the daemon stops: no more waits between tries (the turn keeps the message).
+        self.stopping = stopping
+        parsed = yarl.URL(url)
+        self.secrets = sorted({s for s in (api_key, parsed.raw_password, parsed.password,
+                                           parsed.raw_query_string) if s}, key=len, reverse=True)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # No total timeout: a long answer is fine; the stream's own deadlines bound the waits.
         timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout,
@@ -48,13 +70,20 @@ class Client:
     async def close(self) -> None:
         await self.session.close()
 
+    def scrub(self, text: str) -> str:
+        """`text` with the key and the URL's credentials masked."""
+        text = text.replace(self.url, self.shown)
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
     async def request(self, method: str, url: str, body: dict[str, Any] | None = None, *,
                       wait: float, headers: dict[str, str] | None = None,
                       retries: int | None = None) -> aiohttp.ClientResponse:
         """The server's answer (a 2xx, its body unread: the caller closes it), after retrying
         connection errors, 5xx and 429 with backoff. `wait`: seconds for its status line.
-        ModelUnavailable when the retries run out or the wait does; ServerRefused for any other
-        error status."""
+        ModelUnavailable when the retries run out, the wait does, or the daemon stops between
+        tries; ServerRefused for any other error status."""
         retries = self.retries if retries is None else retries
         for attempt in range(retries + 1):
             retry_after = None
@@ -62,25 +91,38 @@ class Client:
                 async with asyncio.timeout(wait):
                     answer = await self.session.request(method, url, json=body, headers=headers)
             except aiohttp.ClientError as exc:  # refused, reset, DNS, TLS, connect timeout
-                why = describe(exc)
+                why = self.scrub(describe(exc))
             except TimeoutError:  # connected, but silent: asking again would queue it twice
-                raise ModelUnavailable(f"{self.url}: no answer in {wait:g} s") from None
+                raise ModelUnavailable(f"{self.shown}: no answer in {wait:g} s") from None
             else:
                 if answer.status < 400:
                     return answer
-                message = await error_message(answer)
+                message, param = await error_message(answer)
+                message = self.scrub(message)
                 if answer.status != 429 and answer.status < 500:
-                    raise ServerRefused(answer.status, message)
+                    raise ServerRefused(answer.status, message, param)
                 why = f"HTTP {answer.status}: {message}"
                 retry_after = _seconds(answer.headers.get("Retry-After"))
             if attempt == retries:
-                raise ModelUnavailable(f"{self.url}: {why}")
+                raise ModelUnavailable(f"{self.shown}: {why}")
             delay = min(BACKOFF_S * 2 ** attempt, BACKOFF_MAX_S)
             if retry_after is not None:
                 delay = max(delay, min(retry_after, RETRY_AFTER_MAX_S))
-            log.debug("%s %s: %s; trying again in %.1f s", method, url, why, delay)
-            await asyncio.sleep(delay)
+            log.debug("%s %s: %s; trying again in %.1f s", method, self.scrub(url), why, delay)
+            if await self.stopped_within(delay):
+                raise ModelUnavailable(f"{self.shown}: {why} (not tried again: stopping)")
         raise AssertionError("unreachable")
+
+    async def stopped_within(self, delay: float) -> bool:
+        """Wait `delay` seconds, less if the daemon starts stopping meanwhile; whether it did."""
+        if self.stopping is None:
+            await asyncio.sleep(delay)
+            return False
+        try:
+            await asyncio.wait_for(self.stopping.wait(), delay)
+        except TimeoutError:
+            return False
+        return True
 
     async def get_json(self, path: str, *, wait: float, retries: int | None = None) -> Any:
         answer = await self.request("GET", f"{self.url}{path}", wait=wait, retries=retries)
@@ -97,18 +139,19 @@ async def read_json(answer: aiohttp.ClientResponse, wait: float) -> Any:
         async with asyncio.timeout(wait):
             return await answer.json(content_type=None)
     except TimeoutError:
-        raise ModelUnavailable(f"{answer.url}: the answer stalled for {wait:g} s") from None
+        raise ModelUnavailable(f"{shown(str(answer.url))}: the answer stalled for {wait:g} s") from None
     except aiohttp.ClientError as exc:
-        raise ModelUnavailable(f"{answer.url}: {describe(exc)}") from None
+        raise ModelUnavailable(f"{shown(str(answer.url))}: {describe(exc)}") from None
     except ValueError as exc:
         raise ServerRefused(answer.status, f"not JSON ({exc})") from None
     finally:
         answer.release()
 
 
-async def error_message(answer: aiohttp.ClientResponse) -> str:
-    """The server's word on an error status: OpenAI's {"error": {"message"}}, vLLM's older
-    {"message"}, or the start of the body."""
+async def error_message(answer: aiohttp.ClientResponse) -> tuple[str, str | None]:
+    """The server's word on an error status, and the request's field it names as at fault:
+    OpenAI's {"error": {"message", "param"}}, vLLM's older {"message"}, or the start of the body
+    (FastAPI's 422 {"detail": [...]} among them)."""
     try:
         async with asyncio.timeout(5):
             text = (await answer.read()).decode("utf-8", "replace")
@@ -119,11 +162,12 @@ async def error_message(answer: aiohttp.ClientResponse) -> str:
     try:
         body = json.loads(text)
     except ValueError:
-        return text.strip()[:ERROR_BODY_CHARS] or (answer.reason or "no message")
+        return text.strip()[:ERROR_BODY_CHARS] or (answer.reason or "no message"), None
     error = body.get("error") if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else (
         error if isinstance(error, str) else body.get("message") if isinstance(body, dict) else None)
-    return str(message or text)[:ERROR_BODY_CHARS]
+    param = error.get("param") if isinstance(error, dict) else None
+    return str(message or text)[:ERROR_BODY_CHARS], param if isinstance(param, str) else None
 
 
 def describe(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ import aiohttp
 
 from engine import SamplingParams
 from openclaw.agent.model import ModelOutput, ModelUnavailable
-from openclaw.backends import server_stats
+from openclaw.backends import optional_fields, server_stats
 from openclaw.backends.counting import LocalCount, ServerCount, UsageEstimate
 from openclaw.backends.http import Client, ServerRefused, describe
 from openclaw.backends.stream import Completion, Deadline, events
@@ -30,18 +30,20 @@ START_LOG_EVERY_S = 60.0
 class OpenAIBackend:
     """One server, one model. Build it with `await OpenAIBackend.open(config)`."""
 
-    def __init__(self, config: OpenAIEngineConfig) -> None:
+    def __init__(self, config: OpenAIEngineConfig, stopping: asyncio.Event | None = None) -> None:
         self.config = config
         self.model = config.model  # the server's name for it; found at open when unset
         self.max_model_len = config.context_length or 0  # known at open
         self.client = Client(config.url, config.api_key.get() if config.api_key else None,
-                             connect_timeout=config.connect_timeout, retries=config.retries)
+                             connect_timeout=config.connect_timeout, retries=config.retries,
+                             stopping=stopping)
         self.server_count = ServerCount(self.client, self.model, config.first_token_timeout)
         self.local_count: LocalCount | None = None
         self.estimate = UsageEstimate()
         self._ids = itertools.count()
-        self._running: dict[str, aiohttp.ClientResponse] = {}
+        self._running: dict[str, aiohttp.ClientResponse | None] = {}  # None: not answered yet
         self._aborted: set[str] = set()
+        self.refused_fields: set[str] = set()  # what this server does not take (optional_fields)
         self._counters = {"generated_tokens": 0, "prompt_tokens": 0, "prefix_cache_hits": 0,
                           "requests": 0, "requests_unavailable": 0}
         self.server_load: dict[str, float] = {}  # what the server's /metrics states
@@ -55,11 +57,11 @@ class OpenAIBackend:
         is set (then ModelUnavailable). ValueError for what the config must fix: a model the
         server does not serve, a context length no one states, a tokenizer folder that is not
         one."""
-        backend = cls(config)
+        backend = cls(config, stopping)
         try:
             if config.tokenizer is not None:
                 backend.local_count = await asyncio.to_thread(LocalCount, config.tokenizer)
-            await backend._discover(stopping)
+            await backend._discover()
         except BaseException:
             await backend.close()
             raise
@@ -67,7 +69,7 @@ class OpenAIBackend:
             server_stats.follow(backend.client, backend.server_load), name="model server's load")
         return backend
 
-    async def _discover(self, stopping: asyncio.Event | None) -> None:
+    async def _discover(self) -> None:
         cfg = self.config
         waited, said = 0, -START_LOG_EVERY_S
         loop = asyncio.get_running_loop()
@@ -78,7 +80,8 @@ class OpenAIBackend:
                                                      retries=0)
                 break
             except ServerRefused as exc:  # a wrong URL or key: waiting would not help
-                raise ValueError(f"{cfg.url}/models answered {exc}: check url and api_key") from None
+                raise ValueError(f"{self.client.shown}/models answered {exc}: check url and "
+                                 "api_key") from None
             except ModelUnavailable as exc:
                 if self.model and cfg.context_length:  # all it needs is known: turns wait instead
                     log.warning("the model's server is not reachable now (%s); each message "
@@ -91,43 +94,37 @@ class OpenAIBackend:
                                 exc)
             delay = min(2.0 ** waited, START_RETRY_MAX_S)
             waited += 1
-            if stopping is None:
-                await asyncio.sleep(delay)
-            else:
-                try:
-                    await asyncio.wait_for(stopping.wait(), delay)
-                    raise ModelUnavailable(f"stopped after waiting {loop.time() - started:.0f} s "
-                                           f"for {cfg.url}")
-                except TimeoutError:
-                    pass
+            if await self.client.stopped_within(delay):
+                raise ModelUnavailable(f"stopped after waiting {loop.time() - started:.0f} s "
+                                       f"for {self.client.shown}")
         self.choose_model(listing)
 
     def choose_model(self, listing: Any) -> None:
         """The model and its context length from a /v1/models answer."""
-        cfg = self.config
+        cfg, where = self.config, self.client.shown
         entries = [e for e in (listing.get("data") if isinstance(listing, dict) else None) or []
                    if isinstance(e, dict) and isinstance(e.get("id"), str)]
         names = [e["id"] for e in entries]
         if self.model is None:
             if len(names) != 1:
-                raise ValueError(f"model is unset and {cfg.url} serves "
+                raise ValueError(f"model is unset and {where} serves "
                                  f"{', '.join(names) if names else 'no model'}: set model to "
                                  "the one to use")
             self.model = self.server_count.model = names[0]
         entry = next((e for e in entries if e["id"] in (self.model, f"{self.model}:latest")), None)
         if entry is None:
-            raise ValueError(f'model "{self.model}" is not served by {cfg.url}, which serves '
+            raise ValueError(f'model "{self.model}" is not served by {where}, which serves '
                              f"{', '.join(names) if names else 'no model'}")
         stated = entry.get("max_model_len")
         stated = stated if isinstance(stated, int) and stated > 0 else None
         if cfg.context_length is None and stated is None:
-            raise ValueError(f"{cfg.url} does not state the context length of {self.model} (no "
+            raise ValueError(f"{where} does not state the context length of {self.model} (no "
                              "max_model_len in /v1/models): set context_length")
         if cfg.context_length and stated and cfg.context_length > stated:
             log.warning("engine.context_length is %d, but %s serves %s with %d", cfg.context_length,
-                        cfg.url, self.model, stated)
+                        where, self.model, stated)
         self.max_model_len = cfg.context_length or stated
-        log.info("the model is %s on %s (context %d tokens)", self.model, cfg.url,
+        log.info("the model is %s on %s (context %d tokens)", self.model, where,
                  self.max_model_len)
 
     async def close(self) -> None:
@@ -152,18 +149,19 @@ class OpenAIBackend:
                        ) -> AsyncIterator[ModelOutput]:
         """Stream the answer. `priority` is the local engine's alone: not sent. Cancelling (or
         leaving the loop) closes the connection, which is how a server hears of an abort."""
-        cfg = self.config
+        cfg, where = self.config, self.client.shown
         rid = request_id or f"req-{next(self._ids)}"
         body = self.chat_body(prompt, params or SamplingParams(), tools, cache_salt)
         self._counters["requests"] += 1
         completion = Completion()
         prompt_tokens = self.estimate.count(prompt, tools)  # until the usage says
         answer = deadline = None
+        self._running[rid] = None  # from now on, an abort() is heard
         try:
-            answer = await self.client.request(
-                "POST", f"{self.client.url}/chat/completions", body, headers={"X-Request-Id": rid},
-                wait=cfg.first_token_timeout)
+            answer = await self._post_chat(body, rid)
             self._running[rid] = answer
+            if rid in self._aborted:  # aborted while the request waited for its answer
+                answer.close()
             # From the answer's start (most servers start it at once, then stream the tokens).
             deadline = Deadline(cfg.first_token_timeout, cfg.idle_timeout)
             async for chunk in events(answer, deadline):
@@ -175,31 +173,58 @@ class OpenAIBackend:
         except TimeoutError:
             self._counters["requests_unavailable"] += 1
             raise ModelUnavailable(
-                f"{cfg.url} sent nothing for {cfg.idle_timeout:g} s in the middle of an answer"
+                f"{where} sent nothing for {cfg.idle_timeout:g} s in the middle of an answer"
                 if deadline is not None and deadline.started else
-                f"{cfg.url} sent no first token in {cfg.first_token_timeout:g} s") from None
+                f"{where} sent no first token in {cfg.first_token_timeout:g} s") from None
         except aiohttp.ClientError as exc:
-            if rid in self._aborted:
-                completion.finish_reason = "abort"
-            else:
+            if rid not in self._aborted:
                 self._counters["requests_unavailable"] += 1
-                raise ModelUnavailable(f"{cfg.url}: the answer broke off: {describe(exc)}") from None
+                raise ModelUnavailable(f"{where}: the answer broke off: "
+                                       f"{self.client.scrub(describe(exc))}") from None
         except ModelUnavailable:
             self._counters["requests_unavailable"] += 1
             raise
         finally:
             self._running.pop(rid, None)
+            aborted = rid in self._aborted
             self._aborted.discard(rid)
             if answer is not None:
                 answer.close()  # not back to the pool: a cut stream's connection is spent
-        if not completion.ended:
-            raise ModelUnavailable(f"{cfg.url}: the answer ended before it was complete")
+        if aborted:  # however the closed stream ended: an error, or an end read first
+            completion.finish_reason = "abort"
+        elif not completion.ended:
+            raise ModelUnavailable(f"{where}: the answer ended before it was complete")
         prompt_tokens, completion_tokens = self._account(prompt, tools, completion, prompt_tokens)
         calls = completion.calls_text()
         completion.text += calls
         yield ModelOutput(calls, completion.text, prompt_tokens, completion_tokens, finished=True,
-                          finish_reason="abort" if completion.finish_reason == "abort"
-                          else completion.reason)
+                          finish_reason="abort" if aborted else completion.reason)
+
+    async def _post_chat(self, body: dict[str, Any], rid: str) -> aiohttp.ClientResponse:
+        """The streamed answer's start. A refusal naming fields a request can do without
+        (optional_fields) has the request sent again without them, once per field; those the
+        server then took it without are not sent to this server again (said once)."""
+        dropped: dict[str, ServerRefused] = {}
+        while True:
+            try:
+                answer = await self.client.request(
+                    "POST", f"{self.client.url}/chat/completions", body,
+                    headers={"X-Request-Id": rid}, wait=self.config.first_token_timeout)
+            except ServerRefused as exc:
+                fields = [f for f in optional_fields.named(exc, body) if f not in dropped]
+                if not fields:
+                    raise
+                dropped.update(dict.fromkeys(fields, exc))
+                body = optional_fields.without(body, fields)
+                continue
+            for field, exc in dropped.items():
+                if field not in self.refused_fields:
+                    self.refused_fields.add(field)
+                    log.warning("%s refuses the request field %s (%s): not sent to it again%s",
+                                self.client.shown, field, exc,
+                                f"; {optional_fields.COST[field]}" if field in optional_fields.COST
+                                else "")
+            return answer
 
     def chat_body(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
                   cache_salt: str | None) -> dict[str, Any]:
@@ -222,7 +247,7 @@ class OpenAIBackend:
         body.update({key: value for key, value in extras.items() if value not in (None, [])})
         if cache_salt:
             body["user"] = body["cache_salt"] = cache_salt
-        return body
+        return optional_fields.without(body, self.refused_fields)
 
     def _account(self, prompt: list[dict], tools: list[dict] | None, completion: Completion,
                  estimated: int) -> tuple[int, int]:
@@ -243,17 +268,18 @@ class OpenAIBackend:
         return prompt_tokens, completion_tokens
 
     async def abort(self, request_id: str) -> None:
-        answer = self._running.get(request_id)
-        if answer is not None:
+        if request_id in self._running:
             self._aborted.add(request_id)
-            answer.close()
+            answer = self._running[request_id]
+            if answer is not None:  # else closed as soon as it comes
+                answer.close()
 
     def stats(self) -> dict[str, Any]:
         """The server's load as its /metrics states it (else this daemon's requests running, and
         no KV share known), and the tokens its usage reports (with the prompt tokens it served
         from its prefix cache, where it says)."""
         c, load = self._counters, self.server_load
-        return {"model": self.model, "device": self.config.url, "backend": "openai",
+        return {"model": self.model, "device": self.client.shown, "backend": "openai",
                 "num_running": int(load.get("num_running", len(self._running))),
                 "num_waiting": int(load.get("num_waiting", 0)),
                 "kv_usage": load.get("kv_usage", 0.0),

@@ -36,7 +36,7 @@ async def check_server(config: OpenAIEngineConfig, tool_probe: bool = True) -> l
 
 
 async def _checks(backend: OpenAIBackend, config: OpenAIEngineConfig, tool_probe: bool) -> list[Check]:
-    url = config.url
+    url = backend.client.shown
     try:
         listing = await backend.client.get_json("/models", wait=PROBE_WAIT_S, retries=0)
     except ModelUnavailable as exc:
@@ -65,7 +65,7 @@ async def _counting(backend: OpenAIBackend, config: OpenAIEngineConfig) -> Check
     try:
         await backend.count_chat([{"role": "user", "content": "hello"}])
     except (ModelUnavailable, ServerRefused) as exc:
-        return False, f"token counts: {config.url} failed to count: {exc}", "check the server"
+        return False, f"token counts: {backend.client.shown} failed to count: {exc}", "check the server"
     except (OSError, ValueError) as exc:  # the tokenizer folder
         return False, f"token counts: {exc}", "fix engine.tokenizer (a Hugging Face folder)"
     if backend.server_count.available:

@@ -15,11 +15,14 @@ from openclaw.backends.http import Client, ServerRefused
 log = logging.getLogger(__name__)
 
 POLL_S = 15.0
-# Our stats key -> the server's metric names, first found wins.
-NAMES = {"num_running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-         "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+# Our stats key -> the server's metric names (vLLM's, SGLang's, `openclaw serve`'s), first
+# found wins.
+NAMES = {"num_running": ("vllm:num_requests_running", "sglang:num_running_reqs",
+                         "openclaw_engine_running"),
+         "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                         "openclaw_engine_waiting"),
          "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                      "sglang:token_usage")}
+                      "sglang:token_usage", "openclaw_kv_cache_usage")}
 
 
 def parse(text: str) -> dict[str, float]:
@@ -50,13 +53,13 @@ async def follow(client: Client, load: dict[str, float]) -> None:
                 answer.release()
             found = parse(text)
         except (ServerRefused, ValueError) as exc:
-            log.debug("%s/metrics states no load (%s): not asked again", client.root, exc)
+            log.debug("%s/metrics states no load (%s): not asked again", client.shown_root, exc)
             return
         except (ModelUnavailable, aiohttp.ClientError, TimeoutError) as exc:  # away for now
-            log.debug("%s/metrics: %s", client.root, exc)
+            log.debug("%s/metrics: %s", client.shown_root, exc)
             found = None
         if found == {} and not load:
-            log.debug("%s/metrics states no load this daemon knows: not asked again", client.root)
+            log.debug("%s/metrics states no load this daemon knows: not asked again", client.shown_root)
             return
         if found is not None:
             load.clear()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 
 from engine.chat import ChatFormatter
 from engine.tokenizer import Tokenizer
 from openclaw.agent.loop import APOLOGY
+from openclaw.backends import http
 from openclaw.config import ConfigError
 from openclaw.gateway import turn
 from openclaw.gateway.turn import MODEL_AWAY
@@ -216,4 +218,40 @@ async def test_without_tokenize_the_local_tokenizer_counts(tmp_path, fake):
     exact = ChatFormatter(Tokenizer.from_hf_folder(folder)).encode(
         [{"role": "user", "content": "count me"}])
     assert user.token_count == len(exact)
+    await daemon.stop()
+
+
+async def test_the_daemon_works_against_a_strict_server(tmp_path, fake, caplog):
+    """OpenAI's own API: no /tokenize, no max_model_len, and a 400 for vLLM's cache_salt."""
+    fake.strict, fake.tokenize, fake.max_model_len = "openai", False, None
+    fake.reply = lambda body: f"re: {last_user(body)}"
+    caplog.set_level(logging.WARNING, "openclaw.backends.openai")
+    daemon, conn = await started(tmp_path, None, on(fake, "context_length = 4096"))
+    assert await say(daemon, conn, "first") == "re: first"
+    assert await say(daemon, conn, "second") == "re: second"
+    assert conn.texts() == ["re: first", "re: second"]
+    assert len(fake.refused) == 1 and "cache_salt" in fake.refused[0]
+    assert all("cache_salt" not in c and c["user"] == "terminal:local" for c in fake.chats)
+    assert len([r for r in caplog.records if "refuses the request field cache_salt"
+                in r.getMessage()]) == 1
+    await daemon.stop()
+
+
+async def test_a_daemon_stopping_while_a_request_waits_between_tries_stops_at_once(
+        tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(http, "BACKOFF_S", 30.0)  # the client's own retries, before the turn's
+    fake.reply = lambda body: f"re: {last_user(body)}"
+    daemon, conn = await started(tmp_path, None, on(fake, "retries = 3"))
+    assert await say(daemon, conn, "first") == "re: first"
+    await fake.stop()
+    await conn.handler(msg("second"))
+    await asyncio.sleep(0.5)  # refused once; now waiting 30 s before the next try
+    daemon.request_stop()  # as SIGTERM does
+    await asyncio.wait_for(daemon.stop(), 5)
+    # The user heard the message waits; it does, for the next start.
+    assert len(conn.texts()) == 2 and conn.texts()[1].startswith(MODEL_AWAY)
+    await fake.start()
+    daemon, conn = await started(tmp_path, None, on(fake))
+    await asyncio.wait_for(daemon.gateway.wait_idle(), 10)
+    assert conn.texts() == ["re: second"]
     await daemon.stop()

@@ -137,6 +137,21 @@ async def test_abort_ends_the_stream_with_finish_reason_abort(fake):
     await backend.close()
 
 
+async def test_an_abort_while_the_request_waits_between_tries_ends_it_when_answered(fake,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(http, "BACKOFF_S", 0.3)
+    fake.reply = replies(Reply(status=503), Reply("word " * 200, delay=0.02))
+    backend = await opened(fake)
+    call = asyncio.create_task(answer(backend, request_id="r1"))
+    await until(lambda: len(fake.chats) == 1)  # refused once: waiting to try again
+    await backend.abort("r1")
+    outs = await asyncio.wait_for(call, 5)
+    assert [o.finish_reason for o in outs] == ["abort"] and outs[-1].text == ""
+    await until(lambda: fake.disconnects == [1])
+    assert backend.stats()["num_running"] == 0
+    await backend.close()
+
+
 # ---- timeouts, retries, failures --------------------------------------------------------------
 
 
@@ -197,6 +212,20 @@ async def test_a_refused_connection_is_retried_until_the_server_is_back(fake, mo
     await backend.close()
 
 
+async def test_a_daemon_stopping_ends_the_waits_between_tries(fake, monkeypatch):
+    monkeypatch.setattr(http, "BACKOFF_S", 30.0)
+    stopping = asyncio.Event()
+    backend = await OpenAIBackend.open(settings(fake, retries=3), stopping)
+    fake.reply = lambda body: Reply(status=503, error="overloaded")
+    call = asyncio.create_task(answer(backend))
+    await until(lambda: len(fake.chats) == 1)
+    stopping.set()
+    with pytest.raises(ModelUnavailable, match="HTTP 503: overloaded .not tried again: stopping"):
+        await asyncio.wait_for(call, 2)
+    assert len(fake.chats) == 1
+    await backend.close()
+
+
 async def test_a_server_gone_mid_answer_is_unavailable(fake):
     fake.reply = lambda body: Reply("word " * 50, cut_after=3)
     backend = await opened(fake)
@@ -215,7 +244,8 @@ async def test_an_error_the_server_sends_inside_the_stream_is_an_error(fake):
 
 async def test_a_refused_key_is_for_the_config_to_fix(fake):
     fake.api_key = "right"
-    with pytest.raises(ValueError, match="answered HTTP 401: invalid API key: check url and api_key"):
+    with pytest.raises(ValueError, match=r"answered HTTP 401: Incorrect API key provided: \*\*\*\.: "
+                                         "check url and api_key"):
         await opened(fake, api_key=Secret("wrong"))
 
 

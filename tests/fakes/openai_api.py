@@ -15,7 +15,15 @@ Scripted per test: `reply` maps each chat request's body to a `Reply` (or a stri
 `content` the way Ollama answers), wait before its first token or between chunks, answer an
 error status, break the connection or go silent after some chunks. `stop()` and `start()` on the
 same port make the server go away and come back. It records each request (`chats`, `counts`,
-their headers) and each stream the client closed before its end (`disconnects`)."""
+their headers), each it refused (`refused`) and each stream the client closed before its end
+(`disconnects`).
+
+`strict` makes it refuse a chat request with a field OpenAI's own API does not know (vLLM's
+`cache_salt`, `top_k`...), in one of the shapes strict servers answer: "openai" (400, the fields
+listed in the message, as OpenAI's API and Azure's say), "param" (400 naming the first in
+`param`, OpenAI's newer shape) or "fastapi" (422 with pydantic's `detail`, as FastAPI servers
+with extra="forbid" say). `unsupported` names fields refused as OpenAI's reasoning models refuse
+`max_tokens`."""
 
 from __future__ import annotations
 
@@ -30,6 +38,14 @@ from aiohttp import web
 from tests.fakes.loopback import serve
 
 MODEL = "fake-model"
+# The fields of a chat request OpenAI's own API takes; a strict fake refuses any other.
+OPENAI_FIELDS = frozenset({
+    "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias",
+    "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
+    "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop",
+    "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
+    "top_p", "user", "verbosity", "web_search_options"})
 
 
 @dataclass
@@ -76,6 +92,9 @@ class FakeOpenAI:
                  api_key: str | None = None) -> None:
         self.model, self.max_model_len, self.api_key = model, max_model_len, api_key
         self.tokenize = True
+        self.strict: str | None = None  # "openai", "param" or "fastapi": see the module's doc
+        self.unsupported: set[str] = set()
+        self.refused: list[dict] = []  # chat requests refused for their fields
         self.metrics: str | None = None  # the Prometheus text of /metrics; None: 404
         self.reply: Callable[[dict], Reply | str] = lambda body: "hello from the fake"
         self.chats: list[dict] = []  # every chat request's body, in order
@@ -109,8 +128,11 @@ class FakeOpenAI:
     # ---- the API --------------------------------------------------------------------------
 
     def _refused(self, request: web.Request) -> web.Response | None:
-        if self.api_key and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return error(401, "invalid API key", "authentication_error")
+        given = request.headers.get("Authorization", "")
+        if self.api_key and given != f"Bearer {self.api_key}":
+            # The key given, whole: some servers echo it (OpenAI masks all but its end).
+            return error(401, f"Incorrect API key provided: {given.removeprefix('Bearer ')}.",
+                         "authentication_error")
         return None
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -145,6 +167,9 @@ class FakeOpenAI:
         if body.get("model") != self.model:
             return error(404, f"The model `{body.get('model')}` does not exist.",
                          "NotFoundError", param="model")
+        if refused := self._refuse_fields(body):
+            self.refused.append(body)
+            return refused
         index = len(self.chats)
         self.chats.append(body)
         self.chat_headers.append({k.title(): v for k, v in request.headers.items()})
@@ -166,6 +191,27 @@ class FakeOpenAI:
         except _Ended:
             pass
         return answer
+
+
+    def _refuse_fields(self, body: dict) -> web.Response | None:
+        unsupported = sorted(self.unsupported & body.keys())
+        if unsupported:
+            name = unsupported[0]
+            return error(400, f"Unsupported parameter: '{name}' is not supported with this model.",
+                         "invalid_request_error", param=name, code="unsupported_parameter")
+        unknown = sorted(body.keys() - OPENAI_FIELDS) if self.strict else []
+        if not unknown:
+            return None
+        if self.strict == "fastapi":
+            return web.json_response({"detail": [
+                {"type": "extra_forbidden", "loc": ["body", name], "msg": "Extra inputs are not "
+                 "permitted", "input": body[name]} for name in unknown]}, status=422)
+        if self.strict == "param":
+            return error(400, f"Unknown parameter: '{unknown[0]}'.", "invalid_request_error",
+                         param=unknown[0], code="unknown_parameter")
+        plural = "s" if len(unknown) > 1 else ""
+        return error(400, f"Unrecognized request argument{plural} supplied: {', '.join(unknown)}",
+                     "invalid_request_error", code=None)
 
 
 class _ClientLeft(Exception):
@@ -249,7 +295,11 @@ class _Stream:
         await self.send("[DONE]")
 
 
+_STATUS = object()  # the code is the status, as vLLM sends it
+
+
 def error(status: int, message: str, kind: str, *, param: str | None = None,
-          headers: dict[str, str] | None = None) -> web.Response:
+          headers: dict[str, str] | None = None, code: object = _STATUS) -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "param": param,
-                                         "code": status}}, status=status, headers=headers)
+                                         "code": status if code is _STATUS else code}},
+                             status=status, headers=headers)
