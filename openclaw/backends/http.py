@@ -177,6 +177,8 @@ def describe(exc: BaseException) -> str:
         return f"cannot connect to {exc.host}:{exc.port}: {reason}"
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):  # aiohttp's words name the HTTP framing
+        return "the server closed the connection before the answer's end"
     return str(exc) or type(exc).__name__
 
 
