@@ -17,7 +17,7 @@ from openclaw import systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
-from openclaw.backends import Backend, open_backend
+from openclaw.backends import Backend, open_backend, shown_url
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
@@ -162,7 +162,7 @@ class Daemon:
         cfg = self.config
         local = isinstance(cfg.engine, EngineConfig)
         log.info("loading the model (%s)", (cfg.engine.model or "embedded SmolLM2-135M-Instruct")
-                 if local else f"{cfg.engine.model or 'the one served'} on {cfg.engine.url}")
+                 if local else f"{cfg.engine.model or 'the one served'} on {shown_url(cfg.engine.url)}")
         try:
             return await open_backend(cfg.engine, self._stop)
         except ModelUnavailable:

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from engine.config import EngineConfig
 from openclaw.agent.model import ChatModel
+from openclaw.backends.http import shown_url
 from openclaw.config import EngineSection
 
 
@@ -31,4 +32,4 @@ async def open_backend(config: EngineSection, stopping: asyncio.Event | None = N
     return await OpenAIBackend.open(config, stopping)
 
 
-__all__ = ["Backend", "open_backend"]
+__all__ = ["Backend", "open_backend", "shown_url"]

@@ -34,7 +34,7 @@ class ServerRefused(RuntimeError):
         self.status, self.message, self.param = status, message, param
 
 
-def shown(url: str) -> str:
+def shown_url(url: str) -> str:
     """The URL as messages and /status show it: a password or token in it (user:secret@, ?key=)
     is a credential, and messages reach logs and chats."""
     parsed = yarl.URL(url)
@@ -54,11 +54,14 @@ class Client:
                  stopping: asyncio.Event | None = None) -> None:
         self.url = url  # the API's base, ".../v1"
         self.root = url[:-3] if url.endswith("/v1") else url  # vLLM's /tokenize lives here
-        self.shown, self.shown_root = shown(url), shown(self.root)
+        self.shown, self.shown_root = shown_url(url), shown_url(self.root)
         self.retries = retries
         # Set when the daemon stops: no more waits between tries (the turn keeps the message).
         self.stopping = stopping
         parsed = yarl.URL(url)
+        if api_key and (parsed.raw_user is not None or parsed.raw_password is not None):
+            raise ValueError("url holds a user and password, and api_key is set: each would be "
+                             "the Authorization header; keep one")
         self.secrets = sorted({s for s in (api_key, parsed.raw_password, parsed.password,
                                            parsed.raw_query_string) if s}, key=len, reverse=True)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -72,7 +75,7 @@ class Client:
 
     def scrub(self, text: str) -> str:
         """`text` with the key and the URL's credentials masked."""
-        text = text.replace(self.url, self.shown)
+        text = text.replace(self.url, self.shown).replace(self.root, self.shown_root)
         for secret in self.secrets:
             text = text.replace(secret, "***")
         return text
@@ -139,9 +142,10 @@ async def read_json(answer: aiohttp.ClientResponse, wait: float) -> Any:
         async with asyncio.timeout(wait):
             return await answer.json(content_type=None)
     except TimeoutError:
-        raise ModelUnavailable(f"{shown(str(answer.url))}: the answer stalled for {wait:g} s") from None
+        raise ModelUnavailable(f"{shown_url(str(answer.url))}: the answer stalled for {wait:g} s"
+                               ) from None
     except aiohttp.ClientError as exc:
-        raise ModelUnavailable(f"{shown(str(answer.url))}: {describe(exc)}") from None
+        raise ModelUnavailable(f"{shown_url(str(answer.url))}: {describe(exc)}") from None
     except ValueError as exc:
         raise ServerRefused(answer.status, f"not JSON ({exc})") from None
     finally:

@@ -28,7 +28,10 @@ TOOLS_FIX = ("serve the model with tool calls on (vLLM: --enable-auto-tool-choic
 
 async def check_server(config: OpenAIEngineConfig, tool_probe: bool = True) -> list[Check]:
     """The checks, stopping at the first that fails (the next ones need it)."""
-    backend = OpenAIBackend(config)
+    try:
+        backend = OpenAIBackend(config)
+    except ValueError as exc:
+        return [(False, f"model server: {exc}", "fix engine.url or engine.api_key")]
     try:
         return await _checks(backend, config, tool_probe)
     finally:

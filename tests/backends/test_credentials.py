@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import aclosing
 
@@ -10,11 +11,15 @@ import pytest
 
 from engine import SamplingParams
 from openclaw.agent.model import ModelUnavailable
-from openclaw.backends.http import shown
+from openclaw.backends import shown_url
 from openclaw.backends.openai import OpenAIBackend
 from openclaw.backends.probe import check_server
 from openclaw.config import OpenAIEngineConfig, Secret
+from openclaw.gateway import turn
+from openclaw.gateway.turn import MODEL_AWAY
 from tests.fakes.openai_api import MODEL
+from tests.helpers.daemon import msg, say, started
+from tests.helpers.waiting import until
 
 KEY = "sk-test-5ecret-4242"
 PASSWORD = "pa55-w0rd-77"
@@ -57,4 +62,32 @@ async def test_a_password_in_the_url_is_not_shown(fake, caplog):
     ("https://host/v1?key=secret", "https://host/v1?***"),
 ])
 def test_how_a_url_is_shown(url, expected):
-    assert shown(url) == expected
+    assert shown_url(url) == expected
+
+
+async def test_the_daemon_says_nothing_of_them_in_its_log_status_or_messages(tmp_path, fake, caplog,
+                                                                            monkeypatch):
+    monkeypatch.setattr(turn, "MODEL_RETRY_S", 0.05)
+    caplog.set_level(logging.DEBUG)
+    url = fake.url.replace("http://", f"http://bob:{PASSWORD}@")
+    daemon, conn = await started(tmp_path, None, f'[engine]\nbackend = "openai"\nurl = "{url}"\n'
+                                                 f'model = "{MODEL}"\n')
+    assert await say(daemon, conn, "hi") == "hello from the fake"
+    assert (await say(daemon, conn, "/status")).startswith("Model: fake-model on http://***@")
+    await fake.stop()
+    await conn.handler(msg("again"))
+    await until(lambda: len(conn.texts()) == 3)
+    assert conn.texts()[2].startswith(MODEL_AWAY) and "cannot connect" in conn.texts()[2]
+    await asyncio.wait_for(daemon.stop(), 5)
+    said = everything_said(caplog, *conn.texts())
+    assert "loading the model" in said and PASSWORD not in said
+
+
+async def test_a_key_beside_a_password_in_the_url_is_a_config_error(fake):
+    url = fake.url.replace("http://", f"http://bob:{PASSWORD}@")
+    config = OpenAIEngineConfig(url=url, model=MODEL, api_key=Secret(KEY))
+    with pytest.raises(ValueError, match="keep one") as refused:
+        await OpenAIBackend.open(config)
+    [(ok, what, fix)] = await check_server(config)
+    assert ok is False and "keep one" in what
+    assert PASSWORD not in str(refused.value) + what and KEY not in str(refused.value) + what
