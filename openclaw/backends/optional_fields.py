@@ -1,7 +1,8 @@
 """Fields of a chat request that not every server takes, and how a request does without one.
 
 A strict server refuses a field it does not know with a 400 (OpenAI's own API: vLLM's
-`cache_salt`, `top_k`...; FastAPI servers with a 422), and OpenAI's newer models refuse
+`cache_salt`, `top_k`...; FastAPI servers with a 422; Azure's older API versions even
+`stream_options`), and OpenAI's newer models refuse
 `max_tokens` for `max_completion_tokens`. Such a request is sent again without the field (or under
 its new name), once per field; a field the server then took the request without is never sent to
 it again (see OpenAIBackend)."""
@@ -16,12 +17,13 @@ from openclaw.backends.http import ServerRefused
 # A field we may send -> what it becomes where refused: None, left out; a name, sent under it.
 ADAPTABLE: dict[str, str | None] = {
     "cache_salt": None, "user": None, "top_k": None, "min_p": None, "repetition_penalty": None,
-    "max_tokens": "max_completion_tokens",
+    "stream_options": None, "max_tokens": "max_completion_tokens",
 }
 # What doing without it costs, for the log's one line.
 COST = {
     "cache_salt": "users' cached prompt prefixes are kept apart only as the server itself does",
     "user": "the server is not told which user a request is for",
+    "stream_options": "an answer's tokens are estimated, as its stream brings no usage",
     "max_tokens": "the reply's limit is sent as max_completion_tokens",
 }
 

@@ -364,3 +364,10 @@ async def test_stats_take_the_load_the_servers_metrics_state(fake, monkeypatch):
     fake.metrics = fake.metrics.replace("0.25", "0.5")
     await until(lambda: backend.stats()["kv_usage"] == 0.5)
     await backend.close()
+
+
+def test_the_load_openclaw_serve_states_is_read_as_vllms():
+    text = ("# TYPE openclaw_engine_running gauge\nopenclaw_engine_running 2.0\n"
+            "# TYPE openclaw_engine_waiting gauge\nopenclaw_engine_waiting 5.0\n"
+            "# TYPE openclaw_kv_cache_usage gauge\nopenclaw_kv_cache_usage 0.125\n")
+    assert server_stats.parse(text) == {"num_running": 2, "num_waiting": 5, "kv_usage": 0.125}

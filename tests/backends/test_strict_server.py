@@ -70,6 +70,18 @@ async def test_max_tokens_refused_for_max_completion_tokens_is_sent_under_that_n
     await backend.close()
 
 
+async def test_a_server_refusing_stream_options_is_read_without_its_usage(fake):
+    fake.unsupported = {"stream_options"}  # as Azure's older API versions answer
+    fake.reply = lambda body: Reply("four words of answer", chunk=5)
+    backend = await opened(fake)
+    async with aclosing(backend.generate(HELLO, SamplingParams(max_tokens=16))) as stream:
+        last = [out async for out in stream][-1]
+    assert last.text == "four words of answer" and last.completion_tokens == 4  # chunks counted
+    assert last.prompt_tokens > 0  # estimated
+    assert len(fake.refused) == 1 and "stream_options" not in fake.chats[0]
+    await backend.close()
+
+
 async def test_a_field_quoted_in_a_refusal_of_something_else_is_still_sent(fake):
     fake.reply = lambda body: Reply(status=400, error="the 'user' message is too long")
     backend = await opened(fake)
