@@ -11,6 +11,7 @@ ask for one: `a_call_first` has the backend send tool_choice "required" on a tur
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.slow
 
 SERVED = "smol"
 STARTUP_S = 120  # the model loads in seconds; a loaded machine may take longer
+PR_SET_PDEATHSIG = 1
 
 
 class Served:
@@ -46,13 +48,21 @@ class Served:
 
     def start(self) -> None:
         """Start it and wait until it says it listens (the model is loaded by then)."""
+        self.launch()
+        self.wait_up()
+
+    def launch(self) -> None:
+        """Start it, in this (the main) thread: it is killed when the thread that started it ends,
+        so that a test run killed midway leaves no server behind."""
         log = (self.home / "serve.log").open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "openclaw.cli", "serve", "--port", str(self.port),
              "--served-model-name", SERVED, "--max-model-len", "2048"],
             stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.home,
-            env={**os.environ, "HOME": str(self.home)})
+            env={**os.environ, "HOME": str(self.home)}, preexec_fn=_killed_with_parent)
         log.close()
+
+    def wait_up(self) -> None:
         line = self.proc.stdout.readline()
         assert line.startswith(f"serving {SERVED} at http://127.0.0.1:"), (
             line, (self.home / "serve.log").read_text()[-3000:])
@@ -82,6 +92,10 @@ class Served:
                  "kv_blocks_used": ("openclaw_engine_kv_blocks_used",)}
         return {key: next(found[n] for n in options if n in found)
                 for key, options in names.items() if any(n in found for n in options)}
+
+
+def _killed_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -189,23 +203,27 @@ async def test_stop_mid_answer_aborts_the_request_in_the_servers_engine(tmp_path
 
 
 async def test_the_server_killed_mid_answer_and_started_again_answers_once(tmp_path, served):
-    daemon, conn = await started(tmp_path, None, on(served, 48))
+    daemon, conn = await started(tmp_path, None, on(served, 32))
+    hello = await say(daemon, conn, "Hello!")
     await conn.handler(msg("Tell me about the sea."))
     await mid_answer(served)
     served.kill()
-    await until(lambda: len(conn.texts()) == 1, timeout=30)
-    [away] = conn.texts()
+    await until(lambda: len(conn.texts()) == 2, timeout=30)
+    away = conn.texts()[1]
     # The owner hears why.
     assert away.startswith(MODEL_AWAY) and f"{served.url}: the answer broke off: the server " \
         "closed the connection before the answer's end" in away
     await asyncio.sleep(1)  # tries go on meanwhile, and tell no one again
-    assert len(conn.texts()) == 1
-    await asyncio.to_thread(served.start)
+    assert len(conn.texts()) == 2
+    served.launch()
+    await asyncio.to_thread(served.wait_up)
     await asyncio.wait_for(daemon.gateway.wait_idle(), STARTUP_S)
-    away_again, answer = conn.texts()
-    assert away_again == away and answer and answer != APOLOGY and MODEL_AWAY not in answer
+    assert conn.texts()[:2] == [hello, away]
+    [answer] = conn.texts()[2:]
+    assert answer and answer != APOLOGY and MODEL_AWAY not in answer
     stored = await conversation(daemon)
-    assert [(m.role, m.content) for m in stored] == [("user", "Tell me about the sea."),
-                                                     ("assistant", answer)]
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", "Hello!"), ("assistant", hello), ("user", "Tell me about the sea."),
+        ("assistant", answer)]
     assert await daemon.store.pending_inbound() == []
     await daemon.stop()
