@@ -318,6 +318,7 @@ class Daemon:
             return
         systemd.stopping()
         self._phase = "stopping"
+        self._stop.set()  # as a signal's stop: whatever waits for a model's server gives up now
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
