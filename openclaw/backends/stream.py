@@ -43,7 +43,13 @@ class Deadline:
 async def events(answer: aiohttp.ClientResponse, deadline: Deadline) -> AsyncIterator[dict]:
     """The JSON payload of each event of an SSE answer, until `[DONE]` or the end of the body.
     TimeoutError when `deadline.at` passes with nothing read. Lines are split here, not by
-    readline, which refuses a line over 64 KiB (a whole tool call can be longer)."""
+    readline, which refuses a line over 64 KiB (a whole tool call can be longer). A server that
+    ignores `"stream": true` and sends one JSON completion gives it as one chunk."""
+    if answer.content_type == "application/json":
+        async with asyncio.timeout_at(deadline.at):
+            body = await answer.read()
+        yield as_chunk(_decode(body.decode("utf-8", "replace")))
+        return
     buffer, data = b"", []
     while True:
         async with asyncio.timeout_at(deadline.at):
@@ -79,6 +85,15 @@ def _decode(payload: str) -> dict:
         error = event["error"]
         raise StreamError(error.get("message", str(error)) if isinstance(error, dict) else str(error))
     return event
+
+
+def as_chunk(completion: dict) -> dict:
+    """A whole `chat.completion` in the shape of one `chat.completion.chunk`: each choice's
+    message is its delta."""
+    choices = [{"index": c.get("index", 0), "delta": c.get("message") or {},
+                "finish_reason": c.get("finish_reason")}
+               for c in completion.get("choices") or [] if isinstance(c, dict)]
+    return {**completion, "choices": choices}
 
 
 @dataclass

@@ -72,6 +72,20 @@ async def test_structured_tool_call_deltas_become_the_calls_the_agent_parses(fak
     await backend.close()
 
 
+async def test_a_server_that_ignores_stream_gives_its_whole_answer(fake):
+    fake.ignores_stream = True
+    fake.reply = lambda body: Reply("Not streamed.", tool_calls=[("clock", {"timezone": "UTC"})],
+                                    usage=(11, 5))
+    backend = await opened(fake)
+    outs = await answer(backend, tools=[CLOCK])
+    last = outs[-1]
+    parsed = parse_tool_calls(last.text)
+    assert last.finished and parsed.content == "Not streamed."
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("clock", {"timezone": "UTC"})]
+    assert (last.prompt_tokens, last.completion_tokens) == (11, 5)
+    await backend.close()
+
+
 async def test_a_structured_call_with_broken_arguments_reaches_the_parser_as_an_error(fake):
     fake.reply = lambda body: Reply(tool_calls=[("clock", '{"timezone": "UTC"'), ("clock", "[1]")])
     backend = await opened(fake)

@@ -93,6 +93,7 @@ class FakeOpenAI:
         self.model, self.max_model_len, self.api_key = model, max_model_len, api_key
         self.tokenize = True
         self.strict: str | None = None  # "openai", "param" or "fastapi": see the module's doc
+        self.ignores_stream = False  # answer one JSON completion whatever "stream" says
         self.unsupported: set[str] = set()
         self.refused: list[dict] = []  # chat requests refused for their fields
         self.metrics: str | None = None  # the Prometheus text of /metrics; None: 404
@@ -180,6 +181,8 @@ class FakeOpenAI:
             headers = {"Retry-After": reply.retry_after} if reply.retry_after else None
             return error(reply.status, reply.error, "ServiceUnavailableError"
                          if reply.status >= 500 else "BadRequestError", headers=headers)
+        if self.ignores_stream:
+            return web.json_response(whole(reply, body, self.model))
         answer = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                              "Cache-Control": "no-cache"})
         await answer.prepare(request)  # the status line goes at once, the tokens as they come
@@ -293,6 +296,21 @@ class _Stream:
                              "created": self.created, "model": self.fake.model, "choices": [],
                              "usage": usage})
         await self.send("[DONE]")
+
+
+def whole(reply: Reply, body: dict, model: str) -> dict:
+    """`reply` as one `chat.completion`, as a server that does not stream sends it."""
+    calls = [{"id": f"call-fake-{n}", "type": "function", "function": {
+        "name": name, "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}}
+        for n, (name, arguments) in enumerate(reply.tool_calls)]
+    prompt, completion = reply.usage or (count_tokens(body["messages"], body.get("tools")),
+                                         len(reply.content) // 4 + len(calls))
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "model": model, "choices": [{
+        "index": 0, "message": {"role": "assistant", "content": reply.content or None,
+                                **({"tool_calls": calls} if calls else {})},
+        "finish_reason": reply.finish_reason or ("tool_calls" if calls else "stop")}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion}}
 
 
 _STATUS = object()  # the code is the status, as vLLM sends it
