@@ -32,6 +32,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
              "structured_outputs": body.structured_outputs()}
     jobs = [Job(prompt, body.sampling_params(body.max_new_tokens, i, **extra))
             for i in range(body.n)]
+    if body.logprobs:
+        await state.token_texts.load()
     reply = ChatReply(state, body, len(prompt), parse_calls=tools is not None)
     return await reply.answer(request, jobs, tools)
 

@@ -25,6 +25,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     # Choice p * n + i is the i-th answer to prompt p, as OpenAI numbers them.
     jobs = [Job(ids, body.sampling_params(body.max_tokens, i, logprobs=body.logprobs))
             for ids in prompts for i in range(body.n)]
+    if body.logprobs is not None:
+        await state.token_texts.load()
     reply = CompletionReply(state, body, sum(len(ids) for ids in prompts), len(jobs))
     return await reply.answer(request, jobs)
 

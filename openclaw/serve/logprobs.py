@@ -5,6 +5,7 @@ top_logprobs, text_offset). The values are the engine's, from the model's raw di
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ def clamp(logprob: float) -> float:
 
 class TokenTexts:
     """Each token's bytes and text, as the logprobs show them. The bytes of the whole vocabulary
-    are read once, by the first request that asks (0.1 s for 49k tokens); a special token is its
+    are read once, for the first request that asks (0.1 s for 49k tokens; `load`); a special token is its
     written form ("<|im_end|>"); a token that is part of a character is U+FFFD in `text`, its
     bytes exact. A model without a tokenizer names tokens by id, "token_id:N", as vLLM does."""
 
@@ -33,11 +34,18 @@ class TokenTexts:
         self.engine = engine
         self._bytes: list[bytes | None] | None = None
 
+    async def load(self) -> None:
+        """Read the vocabulary's bytes, in a thread: the event loop serves the other clients
+        meanwhile (a large vocabulary takes a second)."""
+        if self._bytes is None and self.engine.tokenizer is not None:
+            self._bytes = await asyncio.to_thread(token_bytes, self.engine.tokenizer,
+                                                  self.engine.model_config.vocab_size)
+
     def bytes_of(self, token: int) -> bytes | None:
         tokenizer = self.engine.tokenizer
         if tokenizer is None:
             return None
-        if self._bytes is None:
+        if self._bytes is None:  # load() was not awaited: read them here
             self._bytes = token_bytes(tokenizer, self.engine.model_config.vocab_size)
         data = self._bytes[token] if token < len(self._bytes) else None
         if data is None:  # a special token
