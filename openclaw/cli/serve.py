@@ -16,12 +16,13 @@ from pydantic import ValidationError
 
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.config.sections import ServeConfig
+from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
 
 log = logging.getLogger(__name__)
 
 # Flags that change the [engine] table, by EngineConfig's (vLLM's) names.
 ENGINE_FLAGS = ("model", "device", "dtype", "max_num_seqs", "max_model_len", "kv_cache_gib")
-SERVE_FLAGS = ("host", "port", "api_key", "served_model_name")
+SERVE_FLAGS = ("host", "port", "api_key", "served_model_name", "max_connections")
 
 
 def add_commands(sub, common_sub) -> None:
@@ -34,6 +35,9 @@ def add_commands(sub, common_sub) -> None:
                    help="the key clients must send as `Authorization: Bearer KEY` ([serve] api_key)")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the model's name in the API (default: its file or folder name)")
+    p.add_argument("--max-connections", type=int, metavar="N",
+                   help="connections at once ([serve] max_connections; default 512); each "
+                        "streaming client holds one")
     p.add_argument("--model", help="a Hugging Face folder or a .gguf file ([engine] model; "
                                    "default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", help='"auto", "cpu", "cuda" or "cuda:N" ([engine] device)')
@@ -94,6 +98,9 @@ async def run_server(config: Config, engine, serve: ServeConfig, max_waiting: in
     from engine import AsyncLLM
     from openclaw.serve import APIServer
 
+    if raised := raise_open_files_limit():  # room for many clients, as the daemon makes it
+        log.info("raised the open-files limit from %d to %d, the hard limit", *raised)
+    quiet_accept_failures(asyncio.get_running_loop())  # a flood past the limit: a line a minute
     log.info("loading the model (%s)", engine.model or "embedded SmolLM2-135M-Instruct")
     try:
         llm = await asyncio.to_thread(AsyncLLM, engine)

@@ -228,6 +228,9 @@ class ServeConfig(Section):
     served_model_name: str | None = None
     """The model's name in the API (`model` of requests, /v1/models); unset: the model's file or
     folder name."""
+    max_connections: int = Field(512, ge=1, le=65536)
+    """Connections at once; past it, half-sent ones are dropped (a flood), and at twice it new ones
+    are refused. Streaming clients each hold one."""
 
     # host is declared before api_key so api_key's validator can see it.
     @field_validator("api_key")

@@ -1,6 +1,7 @@
-"""The API's aiohttp application: routes, the middlewares every request passes (errors in OpenAI's
-shape, the API key, the Host check), and `APIServer`, which runs it in the caller's event loop
-(`openclaw serve`, or the daemon on the model it already loaded)."""
+"""The API's aiohttp application: routes, the middlewares every request passes (its count in the
+metrics, errors in OpenAI's shape, the API key, the Host check), and `APIServer`, which runs it
+in the caller's event loop (`openclaw serve`, or the daemon on the model it already loaded) behind
+openclaw.listener's gate, so a flood of connections cannot take the process's descriptors."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import resource
 import socket
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ from aiohttp import web
 
 from openclaw.config import ConfigError
 from openclaw.config.sections import ServeConfig
+from openclaw.listener import CEILING, Listener
 from openclaw.serve import chat, completions, metrics, models, tokens
 from openclaw.serve.errors import INVALID_REQUEST, NOT_FOUND, SERVER_ERROR, APIError
 from openclaw.serve.state import DEFAULT_MAX_WAITING, STATE, ServeState, default_model_name
@@ -26,13 +29,27 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 32 << 20  # a long conversation with tool results; far beyond any context
 OPEN_PATHS = frozenset({"/health"})  # answered without the key: a load balancer's probe
+# A request head (the request line and headers): the first within HEAD_TIMEOUT_S of connecting
+# (the listener's gate), each at most MAX_HEAD_BYTES; a connection idle between requests is
+# closed after KEEPALIVE_S, so idle clients do not hold the connection cap.
+MAX_HEAD_BYTES = 16 * 1024
+HEAD_TIMEOUT_S = 10.0
+KEEPALIVE_S = 15.0
+# At most this share of the open-files limit for the API's connections (the listener's ceiling,
+# twice the cap, included): the rest is the daemon's files, database, connectors and commands.
+FILES_SHARE = 4
+
+# aiohttp logs a request it cannot parse with the bytes that broke it, which may hold the API
+# key: to a logger that is off, and outside logging's tree, where no configuration turns it on.
+_UNLOGGED = logging.Logger(__name__ + ".requests")
+_UNLOGGED.disabled = True
 
 
 def build_app(state: ServeState) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES,
-                          middlewares=[errors_middleware, access_middleware])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[
+        metrics.count_requests, errors_middleware, access_middleware])
     app[STATE] = state
-    app[metrics.METRICS] = metrics.registry_for(state)
+    app[metrics.METRICS] = metrics.ServeMetrics(state)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
@@ -100,9 +117,25 @@ def addressed_to_loopback(host_header: str) -> bool:
         return False
 
 
+def connection_cap(asked: int) -> int:
+    """The connections the API takes at once: `asked`, lowered where the open-files limit is too
+    small for it to stay within its share."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return asked
+    cap = max(1, min(asked, soft // (FILES_SHARE * CEILING)))
+    if cap < asked:
+        log.warning("the API takes at most %d connections at once, not %d ([serve] "
+                    "max_connections): the open-files limit is %d (raise it: LimitNOFILE=, "
+                    "ulimit -n)", cap, asked, soft)
+    return cap
+
+
 class APIServer:
     """The API over one AsyncLLM, on `config.host` and `config.port` (a ServeConfig, checked as
-    the config file's [serve] is: beyond loopback only with an api_key)."""
+    the config file's [serve] is: beyond loopback only with an api_key), at most
+    `config.max_connections` connections at once (see openclaw/listener.py for how a flood is
+    held off)."""
 
     def __init__(self, llm: AsyncLLM, config: ServeConfig, *,
                  max_waiting: int = DEFAULT_MAX_WAITING) -> None:
@@ -111,7 +144,7 @@ class APIServer:
         key = config.api_key.get() if config.api_key is not None else None
         self.state = ServeState(llm, name, api_key=key, max_waiting=max_waiting)
         self.app = build_app(self.state)
-        self._runner: web.AppRunner | None = None
+        self._site: tuple[web.AppRunner, Listener] | None = None  # while it listens
         self.host: str | None = None
         self.port: int | None = None
 
@@ -120,29 +153,41 @@ class APIServer:
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return self._site[1].connections if self._site is not None else 0
+
     async def start(self) -> None:
         """Listen; port 0 picks a free one, read back from `.port`."""
         host, port = self.config.host, self.config.port
         # A client that leaves ends its handler, and with it the engine request (blocks freed).
-        runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(self.app, access_log=None, logger=_UNLOGGED,
+                               handler_cancellation=True, keepalive_timeout=KEEPALIVE_S,
+                               max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
         await runner.setup()
         if port == 0:  # a name such as localhost would get a free port per address
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
             host = infos[0][4][0]
+        listener = Listener(runner.server, max_connections=connection_cap(self.config.max_connections),
+                            max_head_bytes=MAX_HEAD_BYTES, read_timeout=HEAD_TIMEOUT_S,
+                            on_drop=self.app[metrics.METRICS].dropped.inc)
         try:
-            await web.TCPSite(runner, host, port).start()
+            self.host, self.port = await listener.start(host, port)
         except BaseException:
             await runner.cleanup()
             raise
-        self._runner = runner
-        self.host, self.port = runner.addresses[0][:2]
+        self._site = runner, listener
 
     async def stop(self) -> None:
         """Stop listening and end the requests in flight (their engine requests are aborted)."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._site is None:
+            return
+        (runner, listener), self._site = self._site, None
+        listener.close()  # no new connection, and the ones without a whole request dropped
+        await runner.cleanup()
+        await listener.wait_closed()
 
 
 async def serve_daemon_model(model: object, config: ServeConfig) -> APIServer:

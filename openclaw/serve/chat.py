@@ -1,6 +1,6 @@
 """POST /v1/chat/completions: messages through the model's chat template and the engine's safe
-encoding, tool calls constrained by the engine per tool_choice and parsed from the output, whole
-or streamed as OpenAI's chunks."""
+encoding, tool calls constrained by the engine per tool_choice and parsed from the output, JSON
+output per response_format, logprobs; whole or streamed as OpenAI's chunks."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from aiohttp import web
 from engine.tool_parser import StreamingToolParser, ToolCall, parse_tool_calls
 from openclaw.serve.errors import bad_request
 from openclaw.serve.generation import Job, check_context, finish_reason, stop_reason
+from openclaw.serve.logprobs import chat_content
 from openclaw.serve.protocol import ChatCompletionRequest, read
 from openclaw.serve.reply import Reply
 from openclaw.serve.state import STATE, ServeState
@@ -27,9 +28,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except ValueError as exc:  # a template that refuses the conversation, a bad tool call in it
         raise bad_request(f"messages: {exc}", "messages") from None
     check_context(state, len(prompt), body.max_new_tokens, "messages")
-    choice = body.engine_tool_choice()
-    jobs = [Job(prompt, body.sampling_params(body.max_new_tokens, i, tool_choice=choice))
+    extra = {"tool_choice": body.engine_tool_choice(), "logprobs": body.engine_logprobs,
+             "structured_outputs": body.structured_outputs()}
+    jobs = [Job(prompt, body.sampling_params(body.max_new_tokens, i, **extra))
             for i in range(body.n)]
+    if body.logprobs:
+        await state.token_texts.load()
     reply = ChatReply(state, body, len(prompt), parse_calls=tools is not None)
     return await reply.answer(request, jobs, tools)
 
@@ -44,6 +48,8 @@ class ChatReply(Reply):
         super().__init__(state, body, prompt_tokens, body.n)
         self.parse_calls = parse_calls
         self.parsers = [StreamingToolParser() if parse_calls else None for _ in range(body.n)]
+        # A stream's logprobs not sent yet: they go with the next content, or the finish chunk.
+        self.pending: list[list[dict[str, Any]]] = [[] for _ in range(body.n)]
 
     def calls(self, text: str) -> tuple[str, list[ToolCall]]:
         """The content and the tool calls of an output. A call cut short (max_tokens) cannot be
@@ -64,14 +70,24 @@ class ChatReply(Reply):
                                        "content": content or (None if calls else "")}
             if calls:
                 message["tool_calls"] = [tool_call(c) for c in calls]
-            choices.append({"index": i, "message": message, "logprobs": None,
+            choices.append({"index": i, "message": message, "logprobs": self.logprobs(out.logprobs),
                             "finish_reason": finish_reason(out, bool(calls)),
                             "stop_reason": stop_reason(out, self.body.stop_token_ids)})
         return {"id": self.id, "object": "chat.completion", "created": self.created,
                 "model": self.model, "choices": choices, "usage": self.usage()}
 
+    def logprobs(self, entries: list | None) -> dict[str, Any] | None:
+        if not self.body.logprobs:
+            return None
+        return {"content": chat_content(self.state.token_texts, entries or [])}
+
     def delta(self, index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return self.chunk([{"index": index, "delta": delta, "logprobs": None,
+        """A chunk of choice `index`; the logprobs pending go with it when it has content or ends
+        the choice."""
+        logprobs = None
+        if self.body.logprobs and (delta.get("content") or finish):
+            logprobs, self.pending[index] = {"content": self.pending[index]}, []
+        return self.chunk([{"index": index, "delta": delta, "logprobs": logprobs,
                             "finish_reason": finish}])
 
     def opening(self) -> list[bytes]:
@@ -81,6 +97,8 @@ class ChatReply(Reply):
         """Content as it comes, held back only while it could still open a tool call; each call
         whole once the output ends; then a chunk with the choice's finish_reason."""
         parser = self.parsers[i]
+        if self.body.logprobs:
+            self.pending[i] += chat_content(self.state.token_texts, out.delta_logprobs)
         text = parser.feed(out.delta_text) if parser else out.delta_text
         if text:
             await response.write(self.delta(i, {"content": text}))

@@ -37,13 +37,24 @@ def check_context(state: ServeState, prompt_len: int, max_tokens: int | None, pa
                           code="context_length_exceeded")
 
 
+# How the engine's refusals of a JSON constraint begin, and what the API calls those things.
+STRUCTURED_NAMES = {"StructuredOutputs.json": "the schema",
+                    "SamplingParams.structured_outputs": "a JSON response_format"}
+
+
 def engine_error(exc: Exception) -> APIError:
     """What the engine raised for a request, as the client's error: a ValueError is a request it
-    refused (400), anything else the engine's own failure (503)."""
+    refused (400; one about the JSON constraint names response_format), anything else the
+    engine's own failure (503)."""
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ValueError):
-        return bad_request(str(exc))
+        message = str(exc)
+        if message.startswith(tuple(STRUCTURED_NAMES)):
+            for engine_name, api_name in STRUCTURED_NAMES.items():
+                message = message.replace(engine_name, api_name)
+            return bad_request(f"response_format: {message}", "response_format")
+        return bad_request(message)
     return APIError(503, f"the engine failed: {exc}", type=SERVER_ERROR, code="engine_error")
 
 

@@ -2,21 +2,28 @@
 field is a 400 naming it, and turned into the engine's SamplingParams.
 
 Fields no model here declares are ignored, as vLLM ignores them (clients send `store`, `metadata`
-and the like); the ones that would change what is generated and that this server does not do yet
-are refused by name instead of ignored."""
+and the like); the ones that would change what is generated and that this server does not do are
+refused by name instead of ignored."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from typing import Annotated, Any, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from engine.sampling_params import SamplingParams
-from openclaw.serve.errors import bad_request, from_validation_error
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutputs
+from openclaw.serve.errors import APIError, bad_request, from_validation_error
 
-ROUND_2 = "is not supported yet by this server"
+NOT_YET = "is not supported yet by this server"
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
+SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for json_schema.name
+# A body must arrive within this once its head has: a client that sends a head and then nothing
+# holds a connection no longer (the listener bounds the head's time, aiohttp nothing after it).
+BODY_TIMEOUT_S = 60.0
 
 
 class Body(BaseModel):
@@ -130,7 +137,7 @@ class SamplingFields(Body):
         if self.stream_options is not None and not self.stream:
             raise bad_request("stream_options: only allowed when stream is true", "stream_options")
         if self.logit_bias:
-            raise bad_request(f"logit_bias {ROUND_2}", "logit_bias")
+            raise bad_request(f"logit_bias {NOT_YET}", "logit_bias")
 
     @property
     def include_usage(self) -> bool:
@@ -167,18 +174,20 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool = True
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    logprobs: bool | None = None  # null as a client may send it: no logprobs
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     response_format: dict[str, Any] | None = None
 
     def check(self) -> None:
         super().check()
-        if self.logprobs or self.top_logprobs is not None:
-            field = "logprobs" if self.logprobs else "top_logprobs"
-            raise bad_request(f"{field} {ROUND_2}", field)
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            raise bad_request(f"response_format {self.response_format.get('type')!r} {ROUND_2}",
-                              "response_format")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs: needs logprobs: true", "top_logprobs")
+        check_response_format(self.response_format)
+        if self.json_output and self.engine_tools() is not None:
+            raise bad_request(
+                f"response_format {self.response_format['type']!r} cannot be combined with tools "
+                f"the model may call (tool_choice {self.engine_tool_choice()!r} constrains its "
+                "output to calls); send tool_choice \"none\" or no tools", "response_format")
         if self.tool_choice not in (None, "none", "auto") and not self.tools:
             raise bad_request(f"tool_choice {self.tool_choice!r} needs tools", "tool_choice")
         if isinstance(self.tool_choice, NamedToolChoice):
@@ -204,6 +213,52 @@ class ChatCompletionRequest(SamplingFields):
             return None
         return [t.model_dump(exclude_none=True) for t in self.tools]
 
+    @property
+    def engine_logprobs(self) -> int | None:
+        """The engine's logprobs: the top_logprobs asked for (0 for the sampled token's alone),
+        None without logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def json_output(self) -> bool:
+        return self.response_format is not None and self.response_format["type"] != "text"
+
+    def structured_outputs(self) -> StructuredOutputs | None:
+        """The engine's constraint for response_format: a json_schema without a schema is any
+        JSON object, as json_object is. `strict` changes nothing: the output always matches."""
+        if not self.json_output:
+            return None
+        schema = (self.response_format.get("json_schema") or {}).get("schema")
+        return StructuredOutputs(json=schema) if schema is not None else \
+            StructuredOutputs(json_object=True)
+
+
+def check_response_format(fmt: dict[str, Any] | None) -> None:
+    """OpenAI's response_format: {"type": "text"}, {"type": "json_object"} or {"type":
+    "json_schema", "json_schema": {"name", "schema", "strict", "description"}}. The schema itself
+    is the engine's to judge, when the request is added."""
+    if fmt is None:
+        return
+    if fmt.get("type") not in RESPONSE_FORMATS:
+        raise bad_request(f"response_format.type: must be one of {', '.join(RESPONSE_FORMATS)}",
+                          "response_format.type")
+    if fmt["type"] != "json_schema":
+        return
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict):
+        raise bad_request('response_format.json_schema: required with type "json_schema", e.g. '
+                          '{"name": "answer", "schema": {"type": "object", ...}}',
+                          "response_format.json_schema")
+    name = spec.get("name")
+    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name):
+        raise bad_request("response_format.json_schema.name: required, 1 to 64 letters, digits, "
+                          "_ or -", "response_format.json_schema.name")
+    for key, kind, what in (("schema", dict, "a JSON Schema object"), ("strict", bool, "a boolean"),
+                            ("description", str, "a string")):
+        if spec.get(key) is not None and not isinstance(spec[key], kind):
+            raise bad_request(f"response_format.json_schema.{key}: must be {what}",
+                              f"response_format.json_schema.{key}")
+
 
 Prompt = str | list[int]
 
@@ -215,12 +270,10 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = None
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
     def check(self) -> None:
         super().check()
-        if self.logprobs is not None:
-            raise bad_request(f"logprobs {ROUND_2}", "logprobs")
         if self.echo:
             raise bad_request("echo is not supported by this server", "echo")
         if self.suffix:
@@ -263,9 +316,16 @@ B = TypeVar("B", bound=Body)
 
 
 async def read(request: web.Request, model: type[B]) -> B:
-    """The request's JSON body as `model` (see parse)."""
+    """The request's JSON body as `model` (see parse); a 408 for a body that does not arrive
+    within BODY_TIMEOUT_S."""
     try:
-        data = json.loads(await request.read())
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            raw = await request.read()
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s",
+                       code="timeout") from None
+    try:
+        data = json.loads(raw)
     except ValueError:
         raise bad_request("the body is not valid JSON") from None
     return parse(model, data)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from openclaw.serve.errors import NOT_FOUND, SERVER_ERROR, APIError
+from openclaw.serve.logprobs import TokenTexts
 
 if TYPE_CHECKING:
     from engine import AsyncLLM
@@ -35,6 +36,10 @@ class ServeState:
     in_flight: int = 0  # engine sequences the API has running or waiting
     created: int = field(default_factory=lambda: int(time.time()))
     _ids: itertools.count = field(default_factory=itertools.count, repr=False)
+    token_texts: TokenTexts = field(init=False, repr=False)  # for logprobs
+
+    def __post_init__(self) -> None:
+        self.token_texts = TokenTexts(self.llm.engine)
 
     @property
     def max_model_len(self) -> int:

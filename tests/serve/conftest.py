@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.chat_model import random_chat_model
+from tests.helpers.serve_thread import ServerThread
 
 # The pool holds 4096 tokens (256 blocks of 16) at most: small enough that a leak shows.
 ENGINE_ARGS = dict(kv_cache_gib=0.004, max_model_len=1024, max_num_batched_tokens=512,
@@ -24,3 +25,18 @@ def llm(chat_model):
     engine = AsyncLLM(chat_model, **ENGINE_ARGS)
     yield engine
     engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def api(llm, request):
+    """The module's API server over the session's engine; a module's `SERVER` dict, if any, holds
+    its settings (ServerThread's keywords)."""
+    server = ServerThread(llm, **getattr(request.module, "SERVER", {}))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def client(api):
+    yield api.client()
+    api.wait_idle()  # every test leaves the engine as it found it: nothing running, blocks free

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
 
-from tests.helpers.serve_thread import ServerThread
 from tests.helpers.tools import TOOLS
 
 NAMES = {t["function"]["name"] for t in TOOLS}
@@ -16,19 +14,6 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 # Long enough to fill several KV blocks of 16 tokens: what the prefix cache shares.
 LONG = [{"role": "system", "content": "You are a careful assistant who answers briefly. " * 6},
         {"role": "user", "content": "Tell me about the sea."}]
-
-
-@pytest.fixture(scope="module")
-def api(llm):
-    server = ServerThread(llm)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def client(api):
-    yield api.client()
-    api.wait_idle()  # every test leaves the engine as it found it: nothing running, blocks free
 
 
 def chat(client, messages=HELLO, **kw):

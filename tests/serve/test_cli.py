@@ -30,7 +30,7 @@ def served(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path), "SERVE_TEST_KEY": "sesame-4242"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "openclaw.cli", "serve", "--config", str(config), "--port", "0",
-         "--api-key", "env:SERVE_TEST_KEY"],
+         "--api-key", "env:SERVE_TEST_KEY", "--max-connections", "64"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()  # said once it listens; the model loaded before

@@ -4,26 +4,13 @@ agree with what the generating endpoints send the model."""
 from __future__ import annotations
 
 import httpx
-import pytest
 
-from tests.helpers.serve_thread import ServerThread
 from tests.helpers.tools import TOOLS
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 
-@pytest.fixture(scope="module")
-def api(llm):
-    server = ServerThread(llm, served_model_name="tiny")
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def client(api):
-    yield api.client()
-    api.wait_idle()
-
+SERVER = {"served_model_name": "tiny"}
 
 def tokenize(api, **body) -> dict:
     return httpx.post(api.url + "/tokenize", json=body).json()
