@@ -55,11 +55,12 @@ class Listener:
         self._passed: set[_Gate] = set()  # handed to aiohttp, until closed
         self._trim: asyncio.TimerHandle | None = None
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
+    async def start(self, host: str, port: int, backlog: int = BACKLOG) -> tuple[str, int]:
         """Listen on host:port; the address bound (port 0 picks one). An OSError as the loop
-        raises it (EADDRINUSE for a port taken)."""
+        raises it (EADDRINUSE for a port taken). `backlog`: an API server whose clients come in
+        bursts wants a longer queue than the admin port's scraper."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Gate(self), host, port, backlog=BACKLOG)
+        self._server = await loop.create_server(lambda: _Gate(self), host, port, backlog=backlog)
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 

@@ -35,6 +35,9 @@ OPEN_PATHS = frozenset({"/health"})  # answered without the key: a load balancer
 MAX_HEAD_BYTES = 16 * 1024
 HEAD_TIMEOUT_S = 10.0
 KEEPALIVE_S = 15.0
+# The kernel's queue of connections not yet accepted: streaming clients arrive in bursts, and
+# one past the queue waits a second for its retry.
+BACKLOG = 128
 # At most this share of the open-files limit for the API's connections (the listener's ceiling,
 # twice the cap, included): the rest is the daemon's files, database, connectors and commands.
 FILES_SHARE = 4
@@ -174,7 +177,7 @@ class APIServer:
                             max_head_bytes=MAX_HEAD_BYTES, read_timeout=HEAD_TIMEOUT_S,
                             on_drop=self.app[metrics.METRICS].dropped.inc)
         try:
-            self.host, self.port = await listener.start(host, port)
+            self.host, self.port = await listener.start(host, port, backlog=BACKLOG)
         except BaseException:
             await runner.cleanup()
             raise
