@@ -164,7 +164,7 @@ class Daemon:
         log.info("loading the model (%s)", (cfg.engine.model or "embedded SmolLM2-135M-Instruct")
                  if local else f"{cfg.engine.model or 'the one served'} on {shown_url(cfg.engine.url)}")
         try:
-            return await open_backend(cfg.engine, self._stop)
+            return await open_backend(cfg.engine, self._stop, cfg.data_dir)
         except ModelUnavailable:
             if self._stop.is_set():
                 return None

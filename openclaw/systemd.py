@@ -50,6 +50,12 @@ def stopping() -> bool:
     return notify("STOPPING=1")
 
 
+def extend_timeout(seconds: float) -> bool:
+    """The start (or stop) in progress needs up to `seconds` more: systemd waits that long past
+    now, beyond TimeoutStartSec, for this or the next extension (systemd >= 236)."""
+    return notify(f"EXTEND_TIMEOUT_USEC={int(seconds * 1_000_000)}")
+
+
 def status(text: str) -> bool:
     """A one-line status shown by `systemctl status`."""
     # A newline would start a new KEY=VALUE assignment in the datagram.

@@ -5,6 +5,7 @@ names."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Protocol
 
 from engine.config import EngineConfig
@@ -19,17 +20,21 @@ class Backend(ChatModel, Protocol):
     async def close(self) -> None: ...
 
 
-async def open_backend(config: EngineSection, stopping: asyncio.Event | None = None) -> Backend:
+async def open_backend(config: EngineSection, stopping: asyncio.Event | None = None,
+                       data_dir: Path | None = None) -> Backend:
     """The backend `[engine]` names, ready: the model loaded, or the server's model and context
-    length known (waited for until `stopping` is set; then ModelUnavailable). ValueError (and the
-    engine's file errors) for what the config must fix."""
+    length known (from the server, else as it said them last time, kept in `data_dir`; else
+    waited for until `stopping` is set, then ModelUnavailable). ValueError (and the engine's file
+    errors) for what the config must fix."""
     if isinstance(config, EngineConfig):
         from openclaw.backends.local import LocalBackend
 
         return await LocalBackend.load(config)
     from openclaw.backends.openai import OpenAIBackend
+    from openclaw.backends.remembered import ServerMemory
 
-    return await OpenAIBackend.open(config, stopping)
+    memory = ServerMemory(data_dir) if data_dir is not None else None
+    return await OpenAIBackend.open(config, stopping, memory)
 
 
 __all__ = ["Backend", "open_backend", "shown_url"]

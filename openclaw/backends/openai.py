@@ -14,24 +14,30 @@ from typing import Any
 import aiohttp
 
 from engine import SamplingParams
+from openclaw import systemd
 from openclaw.agent.model import ModelOutput, ModelUnavailable
 from openclaw.backends import optional_fields, server_stats
 from openclaw.backends.counting import LocalCount, ServerCount, UsageEstimate
 from openclaw.backends.http import Client, ServerRefused, describe
+from openclaw.backends.remembered import Learnt, ServerMemory
 from openclaw.backends.stream import Completion, Deadline, events
 from openclaw.config import OpenAIEngineConfig
 
 log = logging.getLogger(__name__)
 
-START_RETRY_MAX_S = 30.0  # between looks at a server not up yet when the daemon starts
+START_RETRY_FIRST_S = 1.0  # between looks at a server not up yet when the daemon starts,
+START_RETRY_MAX_S = 30.0  # doubling up to this
 START_LOG_EVERY_S = 60.0
+START_EXTENSION_MARGIN_S = 30.0  # asked of systemd beyond the next look's longest wait
 
 
 class OpenAIBackend:
     """One server, one model. Build it with `await OpenAIBackend.open(config)`."""
 
-    def __init__(self, config: OpenAIEngineConfig, stopping: asyncio.Event | None = None) -> None:
+    def __init__(self, config: OpenAIEngineConfig, stopping: asyncio.Event | None = None,
+                 memory: ServerMemory | None = None) -> None:
         self.config = config
+        self.memory = memory  # what this server said before, kept across starts
         self.model = config.model  # the server's name for it; found at open when unset
         self.max_model_len = config.context_length or 0  # known at open
         self.client = Client(config.url, config.api_key.get() if config.api_key else None,
@@ -50,14 +56,15 @@ class OpenAIBackend:
         self._following: asyncio.Task | None = None
 
     @classmethod
-    async def open(cls, config: OpenAIEngineConfig,
-                   stopping: asyncio.Event | None = None) -> OpenAIBackend:
-        """The backend, with the model and its context length known: from the config, else from
-        the server's /v1/models, waited for (with backoff) while it is not up, until `stopping`
-        is set (then ModelUnavailable). ValueError for what the config must fix: a model the
-        server does not serve, a context length no one states, a tokenizer folder that is not
-        one."""
-        backend = cls(config, stopping)
+    async def open(cls, config: OpenAIEngineConfig, stopping: asyncio.Event | None = None,
+                   memory: ServerMemory | None = None) -> OpenAIBackend:
+        """The backend, with the model and its context length known: from the server's
+        /v1/models (then kept in `memory`); while the server is down, from the config or else
+        from `memory`; with neither, the server is waited for (with backoff, telling systemd the
+        start goes on) until `stopping` is set (then ModelUnavailable). ValueError for what the
+        config must fix: a model the server does not serve, a context length no one states, a
+        tokenizer folder that is not one."""
+        backend = cls(config, stopping, memory)
         try:
             if config.tokenizer is not None:
                 backend.local_count = await asyncio.to_thread(LocalCount, config.tokenizer)
@@ -70,7 +77,7 @@ class OpenAIBackend:
         return backend
 
     async def _discover(self) -> None:
-        cfg = self.config
+        cfg, where = self.config, self.client.shown
         waited, said = 0, -START_LOG_EVERY_S
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -80,24 +87,48 @@ class OpenAIBackend:
                                                      retries=0)
                 break
             except ServerRefused as exc:  # a wrong URL or key: waiting would not help
-                raise ValueError(f"{self.client.shown}/models answered {exc}: check url and "
+                raise ValueError(f"{where}/models answered {exc}: check url and "
                                  "api_key") from None
             except ModelUnavailable as exc:
-                if self.model and cfg.context_length:  # all it needs is known: turns wait instead
-                    log.warning("the model's server is not reachable now (%s); each message "
-                                "waits for it", exc)
+                if known := self._known_without_server():  # all it needs: turns wait instead
+                    self.model = self.server_count.model = known.model
+                    self.max_model_len = known.context_length
+                    log.warning("the model's server is not reachable now (%s); starting with %s "
+                                "(context %d tokens) as %s, and each message waits for the "
+                                "server", exc, known.model, known.context_length,
+                                "configured" if cfg.model and cfg.context_length else
+                                "it said last time")
                     return
+                delay = min(START_RETRY_FIRST_S * 2.0 ** waited, START_RETRY_MAX_S)
+                waiting = f"waiting for the model's server {where} ({exc})"
+                # Type=notify: the start's timeout is pushed past the next look's end.
+                systemd.extend_timeout(delay + cfg.connect_timeout + cfg.first_token_timeout
+                                       + START_EXTENSION_MARGIN_S)
+                systemd.status(waiting)
                 if loop.time() - said >= START_LOG_EVERY_S:
                     said = loop.time()
-                    log.warning("waiting for the model's server (%s); it must say the model's "
-                                "context length, or set engine.context_length and engine.model",
-                                exc)
-            delay = min(2.0 ** waited, START_RETRY_MAX_S)
+                    log.warning("%s; it must say the model's context length once, or set "
+                                "engine.context_length and engine.model", waiting)
             waited += 1
             if await self.client.stopped_within(delay):
                 raise ModelUnavailable(f"stopped after waiting {loop.time() - started:.0f} s "
-                                       f"for {self.client.shown}")
+                                       f"for {where}")
         self.choose_model(listing)
+        if waited:
+            systemd.status(f"the model's server {where} answers")
+        if self.memory is not None:
+            self.memory.remember(cfg.url, self.model, self.max_model_len)
+
+    def _known_without_server(self) -> Learnt | None:
+        """The model and its context length as the config sets them, else as the server said
+        them before (for the model the config names, if it names one)."""
+        cfg = self.config
+        if cfg.model and cfg.context_length:
+            return Learnt(cfg.model, cfg.context_length)
+        learnt = self.memory.recall(cfg.url, cfg.model) if self.memory is not None else None
+        if learnt is None:
+            return None
+        return Learnt(learnt.model, cfg.context_length or learnt.context_length)
 
     def choose_model(self, listing: Any) -> None:
         """The model and its context length from a /v1/models answer."""
