@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 BACKOFF_S = 0.5  # the first retry's wait; each next one doubles it
 BACKOFF_MAX_S = 8.0
 RETRY_AFTER_MAX_S = 30.0  # a 429's Retry-After is honoured up to this
-ERROR_BODY_CHARS = 500  # of an error answer, in a message
+ERROR_READ_BYTES = 64 * 1024  # of an error answer's body: more is never shown
+ERROR_CHARS = 200  # of a server's error, in a message
+# Keys under which an error echoes the request (pydantic's `input`, FastAPI's `body`): the
+# user's messages, which must not reach the log or another user's chat.
+ECHOED = frozenset({"input", "body", "messages", "prompt"})
 
 
 class ServerRefused(RuntimeError):
@@ -101,7 +105,7 @@ class Client:
                 if answer.status < 400:
                     return answer
                 message, param = await error_message(answer)
-                message = self.scrub(message)
+                message = one_line(self.scrub(message))  # masked whole, then cut
                 if answer.status != 429 and answer.status < 500:
                     raise ServerRefused(answer.status, message, param)
                 why = f"HTTP {answer.status}: {message}"
@@ -153,25 +157,64 @@ async def read_json(answer: aiohttp.ClientResponse, wait: float) -> Any:
 
 
 async def error_message(answer: aiohttp.ClientResponse) -> tuple[str, str | None]:
-    """The server's word on an error status, and the request's field it names as at fault:
-    OpenAI's {"error": {"message", "param"}}, vLLM's older {"message"}, or the start of the body
-    (FastAPI's 422 {"detail": [...]} among them)."""
+    """The server's word on an error status, on one line but not yet cut (see one_line), and the
+    request's field it names as at fault: OpenAI's {"error": {"message", "param"}}, vLLM's older
+    {"message"}, FastAPI's 422 {"detail": [{"loc", "msg"}]}, or the body's text. Whatever it
+    echoes of the request is left out."""
     try:
         async with asyncio.timeout(5):
-            text = (await answer.read()).decode("utf-8", "replace")
+            data = b""  # the body's start: an error page may be large, and only it is shown
+            while len(data) < ERROR_READ_BYTES and (
+                    more := await answer.content.read(ERROR_READ_BYTES - len(data))):
+                data += more
+            text = data.decode("utf-8", "replace")
     except (TimeoutError, aiohttp.ClientError):
         text = ""
     finally:
         answer.release()
     try:
-        body = json.loads(text)
+        body = without_echo(json.loads(text))
     except ValueError:
-        return text.strip()[:ERROR_BODY_CHARS] or (answer.reason or "no message"), None
+        return " ".join(text.split()) or (answer.reason or "no message"), None
     error = body.get("error") if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else (
         error if isinstance(error, str) else body.get("message") if isinstance(body, dict) else None)
+    if message is None and isinstance(body, dict) and body.get("detail"):
+        message = validation_errors(body["detail"])
     param = error.get("param") if isinstance(error, dict) else None
-    return str(message or text)[:ERROR_BODY_CHARS], param if isinstance(param, str) else None
+    if not isinstance(message, str):
+        message = json.dumps(message if message else body, ensure_ascii=False)
+    return " ".join(message.split()), param if isinstance(param, str) else None
+
+
+def without_echo(value: Any) -> Any:
+    """A JSON value without the keys under which servers echo the request (ECHOED)."""
+    if isinstance(value, dict):
+        return {k: without_echo(v) for k, v in value.items() if k not in ECHOED}
+    if isinstance(value, list):
+        return [without_echo(v) for v in value]
+    return value
+
+
+def validation_errors(detail: Any) -> Any:
+    """FastAPI's 422 `detail` in words: "'field': what is wrong" for each (the field quoted, as
+    optional_fields reads it); anything else as it is."""
+    if not isinstance(detail, list):
+        return detail
+    said = []
+    for item in detail:
+        if not (isinstance(item, dict) and isinstance(item.get("msg"), str)):
+            return detail
+        loc = [str(part) for part in item.get("loc") or []]
+        field = ".".join(loc[1:] if loc[:1] == ["body"] else loc)
+        said.append(f"'{field}': {item['msg']}" if field else item["msg"])
+    return "; ".join(said)
+
+
+def one_line(text: str, limit: int = ERROR_CHARS) -> str:
+    """A server's words as a message holds them: one line, at most `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def describe(exc: BaseException) -> str:

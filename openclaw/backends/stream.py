@@ -18,6 +18,8 @@ from typing import Any
 
 import aiohttp
 
+from openclaw.backends.http import one_line, without_echo
+
 DONE = "[DONE]"
 
 
@@ -82,8 +84,9 @@ def _decode(payload: str) -> dict:
     if not isinstance(event, dict):
         raise StreamError(f"a stream event is not a JSON object: {payload[:200]!r}")
     if event.get("error"):
-        error = event["error"]
-        raise StreamError(error.get("message", str(error)) if isinstance(error, dict) else str(error))
+        error = without_echo(event["error"])
+        message = error.get("message", error) if isinstance(error, dict) else error
+        raise StreamError(one_line(message if isinstance(message, str) else json.dumps(message)))
     return event
 
 

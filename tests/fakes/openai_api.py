@@ -13,8 +13,9 @@ OpenAI's `{"error": {"message", "type", "param", "code"}}`.
 Scripted per test: `reply` maps each chat request's body to a `Reply` (or a string of content);
 `replies(...)` makes one that answers in order. A Reply can call tools (structured, or as text in
 `content` the way Ollama answers), wait before its first token or between chunks, answer an
-error status, break the connection or go silent after some chunks. `stop()` and `start()` on the
-same port make the server go away and come back. It records each request (`chats`, `counts`,
+error status (with a body of its own, `error_body`: FastAPI's 422...), break the connection or
+go silent after some chunks. `stop()` and `start()` on the same port make the server go away and
+come back. It records each request (`chats`, `counts`,
 their headers), each it refused (`refused`) and each stream the client closed before its end
 (`disconnects`).
 
@@ -60,6 +61,7 @@ class Reply:
     delay: float = 0.0  # seconds between chunks
     status: int = 200  # else an error answer, with `error` as its message
     error: str = "the fake was told to fail"
+    error_body: dict | None = None  # sent as the error answer's whole body, not OpenAI's shape
     retry_after: str | None = None
     cut_after: int | None = None  # the connection breaks after this many token chunks
     silent_after: int | None = None  # then nothing more is sent (the connection stays open)
@@ -179,6 +181,8 @@ class FakeOpenAI:
         reply = Reply(content=reply) if isinstance(reply, str) else reply
         if reply.status != 200:
             headers = {"Retry-After": reply.retry_after} if reply.retry_after else None
+            if reply.error_body is not None:
+                return web.json_response(reply.error_body, status=reply.status, headers=headers)
             return error(reply.status, reply.error, "ServiceUnavailableError"
                          if reply.status >= 500 else "BadRequestError", headers=headers)
         if self.ignores_stream:
