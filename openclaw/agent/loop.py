@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine import SamplingParams
-from engine.tool_parser import StreamingToolParser, ToolCall
+from engine.tool_parser import StreamingToolParser, ToolCall, new_call_id
 from openclaw.agent.context import Budget, ContextBuilder, HistoryStore, PromptTooLong, TokensSpent
 from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
 from openclaw.config import AgentConfig
@@ -49,6 +49,7 @@ async def _always_allowed() -> bool:
     return True
 
 
+UNREADABLE_CALL = "unreadable_tool_call"  # the name a malformed call is stored under
 # The result of a call its turn was stopped in. Without one the prompt says "not run" (see
 # agent.context), false for a command cut short or a mail a worker thread still sends.
 STOPPED_CALL = ("error: stopped: the turn was stopped before this call ended; it may have done "
@@ -148,15 +149,20 @@ class Agent:
                     return result
                 content, calls, errors, out = await self._generate(
                     prompt, params, tools, f"{run_id}-{step}", sink, meter, caller.user)
+                # A malformed call is a call too, answered by its id: a tool message answering
+                # none makes strict servers refuse every later request of the conversation.
+                unreadable = [new_call_id() for _ in errors]
                 await self.context.add(
                     conversation_id, "assistant", content,
                     token_count=out.completion_tokens if out is not None else 0,
-                    tool_calls=[_call_json(c) for c in calls] or None)
+                    tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None)
                 if not calls and not errors:
                     result.text = content if content.strip() else "(no answer)"
                     return result
-                for error in errors:  # a malformed call goes back to the model, not to the user
-                    await self.context.add(conversation_id, "tool", f"error: {error}")
+                for call_id, error in zip(unreadable, errors, strict=True):
+                    # back to the model, not to the user
+                    await self.context.add(conversation_id, "tool", f"error: {error}",
+                                           tool_call_id=call_id)
                 for call in calls:
                     if not await caller.still_allowed():
                         return _refused(result)
@@ -251,6 +257,12 @@ def _refused(result: TurnResult) -> TurnResult:
     """The turn as it ends for a caller who lost access: no reply, not even an apology."""
     result.text, result.refused = "", True
     return result
+
+
+def _unreadable_json(call_id: str) -> dict[str, Any]:
+    """A malformed call as stored: what it said is in its error, the tool message after it."""
+    return {"id": call_id, "type": "function",
+            "function": {"name": UNREADABLE_CALL, "arguments": "{}"}}
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from openclaw.agent.context import ContextBuilder
-from openclaw.agent.loop import STOPPED_CALL
+from openclaw.agent.loop import STOPPED_CALL, UNREADABLE_CALL
 from sandbox.policy import Principal
 from skills import Executor
 
@@ -89,7 +89,8 @@ async def take_up(context: ContextBuilder, executor: Executor, principal: Princi
     # stopped one; the later ones stay bare, which the prompt shows as "not run" (agent.context).
     if STOPPED_CALL in results.values():
         return TakenUp(text)
-    call = next((c for c in calling.tool_calls if c.get("id") and c["id"] not in results), None)
+    call = next((c for c in calling.tool_calls if c.get("id") and c["id"] not in results
+                 and c["function"]["name"] != UNREADABLE_CALL), None)  # which never runs
     if call is None:
         return TakenUp(text)
     name = call["function"]["name"]

@@ -24,7 +24,9 @@ their headers), each it refused (`refused`) and each stream the client closed be
 listed in the message, as OpenAI's API and Azure's say), "param" (400 naming the first in
 `param`, OpenAI's newer shape) or "fastapi" (422 with pydantic's `detail`, as FastAPI servers
 with extra="forbid" say). `unsupported` names fields refused as OpenAI's reasoning models refuse
-`max_tokens`."""
+`max_tokens`. `strict_tool_ids` makes it refuse (400) a request with a tool message that does
+not answer, by its `tool_call_id`, a call of an assistant message before it, as vLLM does with
+some chat templates and OpenAI's API always does."""
 
 from __future__ import annotations
 
@@ -97,7 +99,8 @@ class FakeOpenAI:
         self.strict: str | None = None  # "openai", "param" or "fastapi": see the module's doc
         self.ignores_stream = False  # answer one JSON completion whatever "stream" says
         self.unsupported: set[str] = set()
-        self.refused: list[dict] = []  # chat requests refused for their fields
+        self.strict_tool_ids = False
+        self.refused: list[dict] = []  # chat requests refused for their fields or tool messages
         self.metrics: str | None = None  # the Prometheus text of /metrics; None: 404
         self.reply: Callable[[dict], Reply | str] = lambda body: "hello from the fake"
         self.chats: list[dict] = []  # every chat request's body, in order
@@ -170,7 +173,7 @@ class FakeOpenAI:
         if body.get("model") != self.model:
             return error(404, f"The model `{body.get('model')}` does not exist.",
                          "NotFoundError", param="model")
-        if refused := self._refuse_fields(body):
+        if refused := self._refuse_fields(body) or self._refuse_tool_messages(body):
             self.refused.append(body)
             return refused
         index = len(self.chats)
@@ -219,6 +222,20 @@ class FakeOpenAI:
         plural = "s" if len(unknown) > 1 else ""
         return error(400, f"Unrecognized request argument{plural} supplied: {', '.join(unknown)}",
                      "invalid_request_error", code=None)
+
+    def _refuse_tool_messages(self, body: dict) -> web.Response | None:
+        if not self.strict_tool_ids:
+            return None
+        calls: set[str] = set()
+        for n, message in enumerate(body.get("messages") or []):
+            if message.get("role") == "assistant":
+                calls.update(c.get("id") for c in message.get("tool_calls") or [])
+            elif message.get("role") == "tool" and message.get("tool_call_id") not in calls - {None}:
+                return error(400, f"messages[{n}]: a message with role 'tool' must answer a "
+                             "preceding message's 'tool_calls' by its tool_call_id "
+                             f"(got {message.get('tool_call_id')!r})", "BadRequestError",
+                             param="messages")
+        return None
 
 
 class _ClientLeft(Exception):
