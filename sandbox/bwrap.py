@@ -7,7 +7,14 @@ any granted path) and the command becomes a real unprivileged uid through setpri
 capabilities and no_new_privs: root would ignore RLIMIT_NPROC and keep every capability.
 
 /tmp and /dev/shm are tmpfs, whose pages no rlimit charges: bwrap --size (0.7 and later) bounds them
-together by the role's memory limit, and /dev is read-only. An older bwrap cannot size them (nor
+together by the role's memory limit, and /dev is read-only.
+
+Pseudo-terminals come from a pool the kernel shares among every devpts instance (kernel.pty.max less
+the host's reserve: 3072 by default), so one command holding them all would leave every other
+sandbox none. bwrap's --dev mounts a devpts instance of the sandbox's own, without a bound; as root
+it is remounted, just before setpriv, with `max=` the role's `ptys`. An unprivileged daemon cannot
+(its command has no capability left to mount with), so its commands get no ptys at all: an empty,
+read-only /dev/pts, where /dev/ptmx leads nowhere. An older bwrap cannot size them (nor
 bind by descriptor, 0.8): commands still run, and `isolation_available` and the log say so.
 """
 
@@ -27,6 +34,7 @@ from sandbox.scope import SANDBOX_UID, WORKSPACE_MOUNT, Limits, Scope
 log = logging.getLogger(__name__)
 
 SETPRIV = "/usr/bin/setpriv"
+MOUNT = "/usr/bin/mount"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 DEFAULT_LIMITS = Limits()  # frozen: one shared default is safe
 # /dev/shm's share of the role's memory limit; /tmp gets the rest (see tmpfs_sizes).
@@ -146,6 +154,18 @@ def command_prefix(uid: int = SANDBOX_UID) -> list[str]:
             "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
 
 
+def pty_bound(limits: Limits) -> list[str]:
+    """As root: the command line that remounts the sandbox's own devpts with at most `limits.ptys`
+    ptys, then runs the rest of it (setpriv, the command) in its place; as root, before setpriv
+    drops it. If the remount fails the command does not run. A remount resets every option not
+    given: these are the ones bwrap's --dev mounts with."""
+    if not _is_root():
+        return []
+    # max=0 would be no bound at all to the kernel (it allocates below max - 1, unsigned).
+    options = f"remount,nosuid,noexec,ptmxmode=0666,mode=620,max={max(limits.ptys, 1)}"
+    return ["/bin/sh", "-c", f'{MOUNT} -o {options} /dev/pts && exec "$@"', "sh"]
+
+
 def _binds(scope: Scope, grants: Grants | None = None, by_fd: bool = True
            ) -> list[tuple[str, str, bool, int | None]]:
     """(destination, source, read-only, descriptor to bind or None: by path) for the workspace and
@@ -236,7 +256,10 @@ def _mount_args(bwrap: str, limits: Limits) -> list[str]:
     # (see tmpfs_sizes) where bwrap can set one: without, each may grow to half of the host's RAM.
     tmp, shm = tmpfs_sizes(limits)
     sized = bwrap_sizes_tmpfs(bwrap)
-    return ["--proc", "/proc", "--dev", "/dev",
+    # An unprivileged daemon's command gets no ptys (see pty_bound): its user namespace's devpts is
+    # covered by an empty folder it cannot write.
+    no_ptys = [] if _is_root() else ["--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts"]
+    return ["--proc", "/proc", "--dev", "/dev", *no_ptys,
             "--perms", "1777", *(["--size", str(shm)] if sized else []), "--tmpfs", "/dev/shm",
             "--perms", "1777", *(["--size", str(tmp)] if sized else []), "--tmpfs", "/tmp"]
 
@@ -270,7 +293,7 @@ def bwrap_argv(bwrap: str, command: str, scope: Scope, env: dict[str, str],
     for key, value in env.items():
         argv += ["--setenv", key, value]
     shell = link.shell(command) if link else ["/bin/sh", "-c", command]
-    return [*argv, *command_prefix(scope.uid), *shell]
+    return [*argv, *pty_bound(limits), *command_prefix(scope.uid), *shell]
 
 
 def bound_fds(argv: list[str]) -> tuple[int, ...]:
@@ -295,11 +318,13 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
         return False, f"bubblewrap not found ({bwrap_path or 'bwrap on PATH'})"
     if _is_root() and not os.access(SETPRIV, os.X_OK):
         return False, f"{SETPRIV} (util-linux) is missing; it drops root to the sandbox uid"
+    if _is_root() and not os.access(MOUNT, os.X_OK):
+        return False, f"{MOUNT} (util-linux) is missing; it bounds the sandbox's ptys"
     try:
         with seccomp.program_fd() as filter_fd:
             argv = [bwrap, *_namespace_args(), *_seccomp_args(filter_fd), *_system_args(),
-                    *_mount_args(bwrap, DEFAULT_LIMITS), "--remount-ro", "/dev", *command_prefix(),
-                    "/bin/sh", "-c", "exit 0"]
+                    *_mount_args(bwrap, DEFAULT_LIMITS), "--remount-ro", "/dev",
+                    *pty_bound(DEFAULT_LIMITS), *command_prefix(), "/bin/sh", "-c", "exit 0"]
             done = subprocess.run(argv, capture_output=True, text=True, timeout=10,
                                   env={"PATH": SANDBOX_PATH}, pass_fds=filter_fds(filter_fd))
     except (OSError, subprocess.SubprocessError) as exc:
@@ -312,6 +337,8 @@ def isolation_available(bwrap_path: str | None = None) -> tuple[bool, str]:
                 f"({os.uname().machine}), so commands could make user namespaces")
     else:
         what = f"bubblewrap ({bwrap}) with a seccomp filter ({seccomp.SUMMARY})"
+    what += (f"; at most {DEFAULT_LIMITS.ptys} ptys per command" if _is_root() else
+             "; no ptys for commands (only a root daemon can give each sandbox a bounded number)")
     if not bwrap_sizes_tmpfs(bwrap):
         what += f"; {UNSIZED_TMPFS}"
     if not bwrap_binds_fds(bwrap):

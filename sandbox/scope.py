@@ -25,6 +25,7 @@ class Limits:
     processes: int = 64
     open_files: int = 256
     disk_bytes: int = 1 << 30  # what the workspace may hold in all (sandbox.disk_budget); 0: no quota
+    ptys: int = 16  # open at once, in the sandbox's own devpts (sandbox.bwrap; a root daemon's only)
 
 
 @dataclass(frozen=True)

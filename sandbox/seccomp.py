@@ -21,6 +21,14 @@ What it refuses, and why (each rule is a way into the kernel that shell commands
   refuses to a process without capabilities (module loading, kexec, mount, open_by_handle_at, ...)
   are left to it: now that no user namespace can give the command capabilities, a rule would add
   nothing.
+- Sockets of any family but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK get EAFNOSUPPORT, from
+  `socket` and `socketpair` (io_uring, whose IORING_OP_SOCKET would bypass this, is refused whole).
+  Some families are in no namespace: AF_VSOCK would let a command without network listen on, or
+  connect to, the host's vsock ports (on a VM, the hypervisor's services); the others (AF_PACKET,
+  AF_XDP, AF_ALG, Bluetooth, ...) are kernel code no shell command needs. Netlink is kept for
+  NETLINK_ROUTE (getifaddrs, `ip`, if_nameindex) and NETLINK_SOCK_DIAG (`ss`), both answering about
+  the sandbox's own network namespace; its other protocols (device events, generic netlink's many
+  families, ...) get EPROTONOSUPPORT.
 - Any other ABI than the host's native one is killed (SIGSYS): on x86_64 the i386 entry (`int 0x80`)
   and x32 calls (numbers with bit 30 set), on aarch64 32-bit ARM. Their syscall numbers differ, so
   the rules above would not match them. 32-bit programs therefore cannot run in the sandbox.
@@ -61,7 +69,14 @@ DENIED = (
     # Programs that can use it fall back to plain syscalls.
     "io_uring_setup",
 )
-SUMMARY = f"no user namespaces; {', '.join(DENIED)} refused; no disk reserved by fallocate"
+SUMMARY = (f"no user namespaces; {', '.join(DENIED)} refused; no disk reserved by fallocate; "
+           "sockets of AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK only")
+
+# What `socket`/`socketpair` may make (linux/socket.h): AF_UNIX, AF_INET, AF_INET6; and AF_NETLINK,
+# with the protocols of linux/netlink.h named in the docstring: NETLINK_ROUTE and NETLINK_SOCK_DIAG.
+SOCKET_FAMILIES = (1, 2, 10)
+AF_NETLINK = 16
+NETLINK_PROTOCOLS = (0, 4)
 
 CLONE_NEWUSER = 0x10000000
 FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE: the one mode that frees space
@@ -74,10 +89,10 @@ RESERVING_IOCTLS = (0x40305828, 0x4030582A, 0x40305839, 0x4030580A, 0x40305824)
 # table (include/uapi/asm-generic/unistd.h). Both are little-endian, which ARG0_LOW below relies on.
 _X86_64 = {"clone": 56, "unshare": 272, "clone3": 435, "keyctl": 250, "add_key": 248,
            "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-           "io_uring_setup": 425, "fallocate": 285, "ioctl": 16}
+           "io_uring_setup": 425, "fallocate": 285, "ioctl": 16, "socket": 41, "socketpair": 53}
 _AARCH64 = {"clone": 220, "unshare": 97, "clone3": 435, "keyctl": 219, "add_key": 217,
             "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
-            "io_uring_setup": 425, "fallocate": 47, "ioctl": 29}
+            "io_uring_setup": 425, "fallocate": 47, "ioctl": 29, "socket": 198, "socketpair": 199}
 
 
 @dataclass(frozen=True)
@@ -98,7 +113,7 @@ class UnsupportedArchitecture(Exception):
 
 
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
-NR, ARCH, ARG0_LOW, ARG1_LOW = 0, 4, 16, 24
+NR, ARCH, ARG0_LOW, ARG1_LOW, ARG2_LOW = 0, 4, 16, 24, 32
 # Classic BPF opcodes (linux/filter.h) and seccomp return actions (linux/seccomp.h).
 LD_W_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
 KILL_PROCESS, ERRNO, ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
@@ -111,6 +126,21 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 def _refuse(nr: int, error: int) -> list[bytes]:
     return [_op(JEQ, nr, jf=1), _op(RET, ERRNO | error)]
+
+
+def _sockets(nr: dict[str, int]) -> list[bytes]:
+    """socket(family, type, protocol) and socketpair(family, ...): the family (an int: the low word
+    is all the kernel reads) must be one of SOCKET_FAMILIES, or AF_NETLINK with one of
+    NETLINK_PROTOCOLS."""
+    families, protocols = len(SOCKET_FAMILIES), len(NETLINK_PROTOCOLS)
+    # From the family's load: the family tests, netlink's, the protocol's load and tests, then
+    # RET EPROTONOSUPPORT, RET EAFNOSUPPORT, RET ALLOW (jumps count the instructions skipped).
+    body = [_op(LD_W_ABS, ARG0_LOW),
+            *(_op(JEQ, family, jt=families + protocols + 3 - i) for i, family in enumerate(SOCKET_FAMILIES)),
+            _op(JEQ, AF_NETLINK, jf=protocols + 2), _op(LD_W_ABS, ARG2_LOW),
+            *(_op(JEQ, protocol, jt=protocols + 1 - i) for i, protocol in enumerate(NETLINK_PROTOCOLS)),
+            _op(RET, ERRNO | errno.EPROTONOSUPPORT), _op(RET, ERRNO | errno.EAFNOSUPPORT), _op(RET, ALLOW)]
+    return [_op(JEQ, nr["socket"], jt=1), _op(JEQ, nr["socketpair"], jf=len(body)), *body]
 
 
 def program(machine: str | None = None) -> bytes:
@@ -136,6 +166,7 @@ def program(machine: str | None = None) -> bytes:
     code += [_op(JEQ, nr["ioctl"], jf=len(RESERVING_IOCTLS) + 3), _op(LD_W_ABS, ARG1_LOW),
              *(_op(JEQ, request, jt=len(RESERVING_IOCTLS) - i) for i, request in enumerate(RESERVING_IOCTLS)),
              _op(RET, ALLOW), _op(RET, not_supported)]
+    code += _sockets(nr)
     for name in DENIED:
         code += _refuse(nr[name], errno.EPERM)
     # clone and unshare: EPERM when the flags (argument 0 of both, on both arches) ask for a user

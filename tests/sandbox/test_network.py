@@ -3,6 +3,7 @@ other machines through a namespace of its own, never the host's loopback service
 sockets; without slirp4netns such a role is refused; nothing of the plumbing outlives a run."""
 
 import asyncio
+import errno
 import os
 import shutil
 import signal
@@ -148,6 +149,65 @@ async def test_without_network_there_is_only_loopback_and_no_resolver(workspace)
     result = await run("tail -n +3 /proc/net/dev; cat /etc/resolv.conf", workspace)
     assert [line.split(":")[0].strip() for line in result.stdout.splitlines()] == ["lo"]
     assert "No such file" in result.stderr
+
+
+# Prints "call family outcome" for each socket the sandbox tries: "ok" or the errno's name.
+FAMILIES = """
+import errno, socket
+TRIES = (("AF_VSOCK", 40, socket.SOCK_STREAM, 0), ("AF_PACKET", 17, socket.SOCK_RAW, 0),
+         ("AF_XDP", 44, socket.SOCK_RAW, 0), ("AF_ALG", 38, socket.SOCK_SEQPACKET, 0),
+         ("AF_UNIX", 1, socket.SOCK_STREAM, 0), ("AF_INET", 2, socket.SOCK_STREAM, 0),
+         ("AF_INET6", 10, socket.SOCK_DGRAM, 0), ("NETLINK_ROUTE", 16, socket.SOCK_RAW, 0),
+         ("NETLINK_SOCK_DIAG", 16, socket.SOCK_DGRAM, 4),
+         ("NETLINK_KOBJECT_UEVENT", 16, socket.SOCK_DGRAM, 15), ("NETLINK_GENERIC", 16, socket.SOCK_RAW, 16))
+for name, family, kind, protocol in TRIES:
+    for call in (socket.socket, socket.socketpair):
+        try:
+            made = call(family, kind, protocol)
+            for each in made if isinstance(made, tuple) else [made]:
+                each.close()
+            print(call.__name__, name, "ok")
+        except OSError as exc:
+            print(call.__name__, name, errno.errorcode[exc.errno])
+"""
+
+
+def socket_outcomes(text: str) -> dict[str, str]:
+    return {f"{call} {family}": outcome for call, family, outcome in map(str.split, text.splitlines())}
+
+
+async def socket_families(workspace, granted: bool) -> None:
+    (workspace / "families.py").write_text(FAMILIES)
+    result = await run("python3 families.py", workspace, network=granted)
+    assert result.exit_status == 0, result.stderr
+    outcomes = socket_outcomes(result.stdout)
+    refused = ("AF_VSOCK", "AF_PACKET", "AF_XDP", "AF_ALG")
+    assert {what: outcomes.pop(what) for what in list(outcomes) if what.split()[1] in refused} == {
+        f"{call} {family}": "EAFNOSUPPORT" for family in refused for call in ("socket", "socketpair")}
+    # socketpair is a UNIX-only call: the kernel's own EOPNOTSUPP for the others.
+    unix_only = errno.errorcode[errno.EOPNOTSUPP]
+    assert outcomes == {
+        "socket AF_UNIX": "ok", "socketpair AF_UNIX": "ok",
+        "socket AF_INET": "ok", "socketpair AF_INET": unix_only,
+        "socket AF_INET6": "ok", "socketpair AF_INET6": unix_only,
+        "socket NETLINK_ROUTE": "ok", "socketpair NETLINK_ROUTE": unix_only,
+        "socket NETLINK_SOCK_DIAG": "ok", "socketpair NETLINK_SOCK_DIAG": unix_only,
+        **{f"{call} {protocol}": "EPROTONOSUPPORT" for call in ("socket", "socketpair")
+           for protocol in ("NETLINK_KOBJECT_UEVENT", "NETLINK_GENERIC")}}
+
+
+async def test_without_network_only_unix_inet_and_netlink_sockets_can_be_made(workspace):
+    # AF_VSOCK is in no namespace: a command could listen on the host's (on a VM, the hypervisor's)
+    # vsock ports. Unfiltered, socket(AF_VSOCK) succeeds on a kernel with vsock (as on the test VM),
+    # AF_PACKET and AF_XDP answer EPERM (no CAP_NET_RAW), netlink's uevent and generic protocols
+    # succeed: EAFNOSUPPORT and EPROTONOSUPPORT are the filter's answers. (A kernel without AF_ALG
+    # answers EAFNOSUPPORT itself.)
+    await socket_families(workspace, granted=False)
+
+
+@needs_slirp
+async def test_with_network_still_only_unix_inet_and_netlink_sockets_can_be_made(workspace):
+    await socket_families(workspace, granted=True)
 
 
 @needs_slirp

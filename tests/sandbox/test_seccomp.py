@@ -116,6 +116,7 @@ async def test_user_namespaces_clone3_and_denied_calls_are_refused(workspace):
         "fallocate": f"errno={errno.errorcode[errno.EOPNOTSUPP]}",  # ENOTSUP: the same number
         "ioctl(FS_IOC_RESVSP64)": f"errno={errno.errorcode[errno.EOPNOTSUPP]}",
         **{name: "errno=EPERM" for name in seccomp.DENIED},
+        "socket": "errno=EAFNOSUPPORT", "socketpair": "errno=EAFNOSUPPORT",  # AF_UNSPEC: no family
         "getpid": "ok",
     }
 
@@ -173,10 +174,10 @@ def test_syscall_numbers_match_the_kernel_headers(machine):
         seccomp.ARCHES[machine].syscalls
 
 
-def decide(program: bytes, arch: int, nr: int, arg0: int = 0, arg1: int = 0) -> str:
+def decide(program: bytes, arch: int, nr: int, arg0: int = 0, arg1: int = 0, arg2: int = 0) -> str:
     """A model of the kernel's BPF machine for the instructions the filter uses, over struct
     seccomp_data as a little-endian kernel lays it out."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, arg1, 0, 0, 0, 0)
+    data = struct.pack("<iIQ6Q", nr, arch, 0, arg0, arg1, arg2, 0, 0, 0)
     ops = [struct.unpack_from("=HBBI", program, at) for at in range(0, len(program), 8)]
     pc = acc = 0
     while True:
@@ -221,6 +222,15 @@ def test_the_program_decides_each_call_as_documented(machine):
     assert decide(program, native, nr["ioctl"], 3, (1 << 32) | 0x541B) == "allow"  # high word ignored
     assert [decide(program, native, nr[name]) for name in seccomp.DENIED] == ["EPERM"] * len(seccomp.DENIED)
     assert decide(program, native, -1) == "allow"  # a tracer's skipped call; the kernel says ENOSYS
+    for call in (nr["socket"], nr["socketpair"]):
+        # Every family up to AF_MAX (46) and beyond: AF_UNIX, AF_INET, AF_INET6 and two netlink
+        # protocols only. The kernel reads the family as an int: the high word changes nothing.
+        made = {family: decide(program, native, call, (1 << 32) | family, 1, 0) for family in range(64)}
+        assert made == {family: "allow" if family in (1, 2, 10, 16) else "EAFNOSUPPORT"
+                        for family in range(64)}
+        assert [decide(program, native, call, seccomp.AF_NETLINK, 3, protocol) for protocol in range(24)] \
+            == ["allow" if protocol in (0, 4) else "EPROTONOSUPPORT" for protocol in range(24)]
+        assert decide(program, native, call, 1, 1, 15) == "allow"  # a protocol matters to netlink only
     x32_getpid = arch.x32_bit | 39
     assert decide(program, native, x32_getpid) == ("kill" if arch.x32_bit else "allow")
 
