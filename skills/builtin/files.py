@@ -24,6 +24,7 @@ from sandbox.grants import hand_over
 from sandbox.policy import Principal
 from sandbox.to_end import run_to_end
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
+from skills.budget import check_call_memory
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
     Target,
@@ -53,6 +54,7 @@ RESULT_BUDGET_CHARS = 12_000
 DEFAULT_SEARCH_RESULTS = 50
 MAX_SEARCH_RESULTS = 200
 SNIPPET_CHARS = 80  # of `old`/`new`, in approval prompts
+CHECK_CHUNK_BYTES = 1 << 20  # a file to edit is checked for UTF-8 this much at a time
 
 # What each action takes besides `action` and `path`; anything else is refused so that a confused
 # call (content given to read) fails loudly rather than being half-done.
@@ -205,7 +207,7 @@ class FilesSkill(Skill):
 
     def _edit(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         require_writable(target)
-        old, new = args["old"], args["new"]
+        old, new = _encoded("old", args["old"]), _encoded("new", args["new"])
         limit = ctx.principal.limits.file_size_bytes
         fd, _ = open_file(target, os.O_RDWR)
         try:
@@ -213,24 +215,31 @@ class FilesSkill(Skill):
             if size > limit:
                 raise SkillError(f"{target.shown()} is {size:,} bytes, over your file size limit of "
                                  f"{limit:,}; it cannot be edited here")
+            # Edited as UTF-8 bytes, never as one str (up to 4 bytes a character): `old` encoded
+            # matches exactly where it occurs in the text, as UTF-8 never matches mid-character.
             data = pread_all(fd, size, 0)
-            text = _decode_for_edit(target, data)
-            found = text.count(old)
+            _check_text(target, data)
+            found = data.count(old)
             _check_occurrences(target, found, args)
-            updated = text.replace(old, new).encode()
-            if len(updated) > limit:
-                raise too_big(target, len(updated), limit, "editing")
-            _check_room(target, ctx, len(updated) - size)
+            # The result's size first, and refused before a byte of it is built: one character
+            # replaced everywhere by a long text would otherwise make gigabytes of a small file.
+            new_size = len(data) + found * (len(new) - len(old))
+            if new_size > limit:
+                raise too_big(target, new_size, limit, "editing")
+            check_call_memory(f"editing {target.shown()}", len(data) + new_size,
+                              "Edit it with the shell (sed) instead.")
+            _check_room(target, ctx, new_size - size)
+            updated = data.replace(old, new)
             # In place on the descriptor we read from: owner, mode and hard links stay as they were.
             write_all(fd, updated, 0)
             os.ftruncate(fd, len(updated))
         finally:
             os.close(fd)
-        lines = _lines_of(text, old)
+        lines = _lines_of(data, old, found)
         ctx.audit.detail = f"edit {target.shown()} {found} replaced"
         times = "1 occurrence" if found == 1 else f"{found} occurrences"
         where = "line" if found == 1 else "lines"
-        return f"replaced {times} in {target.shown()} ({where} {lines}); it is now {len(updated):,} bytes"
+        return f"replaced {times} in {target.shown()} ({where} {lines}); it is now {new_size:,} bytes"
 
     def _list(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         fd = open_folder(target)
@@ -363,15 +372,27 @@ def _entry_line(entry: os.DirEntry, fd: int) -> str:
     return f"{name}  (special file)"
 
 
-def _decode_for_edit(target: Target, data: bytes) -> str:
+def _check_text(target: Target, data: bytes) -> None:
+    """Refuse to edit a binary file, or one that is not UTF-8: replacing bad bytes and writing back
+    would damage it. Checked a piece at a time, so no str of the whole file is ever held."""
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         raise SkillError(f"{target.shown()} is a binary file; it cannot be edited as text")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data) + 1, CHECK_CHUNK_BYTES):
+        pending = len(decoder.getstate()[0])  # bytes of a character cut at the last piece's end
+        try:
+            decoder.decode(view[start:start + CHECK_CHUNK_BYTES], final=start + CHECK_CHUNK_BYTES > len(data))
+        except UnicodeDecodeError as exc:
+            raise SkillError(f"{target.shown()} is not valid UTF-8 (at byte {start - pending + exc.start}); "
+                             "edit it with the shell instead") from None
+
+
+def _encoded(name: str, value: str) -> bytes:
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Replacing bad bytes and writing back would damage the file; refuse instead.
-        raise SkillError(f"{target.shown()} is not valid UTF-8 (at byte {exc.start}); edit it with the "
-                         "shell instead") from None
+        return value.encode()
+    except UnicodeEncodeError:  # a lone surrogate, which JSON's \\ud800 can carry
+        raise SkillError(f"'{name}' is not valid text (it holds a lone surrogate)") from None
 
 
 def _check_occurrences(target: Target, found: int, args: dict[str, Any]) -> None:
@@ -392,12 +413,12 @@ def _check_occurrences(target: Target, found: int, args: dict[str, Any]) -> None
                          "nothing was changed")
 
 
-def _lines_of(text: str, old: str, shown: int = 10) -> str:
-    lines, start = [], text.find(old)
+def _lines_of(data: bytes, old: bytes, found: int, shown: int = 10) -> str:
+    lines, start = [], data.find(old)
     while start != -1 and len(lines) < shown:
-        lines.append(str(text.count("\n", 0, start) + 1))
-        start = text.find(old, start + len(old))
-    return ", ".join(lines) + (", ..." if text.count(old) > shown else "")
+        lines.append(str(data.count(b"\n", 0, start) + 1))
+        start = data.find(old, start + len(old))
+    return ", ".join(lines) + (", ..." if found > shown else "")
 
 
 def _fit(lines: Iterable[str], budget: int = RESULT_BUDGET_CHARS) -> list[str]:

@@ -1,0 +1,74 @@
+"""Adversarial: in-daemon skills never build a result far bigger than the limits allow. Each attack
+here made the daemon allocate many times what it then refused (a 1 MB file edited into gigabytes);
+each is now refused, or cut, before the allocation. Measured with tracemalloc, which sees every
+thread's allocations (the files skill works in worker threads): the peak during the call must
+stay far below the size the attack would have built."""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Awaitable
+
+import pytest
+
+from sandbox.policy import Role
+from sandbox.scope import Limits
+from skills.executor import Outcome
+from tests.skills.test_files import USER, Env, make_env, mine
+
+MB = 1 << 20
+
+
+async def peak_during(call: Awaitable[Outcome]) -> tuple[Outcome, int]:
+    """The call's outcome, and the most memory held at once while it ran (beyond what was held before)."""
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        outcome = await call
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return outcome, peak - before
+
+
+def put(env: Env, name: str, data: bytes) -> None:
+    """A file in the user's workspace, theirs as if their own command had made it."""
+    (env.workspace / name).write_bytes(data)
+    mine(env.workspace / name)
+
+
+@pytest.fixture
+def big(tmp_path) -> Env:
+    """A role with the default file size limit (64 MiB), so that only the size of a result stops it."""
+    env = make_env(tmp_path, roles={"big": Role("big", skills=frozenset({"files"}),
+                                                 limits=Limits(file_size_bytes=64 * MB, wall_seconds=5))})
+    env.role = "big"
+    return env
+
+
+async def test_an_edit_that_would_blow_up_a_file_is_refused_before_its_text_is_built(big):
+    # The attack: one character replaced everywhere by a long text. 64 KiB x 2,000 would be a
+    # 128 MiB result (and as much again to encode it): over the 64 MiB limit, so it is refused
+    # having built nothing of it.
+    put(big, "big.txt", b"a" * (64 << 10))
+    outcome, peak = await peak_during(big.executor.call(
+        "files", {"action": "edit", "path": "big.txt", "old": "a", "new": "b" * 2000, "all": True},
+        big.policy.principal(USER, "big")))
+    assert outcome.decision == "denied" and not outcome.ok, outcome.text
+    assert f"would make it {64 * 1024 * 2000:,} bytes" in outcome.text
+    assert f"file size limit of {64 * MB:,} bytes" in outcome.text
+    assert peak < 2 * MB, f"the refused edit held {peak:,} bytes at its peak"
+    assert (big.workspace / "big.txt").read_bytes() == b"a" * (64 << 10)
+
+
+async def test_an_edit_checks_utf8_a_piece_at_a_time_and_names_a_bad_bytes_offset(big):
+    # "é" (2 bytes) across the 1 MiB boundary of the check's pieces is text; a lone 0xff past it is not.
+    text = b"x" * (MB - 1) + "é".encode() + b" old "
+    put(big, "ok.txt", text)
+    assert (await big.ok(action="edit", path="ok.txt", old="old", new="new")).startswith(
+        "replaced 1 occurrence in ok.txt (line 1)")
+    assert (big.workspace / "ok.txt").read_bytes() == text.replace(b"old", b"new")
+    put(big, "bad.txt", text + b"\xff")
+    await big.fails(f"bad.txt is not valid UTF-8 (at byte {len(text)})", action="edit", path="bad.txt",
+                    old="old", new="new")
