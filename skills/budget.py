@@ -24,7 +24,9 @@ def utf8_size(text: str) -> int:
     """len(text.encode()) without holding a second copy of a long text: encoded a piece at a time."""
     if text.isascii():
         return len(text)
-    return sum(len(text[i:i + _CHUNK_CHARS].encode()) for i in range(0, len(text), _CHUNK_CHARS))
+    # surrogatepass: a lone surrogate is measured here (3 bytes) and refused where it is encoded.
+    return sum(len(text[i:i + _CHUNK_CHARS].encode("utf-8", "surrogatepass"))
+               for i in range(0, len(text), _CHUNK_CHARS))
 
 
 def check_call_memory(what: str, needed: int, hint: str) -> None:

@@ -24,7 +24,7 @@ from sandbox.grants import hand_over
 from sandbox.policy import Principal
 from sandbox.to_end import run_to_end
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
-from skills.budget import check_call_memory
+from skills.budget import check_call_memory, utf8_size
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
     Target,
@@ -41,11 +41,15 @@ from skills.builtin.file_paths import (
     too_big,
 )
 from skills.builtin.file_search import BINARY_SNIFF_BYTES, search_in_child, search_tree
+from skills.executor import MAX_RESULT_CHARS
 from skills.fileio import pread_all, write_all
 
 # One read fits the executor's 16,000-character result limit, so the "[cut ...; read on with
 # offset=K]" note reaches the model instead of being cut off itself.
 DEFAULT_MAX_READ_BYTES = 12 * 1024
+# The most max_read_bytes may be: the executor cuts a result to 16,000 characters, so a bigger read
+# would only hold more of a big file in the daemon's memory.
+MAX_READ_BYTES = 1 << 20
 SEARCH_MAX_FILE_BYTES = 1 << 20  # search reads bigger files than one read shows
 MAX_LIST_ENTRIES = 500
 # A listing or search result is cut to this many characters, so that it too fits the executor's
@@ -114,12 +118,15 @@ class FilesSkill(Skill):
                 problems.append(f"{key}: unknown setting (known: max_read_bytes)")
             elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"max_read_bytes: must be a positive integer, got {value!r}")
+            elif value > MAX_READ_BYTES:
+                problems.append(f"max_read_bytes: at most {MAX_READ_BYTES:,} (one read's result is cut "
+                                f"to {MAX_RESULT_CHARS:,} characters anyway), got {value:,}")
         return problems
 
     def describe(self, args: dict[str, Any]) -> str:
         action, path = args.get("action"), q(str(args.get("path", "")))
         if action in ("write", "append"):
-            size = _n(len(str(args.get("content", "")).encode()), "byte")
+            size = _n(utf8_size(str(args.get("content", ""))), "byte")
             return (f"files: write {size} to {path} (replacing what is there)" if action == "write"
                     else f"files: append {size} to {path}")
         if action == "edit":
@@ -173,17 +180,21 @@ class FilesSkill(Skill):
         return text
 
     def _write(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        return self._put(target, args["content"].encode(), ctx, append=False)
+        return self._put(target, args["content"], ctx, append=False)
 
     def _append(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        return self._put(target, args["content"].encode(), ctx, append=True)
+        return self._put(target, args["content"], ctx, append=True)
 
-    def _put(self, target: Target, data: bytes, ctx: SkillContext, *, append: bool) -> str:
+    def _put(self, target: Target, content: str, ctx: SkillContext, *, append: bool) -> str:
         require_writable(target)
         limit = ctx.principal.limits.file_size_bytes
         verb = "appending to" if append else "writing"
-        if len(data) > limit:
-            raise too_big(target, len(data), limit, verb)
+        # Measured before it is encoded: a content over the limit is refused without a copy of it.
+        size = utf8_size(content)
+        if size > limit:
+            raise too_big(target, size, limit, verb)
+        check_call_memory(f"{verb} {target.shown()}", size, "Write it in parts with append.")
+        data = _encoded("content", content)
         _check_room(target, ctx, len(data) if append else len(data) - _allocated(target))
         fd, created = open_file(target, os.O_WRONLY | (os.O_APPEND if append else 0), create=True)
         try:

@@ -13,7 +13,8 @@ import pytest
 
 from sandbox.policy import Role
 from sandbox.scope import Limits
-from skills.executor import Outcome
+from skills.builtin.files import MAX_READ_BYTES, FilesSkill
+from skills.executor import MAX_RESULT_CHARS, Outcome
 from tests.skills.test_files import USER, Env, make_env, mine
 
 MB = 1 << 20
@@ -72,3 +73,31 @@ async def test_an_edit_checks_utf8_a_piece_at_a_time_and_names_a_bad_bytes_offse
     put(big, "bad.txt", text + b"\xff")
     await big.fails(f"bad.txt is not valid UTF-8 (at byte {len(text)})", action="edit", path="bad.txt",
                     old="old", new="new")
+
+
+async def test_a_write_or_append_over_the_limit_is_refused_before_its_content_is_encoded(tmp_path):
+    env = make_env(tmp_path)
+    content = "x" * (8 * MB)  # the tester role's limit is 4,096 bytes
+    for action in ("write", "append"):
+        outcome, peak = await peak_during(env.call(action=action, path="huge.txt", content=content))
+        assert outcome.decision == "denied", outcome.text
+        assert f"would make it {8 * MB:,} bytes, over your file size limit of 4,096 bytes" in outcome.text
+        assert peak < MB, f"the refused {action} held {peak:,} bytes at its peak"
+    assert not (env.workspace / "huge.txt").exists()
+
+
+def test_the_read_size_setting_is_bounded_so_one_read_cannot_hold_a_whole_big_file():
+    assert FilesSkill.check_settings({"max_read_bytes": MAX_READ_BYTES}) == []
+    assert FilesSkill.check_settings({"max_read_bytes": 1 << 30}) == [
+        f"max_read_bytes: at most {MAX_READ_BYTES:,} (one read's result is cut to "
+        f"{MAX_RESULT_CHARS:,} characters anyway), got {1 << 30:,}"]
+
+
+async def test_a_read_of_a_big_file_holds_one_page_of_it(tmp_path):
+    env = make_env(tmp_path, {"max_read_bytes": MAX_READ_BYTES},
+                   roles={"big": Role("big", skills=frozenset({"files"}), limits=Limits(wall_seconds=5))})
+    env.role = "big"
+    put(env, "big.log", b"y" * (32 * MB))
+    outcome, peak = await peak_during(env.call(action="read", path="big.log"))
+    assert outcome.ok and outcome.text.startswith("y" * MAX_RESULT_CHARS), outcome.text[-200:]
+    assert peak < 4 * MAX_READ_BYTES, f"the read held {peak:,} bytes at its peak"
