@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,8 @@ def search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool,
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue  # links, pipes: never followed or opened
-            lines = [(0, "")] if matcher is None else _matching_lines(fd, name, st, matcher, max_file_bytes,
-                                                                      found)
+            lines = iter([(0, "")]) if matcher is None else _matching_lines(fd, name, st, matcher,
+                                                                            max_file_bytes, found)
             for number, line in lines:
                 if len(matches) == max_results:
                     found["more"] = True
@@ -83,33 +84,39 @@ def search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool,
 
 
 def _matching_lines(fd: int, name: str, st: os.stat_result, matcher: Any, max_file_bytes: int,
-                    found: dict[str, Any]) -> list[tuple[int, str]]:
+                    found: dict[str, Any]) -> Iterator[tuple[int, str]]:
+    """The file's matching lines, one at a time: the caller stops at max_results, so a file of a
+    million matching lines costs no more than the matches it reports."""
     if st.st_size > max_file_bytes:
         found["large"] += 1
-        return []
+        return
     try:
         file_fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=fd)
     except OSError:
-        return []
+        return
     try:
         data = pread_all(file_fd, max_file_bytes, 0)
     finally:
         os.close(file_fd)
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         found["binary"] += 1
-        return []
-    return [(number, line[:MAX_LINE_CHARS]) for number, line in enumerate(_lines(data), 1)
-            if matcher(line)]
+        return
+    for number, line in enumerate(_lines(data), 1):
+        if matcher(line):
+            yield number, line[:MAX_LINE_CHARS]
 
 
-def _lines(data: bytes) -> list[str]:
+def _lines(data: bytes) -> Iterator[str]:
     """The file's lines as editors, grep and the edit action number them: only "\n" ends one (a
     CRLF's CR is dropped). str.splitlines would also split at form feeds, lone CRs and U+2028,
-    and every line number after one would be off."""
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines[-1] == "":  # the text after the final newline is no line of its own
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    and every line number after one would be off. One at a time, not a list of them all."""
+    text = data.decode("utf-8", errors="replace")
+    start = 0
+    while start < len(text):  # the text after the final newline is no line of its own
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        yield text[start:end].removesuffix("\r")
+        start = end + 1
 
 
 def search_child_main() -> None:

@@ -101,3 +101,13 @@ async def test_a_read_of_a_big_file_holds_one_page_of_it(tmp_path):
     outcome, peak = await peak_during(env.call(action="read", path="big.log"))
     assert outcome.ok and outcome.text.startswith("y" * MAX_RESULT_CHARS), outcome.text[-200:]
     assert peak < 4 * MAX_READ_BYTES, f"the read held {peak:,} bytes at its peak"
+
+
+async def test_a_search_holds_the_matches_it_reports_not_every_matching_line(big):
+    # Half a million matching lines in one file: only max_results of them are ever reported.
+    put(big, "lines.txt", b"a\n" * (MB // 2))
+    outcome, peak = await peak_during(big.call(action="search", path=".", pattern="a", max_results=50))
+    assert outcome.ok and outcome.text.startswith("lines.txt:1: a\n"), outcome.text
+    assert "lines.txt:50: a\n[" in outcome.text and "lines.txt:51:" not in outcome.text
+    assert "[more matches exist; showing the first 50" in outcome.text
+    assert peak < 8 * MB, f"the search held {peak:,} bytes at its peak"
