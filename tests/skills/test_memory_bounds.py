@@ -6,15 +6,21 @@ stay far below the size the attack would have built."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import tracemalloc
 from collections.abc import Awaitable
+from pathlib import Path
 
 import pytest
 
-from sandbox.policy import Role
+from sandbox.policy import Policy, Role
+from sandbox.runner import Sandbox
 from sandbox.scope import Limits
+from skills.budget import CAPTURE_BYTES
 from skills.builtin.files import MAX_READ_BYTES, FilesSkill
-from skills.executor import MAX_RESULT_CHARS, Outcome
+from skills.executor import MAX_RESULT_CHARS, Executor, Outcome
+from skills.registry import load_skills
 from tests.skills.test_files import USER, Env, make_env, mine
 
 MB = 1 << 20
@@ -111,3 +117,20 @@ async def test_a_search_holds_the_matches_it_reports_not_every_matching_line(big
     assert "lines.txt:50: a\n[" in outcome.text and "lines.txt:51:" not in outcome.text
     assert "[more matches exist; showing the first 50" in outcome.text
     assert peak < 8 * MB, f"the search held {peak:,} bytes at its peak"
+
+
+async def test_a_commands_output_is_captured_to_what_a_result_can_use_whatever_the_role_allows():
+    # Not tmp_path: pytest's /tmp/pytest-of-root is 0700, which the sandbox uid cannot walk through.
+    root = Path(tempfile.mkdtemp(prefix="openclaw-memory-", dir="/tmp"))
+    try:
+        (root / "data").mkdir(mode=0o700)
+        roles = {"loud": Role("loud", skills=frozenset({"shell"}),
+                              limits=Limits(output_bytes=64 * MB, wall_seconds=30))}
+        policy = Policy(roles, root / "data", role_of=lambda user: "loud")
+        executor = Executor(load_skills(["shell"], [], {}), Sandbox())
+        outcome, peak = await peak_during(executor.call(
+            "shell", {"command": "head -c 8388608 /dev/zero | tr '\\0' x"}, policy.principal(USER)))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert outcome.ok and outcome.text.startswith("exit status 0\nstdout:\nxxxx"), outcome.text[:300]
+    assert peak < 6 * CAPTURE_BYTES, f"the command's capture held {peak:,} bytes at its peak"
