@@ -6,10 +6,13 @@ stay far below the size the attack would have built."""
 
 from __future__ import annotations
 
+import asyncio
+import email.policy
 import shutil
 import tempfile
 import tracemalloc
 from collections.abc import Awaitable
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,8 @@ from sandbox.policy import Policy, Role
 from sandbox.runner import Sandbox
 from sandbox.scope import Limits
 from skills.budget import CAPTURE_BYTES
+from skills.builtin.email.imap import IMAP_CALL_BYTES
+from skills.builtin.email.render import MAX_NAMED_ATTACHMENTS, message_text
 from skills.builtin.files import MAX_READ_BYTES, FilesSkill
 from skills.executor import MAX_RESULT_CHARS, Executor, Outcome
 from skills.registry import load_skills
@@ -134,3 +139,96 @@ async def test_a_commands_output_is_captured_to_what_a_result_can_use_whatever_t
         shutil.rmtree(root, ignore_errors=True)
     assert outcome.ok and outcome.text.startswith("exit status 0\nstdout:\nxxxx"), outcome.text[:300]
     assert peak < 6 * CAPTURE_BYTES, f"the command's capture held {peak:,} bytes at its peak"
+
+
+# -- email ------------------------------------------------------------------------------------------
+
+
+class GreedyIMAPServer:
+    """An IMAP server on 127.0.0.1 that ignores the partial fetch asked for (BODY.PEEK[]<0.N>) and
+    announces a literal of `literal_bytes`, as a broken or hostile server could: whatever it
+    announces, imaplib would read and hold it all. Speaks just enough IMAP4rev1 for a read."""
+
+    def __init__(self, literal_bytes: int) -> None:
+        self.literal_bytes, self.sent = literal_bytes, 0
+        self.host, self.port = "127.0.0.1", 0
+
+    async def __aenter__(self) -> GreedyIMAPServer:
+        self.server = await asyncio.start_server(self._session, self.host, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"* OK IMAP4rev1 ready\r\n")
+        try:
+            while line := await reader.readline():
+                tag, command = line.split(b" ", 2)[:2]
+                command = command.strip().upper()
+                if command == b"CAPABILITY":
+                    writer.write(b"* CAPABILITY IMAP4rev1 AUTH=PLAIN\r\n")
+                elif command == b"EXAMINE":
+                    writer.write(b"* 1 EXISTS\r\n* OK [UIDVALIDITY 1] ok\r\n")
+                elif command == b"UID":
+                    writer.write(b"* 1 FETCH (UID 1 RFC822.SIZE %d BODY[] {%d}\r\n"
+                                 % (self.literal_bytes, self.literal_bytes))
+                    chunk = b"Subject: big\r\n\r\n" + b"x" * (MB - 16)
+                    while self.sent < self.literal_bytes:
+                        part = chunk[:self.literal_bytes - self.sent]
+                        writer.write(part)
+                        self.sent += len(part)
+                        await writer.drain()
+                    writer.write(b")\r\n")
+                elif command == b"LOGOUT":
+                    writer.write(b"* BYE\r\n" + tag + b" OK bye\r\n")
+                    await writer.drain()
+                    break
+                writer.write(tag + b" OK done\r\n")
+                await writer.drain()
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+
+async def test_an_imap_server_that_sends_more_than_was_fetched_is_cut_off_not_held(tmp_path):
+    async with GreedyIMAPServer(literal_bytes=64 * MB) as server:
+        roles = {"reader": Role("reader", skills=frozenset({"email"}), email_read=True)}
+        policy = Policy(roles, tmp_path, role_of=lambda user: "reader")
+        settings = {"imap_host": server.host, "imap_port": server.port, "imap_security": "none",
+                    "imap_username": "bob", "imap_password": "pw", "timeout_s": 20}
+        executor = Executor(load_skills(["email"], [], {"email": settings}), Sandbox(), timeout_s=30)
+        outcome = await executor.call("email", {"action": "read", "uid": 1}, policy.principal(USER))
+        assert not outcome.ok, outcome.text[:300]
+        assert f"more than {IMAP_CALL_BYTES:,} bytes" in outcome.text, outcome.text[:300]
+        # The client stopped reading: the server could not hand over its 64 MiB.
+        assert server.sent < 64 * MB
+
+
+def many_attachments(count: int) -> bytes:
+    message = EmailMessage()
+    message["From"], message["Subject"] = "mallory@example.org", "files"
+    message.set_content("see attached")
+    for i in range(count):
+        message.add_attachment(b"x", maintype="application", subtype="octet-stream", filename=f"f{i}.bin")
+    return message.as_bytes(policy=email.policy.SMTP)
+
+
+def test_a_message_of_thousands_of_parts_is_read_as_its_first_ones():
+    raw = many_attachments(2000)
+    tracemalloc.start()
+    try:
+        text = message_text(raw, 7, len(raw))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "see attached" in text
+    named = text.split("attachments (not included): ", 1)[1].split("\n", 1)[0]
+    assert named.startswith("f0.bin (application/octet-stream), f1.bin (application/octet-stream)")
+    assert named.count(".bin") <= MAX_NAMED_ATTACHMENTS
+    assert "and more not named" in named
+    assert f"of {len(raw)} bytes were read" in text
+    assert peak < 4 * MB, f"rendering held {peak:,} bytes at its peak"
