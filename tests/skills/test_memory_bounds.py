@@ -26,6 +26,7 @@ from skills.builtin.email.render import MAX_NAMED_ATTACHMENTS, message_text
 from skills.builtin.files import MAX_READ_BYTES, FilesSkill
 from skills.executor import MAX_RESULT_CHARS, Executor, Outcome
 from skills.registry import load_skills
+from skills.skill_md import MAX_LISTED_FILES
 from tests.skills.test_files import USER, Env, make_env, mine
 
 MB = 1 << 20
@@ -232,3 +233,25 @@ def test_a_message_of_thousands_of_parts_is_read_as_its_first_ones():
     assert "and more not named" in named
     assert f"of {len(raw)} bytes were read" in text
     assert peak < 4 * MB, f"rendering held {peak:,} bytes at its peak"
+
+
+# -- SKILL.md ---------------------------------------------------------------------------------------
+
+
+async def test_a_skill_folder_of_many_files_is_walked_to_a_bound(tmp_path):
+    # Whoever can write in a skill's folder (its git checkout, a shared mount) can fill it: the
+    # listing with its instructions looks at a bounded number of entries, not all of them.
+    folder = tmp_path / "crowded"
+    (folder / "many").mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: crowded\ndescription: d\n---\nRead a.txt.\n")
+    (folder / "a.txt").write_text("the one that matters")
+    for i in range(20_000):
+        (folder / "many" / f"file-{i:05}-with-a-long-enough-name.txt").touch()
+    executor = Executor(load_skills([], [folder], {}), Sandbox())
+    principal = Policy({"r": Role("r", skills=frozenset({"crowded"}))}, tmp_path, lambda u: "r").principal("x:1")
+    outcome, peak = await peak_during(executor.call("crowded", {}, principal))
+    assert outcome.ok and "Other files of this skill" in outcome.text and "a.txt" in outcome.text, outcome.text
+    assert outcome.text.count(".txt") <= MAX_LISTED_FILES + 1
+    assert peak < MB, f"the listing held {peak:,} bytes at its peak"
+    read = await executor.call("crowded", {"file": "a.txt"}, principal)
+    assert read.ok and read.text == "the one that matters", read.text
