@@ -20,7 +20,7 @@ import pytest
 from sandbox.policy import Policy, Role
 from sandbox.runner import Sandbox
 from sandbox.scope import Limits
-from skills.budget import CAPTURE_BYTES
+from skills.budget import CALL_MEMORY_BYTES, CAPTURE_BYTES
 from skills.builtin.email.imap import IMAP_CALL_BYTES
 from skills.builtin.email.render import MAX_NAMED_ATTACHMENTS, message_text
 from skills.builtin.files import MAX_READ_BYTES, FilesSkill
@@ -73,6 +73,22 @@ async def test_an_edit_that_would_blow_up_a_file_is_refused_before_its_text_is_b
     assert f"file size limit of {64 * MB:,} bytes" in outcome.text
     assert peak < 2 * MB, f"the refused edit held {peak:,} bytes at its peak"
     assert (big.workspace / "big.txt").read_bytes() == b"a" * (64 << 10)
+
+
+async def test_an_edit_within_a_generous_file_limit_is_still_held_to_the_per_call_memory_budget(tmp_path):
+    # An admin's file_size_mb of 1 GiB: a 1 MB file edited into 300 MB fits it, but would hold
+    # more than one call may use in the daemon.
+    env = make_env(tmp_path, roles={"huge": Role("huge", skills=frozenset({"files"}),
+                                                 limits=Limits(file_size_bytes=1 << 30, wall_seconds=5))})
+    env.role = "huge"
+    put(env, "big.txt", b"a" * MB)
+    outcome, peak = await peak_during(env.call(action="edit", path="big.txt", old="a", new="b" * 300,
+                                               all=True))
+    assert outcome.decision == "denied", outcome.text
+    assert (f"editing big.txt would need {MB + 300 * MB:,} bytes of memory, over the "
+            f"{CALL_MEMORY_BYTES:,} one call may use; nothing was done") in outcome.text
+    assert peak < 4 * MB, f"the refused edit held {peak:,} bytes at its peak"
+    assert (env.workspace / "big.txt").read_bytes() == b"a" * MB
 
 
 async def test_an_edit_checks_utf8_a_piece_at_a_time_and_names_a_bad_bytes_offset(big):
@@ -248,9 +264,11 @@ async def test_a_skill_folder_of_many_files_is_walked_to_a_bound(tmp_path):
     for i in range(20_000):
         (folder / "many" / f"file-{i:05}-with-a-long-enough-name.txt").touch()
     executor = Executor(load_skills([], [folder], {}), Sandbox())
-    principal = Policy({"r": Role("r", skills=frozenset({"crowded"}))}, tmp_path, lambda u: "r").principal("x:1")
+    roles = {"r": Role("r", skills=frozenset({"crowded"}))}
+    principal = Policy(roles, tmp_path, lambda u: "r").principal("x:1")
     outcome, peak = await peak_during(executor.call("crowded", {}, principal))
-    assert outcome.ok and "Other files of this skill" in outcome.text and "a.txt" in outcome.text, outcome.text
+    assert outcome.ok and "Other files of this skill" in outcome.text, outcome.text
+    assert "a.txt" in outcome.text
     assert outcome.text.count(".txt") <= MAX_LISTED_FILES + 1
     assert peak < MB, f"the listing held {peak:,} bytes at its peak"
     read = await executor.call("crowded", {"file": "a.txt"}, principal)
