@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import heapq
 import json
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sandbox.disk import BLOCK
@@ -254,18 +255,23 @@ class FilesSkill(Skill):
 
     def _list(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         fd = open_folder(target)
+        counted = [0]
         try:
             with os.scandir(fd) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
-            lines = _fit(_entry_line(entry, fd) for entry in entries[:MAX_LIST_ENTRIES])
+                # The first entries by name, kept MAX_LIST_ENTRIES at a time: a folder of a million
+                # (empty files cost no disk) must not become a million objects in the daemon.
+                entries = heapq.nsmallest(MAX_LIST_ENTRIES, _counting(scan, counted),
+                                          key=lambda entry: entry.name)
+            lines = _fit(_entry_line(entry, fd) for entry in entries)
         finally:
             os.close(fd)
-        ctx.audit.detail = f"list {target.shown()} {_n(len(entries), 'entry', 'entries')}"
-        if not entries:
+        total = counted[0]
+        ctx.audit.detail = f"list {target.shown()} {_n(total, 'entry', 'entries')}"
+        if not total:
             return f"{target.shown()} is empty"
-        more = len(entries) - len(lines)
+        more = total - len(lines)
         tail = [f"[{more} more not shown; search this folder with a glob to find one]"] if more else []
-        return "\n".join([f"{target.shown()}: {_n(len(entries), 'entry', 'entries')}", *lines, *tail])
+        return "\n".join([f"{target.shown()}: {_n(total, 'entry', 'entries')}", *lines, *tail])
 
     def _search(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         glob, pattern, limit, cap = _search_options(args, ctx)
@@ -366,6 +372,13 @@ def _check_args(action: str, args: dict[str, Any]) -> None:
             raise SkillError("search needs 'glob' (file names) and/or 'pattern' (text in lines)")
         if args.get("max_results", 1) < 1:
             raise SkillError("'max_results' must be 1 or more")
+
+
+def _counting(items: Iterable[Any], counted: list[int]) -> Iterator[Any]:
+    """`items`, one at a time, counting them into counted[0]."""
+    for item in items:
+        counted[0] += 1
+        yield item
 
 
 def _entry_line(entry: os.DirEntry, fd: int) -> str:

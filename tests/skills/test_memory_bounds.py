@@ -273,3 +273,17 @@ async def test_a_skill_folder_of_many_files_is_walked_to_a_bound(tmp_path):
     assert peak < MB, f"the listing held {peak:,} bytes at its peak"
     read = await executor.call("crowded", {"file": "a.txt"}, principal)
     assert read.ok and read.text == "the one that matters", read.text
+
+
+async def test_a_listing_of_a_crowded_folder_holds_the_entries_it_shows(big):
+    # A user's command can make a folder of a million empty files (they take no disk blocks).
+    crowded = big.workspace / "crowded"
+    crowded.mkdir()
+    for i in range(30_000):
+        (crowded / f"entry-{i:05}").touch()
+    outcome, peak = await peak_during(big.call(action="list", path="crowded"))
+    assert outcome.ok, outcome.text
+    lines = outcome.text.splitlines()
+    assert lines[0] == "crowded: 30,000 entries" and lines[1] == "entry-00000  0 bytes"
+    assert "more not shown" in lines[-1]
+    assert peak < 2 * MB, f"the listing held {peak:,} bytes at its peak"
