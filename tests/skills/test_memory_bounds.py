@@ -23,6 +23,7 @@ from sandbox.scope import Limits
 from skills.budget import CALL_MEMORY_BYTES, CAPTURE_BYTES
 from skills.builtin.email.imap import IMAP_CALL_BYTES
 from skills.builtin.email.render import MAX_NAMED_ATTACHMENTS, message_text
+from skills.builtin.file_search import MAX_SEARCH_VISITS
 from skills.builtin.files import MAX_READ_BYTES, FilesSkill
 from skills.executor import MAX_RESULT_CHARS, Executor, Outcome
 from skills.registry import load_skills
@@ -287,3 +288,14 @@ async def test_a_listing_of_a_crowded_folder_holds_the_entries_it_shows(big):
     assert lines[0] == "crowded: 30,000 entries" and lines[1] == "entry-00000  0 bytes"
     assert "more not shown" in lines[-1]
     assert peak < 2 * MB, f"the listing held {peak:,} bytes at its peak"
+
+
+async def test_a_search_of_a_crowded_folder_reads_no_more_of_it_than_it_looks_at(big):
+    crowded = big.workspace / "crowded"
+    crowded.mkdir()
+    for i in range(30_000):
+        (crowded / f"entry-{i:05}").touch()
+    outcome, peak = await peak_during(big.call(action="search", path="crowded", glob="entry-0000*"))
+    assert outcome.ok, outcome.text
+    assert f"[stopped after {MAX_SEARCH_VISITS} files and folders" in outcome.text
+    assert peak < MB, f"the search held {peak:,} bytes at its peak"
