@@ -21,7 +21,7 @@ from sandbox.policy import Policy, Role
 from sandbox.runner import Sandbox
 from sandbox.scope import Limits
 from skills.budget import CALL_MEMORY_BYTES, CAPTURE_BYTES
-from skills.builtin.email.imap import IMAP_CALL_BYTES
+from skills.builtin.email.imap import IMAP_CALL_BYTES, READ_FETCH_BYTES
 from skills.builtin.email.render import MAX_NAMED_ATTACHMENTS, message_text
 from skills.builtin.file_search import MAX_SEARCH_VISITS
 from skills.builtin.files import MAX_READ_BYTES, FilesSkill
@@ -299,3 +299,19 @@ async def test_a_search_of_a_crowded_folder_reads_no_more_of_it_than_it_looks_at
     assert outcome.ok, outcome.text
     assert f"[stopped after {MAX_SEARCH_VISITS} files and folders" in outcome.text
     assert peak < MB, f"the search held {peak:,} bytes at its peak"
+
+
+async def test_a_message_bigger_than_was_fetched_is_rendered_from_the_bytes_asked_for(tmp_path):
+    # Under the call's 8 MiB from the server, but three times the 2 MB a read fetches: the body
+    # the model reads, and the memory rendering takes, are those of the first 2 MB.
+    async with GreedyIMAPServer(literal_bytes=6 * MB) as server:
+        roles = {"reader": Role("reader", skills=frozenset({"email"}), email_read=True)}
+        policy = Policy(roles, tmp_path, role_of=lambda user: "reader")
+        settings = {"imap_host": server.host, "imap_port": server.port, "imap_security": "none",
+                    "imap_username": "bob", "imap_password": "pw", "timeout_s": 20}
+        executor = Executor(load_skills(["email"], [], {"email": settings}), Sandbox(), timeout_s=30)
+        outcome, peak = await peak_during(executor.call("email", {"action": "read", "uid": 1},
+                                                        policy.principal(USER)))
+    assert outcome.ok, outcome.text[:300]
+    assert f"[only the first {READ_FETCH_BYTES} of {6 * MB} bytes were read" in outcome.text
+    assert peak < 16 * READ_FETCH_BYTES, f"the read held {peak:,} bytes at its peak"
