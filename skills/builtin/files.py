@@ -463,7 +463,7 @@ def _n(count: int, word: str, words: str | None = None) -> str:
 def _snippet(text: Any) -> str:
     text = str(text or "")
     short = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "..."
-    return f"{json.dumps(short, ensure_ascii=False)} ({_n(len(text.encode()), 'byte')})"
+    return f"{json.dumps(short, ensure_ascii=False)} ({_n(utf8_size(text), 'byte')})"
 
 
 def _search_options(args: dict[str, Any], ctx: SkillContext) -> tuple[str | None, str | None, int, int]:

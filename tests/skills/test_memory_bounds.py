@@ -315,3 +315,12 @@ async def test_a_message_bigger_than_was_fetched_is_rendered_from_the_bytes_aske
     assert outcome.ok, outcome.text[:300]
     assert f"[only the first {READ_FETCH_BYTES} of {6 * MB} bytes were read" in outcome.text
     assert peak < 16 * READ_FETCH_BYTES, f"the read held {peak:,} bytes at its peak"
+
+
+async def test_a_lone_surrogate_is_measured_for_the_prompt_and_refused_as_text(tmp_path):
+    # JSON's "\ud800" reaches a skill as a str that has no UTF-8 form: said plainly, nothing written.
+    env = make_env(tmp_path)
+    assert "(3 bytes)" in FilesSkill().describe({"action": "edit", "path": "a", "old": "\ud800", "new": ""})
+    await env.fails("'content' is not valid text (it holds a lone surrogate)", action="write",
+                    path="odd.txt", content="\ud800")
+    assert not (env.workspace / "odd.txt").exists()
