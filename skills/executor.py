@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sandbox.disk_budget import DiskFull
@@ -19,6 +19,7 @@ from sandbox.policy import Principal
 from sandbox.runner import Sandbox
 from sandbox.scope import SandboxUnavailable
 from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
+from skills.budget import CAPTURE_BYTES
 from skills.registry import SkillRegistry, check_arguments
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class Executor:
             verdict = await self._ask(approver, principal, name, skill.describe(args))
             if verdict is not None:
                 return await self._done(principal, name, args, verdict)
-        ctx = SkillContext(principal=principal, sandbox=self.sandbox, chat_id=chat_id,
+        ctx = SkillContext(principal=capture_bounded(principal), sandbox=self.sandbox, chat_id=chat_id,
                            settings=self.registry.settings(name), reminders=self.reminders)
         started = time.monotonic()
         limit = self.timeout_s
@@ -161,6 +162,17 @@ class Executor:
             except Exception:  # the audit must not turn a finished action into a crash
                 log.exception("could not write the audit row for %s", name)
         return outcome
+
+
+def capture_bounded(principal: Principal) -> Principal:
+    """`principal` with its commands' output captured to at most budget.CAPTURE_BYTES: the model
+    reads MAX_RESULT_CHARS of a result, and a role's larger output_bytes would only make the
+    daemon hold (and copy, building the result) that much of every command's output."""
+    limits = principal.limits
+    if limits.output_bytes <= CAPTURE_BYTES:
+        return principal
+    bounded = replace(limits, output_bytes=CAPTURE_BYTES)
+    return replace(principal, role=replace(principal.role, limits=bounded))
 
 
 def audit_arguments(args: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import asyncio
 import errno
 import os
 import stat
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from skills.fileio import FILE_FLAGS, open_beneath, pread_all
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_LISTED_FILES = 50
+MAX_WALK_ENTRIES = 1000  # files and folders looked at to list a skill's files
 MAX_FILE_BYTES = 256 * 1024  # of a file the skill bundles, read through it
 PAGE_CHARS = 12_000  # per call, under the executor's result limit, with a way to read on
 
@@ -65,25 +67,38 @@ class MarkdownSkill(Skill):
 
     def _files(self) -> list[str]:
         """The skill's regular files below its folder (not SKILL.md), walked by descriptor: symlinks
-        are neither listed nor followed into."""
-        folder = self._open_folder()
+        are neither listed nor followed into. Folder by folder, nearest first, and only the first
+        MAX_WALK_ENTRIES entries: whoever can write in the folder could fill it with millions."""
+        found: list[str] = []
+        folders: deque[tuple[str, ...]] = deque([()])
+        seen = 0
+        root = self._open_folder()
         try:
-            found = []
-            for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=folder):
-                # Hidden files and folders are not the skill's to show: .git (dozens of files, and
-                # a config that may hold the clone's token), .env (API keys), editors' state.
-                dirnames[:] = [name for name in dirnames if not name.startswith(".")]
-                for name in filenames:
-                    if name.startswith("."):
-                        continue
-                    try:
-                        regular = stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
-                    except OSError:
-                        continue
-                    if regular and name != "SKILL.md":
-                        found.append(os.path.join(dirpath, name)[2:])  # no "./"
+            while folders and seen < MAX_WALK_ENTRIES:
+                parts = folders.popleft()
+                try:
+                    fd = open_beneath(root, parts, os.O_RDONLY | os.O_DIRECTORY) if parts else os.dup(root)
+                except OSError:
+                    continue  # gone, or swapped for a symlink since it was seen: not followed
+                try:
+                    with os.scandir(fd) as entries:
+                        for entry in entries:
+                            seen += 1
+                            if seen > MAX_WALK_ENTRIES:
+                                break
+                            # Hidden files and folders are not the skill's to show: .git (dozens of
+                            # files, and a config that may hold the clone's token), .env (API keys),
+                            # editors' state.
+                            if entry.name.startswith("."):
+                                continue
+                            if entry.is_dir(follow_symlinks=False):
+                                folders.append((*parts, entry.name))
+                            elif entry.is_file(follow_symlinks=False) and entry.name != "SKILL.md":
+                                found.append("/".join((*parts, entry.name)))
+                finally:
+                    os.close(fd)
         finally:
-            os.close(folder)
+            os.close(root)
         return sorted(found)[:MAX_LISTED_FILES]
 
     def _file_text(self, name: str) -> str:

@@ -179,6 +179,8 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
         "# The memory cgroup subtree under which each sandboxed command gets a memory limit of its",
         "# own, for all of its processes together (sandbox/cgroups.py).",
         "Delegate=memory",
+        "# No MemoryMax=: the right ceiling depends on the model and the roles, and one too low kills",
+        "# the daemon while it loads its model, every 5 s. Add one: docs/operating.md, \"Memory\".",
         "",
         "# Hardening that leaves bubblewrap sandboxes and the GPU working. Deliberately absent:",
         "# NoNewPrivileges= (setuid bwrap), RestrictNamespaces= and SystemCallFilter= (bwrap needs",

@@ -8,18 +8,20 @@ resolves paths or follows symlinks.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from sandbox.fs_identity import acting_as
 from skills.base import SkillError
-from skills.fileio import FILE_FLAGS, pread_all
+from skills.fileio import DIR_FLAGS, FILE_FLAGS, pread_all
 
 BINARY_SNIFF_BYTES = 8192  # a NUL in the first 8 KiB means binary, as git and grep decide
 MAX_SEARCH_VISITS = 5000  # files and folders looked at by one search
@@ -41,10 +43,10 @@ CHILD_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH")
 
 def search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool, max_results: int,
                 max_file_bytes: int) -> dict[str, Any]:
-    """Matches below the folder `dir_fd`: (relative path, line number or 0, line). os.fwalk walks by
-    descriptor and does not follow symlinked folders; files are opened with O_NOFOLLOW."""
+    """Matches below the folder `dir_fd`: (relative path, line number or 0, line). Folders are
+    opened by descriptor with O_NOFOLLOW (a symlinked folder is never entered) and files with
+    O_NOFOLLOW; folders and files in name order, each folder's files before its subfolders."""
     found = {"matches": [], "visited": 0, "binary": 0, "large": 0, "stopped": False, "more": False}
-    matches: list[tuple[str, int, str]] = found["matches"]
     if pattern is None:
         matcher = None
     elif regex:
@@ -52,64 +54,98 @@ def search_tree(dir_fd: int, glob: str | None, pattern: str | None, regex: bool,
     else:
         def matcher(line: str) -> bool:
             return pattern in line
-    for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=dir_fd):
-        dirnames.sort()
-        found["visited"] += 1
-        if found["visited"] > MAX_SEARCH_VISITS:
-            found["stopped"] = True
-            return found
-        for name in sorted(filenames):
-            found["visited"] += 1
-            if found["visited"] > MAX_SEARCH_VISITS:
-                found["stopped"] = True
-                return found
-            rel = os.path.join(dirpath, name)[2:]  # no "./"
-            if glob and not fnmatchcase(rel if "/" in glob else name, glob):
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue  # links, pipes: never followed or opened
-            lines = [(0, "")] if matcher is None else _matching_lines(fd, name, st, matcher, max_file_bytes,
-                                                                      found)
-            for number, line in lines:
-                if len(matches) == max_results:
-                    found["more"] = True
-                    return found
-                matches.append((rel, number, line))
+    _search_folder(dir_fd, "", found, glob, matcher, max_results, max_file_bytes)
     return found
 
 
+def _search_folder(fd: int, prefix: str, found: dict[str, Any], glob: str | None, matcher: Any,
+                   max_results: int, max_file_bytes: int) -> bool:
+    """search_tree's work in the folder `fd` (named `prefix` from the top); False once it must stop."""
+    matches: list[tuple[str, int, str]] = found["matches"]
+    found["visited"] += 1
+    if found["visited"] > MAX_SEARCH_VISITS:
+        found["stopped"] = True
+        return False
+    files, folders = _entries(fd, MAX_SEARCH_VISITS - found["visited"] + 1)
+    for name in files:
+        found["visited"] += 1
+        if found["visited"] > MAX_SEARCH_VISITS:
+            found["stopped"] = True
+            return False
+        rel = prefix + name
+        if glob and not fnmatchcase(rel if "/" in glob else name, glob):
+            continue
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue  # links, pipes: never followed or opened
+        lines = iter([(0, "")]) if matcher is None else _matching_lines(fd, name, st, matcher,
+                                                                        max_file_bytes, found)
+        for number, line in lines:
+            if len(matches) == max_results:
+                found["more"] = True
+                return False
+            matches.append((rel, number, line))
+    for name in folders:
+        try:
+            child = os.open(name, DIR_FLAGS, dir_fd=fd)
+        except OSError:  # gone, unreadable, or a symlink put there since it was listed
+            continue
+        try:
+            if not _search_folder(child, f"{prefix}{name}/", found, glob, matcher, max_results,
+                                  max_file_bytes):
+                return False
+        finally:
+            os.close(child)
+    return True
+
+
+def _entries(fd: int, most: int) -> tuple[list[str], list[str]]:
+    """(files, folders) of the folder `fd`, each sorted by name, from at most `most` of its entries:
+    a search looks at MAX_SEARCH_VISITS in all, so a folder of a million is not read whole."""
+    files, folders = [], []
+    with os.scandir(fd) as entries:
+        for entry in itertools.islice(entries, max(most, 0)):
+            (folders if entry.is_dir(follow_symlinks=False) else files).append(entry.name)
+    return sorted(files), sorted(folders)
+
+
 def _matching_lines(fd: int, name: str, st: os.stat_result, matcher: Any, max_file_bytes: int,
-                    found: dict[str, Any]) -> list[tuple[int, str]]:
+                    found: dict[str, Any]) -> Iterator[tuple[int, str]]:
+    """The file's matching lines, one at a time: the caller stops at max_results, so a file of a
+    million matching lines costs no more than the matches it reports."""
     if st.st_size > max_file_bytes:
         found["large"] += 1
-        return []
+        return
     try:
         file_fd = os.open(name, os.O_RDONLY | FILE_FLAGS, dir_fd=fd)
     except OSError:
-        return []
+        return
     try:
         data = pread_all(file_fd, max_file_bytes, 0)
     finally:
         os.close(file_fd)
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         found["binary"] += 1
-        return []
-    return [(number, line[:MAX_LINE_CHARS]) for number, line in enumerate(_lines(data), 1)
-            if matcher(line)]
+        return
+    for number, line in enumerate(_lines(data), 1):
+        if matcher(line):
+            yield number, line[:MAX_LINE_CHARS]
 
 
-def _lines(data: bytes) -> list[str]:
+def _lines(data: bytes) -> Iterator[str]:
     """The file's lines as editors, grep and the edit action number them: only "\n" ends one (a
     CRLF's CR is dropped). str.splitlines would also split at form feeds, lone CRs and U+2028,
-    and every line number after one would be off."""
-    lines = data.decode("utf-8", errors="replace").split("\n")
-    if lines[-1] == "":  # the text after the final newline is no line of its own
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    and every line number after one would be off. One at a time, not a list of them all."""
+    text = data.decode("utf-8", errors="replace")
+    start = 0
+    while start < len(text):  # the text after the final newline is no line of its own
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        yield text[start:end].removesuffix("\r")
+        start = end + 1
 
 
 def search_child_main() -> None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import heapq
 import json
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from sandbox.disk import BLOCK
@@ -24,6 +25,7 @@ from sandbox.grants import hand_over
 from sandbox.policy import Principal
 from sandbox.to_end import run_to_end
 from skills.base import Skill, SkillContext, SkillDenied, SkillError
+from skills.budget import check_call_memory, utf8_size
 from skills.builtin import file_search
 from skills.builtin.file_paths import (
     Target,
@@ -40,11 +42,15 @@ from skills.builtin.file_paths import (
     too_big,
 )
 from skills.builtin.file_search import BINARY_SNIFF_BYTES, search_in_child, search_tree
+from skills.executor import MAX_RESULT_CHARS
 from skills.fileio import pread_all, write_all
 
 # One read fits the executor's 16,000-character result limit, so the "[cut ...; read on with
 # offset=K]" note reaches the model instead of being cut off itself.
 DEFAULT_MAX_READ_BYTES = 12 * 1024
+# The most max_read_bytes may be: the executor cuts a result to 16,000 characters, so a bigger read
+# would only hold more of a big file in the daemon's memory.
+MAX_READ_BYTES = 1 << 20
 SEARCH_MAX_FILE_BYTES = 1 << 20  # search reads bigger files than one read shows
 MAX_LIST_ENTRIES = 500
 # A listing or search result is cut to this many characters, so that it too fits the executor's
@@ -53,6 +59,7 @@ RESULT_BUDGET_CHARS = 12_000
 DEFAULT_SEARCH_RESULTS = 50
 MAX_SEARCH_RESULTS = 200
 SNIPPET_CHARS = 80  # of `old`/`new`, in approval prompts
+CHECK_CHUNK_BYTES = 1 << 20  # a file to edit is checked for UTF-8 this much at a time
 
 # What each action takes besides `action` and `path`; anything else is refused so that a confused
 # call (content given to read) fails loudly rather than being half-done.
@@ -112,12 +119,15 @@ class FilesSkill(Skill):
                 problems.append(f"{key}: unknown setting (known: max_read_bytes)")
             elif not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 problems.append(f"max_read_bytes: must be a positive integer, got {value!r}")
+            elif value > MAX_READ_BYTES:
+                problems.append(f"max_read_bytes: at most {MAX_READ_BYTES:,} (one read's result is cut "
+                                f"to {MAX_RESULT_CHARS:,} characters anyway), got {value:,}")
         return problems
 
     def describe(self, args: dict[str, Any]) -> str:
         action, path = args.get("action"), q(str(args.get("path", "")))
         if action in ("write", "append"):
-            size = _n(len(str(args.get("content", "")).encode()), "byte")
+            size = _n(utf8_size(str(args.get("content", ""))), "byte")
             return (f"files: write {size} to {path} (replacing what is there)" if action == "write"
                     else f"files: append {size} to {path}")
         if action == "edit":
@@ -171,17 +181,21 @@ class FilesSkill(Skill):
         return text
 
     def _write(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        return self._put(target, args["content"].encode(), ctx, append=False)
+        return self._put(target, args["content"], ctx, append=False)
 
     def _append(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
-        return self._put(target, args["content"].encode(), ctx, append=True)
+        return self._put(target, args["content"], ctx, append=True)
 
-    def _put(self, target: Target, data: bytes, ctx: SkillContext, *, append: bool) -> str:
+    def _put(self, target: Target, content: str, ctx: SkillContext, *, append: bool) -> str:
         require_writable(target)
         limit = ctx.principal.limits.file_size_bytes
         verb = "appending to" if append else "writing"
-        if len(data) > limit:
-            raise too_big(target, len(data), limit, verb)
+        # Measured before it is encoded: a content over the limit is refused without a copy of it.
+        size = utf8_size(content)
+        if size > limit:
+            raise too_big(target, size, limit, verb)
+        check_call_memory(f"{verb} {target.shown()}", size, "Write it in parts with append.")
+        data = _encoded("content", content)
         _check_room(target, ctx, len(data) if append else len(data) - _allocated(target))
         fd, created = open_file(target, os.O_WRONLY | (os.O_APPEND if append else 0), create=True)
         try:
@@ -205,7 +219,7 @@ class FilesSkill(Skill):
 
     def _edit(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         require_writable(target)
-        old, new = args["old"], args["new"]
+        old, new = _encoded("old", args["old"]), _encoded("new", args["new"])
         limit = ctx.principal.limits.file_size_bytes
         fd, _ = open_file(target, os.O_RDWR)
         try:
@@ -213,39 +227,51 @@ class FilesSkill(Skill):
             if size > limit:
                 raise SkillError(f"{target.shown()} is {size:,} bytes, over your file size limit of "
                                  f"{limit:,}; it cannot be edited here")
+            # Edited as UTF-8 bytes, never as one str (up to 4 bytes a character): `old` encoded
+            # matches exactly where it occurs in the text, as UTF-8 never matches mid-character.
             data = pread_all(fd, size, 0)
-            text = _decode_for_edit(target, data)
-            found = text.count(old)
+            _check_text(target, data)
+            found = data.count(old)
             _check_occurrences(target, found, args)
-            updated = text.replace(old, new).encode()
-            if len(updated) > limit:
-                raise too_big(target, len(updated), limit, "editing")
-            _check_room(target, ctx, len(updated) - size)
+            # The result's size first, and refused before a byte of it is built: one character
+            # replaced everywhere by a long text would otherwise make gigabytes of a small file.
+            new_size = len(data) + found * (len(new) - len(old))
+            if new_size > limit:
+                raise too_big(target, new_size, limit, "editing")
+            check_call_memory(f"editing {target.shown()}", len(data) + new_size,
+                              "Edit it with the shell (sed) instead.")
+            _check_room(target, ctx, new_size - size)
+            updated = data.replace(old, new)
             # In place on the descriptor we read from: owner, mode and hard links stay as they were.
             write_all(fd, updated, 0)
             os.ftruncate(fd, len(updated))
         finally:
             os.close(fd)
-        lines = _lines_of(text, old)
+        lines = _lines_of(data, old, found)
         ctx.audit.detail = f"edit {target.shown()} {found} replaced"
         times = "1 occurrence" if found == 1 else f"{found} occurrences"
         where = "line" if found == 1 else "lines"
-        return f"replaced {times} in {target.shown()} ({where} {lines}); it is now {len(updated):,} bytes"
+        return f"replaced {times} in {target.shown()} ({where} {lines}); it is now {new_size:,} bytes"
 
     def _list(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         fd = open_folder(target)
+        counted = [0]
         try:
             with os.scandir(fd) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
-            lines = _fit(_entry_line(entry, fd) for entry in entries[:MAX_LIST_ENTRIES])
+                # The first entries by name, kept MAX_LIST_ENTRIES at a time: a folder of a million
+                # (empty files cost no disk) must not become a million objects in the daemon.
+                entries = heapq.nsmallest(MAX_LIST_ENTRIES, _counting(scan, counted),
+                                          key=lambda entry: entry.name)
+            lines = _fit(_entry_line(entry, fd) for entry in entries)
         finally:
             os.close(fd)
-        ctx.audit.detail = f"list {target.shown()} {_n(len(entries), 'entry', 'entries')}"
-        if not entries:
+        total = counted[0]
+        ctx.audit.detail = f"list {target.shown()} {_n(total, 'entry', 'entries')}"
+        if not total:
             return f"{target.shown()} is empty"
-        more = len(entries) - len(lines)
+        more = total - len(lines)
         tail = [f"[{more} more not shown; search this folder with a glob to find one]"] if more else []
-        return "\n".join([f"{target.shown()}: {_n(len(entries), 'entry', 'entries')}", *lines, *tail])
+        return "\n".join([f"{target.shown()}: {_n(total, 'entry', 'entries')}", *lines, *tail])
 
     def _search(self, target: Target, args: dict[str, Any], ctx: SkillContext) -> str:
         glob, pattern, limit, cap = _search_options(args, ctx)
@@ -348,6 +374,13 @@ def _check_args(action: str, args: dict[str, Any]) -> None:
             raise SkillError("'max_results' must be 1 or more")
 
 
+def _counting(items: Iterable[Any], counted: list[int]) -> Iterator[Any]:
+    """`items`, one at a time, counting them into counted[0]."""
+    for item in items:
+        counted[0] += 1
+        yield item
+
+
 def _entry_line(entry: os.DirEntry, fd: int) -> str:
     name = q(entry.name)
     try:
@@ -363,15 +396,27 @@ def _entry_line(entry: os.DirEntry, fd: int) -> str:
     return f"{name}  (special file)"
 
 
-def _decode_for_edit(target: Target, data: bytes) -> str:
+def _check_text(target: Target, data: bytes) -> None:
+    """Refuse to edit a binary file, or one that is not UTF-8: replacing bad bytes and writing back
+    would damage it. Checked a piece at a time, so no str of the whole file is ever held."""
     if b"\0" in data[:BINARY_SNIFF_BYTES]:
         raise SkillError(f"{target.shown()} is a binary file; it cannot be edited as text")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(data)
+    for start in range(0, len(data) + 1, CHECK_CHUNK_BYTES):
+        pending = len(decoder.getstate()[0])  # bytes of a character cut at the last piece's end
+        try:
+            decoder.decode(view[start:start + CHECK_CHUNK_BYTES], final=start + CHECK_CHUNK_BYTES > len(data))
+        except UnicodeDecodeError as exc:
+            raise SkillError(f"{target.shown()} is not valid UTF-8 (at byte {start - pending + exc.start}); "
+                             "edit it with the shell instead") from None
+
+
+def _encoded(name: str, value: str) -> bytes:
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Replacing bad bytes and writing back would damage the file; refuse instead.
-        raise SkillError(f"{target.shown()} is not valid UTF-8 (at byte {exc.start}); edit it with the "
-                         "shell instead") from None
+        return value.encode()
+    except UnicodeEncodeError:  # a lone surrogate, which JSON's \\ud800 can carry
+        raise SkillError(f"'{name}' is not valid text (it holds a lone surrogate)") from None
 
 
 def _check_occurrences(target: Target, found: int, args: dict[str, Any]) -> None:
@@ -392,12 +437,12 @@ def _check_occurrences(target: Target, found: int, args: dict[str, Any]) -> None
                          "nothing was changed")
 
 
-def _lines_of(text: str, old: str, shown: int = 10) -> str:
-    lines, start = [], text.find(old)
+def _lines_of(data: bytes, old: bytes, found: int, shown: int = 10) -> str:
+    lines, start = [], data.find(old)
     while start != -1 and len(lines) < shown:
-        lines.append(str(text.count("\n", 0, start) + 1))
-        start = text.find(old, start + len(old))
-    return ", ".join(lines) + (", ..." if text.count(old) > shown else "")
+        lines.append(str(data.count(b"\n", 0, start) + 1))
+        start = data.find(old, start + len(old))
+    return ", ".join(lines) + (", ..." if found > shown else "")
 
 
 def _fit(lines: Iterable[str], budget: int = RESULT_BUDGET_CHARS) -> list[str]:
@@ -418,7 +463,7 @@ def _n(count: int, word: str, words: str | None = None) -> str:
 def _snippet(text: Any) -> str:
     text = str(text or "")
     short = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS] + "..."
-    return f"{json.dumps(short, ensure_ascii=False)} ({_n(len(text.encode()), 'byte')})"
+    return f"{json.dumps(short, ensure_ascii=False)} ({_n(utf8_size(text), 'byte')})"
 
 
 def _search_options(args: dict[str, Any], ctx: SkillContext) -> tuple[str | None, str | None, int, int]:

@@ -19,6 +19,9 @@ from skills.builtin.email.settings import Server, server, tls_context
 
 LIST_DEFAULT, LIST_MAX = 10, 50
 READ_FETCH_BYTES = 2 << 20  # of a message, fetched from the server (attachments beyond are not named)
+# All one call reads from the server: a fetched message (the server may ignore the partial fetch
+# and announce a literal of any size, which imaplib would read whole), listed headers and replies.
+IMAP_CALL_BYTES = 8 << 20
 
 _T = TypeVar("_T")
 
@@ -80,13 +83,47 @@ async def _in_thread(imap: Server, work: Callable[[imaplib.IMAP4], _T]) -> _T:
         raise SkillError(imap.scrub(f"the {imap.where} answered: {_said(exc)}")) from None
 
 
+class _Bounded:
+    """A connection that reads at most IMAP_CALL_BYTES in all, and refuses a literal (the "{N}"
+    a server announces before N bytes) that would go past it before reading a byte of it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.bytes_left = IMAP_CALL_BYTES  # set first: the constructor reads the greeting
+        super().__init__(*args, **kwargs)
+
+    def _take(self, size: int) -> None:
+        if size > self.bytes_left:
+            self.bytes_left = -1
+            raise SkillError(f"the mail server sent more than {IMAP_CALL_BYTES:,} bytes for one call "
+                             f"(a message is fetched {READ_FETCH_BYTES:,} bytes at most); nothing more "
+                             "was read")
+        self.bytes_left -= size
+
+    def read(self, size: int) -> bytes:
+        self._take(size)
+        return super().read(size)  # type: ignore[misc]
+
+    def readline(self) -> bytes:
+        line = super().readline()  # type: ignore[misc]  # imaplib bounds one line to 1 MB
+        self._take(len(line))
+        return line
+
+
+class _BoundedIMAP(_Bounded, imaplib.IMAP4):
+    pass
+
+
+class _BoundedIMAPSSL(_Bounded, imaplib.IMAP4_SSL):
+    pass
+
+
 @contextmanager
 def _connected(imap: Server) -> Iterator[imaplib.IMAP4]:
     if imap.security == "tls":
-        conn: imaplib.IMAP4 = imaplib.IMAP4_SSL(imap.host, imap.port, ssl_context=tls_context(),
-                                                timeout=imap.timeout_s)
+        conn: imaplib.IMAP4 = _BoundedIMAPSSL(imap.host, imap.port, ssl_context=tls_context(),
+                                              timeout=imap.timeout_s)
     else:
-        conn = imaplib.IMAP4(imap.host, imap.port, timeout=imap.timeout_s)
+        conn = _BoundedIMAP(imap.host, imap.port, timeout=imap.timeout_s)
     try:
         if imap.security == "starttls":
             if "STARTTLS" not in conn.capabilities:
@@ -98,8 +135,11 @@ def _connected(imap: Server) -> Iterator[imaplib.IMAP4]:
         yield conn
     finally:
         try:
-            conn.logout()
-        except (imaplib.IMAP4.error, OSError):
+            if getattr(conn, "bytes_left", 0) < 0:  # over budget: what the server still sends is not read
+                conn.shutdown()
+            else:
+                conn.logout()
+        except (imaplib.IMAP4.error, OSError, SkillError):
             pass
 
 
@@ -171,7 +211,9 @@ def _read_sync(conn: imaplib.IMAP4, mailbox: str, uid: int) -> tuple[int, bytes]
     for meta, raw in _fetched(data):
         if re.search(rb"UID %d\b" % uid, meta):
             size = re.search(rb"RFC822\.SIZE (\d+)", meta)
-            return (int(size.group(1)) if size else len(raw)), raw
+            # A server that ignored the partial fetch sent more: what is shown is parsed from
+            # the bytes asked for, as from any other server.
+            return (int(size.group(1)) if size else len(raw)), raw[:READ_FETCH_BYTES]
     raise SkillError(f"there is no message with uid {uid} in {mailbox!r}; the list action shows the uids")
 
 

@@ -15,6 +15,11 @@ from html.parser import HTMLParser
 from skills.builtin.email.addresses import one_line
 
 READ_BODY_CHARS = 8_000  # of a message's text, in what the model reads
+MAX_NAMED_ATTACHMENTS = 50
+# MIME parts parsed of one message: the email package makes an object of each and parses its
+# headers again at every look, so thousands of tiny parts in the 2 MB fetched took a minute of
+# CPU and 15 times the message's size in memory. The parts after these are not named.
+MAX_PARTS = 200
 
 
 def row(uid: int, header: bytes, seen: bool) -> str:
@@ -26,6 +31,7 @@ def row(uid: int, header: bytes, seen: bool) -> str:
 
 def message_text(raw: bytes, uid: int, size: int) -> str:
     """The message whose first bytes are `raw` (of `size` in all), as the read action shows it."""
+    raw = _first_parts(raw)
     message = BytesParser(policy=email.policy.default).parsebytes(raw)
     lines = [f"uid: {uid}"]
     for name in ("From", "To", "Cc", "Date", "Subject"):
@@ -34,14 +40,27 @@ def message_text(raw: bytes, uid: int, size: int) -> str:
     text, body = _body_text(message)
     attachments = [p for p in message.walk() if p is not body and _is_attachment(p)]
     if attachments:
+        more = ", and more not named" if len(attachments) > MAX_NAMED_ATTACHMENTS else ""
         lines.append("attachments (not included): " + ", ".join(
-            f"{one_line(p.get_filename() or 'unnamed')} ({p.get_content_type()})" for p in attachments))
+            f"{one_line(p.get_filename() or 'unnamed')} ({p.get_content_type()})"
+            for p in attachments[:MAX_NAMED_ATTACHMENTS]) + more)
     if len(text) > READ_BODY_CHARS:
         text = text[:READ_BODY_CHARS] + f"\n[cut: {len(text)} characters in all]"
     lines += ["", text or "(no text)"]
     if size > len(raw):
         lines.append(f"[only the first {len(raw)} of {size} bytes were read; later parts are not shown]")
     return "\n".join(lines)
+
+
+def _first_parts(raw: bytes) -> bytes:
+    """`raw` cut before its line that would start part MAX_PARTS + 1. Every MIME boundary line
+    starts with "--"; counting every such line may cut a little early, never late."""
+    at = -1
+    for _ in range(MAX_PARTS + 1):
+        at = raw.find(b"\n--", at + 1)
+        if at == -1:
+            return raw
+    return raw[:at + 1]
 
 
 def _is_attachment(part: Message) -> bool:
