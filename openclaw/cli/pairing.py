@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from openclaw.cli.common import with_store
-from openclaw.store.records import UserStatus
+from openclaw.store.records import PairingCode, PairingRefusal, PairingRefusalReason, UserStatus
 from skills.base import visible
+
+if TYPE_CHECKING:
+    from openclaw.store import Store
 
 
 def add_commands(sub, common_sub) -> None:
     pairing = common_sub(sub.add_parser("pairing", help="admit or refuse new users")
                          .add_subparsers(dest="pair_cmd", required=True))
-    pairing.add_parser("list", help="pending pairing codes").set_defaults(func=cmd_pairing_list)
+    pairing.add_parser("list", help="pending pairing codes, and the requests refused lately") \
+        .set_defaults(func=cmd_pairing_list)
     p = pairing.add_parser("approve", help="admit the user who holds CODE")
     p.add_argument("code")
     p.set_defaults(func=cmd_pairing_answer, status=UserStatus.ALLOWED)
@@ -23,13 +28,29 @@ def add_commands(sub, common_sub) -> None:
     p.set_defaults(func=cmd_pairing_answer, status=UserStatus.BLOCKED)
 
 
+# Why a stranger got no code, and the setting that decides it.
+REFUSED_BECAUSE = {
+    PairingRefusalReason.USER_RATE: "had their codes for the day (access.pairing.codes_per_user_per_day)",
+    PairingRefusalReason.OVERALL_RATE: "the hour's codes were given out (access.pairing.codes_per_hour)",
+}
+
+
 def cmd_pairing_list(args: argparse.Namespace) -> int:
-    codes = with_store(args, lambda store: store.list_pairing_codes(), none_yet=[])
+    async def both(store: Store) -> tuple[list[PairingCode], list[PairingRefusal]]:
+        return await store.list_pairing_codes(), await store.list_pairing_refusals()
+
+    codes, refused = with_store(args, both, none_yet=([], []))
     if not codes:
         print("no pending pairing codes")
     for c in codes:
         print(f"{c.code}  {c.user}  {visible(c.display_name or '')}  "
               f"expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
+    if refused:
+        print("\nRefused lately (asked for a code, got none; `openclaw users allow USER` admits one):")
+    for r in refused:
+        times = f"{r.count} time{'s' if r.count != 1 else ''}"
+        print(f"{r.user}  {visible(r.display_name or '')}  on {r.channel}, {times}, "
+              f"{r.first_at:%Y-%m-%d %H:%M} to {r.last_at:%Y-%m-%d %H:%M} UTC: {REFUSED_BECAUSE[r.reason]}")
     return 0
 
 

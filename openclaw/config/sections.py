@@ -141,6 +141,19 @@ def _absolute_sqlite_url(url: str, info: ValidationInfo) -> str:
     return f"{prefix}{validate_path(path, info)}{sep}{query}"
 
 
+class PairingConfig(Section):
+    """`[access.pairing]`: how many pairing codes strangers get, so that a few of them asking
+    again and again cannot keep everyone else out."""
+
+    pending: int = Field(3, ge=1, le=100)
+    """Codes waiting for the owner at once; a newcomer's replaces the code of whoever had the
+    most today, the oldest first."""
+    codes_per_user_per_day: int = Field(3, ge=1, le=100)
+    """Codes one stranger gets in 24 hours (a code lives an hour); then they are refused."""
+    codes_per_hour: int = Field(12, ge=1, le=1000)
+    """Codes everyone gets together in an hour; then newcomers are refused."""
+
+
 class AccessConfig(Section):
     """`[access]`: who may talk to the agent. Users are "channel:id"."""
 
@@ -155,6 +168,8 @@ class AccessConfig(Section):
     them; "open" lets anyone talk to the agent (with the "user" role)."""
     roles: dict[UserName, str] = {}
     """User -> role name; without an entry admins have "admin" and everyone else "user"."""
+    pairing: PairingConfig = PairingConfig()
+    """How many pairing codes strangers get (dm_policy = "pairing")."""
 
     @field_validator("blocked")
     @classmethod

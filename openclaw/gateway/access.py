@@ -14,7 +14,7 @@ from openclaw.config import LOCAL_USER, Config, validate_user
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.outbox import Outbox
-from openclaw.store import Store, UnknownUserError
+from openclaw.store import PairingLimits, Store, UnknownUserError
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, Role
 
@@ -61,6 +61,13 @@ def config_status(config: Config, user: str) -> UserStatus | None:
     if not listed:
         return None
     return UserStatus.BLOCKED if listed == "blocked" else UserStatus.ALLOWED
+
+
+def pairing_limits(config: Config) -> PairingLimits:
+    """How many pairing codes strangers get, as `[access.pairing]` says."""
+    pairing = config.access.pairing
+    return PairingLimits(pending=pairing.pending, per_user=pairing.codes_per_user_per_day,
+                         overall=pairing.codes_per_hour)
 
 
 def status(config: Config, user: str, stored: UserStatus | None) -> UserStatus | None:
@@ -125,20 +132,21 @@ class Access:
             await self.store.set_user_status(msg.channel, msg.user_id, UserStatus.ALLOWED)
             return True
         if self.config.access.dm_policy == "pairing" and not msg.is_group:
+            limits = pairing_limits(self.config)
             try:
-                code = await self.store.create_pairing_code(user)
+                code = await self.store.create_pairing_code(user, limits)
             except UnknownUserError:  # store retention removed the stranger's old row just now
                 await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
-                code = await self.store.create_pairing_code(user)
+                code = await self.store.create_pairing_code(user, limits)
             if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
                     is not UserStatus.PENDING:
                 return False  # blocked (or let in) by `openclaw users` a moment ago
             text = (f"Hi! I don't know you yet. Your pairing code is {code}. Ask the owner of this "
                     f"assistant to approve it: /pairing approve {code} in their chat with me, or "
                     f"openclaw pairing approve {code}" if code else
-                    "Hi! I don't know you yet, and too many pairing requests are waiting. "
-                    "Please try again later.")
+                    "Hi! I don't know you yet, and I have given out as many pairing codes as I "
+                    "may for now. Please try again later.")
             await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
         return False
 

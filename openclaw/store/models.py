@@ -34,6 +34,7 @@ from openclaw.store.records import (
     InboundStatus,
     MessageRole,
     OutboundStatus,
+    PairingRefusalReason,
     ReminderStatus,
     UserStatus,
 )
@@ -172,6 +173,33 @@ class PairingCodeRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class PairingIssuedRow(Base):
+    """One pairing code given out: what the rates count. Kept a day (the longest window), apart
+    from the codes, which go when they expire or their user is forgotten."""
+
+    __tablename__ = "pairing_issued"
+    __table_args__ = (Index("ix_pairing_issued_user_key_at", "user_key", "at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+
+
+class PairingRefusalRow(Base):
+    """A stranger's refused requests for a code, one row each, counted (PairingLimits bounds
+    how many rows and for how long)."""
+
+    __tablename__ = "pairing_refusals"
+    __table_args__ = (_one_of("reason", PairingRefusalReason),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160), unique=True)
+    reason: Mapped[PairingRefusalReason] = mapped_column(EnumText(PairingRefusalReason))
+    count: Mapped[int] = mapped_column(Integer)
+    first_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
 
 
 class ConversationRow(Base):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 
 class UserStatus(StrEnum):
@@ -93,6 +93,44 @@ class PairingCode:
     created_at: datetime
     expires_at: datetime
     used_at: datetime | None
+
+
+class PairingRefusalReason(StrEnum):
+    USER_RATE = "user_rate"  # this stranger had their codes for the day
+    OVERALL_RATE = "overall_rate"  # everyone's codes for the hour were given out
+
+
+@dataclass(frozen=True, slots=True)
+class PairingLimits:
+    """How many pairing codes are given out, and how long one lives. Counted per stranger over a
+    day and for everyone over an hour, so that a few strangers asking again and again can neither
+    hold every code nor take turns taking a newcomer's."""
+
+    pending: int = 3  # codes waiting at once; a newcomer's replaces one (Store.create_pairing_code)
+    per_user: int = 3  # codes one stranger gets in `per_user_window_s`
+    overall: int = 12  # codes everyone gets in `overall_window_s`
+    ttl_s: float = 3600
+    per_user_window_s: ClassVar[float] = 86400
+    overall_window_s: ClassVar[float] = 3600
+    # What the owner is shown of refused requests: the strangers refused last, for a week.
+    keep_refused: ClassVar[int] = 100
+    keep_refused_s: ClassVar[float] = 7 * 86400
+
+
+@dataclass(frozen=True, slots=True)
+class PairingRefusal:
+    """A stranger's requests for a pairing code that were refused, counted."""
+
+    user: str
+    display_name: str | None
+    reason: PairingRefusalReason  # of the latest one
+    count: int
+    first_at: datetime
+    last_at: datetime
+
+    @property
+    def channel(self) -> str:
+        return parse_user_key(self.user)[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ from openclaw.store.models import (
     MessageRow,
     OutboundMessageRow,
     PairingCodeRow,
+    PairingIssuedRow,
+    PairingRefusalRow,
     ReminderRow,
     SummaryRow,
     UsageRow,
@@ -132,7 +134,8 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
         each kind went (with `dry_run`, how many would; nothing changes): their conversations
         with their messages and summaries, their inbound messages, the replies of those
         conversations, to those messages and to their own chat (pairing codes were sent there),
-        their reminders, pairing codes and usage, and their users row, so they are unknown again.
+        their reminders, pairing codes (and the counts and refusals of them) and usage, and their
+        users row, so they are unknown again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -160,6 +163,8 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
             "reminders": (ReminderRow, ReminderRow.user == user, None),
             "usage rows": (UsageRow, UsageRow.user == user, None),
             "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
+            "pairing codes counted": (PairingIssuedRow, PairingIssuedRow.user == user, None),
+            "pairing refusals": (PairingRefusalRow, PairingRefusalRow.user == user, None),
             "conversations": (ConversationRow, ConversationRow.user_id.in_(user_id), None),
             "users": (UserRow, is_user, None),
             "audit rows blanked": (AuditRow, and_(AuditRow.user == user, or_(

@@ -11,13 +11,16 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, to_record
-from openclaw.store.models import PairingCodeRow, UserRow, storable
+from openclaw.store.models import PairingCodeRow, PairingRefusalRow, UserRow, storable
+from openclaw.store.pairing import count_issued, make_room, record_refusal, why_refused
 from openclaw.store.records import (
     PairingCode,
+    PairingLimits,
+    PairingRefusal,
     UnknownUserError,
     User,
     UserStatus,
@@ -29,6 +32,7 @@ from openclaw.store.records import (
 # give 40 bits, and `secrets` makes them unguessable.
 PAIRING_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
 PAIRING_CODE_LENGTH = 8
+DEFAULT_LIMITS = PairingLimits()
 
 
 def new_pairing_code() -> str:
@@ -125,33 +129,44 @@ class UserStore(StoreBase):
 
     # -- pairing -------------------------------------------------------------------------------
 
-    async def create_pairing_code(self, user: str, ttl_s: float = 3600, max_pending: int = 3) -> str | None:
-        """The user's unexpired code, else a new one; None while `max_pending` other users wait,
-        and for a user no longer pending (blocked or allowed meanwhile, by another process)."""
+    async def create_pairing_code(self, user: str, limits: PairingLimits = DEFAULT_LIMITS) -> str | None:
+        """The user's unexpired code, else a new one if `limits` allow it, made room for among the
+        waiting ones (pairing.make_room); None, counted among the refused requests, if they do
+        not; None for a user no longer pending (blocked or allowed meanwhile, by another
+        process)."""
 
         async def op(session: AsyncSession) -> str | None:
             row = await require_user(session, user)
             if row.status is not UserStatus.PENDING:
                 return None
             now = self.now()
-            live = _live_code(now)
             mine = await session.scalar(
-                select(PairingCodeRow.code).where(PairingCodeRow.user_id == row.id, *live)
+                select(PairingCodeRow.code).where(PairingCodeRow.user_id == row.id, *_live_code(now))
                 .order_by(PairingCodeRow.id.desc()).limit(1))
             if mine is not None:
                 return mine
-            others = await session.scalar(
-                select(func.count()).select_from(PairingCodeRow)
-                .where(PairingCodeRow.user_id != row.id, *live))
-            if (others or 0) >= max_pending:
+            if reason := await why_refused(session, user, limits, now):
+                await record_refusal(session, user, reason, now)
                 return None
+            await make_room(session, row.id, limits, now)
             code = new_pairing_code()  # a clash with an old code fails the flush; the retry redraws
             session.add(PairingCodeRow(code=code, user_id=row.id, created_at=now,
-                                       expires_at=now + timedelta(seconds=ttl_s), used_at=None))
+                                       expires_at=now + timedelta(seconds=limits.ttl_s), used_at=None))
+            await count_issued(session, user, now)
             await session.flush()
             return code
 
         return await self.retrying(op)
+
+    async def list_pairing_refusals(self) -> list[PairingRefusal]:
+        """Strangers refused a pairing code lately (PairingLimits bounds how many), the latest
+        first."""
+        query = (select(PairingRefusalRow, UserRow.display_name)
+                 .outerjoin(UserRow, PairingRefusalRow.user == UserRow.channel + ":" + UserRow.external_id)
+                 .order_by(PairingRefusalRow.last_at.desc(), PairingRefusalRow.id.desc()))
+        async with self.transaction() as session:
+            rows = (await session.execute(query)).all()
+            return [to_record(PairingRefusal, row, display_name=name) for row, name in rows]
 
     async def list_pairing_codes(self, include_expired: bool = False) -> list[PairingCode]:
         """Codes waiting for approval, oldest first; with include_expired, every code ever issued."""

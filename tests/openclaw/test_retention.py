@@ -16,7 +16,7 @@ from sqlalchemy import func, select, text, update
 from openclaw.cli import main
 from openclaw.config import load_config
 from openclaw.reload import merge
-from openclaw.store import OutboundStatus, Store, UserStatus
+from openclaw.store import OutboundStatus, PairingLimits, Store, UserStatus
 from openclaw.store.models import (
     AuditRow,
     ConversationRow,
@@ -165,7 +165,7 @@ async def test_expired_codes_and_strangers_go_and_no_one_admitted_or_listed_does
     async def stranger(n: int, days: float, code: str = "expired") -> str:
         user = await store.ensure_user("telegram", n, f"stranger {n}")
         if code:
-            await store.create_pairing_code(user.key, max_pending=100)
+            await store.create_pairing_code(user.key, PairingLimits(pending=100))
         if code == "expired":
             async with store.engine.begin() as conn:
                 await conn.execute(update(PairingCodeRow).where(PairingCodeRow.user_id == user.id)
@@ -489,12 +489,12 @@ async def test_a_stranger_removed_while_being_given_a_code_still_gets_one(tmp_pa
         create = store.create_pairing_code
         removed: list[str] = []
 
-        async def retention_first(user: str):
+        async def retention_first(user: str, *limits):
             if not removed:
                 removed.append(user)
                 async with store.engine.begin() as conn:
                     await conn.execute(sqlalchemy.delete(UserRow).where(UserRow.external_id == "77"))
-            return await create(user)
+            return await create(user, *limits)
 
         store.create_pairing_code = retention_first
         await tg.handler(msg("hello?", user="77", channel="telegram"))

@@ -30,6 +30,7 @@ from openclaw.store import (
     InboundStatus,
     MessageRole,
     OutboundStatus,
+    PairingLimits,
     ReminderStatus,
     Store,
     StoreUnavailableError,
@@ -44,22 +45,13 @@ from openclaw.store import engine as store_engine
 from openclaw.store.migrate import alembic_config
 from openclaw.store.models import Base, ConversationRow
 from openclaw.store.users import find_user
+from tests.helpers.clock import FakeClock
 from tests.helpers.store import fresh_store, left_at_revision
 
 REPO = Path(__file__).resolve().parents[2]
-TABLES = {"users", "pairing_codes", "conversations", "messages", "inbound_events", "outbound_messages",
-          "summaries", "audit_log", "usage", "reminders", "alembic_version"}
-
-
-class FakeClock:
-    def __init__(self, start: datetime = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)):
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+TABLES = {"users", "pairing_codes", "pairing_issued", "pairing_refusals", "conversations", "messages",
+          "inbound_events", "outbound_messages", "summaries", "audit_log", "usage", "reminders",
+          "alembic_version"}
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
@@ -93,7 +85,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0005"
+    assert await store.schema_revision() == head_revision() == "0006"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
@@ -115,7 +107,7 @@ async def test_upgrade_from_the_first_revision_keeps_the_data(sqlite_url: str):
         "INSERT INTO users (channel, external_id, status, created_at, updated_at) "
         "VALUES ('telegram', '7', 'allowed', '2025-01-01 00:00:00', '2025-01-01 00:00:00')", ()))
     async with await Store.open(sqlite_url) as store:
-        assert await store.schema_revision() == "0005"
+        assert await store.schema_revision() == head_revision()
         assert (await store.get_user("telegram", 7)).status is UserStatus.ALLOWED
         assert await store.active_reminders() == []
 
@@ -156,7 +148,7 @@ async def test_upgrade_to_0005_adds_the_user_and_chat_indexes_and_a_downgrade_re
     new = {("inbound_events", "ix_inbound_events_user_key"),
            ("outbound_messages", "ix_outbound_messages_channel_chat_id_status_id")}
     async with await Store.open(sqlite_url) as store:
-        assert await store.schema_revision() == "0005"
+        assert await store.schema_revision() == head_revision()
         for table, index in new:
             assert index in await _index_names(store, table)
         assert [o.text for o in await store.pending_outbound("telegram", "7")] == ["hello"]
@@ -166,6 +158,25 @@ async def test_upgrade_to_0005_adds_the_user_and_chat_indexes_and_a_downgrade_re
         for table, index in new:
             assert index not in await _index_names(store, table)
         assert [o.text for o in await store.pending_outbound("telegram", "7")] == ["hello"]
+
+
+async def test_upgrade_to_0006_adds_the_pairing_rate_tables_and_a_downgrade_removes_them(sqlite_url: str):
+    await left_at_revision(sqlite_url, "0005", (
+        "INSERT INTO users (channel, external_id, status, created_at, updated_at) "
+        "VALUES ('telegram', '7', 'pending', '2025-01-01 00:00:00', '2025-01-01 00:00:00')", ()))
+    async with await Store.open(sqlite_url) as store:
+        assert await store.schema_revision() == head_revision()
+        assert await store.create_pairing_code("telegram:7", PairingLimits(per_user=1)) is not None
+        async with store.engine.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT user_key FROM pairing_issued")).all() == \
+                [("telegram:7",)]
+    await asyncio.to_thread(command.downgrade, alembic_config(sqlite_url), "0005")
+    async with await Store.open(sqlite_url, migrate_schema=False) as store:
+        assert await store.schema_revision() == "0005"
+        async with store.engine.connect() as conn:
+            tables = await conn.run_sync(lambda sync: set(sqlalchemy.inspect(sync).get_table_names()))
+        assert not {"pairing_issued", "pairing_refusals"} & tables
+        assert [c.user for c in await store.list_pairing_codes()] == ["telegram:7"]
 
 
 async def test_migrated_schema_matches_the_orm_models(store: Store):
@@ -443,18 +454,19 @@ async def test_pairing_code_is_eight_unambiguous_characters_and_stable_per_user(
         await store.create_pairing_code("telegram:404")
 
 
-async def test_at_most_three_users_wait_for_pairing_until_a_code_expires(store: Store, clock: FakeClock):
+async def test_at_most_three_codes_wait_and_a_newcomer_replaces_the_oldest(store: Store, clock: FakeClock):
     users = [(await store.ensure_user("telegram", i)).key for i in range(5)]
     codes = [await store.create_pairing_code(u) for u in users[:3]]
     assert None not in codes and len(set(codes)) == 3
-    assert await store.create_pairing_code(users[3]) is None
     assert await store.create_pairing_code(users[0]) == codes[0]  # a waiting user still gets theirs
-
-    clock.advance(3601)
     fourth = await store.create_pairing_code(users[3])
     assert fourth is not None and fourth not in codes
-    assert [c.code for c in await store.list_pairing_codes()] == [fourth]
-    assert len(await store.list_pairing_codes(include_expired=True)) == 4
+    assert [c.code for c in await store.list_pairing_codes()] == [*codes[1:], fourth]
+
+    clock.advance(3601)
+    fifth = await store.create_pairing_code(users[4])
+    assert [c.code for c in await store.list_pairing_codes()] == [fifth]
+    assert len(await store.list_pairing_codes(include_expired=True)) == 5
 
 
 async def test_a_block_made_while_pairing_is_not_undone_by_the_code(store: Store):
@@ -474,10 +486,10 @@ async def test_a_block_made_while_pairing_is_not_undone_by_the_code(store: Store
 
 async def test_expired_code_cannot_be_approved_and_a_new_one_is_issued(store: Store, clock: FakeClock):
     user = (await store.ensure_user("telegram", 1001)).key
-    old = await store.create_pairing_code(user, ttl_s=60)
+    old = await store.create_pairing_code(user, PairingLimits(ttl_s=60))
     clock.advance(60)
     assert await store.approve_pairing(old) is None
-    new = await store.create_pairing_code(user, ttl_s=0)  # ttl 0: expired on arrival
+    new = await store.create_pairing_code(user, PairingLimits(ttl_s=0))  # expired on arrival
     assert new != old and await store.approve_pairing(new) is None
 
 

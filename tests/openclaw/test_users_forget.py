@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from openclaw.cli import main
 from openclaw.datadir import claim_data_dir
-from openclaw.store import Store, UserStatus
+from openclaw.store import PairingLimits, Store, UserStatus
 from tests.helpers.store import fresh_store
 
 ADA, BOB = "telegram:1001", "telegram:1002"
@@ -20,7 +20,8 @@ GROUP = "-500"  # a group chat both talk in
 # Each kind forget_user counts, and the table it counts in.
 KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": "outbound_messages",
          "inbound messages": "inbound_events", "reminders": "reminders", "usage rows": "usage",
-         "pairing codes": "pairing_codes", "conversations": "conversations", "users": "users",
+         "pairing codes": "pairing_codes", "pairing codes counted": "pairing_issued",
+         "pairing refusals": "pairing_refusals", "conversations": "conversations", "users": "users",
          "audit rows blanked": "audit_log"}
 
 
@@ -60,6 +61,7 @@ async def bob_talks(store: Store, n: int) -> None:
 
 async def ada_talks(store: Store) -> None:
     await store.ensure_user("telegram", "1001", "Ada")  # unknown: she gets a pairing code
+    assert await store.create_pairing_code(ADA, PairingLimits(per_user=0)) is None  # refused first
     code = await store.create_pairing_code(ADA)
     await store.add_reply("telegram", "1001", [f"Your pairing code is {code}"])
     await store.approve_pairing(code)
