@@ -38,6 +38,9 @@ KEEPALIVE_S = 15.0
 # The kernel's queue of connections not yet accepted: streaming clients arrive in bursts, and
 # one past the queue waits a second for its retry.
 BACKLOG = 128
+# How long a stop waits for handlers to end before cancelling them: the answers in flight are
+# ended first (ServeState.stop), so this is only for a client that does not read its last bytes.
+SHUTDOWN_TIMEOUT_S = 2.0
 # At most this share of the open-files limit for the API's connections (the listener's ceiling,
 # twice the cap, included): the rest is the daemon's files, database, connectors and commands.
 FILES_SHARE = 4
@@ -167,6 +170,7 @@ class APIServer:
         # A client that leaves ends its handler, and with it the engine request (blocks freed).
         runner = web.AppRunner(self.app, access_log=None, logger=_UNLOGGED,
                                handler_cancellation=True, keepalive_timeout=KEEPALIVE_S,
+                               shutdown_timeout=SHUTDOWN_TIMEOUT_S,
                                max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
         await runner.setup()
         if port == 0:  # a name such as localhost would get a free port per address
@@ -184,11 +188,13 @@ class APIServer:
         self._site = runner, listener
 
     async def stop(self) -> None:
-        """Stop listening and end the requests in flight (their engine requests are aborted)."""
+        """Stop listening and end the requests in flight at once: their engine requests are
+        aborted, a stream ends with an error event and [DONE], a whole answer gets a 503."""
         if self._site is None:
             return
         (runner, listener), self._site = self._site, None
         listener.close()  # no new connection, and the ones without a whole request dropped
+        self.state.stop()
         await runner.cleanup()
         await listener.wait_closed()
 

@@ -69,8 +69,10 @@ async def run_jobs(state: ServeState, jobs: list[Job], request_id: str, *,
     """Every job's outputs as they come, with the job's index; an engine error is raised as an
     APIError. A job whose prompt an earlier job has starts once that one's first output came: the
     prompt's blocks are in the prefix cache by then, so it is served from there rather than
-    computed again. Closing the iterator (a client gone) aborts the jobs still running."""
+    computed again. Closing the iterator (a client gone), or the server's stop (ServeState.stop),
+aborts the jobs still running."""
     queue: asyncio.Queue = asyncio.Queue()
+    state.outputs.add(queue)
     first_output: dict[tuple[int, ...], asyncio.Event] = {}
     tasks = []
     for i, job in enumerate(jobs):
@@ -90,6 +92,7 @@ async def run_jobs(state: ServeState, jobs: list[Job], request_id: str, *,
             else:
                 yield i, item
     finally:
+        state.outputs.discard(queue)
         for task in tasks:  # a cancelled job's generate() aborts its engine request
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
