@@ -12,6 +12,7 @@ import logging
 import resource
 import socket
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -91,10 +92,12 @@ async def errors_middleware(request: web.Request, handler) -> web.StreamResponse
 
 @web.middleware
 async def access_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """With a key, every path but /health asks for `Authorization: Bearer KEY` (compared in
-    constant time). Without one the server listens on loopback only, and answers only requests
-    addressed to a loopback name: a web page that rebinds its own name to 127.0.0.1 gets no
-    answer from the model (DNS rebinding)."""
+    """A browser's request from a page of another site gets 403 (check_browser), and a POST
+    whose body is not declared JSON 415. With a key, every path but /health asks for
+    `Authorization: Bearer KEY` (compared in constant time). Without one the server listens on
+    loopback only, and answers only requests addressed to a loopback name: a web page that
+    rebinds its own name to 127.0.0.1 gets no answer from the model (DNS rebinding)."""
+    check_browser(request)
     key = request.app[STATE].api_key
     if key is not None:
         if request.path not in OPEN_PATHS:
@@ -107,7 +110,32 @@ async def access_middleware(request: web.Request, handler) -> web.StreamResponse
         raise APIError(421, "this server answers only requests addressed to localhost or a "
                        "loopback address; set an API key to serve other names",
                        code="misdirected_request")
+    if request.method == "POST" and request.content_type != "application/json":
+        # A form or text POST is what a page of another site may send without a preflight.
+        raise APIError(415, "send the body as JSON, with the header `Content-Type: "
+                       "application/json`", code="unsupported_media_type")
     return await handler(request)
+
+
+def check_browser(request: web.Request) -> None:
+    """A 403 for a request a browser sends from a page that is not on this machine: an Origin
+    that is not loopback ("null" included: a sandboxed or file page), or Sec-Fetch-Site
+    cross-site. Without them, a page the user visits could use the model on loopback (CSRF)."""
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        try:
+            name = urlsplit(origin).hostname
+        except ValueError:
+            name = None
+        if not (name and addressed_to_loopback(f"[{name}]" if ":" in name else name)):
+            raise cross_origin()
+    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
+        raise cross_origin()
+
+
+def cross_origin() -> APIError:
+    return APIError(403, "this server answers no page of another site; call it from a program, "
+                    "or from a page served on localhost", code="cross_origin")
 
 
 def addressed_to_loopback(host_header: str) -> bool:

@@ -60,7 +60,8 @@ def test_what_this_server_does_not_do_yet_is_a_400_saying_so(api):
 
 
 def test_a_body_that_is_not_json_is_a_400(api):
-    err = error(httpx.post(api.url + "/v1/chat/completions", content=b"{nope"), 400)
+    err = error(httpx.post(api.url + "/v1/chat/completions", content=b"{nope",
+                           headers={"Content-Type": "application/json"}), 400)
     assert "JSON" in err["message"]
 
 
