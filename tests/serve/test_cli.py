@@ -73,3 +73,12 @@ def test_a_host_beyond_loopback_without_a_key_is_refused_before_the_model_loads(
 def test_a_key_written_on_the_command_line_is_refused(tmp_path):
     done = run(["serve", "--api-key", "sesame"], tmp_path, timeout=60)
     assert done.returncode == 2 and "env:NAME or file:PATH" in done.stderr
+
+
+def test_a_config_whose_engine_is_a_server_is_refused_naming_engine_backend(tmp_path):
+    config = tmp_path / "openclaw.toml"
+    config.write_text('[engine]\nbackend = "openai"\nurl = "http://127.0.0.1:9/v1"\n')
+    done = run(["serve", "--config", str(config)], tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "[engine] backend" in done.stderr and "openai" in done.stderr
+    assert "Traceback" not in done.stderr and "loading the model" not in done.stderr
