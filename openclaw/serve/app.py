@@ -101,8 +101,10 @@ async def access_middleware(request: web.Request, handler) -> web.StreamResponse
     key = request.app[STATE].api_key
     if key is not None:
         if request.path not in OPEN_PATHS:
-            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, f"Bearer {key}".encode()):
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            # The scheme is case-insensitive (RFC 9110): clients send "bearer" too.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    given.encode("utf-8", "surrogateescape"), key.encode()):
                 raise APIError(401, "a valid API key is required: send the header "
                                "`Authorization: Bearer KEY`", code="invalid_api_key",
                                headers={"WWW-Authenticate": "Bearer"})

@@ -23,17 +23,19 @@ class Job:
     params: SamplingParams
 
 
-def check_context(state: ServeState, prompt_len: int, max_tokens: int | None, param: str) -> None:
-    """A 400 when the prompt and the tokens asked for do not fit the context, saying both."""
+def check_context(state: ServeState, prompt_len: int, max_tokens: int | None, param: str,
+                  field: str = "max_tokens") -> None:
+    """A 400 when the prompt and the tokens asked for do not fit the context, saying both;
+    `field`: the request's name for the tokens asked for."""
     limit = state.max_model_len
     if max_tokens is None and prompt_len >= limit:
         raise bad_request(f"the prompt has {prompt_len} tokens and this model's context is {limit} "
                           "tokens: no room is left for an answer; shorten the prompt", param,
                           code="context_length_exceeded")
     if max_tokens is not None and prompt_len + max_tokens > limit:
-        raise bad_request(f"the prompt has {prompt_len} tokens and max_tokens asks for {max_tokens} "
+        raise bad_request(f"the prompt has {prompt_len} tokens and {field} asks for {max_tokens} "
                           f"more: {prompt_len + max_tokens} tokens, over this model's context of "
-                          f"{limit}; shorten the prompt or lower max_tokens", param,
+                          f"{limit}; shorten the prompt or lower {field}", param,
                           code="context_length_exceeded")
 
 
