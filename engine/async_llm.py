@@ -46,6 +46,11 @@ class AsyncLLM:
         return self.engine.tokenizer
 
     @property
+    def running(self) -> bool:
+        """Whether the step loop serves requests: not shut down, and its thread alive."""
+        return not self._closed and self._thread.is_alive()
+
+    @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len
 

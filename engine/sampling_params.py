@@ -47,6 +47,8 @@ class SamplingParams:
     # "required" (starts with a call) or {"type": "function", "function": {"name": ...}}. Applies
     # to the tools passed with the request; without tools "auto" constrains nothing.
     tool_choice: str | dict[str, Any] = "auto"
+    # OpenAI's parallel_tool_calls: false allows at most one call in the output (constrained).
+    parallel_tool_calls: bool = True
     # None: no logprobs; k: the sampled token's logprob and the k most likely tokens' (see
     # engine/logprobs.py: from the model's raw distribution, as vLLM does by default).
     logprobs: int | None = None

@@ -55,7 +55,8 @@ MAX_INT_DIGITS = sys.int_info.str_digits_check_threshold
 State = tuple[tuple, ...]
 
 # Frame kinds. A frame is (kind, ...); see `CallGrammar.step` for what each accepts.
-FREE = 0  # (FREE, k): text outside a call, the last k bytes being a prefix of OPEN_TAG
+FREE = 0  # (FREE, k[, 1]): text outside a call, the last k bytes being a prefix of OPEN_TAG;
+#           with the 1, after the one call a single-call grammar allows: no call opens
 LIT = 1  # (LIT, bytes, pos): these exact bytes
 WS = 2  # (WS, n): optional whitespace, n bytes of it so far
 TRIE = 3  # (TRIE, trie index, node): one of a set of strings (tool names, property names)
@@ -198,11 +199,12 @@ class CallGrammar:
     exactly one call: further calls come in later turns, or in "auto" turns, where a Hermes model
     may open several. `can_end`: whether the request has end-of-turn tokens; without them a
     forced call is followed by free text, still watched for Hermes calls. `dialect`: HERMES or
-    LLAMA3 (see the module docstring).
+    LLAMA3 (see the module docstring). `single` (OpenAI's parallel_tool_calls false): at most one
+    call in the output; the text after it may not open another (the tag is refused once whole).
     """
 
     def __init__(self, tools: Sequence[ToolSpec], mode: str, can_end: bool = True,
-                 dialect: str = HERMES) -> None:
+                 dialect: str = HERMES, single: bool = False) -> None:
         if mode not in ("auto", "required", "named"):
             raise ValueError(f"unknown tool-call grammar mode {mode!r}")
         if dialect not in (HERMES, LLAMA3):
@@ -211,6 +213,8 @@ class CallGrammar:
         self.tools = tuple(tools)
         self.mode = mode
         self.dialect = dialect
+        # The free text after a call: closed to further calls when only one is allowed.
+        self.after_call: tuple = (FREE, 0, 1) if single else (FREE, 0)
         self.tries: list[_Trie] = []
         key_tries = []
         for tool in self.tools:
@@ -235,7 +239,7 @@ class CallGrammar:
         # Everything after a Hermes opening tag, up to and including the closing tag.
         self.body: State = ((LIT, CLOSE_TAG, 0), _W0) + call + brace
         forced = mode != "auto"
-        after: State = ((END,),) if can_end and (forced or dialect == LLAMA3) else ((FREE, 0),)
+        after: State = ((END,),) if can_end and (forced or dialect == LLAMA3) else (self.after_call,)
         if dialect == HERMES:
             # A forced call may follow a short whitespace run: a SentencePiece model's natural
             # first token is "▁<" (a space its decoder drops at the start of the output).
@@ -332,12 +336,12 @@ class CallGrammar:
             if kind == START:
                 return self._start(top[1] + bytes((b,)))
             if kind == FREE:
-                k = top[1]
+                k, closed = top[1], top[2:]
                 if b == OPEN_TAG[k]:
                     if k + 1 == len(OPEN_TAG):
-                        return rest + ((FREE, 0),) + self.body
-                    return rest + ((FREE, k + 1),)
-                return rest + ((FREE, 1 if b == 0x3C else 0),)
+                        return None if closed else rest + (self.after_call,) + self.body
+                    return rest + ((FREE, k + 1, *closed),)
+                return rest + ((FREE, 1 if b == 0x3C else 0, *closed),)
             return None  # END takes no bytes
 
     def _start(self, data: bytes) -> State | None:

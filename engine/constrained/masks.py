@@ -209,9 +209,10 @@ class ToolConstraints:
         return self._vocab
 
     def matcher(self, tools: Sequence[dict[str, Any]] | None, tool_choice: str | dict,
-                end_ids: Iterable[int]) -> ToolCallMatcher | None:
-        """The matcher for a request, or None when nothing is constrained ("none", no tools).
-        Raises ValueError naming the field when tool_choice does not fit the tools."""
+                end_ids: Iterable[int], *, single: bool = False) -> ToolCallMatcher | None:
+        """The matcher for a request, or None when nothing is constrained ("none", no tools);
+        `single`: at most one call (parallel_tool_calls false). Raises ValueError naming the
+        field when tool_choice does not fit the tools."""
         if not constrains(tools, tool_choice):
             return None
         forced = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
@@ -227,10 +228,11 @@ class ToolConstraints:
                                  f"of the tools offered ({names})")
         mode = "named" if forced is not None else tool_choice
         ends = tuple(sorted(end_ids))
-        key = (tuple(specs), mode, ends)
+        key = (tuple(specs), mode, ends, single)
         masks = self._masks.get(key)
         if masks is None:
-            grammar = CallGrammar(specs, mode, can_end=bool(ends), dialect=self.dialect)
+            grammar = CallGrammar(specs, mode, can_end=bool(ends), dialect=self.dialect,
+                                  single=single)
             masks = self._masks[key] = CallMasks(grammar, self.vocab, ends)
             if len(self._masks) > _MAX_GRAMMARS:
                 self._masks.popitem(last=False)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from openclaw.config import Config, ConfigError, load_config
+from openclaw.config import Config, ConfigError, OpenAIEngineConfig, load_config
 from openclaw.config.sections import ServeConfig
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
 
@@ -86,7 +86,12 @@ def serve_settings(config: Config, args: argparse.Namespace) -> ServeConfig:
 
 
 def engine_settings(config: Config, args: argparse.Namespace):
-    """[engine] with the flags over it."""
+    """[engine] with the flags over it; only the local engine can be served."""
+    if isinstance(config.engine, OpenAIEngineConfig):
+        raise ConfigError(config.source, [
+            '[engine] backend = "openai": `openclaw serve` serves the local engine, and this '
+            "config's model runs on another server (its url); use a config whose [engine] "
+            'is local (backend = "local", the default), or point clients at that server'])
     changes = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name) is not None}
     try:
         return dataclasses.replace(config.engine, **changes)

@@ -12,6 +12,7 @@ import logging
 import resource
 import socket
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -38,6 +39,9 @@ KEEPALIVE_S = 15.0
 # The kernel's queue of connections not yet accepted: streaming clients arrive in bursts, and
 # one past the queue waits a second for its retry.
 BACKLOG = 128
+# How long a stop waits for handlers to end before cancelling them: the answers in flight are
+# ended first (ServeState.stop), so this is only for a client that does not read its last bytes.
+SHUTDOWN_TIMEOUT_S = 2.0
 # At most this share of the open-files limit for the API's connections (the listener's ceiling,
 # twice the cap, included): the rest is the daemon's files, database, connectors and commands.
 FILES_SHARE = 4
@@ -88,15 +92,19 @@ async def errors_middleware(request: web.Request, handler) -> web.StreamResponse
 
 @web.middleware
 async def access_middleware(request: web.Request, handler) -> web.StreamResponse:
-    """With a key, every path but /health asks for `Authorization: Bearer KEY` (compared in
-    constant time). Without one the server listens on loopback only, and answers only requests
-    addressed to a loopback name: a web page that rebinds its own name to 127.0.0.1 gets no
-    answer from the model (DNS rebinding)."""
+    """A browser's request from a page of another site gets 403 (check_browser), and a POST
+    whose body is not declared JSON 415. With a key, every path but /health asks for
+    `Authorization: Bearer KEY` (compared in constant time). Without one the server listens on
+    loopback only, and answers only requests addressed to a loopback name: a web page that
+    rebinds its own name to 127.0.0.1 gets no answer from the model (DNS rebinding)."""
+    check_browser(request)
     key = request.app[STATE].api_key
     if key is not None:
         if request.path not in OPEN_PATHS:
-            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, f"Bearer {key}".encode()):
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            # The scheme is case-insensitive (RFC 9110): clients send "bearer" too.
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                    given.encode("utf-8", "surrogateescape"), key.encode()):
                 raise APIError(401, "a valid API key is required: send the header "
                                "`Authorization: Bearer KEY`", code="invalid_api_key",
                                headers={"WWW-Authenticate": "Bearer"})
@@ -104,7 +112,32 @@ async def access_middleware(request: web.Request, handler) -> web.StreamResponse
         raise APIError(421, "this server answers only requests addressed to localhost or a "
                        "loopback address; set an API key to serve other names",
                        code="misdirected_request")
+    if request.method == "POST" and request.content_type != "application/json":
+        # A form or text POST is what a page of another site may send without a preflight.
+        raise APIError(415, "send the body as JSON, with the header `Content-Type: "
+                       "application/json`", code="unsupported_media_type")
     return await handler(request)
+
+
+def check_browser(request: web.Request) -> None:
+    """A 403 for a request a browser sends from a page that is not on this machine: an Origin
+    that is not loopback ("null" included: a sandboxed or file page), or Sec-Fetch-Site
+    cross-site. Without them, a page the user visits could use the model on loopback (CSRF)."""
+    origin = request.headers.get("Origin")
+    if origin is not None:
+        try:
+            name = urlsplit(origin).hostname
+        except ValueError:
+            name = None
+        if not (name and addressed_to_loopback(f"[{name}]" if ":" in name else name)):
+            raise cross_origin()
+    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
+        raise cross_origin()
+
+
+def cross_origin() -> APIError:
+    return APIError(403, "this server answers no page of another site; call it from a program, "
+                    "or from a page served on localhost", code="cross_origin")
 
 
 def addressed_to_loopback(host_header: str) -> bool:
@@ -167,6 +200,7 @@ class APIServer:
         # A client that leaves ends its handler, and with it the engine request (blocks freed).
         runner = web.AppRunner(self.app, access_log=None, logger=_UNLOGGED,
                                handler_cancellation=True, keepalive_timeout=KEEPALIVE_S,
+                               shutdown_timeout=SHUTDOWN_TIMEOUT_S,
                                max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
         await runner.setup()
         if port == 0:  # a name such as localhost would get a free port per address
@@ -184,11 +218,13 @@ class APIServer:
         self._site = runner, listener
 
     async def stop(self) -> None:
-        """Stop listening and end the requests in flight (their engine requests are aborted)."""
+        """Stop listening and end the requests in flight at once: their engine requests are
+        aborted, a stream ends with an error event and [DONE], a whole answer gets a 503."""
         if self._site is None:
             return
         (runner, listener), self._site = self._site, None
         listener.close()  # no new connection, and the ones without a whole request dropped
+        self.state.stop()
         await runner.cleanup()
         await listener.wait_closed()
 

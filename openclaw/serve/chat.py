@@ -27,8 +27,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         prompt = state.llm.encode_chat([m.engine_dict() for m in body.messages], tools)
     except ValueError as exc:  # a template that refuses the conversation, a bad tool call in it
         raise bad_request(f"messages: {exc}", "messages") from None
-    check_context(state, len(prompt), body.max_new_tokens, "messages")
-    extra = {"tool_choice": body.engine_tool_choice(), "logprobs": body.engine_logprobs,
+    check_context(state, len(prompt), body.max_new_tokens, "messages", body.max_tokens_field)
+    extra = {"tool_choice": body.engine_tool_choice(),
+             "parallel_tool_calls": body.parallel_tool_calls, "logprobs": body.engine_logprobs,
              "structured_outputs": body.structured_outputs()}
     jobs = [Job(prompt, body.sampling_params(body.max_new_tokens, i, **extra))
             for i in range(body.n)]

@@ -23,17 +23,19 @@ class Job:
     params: SamplingParams
 
 
-def check_context(state: ServeState, prompt_len: int, max_tokens: int | None, param: str) -> None:
-    """A 400 when the prompt and the tokens asked for do not fit the context, saying both."""
+def check_context(state: ServeState, prompt_len: int, max_tokens: int | None, param: str,
+                  field: str = "max_tokens") -> None:
+    """A 400 when the prompt and the tokens asked for do not fit the context, saying both;
+    `field`: the request's name for the tokens asked for."""
     limit = state.max_model_len
     if max_tokens is None and prompt_len >= limit:
         raise bad_request(f"the prompt has {prompt_len} tokens and this model's context is {limit} "
                           "tokens: no room is left for an answer; shorten the prompt", param,
                           code="context_length_exceeded")
     if max_tokens is not None and prompt_len + max_tokens > limit:
-        raise bad_request(f"the prompt has {prompt_len} tokens and max_tokens asks for {max_tokens} "
+        raise bad_request(f"the prompt has {prompt_len} tokens and {field} asks for {max_tokens} "
                           f"more: {prompt_len + max_tokens} tokens, over this model's context of "
-                          f"{limit}; shorten the prompt or lower max_tokens", param,
+                          f"{limit}; shorten the prompt or lower {field}", param,
                           code="context_length_exceeded")
 
 
@@ -69,8 +71,10 @@ async def run_jobs(state: ServeState, jobs: list[Job], request_id: str, *,
     """Every job's outputs as they come, with the job's index; an engine error is raised as an
     APIError. A job whose prompt an earlier job has starts once that one's first output came: the
     prompt's blocks are in the prefix cache by then, so it is served from there rather than
-    computed again. Closing the iterator (a client gone) aborts the jobs still running."""
+    computed again. Closing the iterator (a client gone), or the server's stop (ServeState.stop),
+aborts the jobs still running."""
     queue: asyncio.Queue = asyncio.Queue()
+    state.outputs.add(queue)
     first_output: dict[tuple[int, ...], asyncio.Event] = {}
     tasks = []
     for i, job in enumerate(jobs):
@@ -90,6 +94,7 @@ async def run_jobs(state: ServeState, jobs: list[Job], request_id: str, *,
             else:
                 yield i, item
     finally:
+        state.outputs.discard(queue)
         for task in tasks:  # a cancelled job's generate() aborts its engine request
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
+from openclaw.serve.errors import SERVER_ERROR, APIError
 from openclaw.serve.state import STATE, ServeState
 
 
@@ -26,5 +27,9 @@ async def get_model(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """200 with an empty body while the engine serves, as vLLM answers."""
+    """200 with an empty body while the engine serves, as vLLM answers; 503 once its step loop
+    has ended (shut down, or died of an error), so a load balancer stops sending requests."""
+    if not request.app[STATE].llm.running:
+        raise APIError(503, "the engine is not running (shut down, or its loop failed: the log "
+                       "says why); restart the server", type=SERVER_ERROR, code="engine_dead")
     return web.Response(status=200)

@@ -200,6 +200,11 @@ class ChatCompletionRequest(SamplingFields):
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def max_tokens_field(self) -> str:
+        """The field max_new_tokens came from, as an error names it."""
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
     def engine_tool_choice(self) -> str | dict[str, Any]:
         if self.tool_choice is None:
             return "auto"

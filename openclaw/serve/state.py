@@ -3,6 +3,7 @@ sequences in flight that bounds the queue."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import secrets
 import time
@@ -34,6 +35,9 @@ class ServeState:
     api_key: str | None = None
     max_waiting: int = DEFAULT_MAX_WAITING
     in_flight: int = 0  # engine sequences the API has running or waiting
+    stopping: bool = False  # the server is closing: new requests are refused
+    # Each request's queue of outputs (generation.run_jobs): how a stop ends them all at once.
+    outputs: set[asyncio.Queue] = field(default_factory=set, repr=False)
     created: int = field(default_factory=lambda: int(time.time()))
     _ids: itertools.count = field(default_factory=itertools.count, repr=False)
     token_texts: TokenTexts = field(init=False, repr=False)  # for logprobs
@@ -67,6 +71,8 @@ class ServeState:
     def admit(self, sequences: int) -> None:
         """Count `sequences` more in flight, or refuse them with a 503 when the queue is full:
         more than max_num_seqs running and max_waiting waiting. Release them with `release`."""
+        if self.stopping:
+            raise shutting_down()
         if self.in_flight + sequences > self.capacity:
             raise APIError(503, f"the server is busy: {self.in_flight} sequences are running or "
                            f"waiting, and it takes at most {self.capacity}; retry later",
@@ -75,6 +81,18 @@ class ServeState:
 
     def release(self, sequences: int) -> None:
         self.in_flight -= sequences
+
+    def stop(self) -> None:
+        """Refuse new requests and end the ones in flight: each gets the shutdown's error (a
+        stream's last event), and ending it aborts its engine requests."""
+        self.stopping = True
+        for outputs in self.outputs:
+            outputs.put_nowait((-1, shutting_down()))
+
+
+def shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down; the request was ended", type=SERVER_ERROR,
+                    code="server_shutting_down")
 
 
 STATE = web.AppKey("openclaw_serve_state", ServeState)

@@ -161,3 +161,42 @@ def test_forced_tool_choice_needs_the_tool_among_those_offered(smollm_tokenizer)
         constraints.matcher([TOOLS[0], {"function": {}}], "auto", [EOS])
     assert constraints.matcher(TOOLS, "none", [EOS]) is None
     assert constraints.matcher(None, "auto", [EOS]) is None
+
+
+NOW = '<tool_call>{"name": "now", "arguments": {}}</tool_call>'
+
+
+@pytest.mark.parametrize("mode,can_end", [("auto", True), ("auto", False),
+                                          ("required", False)])
+def test_a_one_call_grammar_refuses_a_second_call(mode, can_end):
+    many = CallGrammar(tool_specs(TOOLS), mode, can_end=can_end)
+    one = CallGrammar(tool_specs(TOOLS), mode, can_end=can_end, single=True)
+    first = "Sure. " + NOW if mode == "auto" else NOW
+    assert many.walk(many.initial, (first + "\n" + NOW).encode()) is not None
+    after = one.walk(one.initial, first.encode())
+    assert after is not None and one.may_end(after)
+    assert one.walk(after, ("\n" + NOW).encode()) is None
+    assert one.walk(after, b"\n<tool_call") is not None  # the tag is refused only once whole
+    if not can_end:  # text may follow the call, as long as it opens no other
+        assert one.walk(after, b" done, <tool>") is not None
+
+
+def test_a_one_call_grammar_refuses_a_second_llama_call_in_free_text():
+    one = CallGrammar(tool_specs(TOOLS), "auto", can_end=False, dialect="llama3", single=True)
+    text = 'Sure. <tool_call>{"name": "now", "parameters": {}}</tool_call>'
+    after = one.walk(one.initial, text.encode())
+    assert after is not None and one.walk(after, text.encode()[6:]) is None
+
+
+def test_parallel_tool_calls_false_masks_the_second_calls_opening_tokens(smollm_tokenizer):
+    constraints = ToolConstraints(smollm_tokenizer, smollm_tokenizer.vocab_size)
+    tag = smollm_tokenizer.encode("<tool_call>", allow_special=False)
+    tokens = smollm_tokenizer.encode(NOW + "\n", allow_special=False) + tag[:-1]
+    for single in (False, True):
+        matcher = constraints.matcher(TOOLS, "auto", [], single=single)  # no end: text may follow
+        for token in tokens:
+            matcher.advance(token)
+        assert matcher.state is not None  # every token fitted
+        mask = matcher.disallowed()
+        assert (mask is not None and bool(mask[tag[-1]])) is single
+    assert SamplingParams(parallel_tool_calls=False).parallel_tool_calls is False

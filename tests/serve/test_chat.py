@@ -109,6 +109,20 @@ def test_required_makes_one_valid_call_to_one_of_the_tools(client):
         assert reply.choices[0].message.content is None
 
 
+def test_parallel_tool_calls_false_is_enforced_by_the_engines_grammar(llm, client):
+    # ignore_eos: no end of turn, so text follows the call, where a second call could open.
+    for choice in ("required", "auto"):
+        reply = chat(client, tools=TOOLS, tool_choice=choice, max_tokens=120, seed=3,
+                     parallel_tool_calls=False, extra_body={"ignore_eos": True})
+        assert len(reply.choices[0].message.tool_calls or []) <= 1
+        # The grammar the engine built for it allows one call (the latest of its cache).
+        *_, (_, mode, _, single) = llm.engine.tool_constraints._masks
+        assert (mode, single) == (choice, True)
+    reply = chat(client, tools=TOOLS, tool_choice="required", max_tokens=200, seed=3)
+    *_, (_, mode, _, single) = llm.engine.tool_constraints._masks
+    assert (mode, single) == ("required", False) and len(reply.choices[0].message.tool_calls) == 1
+
+
 def test_a_named_tool_choice_calls_that_tool(client):
     reply = chat(client, tools=TOOLS, max_tokens=200, seed=1,
                  tool_choice={"type": "function", "function": {"name": "set_volume"}})

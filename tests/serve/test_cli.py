@@ -73,3 +73,42 @@ def test_a_host_beyond_loopback_without_a_key_is_refused_before_the_model_loads(
 def test_a_key_written_on_the_command_line_is_refused(tmp_path):
     done = run(["serve", "--api-key", "sesame"], tmp_path, timeout=60)
     assert done.returncode == 2 and "env:NAME or file:PATH" in done.stderr
+
+
+def test_a_config_whose_engine_is_a_server_is_refused_naming_engine_backend(tmp_path):
+    config = tmp_path / "openclaw.toml"
+    config.write_text('[engine]\nbackend = "openai"\nurl = "http://127.0.0.1:9/v1"\n')
+    done = run(["serve", "--config", str(config)], tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "[engine] backend" in done.stderr and "openai" in done.stderr
+    assert "Traceback" not in done.stderr and "loading the model" not in done.stderr
+
+
+def test_sigterm_with_a_client_mid_stream_ends_its_stream_and_the_process(tmp_path, chat_model):
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openclaw.cli", "serve", "--model", chat_model, "--port", "0",
+         "--max-model-len", "1024", "--kv-cache-gib", "0.004"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving "), (line, proc.stderr.read())
+        client = openai.OpenAI(base_url=line.split(" at ")[1].split()[0], api_key="-",
+                               max_retries=0, timeout=120)
+        stream = client.chat.completions.create(
+            model="chat-model0", messages=[{"role": "user", "content": "Tell me a story."}],
+            max_tokens=900, stream=True, extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        for _ in range(4):  # the role chunk, then content: mid-answer
+            next(chunks)
+        proc.send_signal(signal.SIGTERM)
+        finishes = []
+        with pytest.raises(openai.APIError, match="shutting down"):
+            for chunk in chunks:
+                finishes.append(chunk.choices[0].finish_reason)
+        assert not any(finishes)  # ended by the stop, not by its length
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

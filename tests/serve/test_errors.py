@@ -7,9 +7,11 @@ import httpx
 import openai
 import pytest
 
+from engine import AsyncLLM
 from openclaw.config import ConfigError, load_config
 from openclaw.config.sections import ServeConfig
 from tests.helpers.serve_thread import ServerThread
+from tests.serve.conftest import ENGINE_ARGS
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 
@@ -60,7 +62,8 @@ def test_what_this_server_does_not_do_yet_is_a_400_saying_so(api):
 
 
 def test_a_body_that_is_not_json_is_a_400(api):
-    err = error(httpx.post(api.url + "/v1/chat/completions", content=b"{nope"), 400)
+    err = error(httpx.post(api.url + "/v1/chat/completions", content=b"{nope",
+                           headers={"Content-Type": "application/json"}), 400)
     assert "JSON" in err["message"]
 
 
@@ -121,3 +124,59 @@ def test_a_host_beyond_loopback_is_refused_without_a_key(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENCLAW_API_KEY", "k")
     path.write_text('[serve]\nhost = "0.0.0.0"\napi_key = "env:OPENCLAW_API_KEY"\n')
     assert load_config(path).serve.api_key.get() == "k"
+
+
+def test_the_context_400_names_max_completion_tokens_when_the_request_used_it(api):
+    with pytest.raises(openai.BadRequestError) as refused:
+        api.client().chat.completions.create(model="chat-model0", messages=HELLO,
+                                             max_completion_tokens=1020)
+    err = refused.value.body
+    assert err["code"] == "context_length_exceeded"
+    assert "max_completion_tokens asks for 1020" in err["message"]
+    assert "max_tokens" not in err["message"].replace("max_completion_tokens", "")
+
+
+def test_the_bearer_scheme_is_read_whatever_its_case(llm):
+    server = ServerThread(llm, api_key="sesame-0123456789")
+    try:
+        for scheme in ("bearer", "BEARER", "Bearer"):
+            headers = {"Authorization": f"{scheme} sesame-0123456789"}
+            assert httpx.get(server.url + "/v1/models", headers=headers).status_code == 200
+        for wrong in ("Basic sesame-0123456789", "bearer sesame", "sesame-0123456789",
+                      "bearer  sesame-0123456789x"):
+            assert error(httpx.get(server.url + "/v1/models",
+                                   headers={"Authorization": wrong}), 401)
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def own_engine(chat_model):
+    """An engine of the test's own, for a test that stops or breaks it, with a server over it."""
+    llm = AsyncLLM(chat_model, **ENGINE_ARGS)
+    server = ServerThread(llm)
+    yield llm, server
+    server.close()
+    llm.shutdown()
+
+
+def test_health_is_503_once_the_engine_is_stopped(own_engine):
+    llm, server = own_engine
+    assert httpx.get(server.url + "/health").status_code == 200
+    llm.shutdown()
+    dead = httpx.get(server.url + "/health")
+    assert dead.status_code == 503
+    assert dead.json()["error"]["code"] == "engine_dead"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_health_is_503_when_the_engines_loop_has_died(own_engine):
+    llm, server = own_engine
+    assert httpx.get(server.url + "/health").status_code == 200
+
+    def broken() -> bool:  # the step loop's own check fails: its thread ends
+        raise RuntimeError("the engine broke")
+    llm.engine.has_unfinished_requests = broken
+    server.call(llm.abort("nothing"))  # a command wakes the loop, which then dies
+    llm._thread.join(timeout=30)
+    assert httpx.get(server.url + "/health").status_code == 503
