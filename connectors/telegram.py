@@ -41,6 +41,7 @@ from connectors.downloads import DOWNLOAD_CHUNK, DownloadFailed, FileDownloads, 
 from connectors.drafts import DraftStream
 from openclaw.gateway.contract import (
     APPROVAL_ASKED,
+    LITERAL_BLOCK,
     Connector,
     ConnectorStartError,
     DeliveryRefused,
@@ -48,6 +49,7 @@ from openclaw.gateway.contract import (
     Handler,
     InboundMessage,
     RetryLater,
+    literal_text,
 )
 
 log = logging.getLogger(__name__)
@@ -459,7 +461,18 @@ _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*", re.DOTALL)
 def markdown_to_html(text: str) -> str:
     """The little Markdown models write, as Telegram HTML: ``` fences, `code`, **bold**. All else
     is escaped text, so no input can produce markup Telegram refuses (and if it does, the caller
-    falls back to plain text)."""
+    falls back to plain text). A literal block (a command to approve) is <pre> and nothing else,
+    found before any Markdown, so no text around it can reach into it."""
+    out, at = [], 0
+    for m in LITERAL_BLOCK.finditer(text):
+        out.append(_markdown_html(text[at:m.start()]))
+        out.append(f"<pre>{html.escape(literal_text(m.group(1)), quote=False)}</pre>")
+        at = m.end()
+    out.append(_markdown_html(text[at:]))
+    return "".join(out)
+
+
+def _markdown_html(text: str) -> str:
     out, at = [], 0
     for m in _FENCE.finditer(text):
         out.append(_inline_html(text[at:m.start()]))
