@@ -57,3 +57,14 @@ def test_a_literal_block_renders_on_telegram_as_pre_with_everything_escaped():
     html = markdown_to_html("Approval needed (shell):\n" + literal_block(text) + "\nReply.")
     assert "<pre>" in html and "\u200b" not in html
     assert visible_html(html) == f"Approval needed (shell):\n{text}\nReply."
+
+
+async def test_the_pairing_list_shows_a_strangers_name_as_they_wrote_it(env, fake):
+    # The owner approves a person by what the list shows: Markdown in a name must not change it.
+    name = "`Ada` **(admin)** ||x|| <i>&"
+    await env.start(ScriptedModel(lambda m: "hi"))
+    fake.send("hello", user=2002, first_name=name)
+    await env.replies(2002, 1)
+    fake.send("/pairing")
+    [listing] = await env.replies(ADA, 1)
+    assert listing.split("\n")[1].endswith(f"telegram:2002  {name}"), listing
