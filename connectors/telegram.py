@@ -48,6 +48,7 @@ from openclaw.gateway.contract import (
     Handler,
     InboundMessage,
     RetryLater,
+    without_literal_blocks,
 )
 
 log = logging.getLogger(__name__)
@@ -424,7 +425,8 @@ class TelegramConnector(Connector):
             if "can't parse entities" not in str(exc).lower():
                 raise
             log.info("telegram: formatting rejected (%s); sending plain text", exc)
-            return await self._rate_limit_raised(lambda: call(text, None))
+            plain = without_literal_blocks(text)  # plain text shows a literal block's text as is
+            return await self._rate_limit_raised(lambda: call(plain, None))
 
     async def _rate_limit_raised(self, op: Callable[[], Awaitable[Any]]) -> Any:
         """`op()`; a 429 becomes RetryLater at once instead of a sleep here, which would hold up

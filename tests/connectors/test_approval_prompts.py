@@ -68,3 +68,15 @@ async def test_the_pairing_list_shows_a_strangers_name_as_they_wrote_it(env, fak
     fake.send("/pairing")
     [listing] = await env.replies(ADA, 1)
     assert listing.split("\n")[1].endswith(f"telegram:2002  {name}"), listing
+
+
+async def test_a_request_telegram_cannot_format_goes_as_the_same_plain_text(env, fake):
+    command = TRICKY[0]
+    await env.start(ScriptedModel(asks_for(command)), SHELL_NEEDS_APPROVAL)
+    fake.reject_formatting = True  # every parse_mode refused: the connector sends plain text
+    fake.send("do it")
+    await until(lambda: any(m.buttons for m in fake.bot_messages[ADA]))
+    [prompt] = [m for m in fake.bot_messages[ADA] if m.buttons]
+    assert prompt.parse_mode is None
+    assert prompt.shown.split("\n")[:2] == ["Approval needed (shell):",
+                                            f"run the shell command: {command}"]
