@@ -19,7 +19,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from connectors.terminal import for_terminal
-from openclaw.gateway.contract import Connector, ConnectorStartError, Handler, InboundMessage
+from openclaw.gateway.contract import (
+    Connector,
+    ConnectorStartError,
+    Handler,
+    InboundMessage,
+    without_literal_blocks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +149,7 @@ class ConsoleSocketConnector(Connector):
     async def send_text(self, chat_id: str, text: str) -> str | None:
         # With nobody attached the reply would be lost: the outbox keeps it and retries, so the
         # next `openclaw chat` gets it.
+        text = without_literal_blocks(text)  # a terminal has no markup: the text as it is
         if not await self._broadcast({"type": "reply", "text": text}):
             raise ConnectionError("no console is attached")
         return None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import json
 import logging
 import random
@@ -39,6 +38,7 @@ from telegram.warnings import PTBDeprecationWarning
 from connectors.attachments import MAX_FILE_BYTES, Writer, media_note, safe_file_name, save_attachment
 from connectors.downloads import DOWNLOAD_CHUNK, DownloadFailed, FileDownloads, reason_for
 from connectors.drafts import DraftStream
+from connectors.telegram_html import markdown_to_html
 from openclaw.gateway.contract import (
     APPROVAL_ASKED,
     Connector,
@@ -48,6 +48,7 @@ from openclaw.gateway.contract import (
     Handler,
     InboundMessage,
     RetryLater,
+    without_literal_blocks,
 )
 
 log = logging.getLogger(__name__)
@@ -266,17 +267,20 @@ class TelegramConnector(Connector):
         button presses, membership changes, other bots, group talk not addressed to us)."""
         if update.callback_query is not None:
             return await self._tapped(update.callback_query)
-        msg = update.message
+        msg = update.message  # None for edits and channel posts: neither is a new turn
         if msg is None or msg.from_user is None or msg.from_user.is_bot:
             return None
-        is_group = msg.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
-        if msg.chat.type == ChatType.CHANNEL:
+        # Sent on behalf of a chat (a channel's post copied into its discussion group comes "from"
+        # Telegram's own account, 777000): no user of ours wrote it.
+        if msg.sender_chat is not None or msg.chat.type == ChatType.CHANNEL:
             return None
+        is_group = msg.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
         text = msg.text or msg.caption or ""
         if is_group:
             text = self._addressed(msg, text)
             if text is None:
                 return None
+        text = _origin_note(msg) + text
         attachments: list[str] = []
         notice = None
         if msg.document is not None:  # fetched by the gateway once the user is admitted
@@ -421,7 +425,8 @@ class TelegramConnector(Connector):
             if "can't parse entities" not in str(exc).lower():
                 raise
             log.info("telegram: formatting rejected (%s); sending plain text", exc)
-            return await self._rate_limit_raised(lambda: call(text, None))
+            plain = without_literal_blocks(text)  # plain text shows a literal block's text as is
+            return await self._rate_limit_raised(lambda: call(plain, None))
 
     async def _rate_limit_raised(self, op: Callable[[], Awaitable[Any]]) -> Any:
         """`op()`; a 429 becomes RetryLater at once instead of a sleep here, which would hold up
@@ -451,34 +456,15 @@ class TelegramConnector(Connector):
 # ---- helpers ------------------------------------------------------------------------------------
 
 
-_FENCE = re.compile(r"```([^\n`]*)\n(.*?)\n?```", re.DOTALL)
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*", re.DOTALL)
-
-
-def markdown_to_html(text: str) -> str:
-    """The little Markdown models write, as Telegram HTML: ``` fences, `code`, **bold**. All else
-    is escaped text, so no input can produce markup Telegram refuses (and if it does, the caller
-    falls back to plain text)."""
-    out, at = [], 0
-    for m in _FENCE.finditer(text):
-        out.append(_inline_html(text[at:m.start()]))
-        lang = m.group(1).strip()
-        css = f' class="language-{lang}"' if re.fullmatch(r"[\w+#.-]+", lang) else ""
-        out.append(f"<pre><code{css}>{html.escape(m.group(2), quote=False)}</code></pre>")
-        at = m.end()
-    out.append(_inline_html(text[at:]))
-    return "".join(out)
-
-
-def _inline_html(text: str) -> str:
-    out, at = [], 0
-    for m in _INLINE_CODE.finditer(text):
-        out.append(_BOLD.sub(r"<b>\1</b>", html.escape(text[at:m.start()], quote=False)))
-        out.append(f"<code>{html.escape(m.group(1), quote=False)}</code>")
-        at = m.end()
-    out.append(_BOLD.sub(r"<b>\1</b>", html.escape(text[at:], quote=False)))
-    return "".join(out)
+def _origin_note(msg: Message) -> str:
+    """What the agent is told of words its sender did not write: a forwarded message is the
+    forwarder's (they chose to send it), and one sent via an inline bot its sender's, but the text
+    is someone else's, so it is said, and it is never read as a command ("/approve N")."""
+    if msg.forward_origin is not None:
+        return "[Forwarded message]\n"
+    if msg.via_bot is not None:
+        return f"[Sent via @{msg.via_bot.username or msg.via_bot.id}]\n"
+    return ""
 
 
 def _command_for(entities: dict[MessageEntity, str], username: str | None) -> bool:

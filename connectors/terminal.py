@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
-from openclaw.gateway.contract import Connector, Handler, InboundMessage
+from openclaw.gateway.contract import Connector, Handler, InboundMessage, without_literal_blocks
 
 
 class TerminalConnector(Connector):
@@ -66,6 +66,7 @@ class TerminalConnector(Connector):
             self.done.set()
 
     async def send_text(self, chat_id: str, text: str) -> str | None:
+        text = without_literal_blocks(text)  # no markup here: a command to approve shows as it is
         if self._drafted and text.startswith(self._drafted):
             self._write(text[len(self._drafted):] + "\n")
         else:

@@ -112,7 +112,25 @@ class Skill(ABC):
             "name": self.name, "description": self.description, "parameters": self.parameters}}
 
 
+# Letters that show as blank space (Hangul fillers) and the combining grapheme joiner: invisible,
+# though their categories say otherwise.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u034f")
+
+
 def visible(text: str) -> str:
-    """`text` as an approval prompt must show it: control and format characters (newlines, bidi
-    overrides that reorder what the user reads) escaped, so what is shown is what runs."""
-    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c)[0] == "C" else c for c in text)
+    """`text` as an approval prompt must show it: every character a reader cannot see or that
+    moves what they read (controls, line and paragraph separators, bidi controls, zero-width and
+    TAG characters, private-use and unassigned code points, spaces other than " ") becomes an
+    escape (\\u202e; \\U000e0041 past U+FFFF), so what is shown is what runs."""
+    return "".join(_escape(c) if _hidden(c) else c for c in text)
+
+
+def _hidden(char: str) -> bool:
+    category = unicodedata.category(char)
+    return (category[0] == "C" or (category[0] == "Z" and char != " ")
+            or char in _BLANK_LETTERS)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from openclaw.gateway.contract import approval_asked
+from openclaw.gateway.contract import approval_asked, literal_block
 
 # Why a piece of a request to approve is not sent: its wait ended (answered, timed out, /stop, or
 # the run that asked stopped), so the number it names is void.
@@ -39,7 +39,9 @@ class Approvals:
         request = _Request(user, skill, asyncio.get_running_loop().create_future())
         self._pending[number] = request
         try:
-            await send(f"Approval needed ({skill}): {summary}\n{approval_asked(number)}")
+            # The summary (the command, path or address) as a literal block: no Markdown of the
+            # app's may change what the user reads (see contract.LITERAL_INFO).
+            await send(f"Approval needed ({skill}):\n{literal_block(summary)}\n{approval_asked(number)}")
             return await request.future
         finally:
             self._pending.pop(number, None)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from openclaw.agent import Agent, ChatModel
 from openclaw.gateway.access import Access
 from openclaw.gateway.approvals import Approvals
-from openclaw.gateway.contract import InboundMessage
+from openclaw.gateway.contract import InboundMessage, literal_block
 from openclaw.gateway.lanes import Lanes, key_of
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.turn import Spending
@@ -123,8 +123,9 @@ class Commands:
             codes = await self.store.list_pairing_codes()
             if not codes:
                 return "Nobody is waiting for access."
-            return "\n".join(["Waiting for access (/pairing approve CODE or /pairing deny CODE):"] + [
-                f"{c.code}  {c.user}  {visible(c.display_name or '')}" for c in codes])
+            # Literal: the owner approves a person by what this shows, names are strangers' own.
+            return "Waiting for access (/pairing approve CODE or /pairing deny CODE):\n" + literal_block(
+                "\n".join(f"{c.code}  {c.user}  {visible(c.display_name or '')}" for c in codes))
         if len(words) != 2 or words[0].lower() not in ("approve", "deny"):
             return "Use /pairing, /pairing approve CODE or /pairing deny CODE."
         approve = words[0].lower() == "approve"

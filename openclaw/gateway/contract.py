@@ -19,6 +19,32 @@ def approval_asked(number: int) -> str:
     return f"Reply /approve {number} to allow it or /deny {number} to refuse."
 
 
+# A block of text that must show exactly as it is (a command to approve): a ``` fence with this
+# info string. Each backtick in it is followed by ZERO WIDTH SPACE, so no run of three can end the
+# block early (Discord's code blocks end at the first ```, whatever its length) and the text keeps
+# its length there; a connector with its own markup (Telegram's <pre>) takes them out again.
+LITERAL_INFO = "literal"
+LITERAL_BLOCK = re.compile(rf"^```{LITERAL_INFO}\n(.*?)\n```$", re.MULTILINE | re.DOTALL)
+_UNCLOSABLE = "`\u200b"
+
+
+def literal_block(text: str) -> str:
+    """`text` as a block the connectors show literally (see LITERAL_INFO); `text` holds no raw
+    zero-width space when it went through skills' visible()."""
+    return f"```{LITERAL_INFO}\n" + text.replace("`", _UNCLOSABLE) + "\n```"
+
+
+def literal_text(block: str) -> str:
+    """The text a literal block's content (LITERAL_BLOCK's group 1) stands for."""
+    return block.replace(_UNCLOSABLE, "`")
+
+
+def without_literal_blocks(text: str) -> str:
+    """`text` with each literal block replaced by the text it holds: for a channel without markup
+    (a terminal), where the fence would only be noise."""
+    return LITERAL_BLOCK.sub(lambda m: literal_text(m[1]), text)
+
+
 @dataclass(frozen=True)
 class InboundMessage:
     channel: str  # "terminal" | "telegram" | "discord"

@@ -10,6 +10,7 @@ import sys
 
 from connectors.console_socket import ConsoleSocketConnector, attach
 from connectors.terminal import TerminalConnector
+from openclaw.gateway.contract import literal_block
 
 
 async def test_the_prompt_follows_each_reply_and_an_empty_line(monkeypatch):
@@ -104,3 +105,11 @@ async def test_a_piped_reply_keeps_its_text_as_it_is():
     terminal = TerminalConnector(stdin=io.StringIO(""), stdout=out, interactive=False)
     await terminal.send_text("local", HOSTILE)
     assert out.getvalue() == HOSTILE + "\n"
+
+
+async def test_a_command_to_approve_shows_as_it_is_without_the_blocks_markup():
+    screen = io.StringIO()
+    terminal = TerminalConnector(stdin=io.StringIO(), stdout=screen, interactive=False)
+    command = "echo `id` && ls **safe** ```"
+    await terminal.send_text("local", f"Approval needed (shell):\n{literal_block(command)}\nReply.")
+    assert screen.getvalue() == f"Approval needed (shell):\n{command}\nReply.\n"

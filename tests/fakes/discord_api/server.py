@@ -169,6 +169,39 @@ class FakeDiscord:
         self._store(message)
         return message
 
+    def send_webhook_message(self, name: str, text: str, *, mention: bool = False) -> dict:
+        """A webhook posts in the guild's channel under any `name` it likes: Discord sets
+        `webhook_id`, and the author is the webhook (its id, bot: true), with no member."""
+        webhook_id = self._next_id()
+        author = {"id": str(webhook_id), "username": name, "avatar": None, "discriminator": "0000",
+                  "bot": True}
+        content = f"<@{self.bot['id']}> {text}" if mention else text
+        message = self._message(self.guild_channel_id, author, content, guild=True)
+        del message["member"]
+        message["webhook_id"] = str(webhook_id)
+        if mention:
+            message["mentions"] = [{**self.bot, "member": member_json()}]
+        self._store(message)
+        return message
+
+    def forward_dm(self, user_id: int, original: dict) -> dict:
+        """`user_id` forwards `original` to the bot in a DM: as Discord sends it, the forward's own
+        content is empty and the original is a snapshot (message_reference type 1)."""
+        message = self._message(self.dm_channel_id(user_id), self.user(user_id), "")
+        message["message_reference"] = {"type": 1, "channel_id": original["channel_id"],
+                                        "message_id": original["id"]}
+        message["message_snapshots"] = [{"message": {
+            key: original[key] for key in ("type", "content", "embeds", "attachments", "timestamp",
+                                           "edited_timestamp", "flags", "mentions", "mention_roles")}}]
+        self._store(message)
+        return message
+
+    def edit_by_user(self, message: dict, content: str) -> dict:
+        """The message's author edits it: Discord sends MESSAGE_UPDATE with the whole message."""
+        message.update(content=content, edited_timestamp=now())
+        self.gateway.dispatch("MESSAGE_UPDATE", message)
+        return message
+
     def slash(self, user_id: int, command: str, *, guild: bool = False, name: str | None = None,
               options: dict[str, int | str] | None = None) -> dict:
         """A user runs /`command` (a registered global command), in a DM or in the guild, with
