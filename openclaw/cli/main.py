@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from openclaw import __version__
-from openclaw.cli import chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
+from openclaw.cli import audit, chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
 from openclaw.cli.chat import run_daemon
 from openclaw.config import (
     ConfigError,
@@ -29,7 +29,8 @@ from openclaw.gateway.contract import ConnectorStartError
 from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
-COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, service)
+COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, audit,
+                  service)
 
 
 def main(argv: list[str] | None = None) -> int:
