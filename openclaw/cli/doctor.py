@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from openclaw.channels import configured_connectors
+from openclaw.channels import configured_connectors, disabled_with_token
 from openclaw.config import Config, ConfigError, load_config
 from openclaw.datadir import lock_holder
 
@@ -73,24 +73,25 @@ def _check_secrets_exposed(config: Config) -> list[tuple[bool, str, str]]:
              f"chmod 600 {file}")]
 
 
-def _check_connectors(config: Config) -> list[tuple[bool, str, str]]:
+def _check_connectors(config: Config) -> list[tuple[Mark, str, str]]:
     """Each enabled connector's token, tried as `run` connects with it; first, what `run` refuses
     before connecting (a missing token, an unsupported setting)."""
     enabled = [name for name in ("telegram", "discord") if getattr(config, name).enabled]
+    off: list[tuple[Mark, str, str]] = [(WARN, what, fix) for what, fix in disabled_with_token(config)]
     missing = [(False, f"{name}: no token set", f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")")
                for name in enabled if getattr(config, name).token is None]
     if missing:
-        return missing
+        return off + missing
     try:
         configured_connectors(config)
     except ConfigError as exc:
-        return [(False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config")]
+        return off + [(False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config")]
     checks = {"telegram": _check_telegram_token, "discord": _check_discord_token}
 
     async def check_all() -> list[tuple[bool, str, str]]:
         return list(await asyncio.gather(*(checks[name](getattr(config, name)) for name in enabled)))
 
-    return asyncio.run(check_all()) if enabled else []
+    return off + (asyncio.run(check_all()) if enabled else [])
 
 
 async def _check_telegram_token(section) -> tuple[bool, str, str]:

@@ -41,8 +41,13 @@ def test_chat_remembers_the_conversation_across_runs(tmp_path):
     config.write_text(f'data_dir = "{tmp_path}/data"\n[agent]\ntemperature = 0.0\n'
                       "reply_max_tokens = 48\n[admin]\nenabled = false\n")
     run(["--config", str(config), "chat"], tmp_path, stdin="My name is Ada.\n")
-    second = run(["--config", str(config), "chat"], tmp_path, stdin="/status\n")
+    # A token set, the switch forgotten: the start says so, with the line to add, and goes on.
+    config.write_text(config.read_text() + '[telegram]\ntoken = "env:OPENCLAW_TEST_TOKEN"\n')
+    second = run(["--config", str(config), "chat"], tmp_path, stdin="/status\n",
+                 OPENCLAW_TEST_TOKEN="123456:" + "A" * 35)
     assert "Tokens used today" in second.stdout
+    assert ("telegram: a token is set but the connector is not enabled: add `enabled = true` "
+            f"under [telegram] in {config}") in second.stderr
 
     async def messages():
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db")
@@ -205,6 +210,20 @@ def test_doctor_says_what_run_would_refuse_in_a_connector(tmp_path):
     assert doctor.returncode == 1
     assert "✗ connectors: telegram.webhook_url" in doctor.stdout, doctor.stdout
     assert "A" * 35 not in doctor.stdout + doctor.stderr  # and the token is never shown
+
+
+def test_doctor_warns_of_a_connector_with_a_token_that_is_not_enabled(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                      '[telegram]\ntoken = "env:OPENCLAW_TEST_TOKEN"\n'
+                      '[discord]\nenabled = false\ntoken = "env:OPENCLAW_TEST_TOKEN"\n')
+    config.chmod(0o600)
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60,
+                 OPENCLAW_TEST_TOKEN="123456:" + "A" * 35)
+    for name in ("telegram", "discord"):
+        assert (f"⚠ {name}: a token is set but the connector is not enabled\n"
+                f"    fix: add `enabled = true` under [{name}] in {config}") in doctor.stdout, doctor.stdout
+    assert doctor.returncode == 0, doctor.stdout  # a warning: `run` would start
 
 
 def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
