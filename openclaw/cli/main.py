@@ -16,6 +16,7 @@ from pathlib import Path
 from openclaw import __version__
 from openclaw.cli import audit, chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
 from openclaw.cli.chat import run_daemon
+from openclaw.cli.common import with_later_problems
 from openclaw.config import (
     ConfigError,
     backup_path,
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         return args.func(args)
     except ConfigError as exc:
+        if exc.partial is not None and args.command in ("run", "chat"):
+            exc = with_later_problems(exc)
         print(f"config error:\n{exc}", file=sys.stderr)
         return 2
     except ConnectorStartError as exc:
