@@ -46,6 +46,7 @@ SLASH_COMMANDS = {
     "stop": "Stop the answer being generated (and any running tool)",
     "status": "Model, queue, KV cache use, tokens used today",
     "help": "What the assistant's commands do",
+    "audit": "Your last tool calls and how they ended",
 }
 # Answers to a tool call waiting for the user's approval; the number is the request's.
 NUMBERED_COMMANDS = {

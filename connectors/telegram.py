@@ -62,6 +62,7 @@ COMMANDS = [
     BotCommand("deny", "Refuse a tool call: /deny N"),
     BotCommand("remind", "Remind you: /remind in 20 minutes stretch"),
     BotCommand("reminders", "Your reminders here; /reminders cancel N"),
+    BotCommand("audit", "Your last tool calls and how they ended"),
 ]
 # Media we cannot read yet, as the agent is told about them (checked in this order).
 UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("audio", "an audio file"),

@@ -20,6 +20,16 @@ def configured_connectors(config: Config) -> list[Connector]:
     return connectors
 
 
+def disabled_with_token(config: Config) -> list[tuple[str, str]]:
+    """(what, fix) for each connector whose token is set but which is off: a token set and no bot
+    answering is what a user who forgot the switch sees."""
+    where = f" in {config.source}" if config.source else ""
+    return [(f"{name}: a token is set but the connector is not enabled",
+             f"add `enabled = true` under [{name}]{where}")
+            for name in ("telegram", "discord")
+            if getattr(config, name).token is not None and not getattr(config, name).enabled]
+
+
 def _telegram(config: Config) -> Connector:
     from connectors.telegram import TelegramConnector  # imports python-telegram-bot only when used
 

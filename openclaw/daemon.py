@@ -18,7 +18,7 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
 from openclaw.backends import Backend, open_backend, shown_url
-from openclaw.config import Config, ConfigError, load_config
+from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
 from openclaw.gateway import access
@@ -106,7 +106,10 @@ class Daemon:
         loop.add_signal_handler(signal.SIGHUP, self._hangup)
         if asked_early() and self.hangup_reloads:  # one came while `openclaw run` began
             self._hangup()
-        skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
+        try:  # a bad [skills] or [roles] stops the start, naming the key
+            skills = configured_skills(cfg)
+        except ConfigError as exc:  # with the model file's problem, if any: one report, not two
+            raise ConfigError(exc.path, exc.problems + model_file_problems(cfg.engine)) from None
         self.store = await Store.open(cfg.store.url)
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
             # /healthz answers "starting" while it loads
@@ -279,13 +282,10 @@ class Daemon:
             # path, where `openclaw init` writes.
             loaded = load_config(self.config.source)
             config, applied, waiting = merge(self.config, loaded)
-            if "engine" in waiting and isinstance(loaded.engine, EngineConfig):
-                # A model loaded only at the next start: said now, not then.
-                from engine.loader import model_problem
-
-                if problem := model_problem(loaded.engine.model):
-                    raise ConfigError(loaded.source, [
-                        f"[engine]: {problem}; the daemon would not start with it"])
+            # A model loaded only at the next start: said now, not then.
+            if "engine" in waiting and (problems := model_file_problems(loaded.engine)):
+                raise ConfigError(loaded.source, [
+                    f"{p}; the daemon would not start with it" for p in problems])
             skills = configured_skills(config)
             executor = executor_for(config, skills, self._audit(skills), self.reminders)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from openclaw.config import Config, ConfigError
+from openclaw.config import Config, ConfigError, model_file_problems
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, SkillRegistry, load_skills
 from skills.base import ReminderBook
@@ -51,14 +51,30 @@ def _unknown_role_skills(config: Config, registry: SkillRegistry, unresolved: li
     is reported once, in [skills], not again for each role naming it."""
     problems = []
     for name, role in config.roles.items():
-        unknown = sorted({s for s in role.skills + role.approval
-                          if s != "*" and s not in registry.names and s not in unresolved})
-        if unknown:
-            problems.append("; ".join(filter(None, [
-                f"roles.{name}: unknown skill(s) {unknown}; enabled skills: "
-                f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)",
-                *map(registry.hint, unknown)])))
+        for key, listed in (("skills", role.skills), ("approval", role.approval)):
+            unknown = sorted({s for s in listed
+                              if s != "*" and s not in registry.names and s not in unresolved})
+            if unknown:
+                problems.append("; ".join(filter(None, [
+                    f"roles.{name}.{key}: unknown skill(s) {unknown}; enabled skills: "
+                    f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)",
+                    *map(registry.hint, unknown)])))
     return problems
+
+
+def skill_problems(config: Config) -> list[str]:
+    """What configured_skills would refuse in `config`, as lines ([] when nothing)."""
+    try:
+        configured_skills(config)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def problems_after_validation(config: Config) -> list[str]:
+    """What the start checks once the file validates: the skills and roles, and the model file (a
+    local engine's, without loading it): said with the file's own problems, in one report."""
+    return skill_problems(config) + model_file_problems(config.engine)
 
 
 def sandbox_for(config: Config) -> Sandbox:

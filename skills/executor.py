@@ -39,7 +39,12 @@ AuditSink = Callable[..., Awaitable[Any]]
 class Outcome:
     text: str  # what the model (or the admin) reads
     ok: bool
-    decision: str  # allowed | denied | invalid | rejected | timeout | unknown (| interrupted: audit)
+    decision: str  # one of AUDIT_DECISIONS but "interrupted", which only the audit row says
+
+
+# What an audit row's decision can be: "allowed" (it ran, whatever its exit), "interrupted" (the
+# daemon stopped during the call), the others (it did not run, and why).
+AUDIT_DECISIONS = ("allowed", "denied", "invalid", "rejected", "timeout", "unknown", "interrupted")
 
 
 class ApprovalUnavailable(Exception):

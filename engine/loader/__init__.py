@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 from engine.loader.checkpoint import Checkpoint
+from engine.loader.magic import gguf_magic_problem
 
 __all__ = ["Checkpoint", "embedded_model_path", "model_problem", "open_checkpoint"]
 
@@ -43,7 +44,9 @@ def model_problem(model: str | Path | None) -> str | None:
         path = embedded_model_path() if model is None else Path(model).expanduser()
     except FileNotFoundError as exc:
         return str(exc)
-    if (path.is_file() and path.suffix == ".gguf") or (path / "config.json").is_file():
+    if path.is_file() and path.suffix == ".gguf":
+        return gguf_magic_problem(path)
+    if (path / "config.json").is_file():
         return None
     return _not_a_model(model)
 

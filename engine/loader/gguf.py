@@ -17,6 +17,7 @@ from gguf.quants import dequantize
 
 from engine.config import ModelConfig
 from engine.loader.checkpoint import Checkpoint
+from engine.loader.magic import gguf_magic_problem
 from engine.tokenizer import Tokenizer
 
 _FAMILIES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
@@ -47,7 +48,7 @@ def read_fields(reader: GGUFReader) -> dict[str, Any]:
 
 
 def open_gguf(path: Path) -> Checkpoint:
-    reader = GGUFReader(str(path))
+    reader = _reader(path)
     fields = read_fields(reader)
     arch = fields.get("general.architecture")
     family = _FAMILIES.get(arch)
@@ -64,6 +65,24 @@ def open_gguf(path: Path) -> Checkpoint:
         rope_freq_factors=None if freq_factors is None else torch.tensor(_dequant(freq_factors)),
         context_length=fields.get(f"{arch}.context_length"),
     )
+
+
+def _reader(path: Path) -> GGUFReader:
+    """The file's reader; ValueError saying what is wrong with a file that is no GGUF or is cut
+    short (an interrupted download), where the reader itself fails deep in numpy."""
+    if problem := gguf_magic_problem(path):
+        raise ValueError(problem)
+    size = path.stat().st_size
+    cut_short = (f"{path.name}: the GGUF file is cut short or damaged ({size:,} bytes); an "
+                 "interrupted download? fetch it again")
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, IndexError, KeyError, EOFError) as exc:
+        raise ValueError(f"{cut_short} ({exc})") from exc
+    needed = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)
+    if needed > size:
+        raise ValueError(f"{cut_short}: its tensors need {needed:,} bytes")
+    return reader
 
 
 def _config_from_fields(fields: dict[str, Any], arch: str, family: str,

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openclaw.channels import configured_connectors
+from openclaw.channels import configured_connectors, disabled_with_token
 from openclaw.config import Config, data_dir_of, load_config
 from openclaw.datadir import DaemonRunning, data_dir_claimed, lock_holder
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from connectors.console_socket import ConsoleSocketConnector
@@ -114,6 +117,8 @@ async def run_daemon(config: Config, terminal: type[TerminalConnector] | None) -
     from openclaw.daemon import Daemon  # here: heavy, and only run and chat start one
 
     connectors = configured_connectors(config)
+    for what, fix in disabled_with_token(config):
+        log.warning("%s: %s", what, fix)
     # A chat goes on with its admin port taken (one warning); the service, which is scraped, does
     # not start without it.
     # A chat's SIGHUP is its terminal closing: it stops. The service's re-reads the config.

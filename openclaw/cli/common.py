@@ -1,5 +1,5 @@
-"""What the command groups that read or change the store share: the store opened for one
-command, the data_dir held while a command changes the store under it, and a yes/no question."""
+"""What the command groups share: the store opened for one command, the data_dir held while a
+command changes the store under it, a yes/no question, and a config error's whole report."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from openclaw.config import Config, load_config
+from openclaw.config import Config, ConfigError, load_config
 from openclaw.datadir import DaemonRunning, claim_data_dir, release_data_dir
 
 _OPEN = object()  # with_store's default: open (and create) the database whatever
@@ -34,6 +34,15 @@ def with_store(args: argparse.Namespace, work, *, none_yet=_OPEN):
             await store.close()
 
     return asyncio.run(run())
+
+
+def with_later_problems(exc: ConfigError) -> ConfigError:
+    """A file that failed validation, with what the start would refuse next in its valid parts
+    (skills, roles, the model file): one round of fixes, not one per kind of check."""
+    from openclaw.skillset import problems_after_validation  # here: it imports the skills
+
+    later = [p for p in problems_after_validation(exc.partial) if p not in exc.problems]
+    return ConfigError(exc.path, exc.problems + later)
 
 
 def _not_made_yet(url: str) -> bool:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from openclaw.channels import configured_connectors
-from openclaw.config import Config, ConfigError, load_config
+from openclaw.channels import configured_connectors, disabled_with_token
+from openclaw.cli.common import with_later_problems
+from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import lock_holder
 
 # A check's mark: True (✓), False (✗: doctor exits 1) or WARN (⚠: it works, degraded; the exit
@@ -36,12 +37,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         config = load_config(args.config)
         checks.append((True, f"config: {config.source or 'none (defaults)'}", ""))
     except ConfigError as exc:
+        if exc.partial is not None:
+            exc = with_later_problems(exc)
         print(f"✗ config\n{exc}")
         return 1
     checks += _check_secrets_exposed(config)
     checks += asyncio.run(_check_database(config))
     if not args.skip_model:
         checks += _check_model(config)
+    else:  # not loaded, but a path that holds no model is seen without loading it
+        checks += [(False, p, "check engine.model (a HF folder or a .gguf file)")
+                   for p in model_file_problems(config.engine)]
     checks += _check_admin_port(config)
     checks.append(_check_skills(config))
     checks.append(_check_sandbox(config))
@@ -73,24 +79,25 @@ def _check_secrets_exposed(config: Config) -> list[tuple[bool, str, str]]:
              f"chmod 600 {file}")]
 
 
-def _check_connectors(config: Config) -> list[tuple[bool, str, str]]:
+def _check_connectors(config: Config) -> list[tuple[Mark, str, str]]:
     """Each enabled connector's token, tried as `run` connects with it; first, what `run` refuses
     before connecting (a missing token, an unsupported setting)."""
     enabled = [name for name in ("telegram", "discord") if getattr(config, name).enabled]
+    off: list[tuple[Mark, str, str]] = [(WARN, what, fix) for what, fix in disabled_with_token(config)]
     missing = [(False, f"{name}: no token set", f"set {name}.token (e.g. \"env:{name.upper()}_BOT_TOKEN\")")
                for name in enabled if getattr(config, name).token is None]
     if missing:
-        return missing
+        return off + missing
     try:
         configured_connectors(config)
     except ConfigError as exc:
-        return [(False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config")]
+        return off + [(False, f"connectors: {'; '.join(exc.problems)}", "fix it in the config")]
     checks = {"telegram": _check_telegram_token, "discord": _check_discord_token}
 
     async def check_all() -> list[tuple[bool, str, str]]:
         return list(await asyncio.gather(*(checks[name](getattr(config, name)) for name in enabled)))
 
-    return asyncio.run(check_all()) if enabled else []
+    return off + (asyncio.run(check_all()) if enabled else [])
 
 
 async def _check_telegram_token(section) -> tuple[bool, str, str]:
@@ -104,16 +111,24 @@ async def _check_telegram_token(section) -> tuple[bool, str, str]:
     host = _host(section.base_url or TELEGRAM_API)
     keep_token_out_of_logs()  # with -v, httpx would log each URL, and a Bot API URL holds the token
     bot = Bot(token, **({"base_url": section.base_url} if section.base_url else {}))
+    # With a self-hosted server named, the likely fault is its URL, not the network or the token.
+    own_server = section.base_url and (
+        f"check telegram.base_url ({section.base_url}): a self-hosted Bot API server's URL ending in "
+        '"/bot", e.g. "http://127.0.0.1:8081/bot"; or remove it to use Telegram\'s own')
     try:
         async with asyncio.timeout(TOKEN_CHECK_S):
             await bot.initialize()  # getMe
     except InvalidToken as exc:  # its own message repeats the token; the server's is its cause
         why = getattr(exc.__cause__, "message", "rejected")
-        return False, f"telegram: the token was refused ({why})", "check telegram.token (from @BotFather)"
+        token_fix = "check telegram.token (from @BotFather)"
+        # Not a Bot API there (a wrong path answers 404): every token is refused alike.
+        return False, f"telegram: the token was refused ({why})", \
+            token_fix if why == "Unauthorized" else own_server or token_fix
     except BadRequest as exc:  # a NetworkError to PTB, but an answer
-        return False, f"telegram: {host} answered: {_redact(exc, token)}", "try again later"
+        return False, f"telegram: {host} answered: {_redact(exc, token)}", own_server or "try again later"
     except (NetworkError, TimeoutError) as exc:  # TimedOut, a refused connection, a 5xx
         return (False, f"telegram: {host} not reachable: {_redact(exc, token)}",
+                f"{own_server}; if it is right, {_NETWORK_FIX}" if own_server else
                 f"{_NETWORK_FIX}; behind a proxy, set HTTPS_PROXY for openclaw")
     except TelegramError as exc:  # e.g. 429
         return False, f"telegram: {host} answered: {_redact(exc, token)}", "try again later"

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 from openclaw import __version__
-from openclaw.cli import chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
+from openclaw.cli import audit, chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
 from openclaw.cli.chat import run_daemon
+from openclaw.cli.common import with_later_problems
 from openclaw.config import (
     ConfigError,
     backup_path,
@@ -29,7 +30,8 @@ from openclaw.gateway.contract import ConnectorStartError
 from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
-COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, service)
+COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, audit,
+                  service)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
         return args.func(args)
     except ConfigError as exc:
+        if exc.partial is not None and args.command in ("run", "chat"):
+            exc = with_later_problems(exc)
         print(f"config error:\n{exc}", file=sys.stderr)
         return 2
     except ConnectorStartError as exc:

@@ -1,13 +1,16 @@
-"""`openclaw skills list` and `openclaw skills run NAME --as USER --args JSON`: what each skill is,
-where it came from and who may use it; and a run as any user through exactly the policy, sandbox,
-approval and audit a model's call goes through (skills/executor.py), printed as JSON."""
+"""`openclaw skills list`, `skills show NAME` and `skills run NAME --as USER --args JSON`: what each
+skill is, where it came from, what it takes and who may use it; and a run as any user through
+exactly the policy, sandbox, approval and audit a model's call goes through (skills/executor.py),
+printed as JSON."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import shlex
 import sys
+from typing import Any
 
 from openclaw.config import CHANNELS, Config, default_config_path, load_config
 from openclaw.gateway import access
@@ -23,6 +26,10 @@ def add_commands(sub, common_sub) -> None:
                         .add_subparsers(dest="skills_cmd", required=True))
     skills.add_parser("list", help="each skill, its origin and the roles that may use it") \
         .set_defaults(func=cmd_skills_list)
+    p = skills.add_parser("show", help="one skill: its description, arguments' JSON schema, roles "
+                                       "and an example `skills run` line")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_skills_show)
     p = skills.add_parser("run", help="run a skill as USER, as a model's call would (JSON out)")
     p.add_argument("name")
     p.add_argument("--as", dest="user", required=True, help='the user, e.g. "telegram:1001"')
@@ -51,6 +58,48 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
     if not registry.names:
         print("no skills enabled; add them to [skills] enabled")
     return 0
+
+
+def cmd_skills_show(args: argparse.Namespace) -> int:
+    config = load_config(args.config, tokens=False)
+    registry = configured_skills(config, secrets=False)
+    skill = registry.get(args.name)
+    if skill is None:
+        refusal = _cannot_run(config, registry, args.name, {}, "") or (
+            f"no skill named {args.name!r}; enabled: {', '.join(registry.names) or 'none'}")
+        print(f"openclaw skills show: {refusal}", file=sys.stderr)
+        return 1
+    policy = config.policy()
+    roles = policy.roles_granting(args.name)
+    approval = [r for r in roles if policy.roles[r].requires_approval(args.name)]
+    example = json.dumps(example_arguments(skill.parameters), ensure_ascii=False)
+    print(f"{args.name}: {skill.description}\nfrom: {registry.origin(args.name)}\n"
+          f"permissions: {', '.join(sorted(skill.permissions)) or 'none'}\n"
+          f"roles: {', '.join(roles) or 'none'}"
+          + (f" (approval needed: {', '.join(approval)})" if approval else "")
+          + f"\narguments (JSON schema):\n{json.dumps(skill.parameters, indent=2, ensure_ascii=False)}"
+          f"\nexample:\n  openclaw skills run {shlex.quote(args.name)} --as USER --args "
+          f"{shlex.quote(example)}")
+    return 0
+
+
+def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments that show the shape a call takes: each required property with its first enum
+    value, its default, or a placeholder of its type (a text is its name in capitals: "PATH")."""
+    properties = schema.get("properties", {})
+    return {name: _example_value(name, properties.get(name, {}))
+            for name in schema.get("required", [])}
+
+
+def _example_value(name: str, prop: dict[str, Any]) -> Any:
+    if prop.get("enum"):
+        return prop["enum"][0]
+    if "default" in prop:
+        return prop["default"]
+    kind = prop.get("type")
+    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+    placeholders = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
+    return placeholders.get(kind, name.upper())
 
 
 def cmd_skills_run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ its checks across tables; problems.py: the wording of errors;
 load.py: reading the file; starter.py + starter.toml: the file `openclaw init` writes.
 """
 
-from openclaw.config.engine import EngineSection, OpenAIEngineConfig
+from openclaw.config.engine import EngineSection, OpenAIEngineConfig, model_file_problems
 from openclaw.config.fields import CHANNELS, LOCAL_USER, validate_user
 from openclaw.config.load import data_dir_of, default_config_path, exposed_secrets, load_config
 from openclaw.config.model import Config, cross_reference_problems, default_data_dir
@@ -38,6 +38,7 @@ __all__ = [
     "default_data_dir",
     "exposed_secrets",
     "load_config",
+    "model_file_problems",
     "starter_config",
     "validate_user",
     "write_starter_config",

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from engine.config import EngineConfig
+from engine.loader import model_problem
 from openclaw.config.fields import ConfigPath, EngineTable, Section, check_url
 from openclaw.config.problems import table_keys, unknown_key_hint
 from openclaw.config.secrets import REDACTED, SECRET_KEY, Secret, is_reference
@@ -83,6 +84,15 @@ class _Local(Section):
 
 class _OpenAI(Section):
     engine: OpenAIEngineConfig
+
+
+def model_file_problems(engine: EngineSection) -> list[str]:
+    """Why the local engine's `model` is no model it could load, seen without reading it; [] for
+    one that may be, and for a server's (asked only when the daemon starts)."""
+    if not isinstance(engine, EngineConfig):
+        return []
+    problem = model_problem(engine.model)
+    return [f"[engine]: {problem}"] if problem else []
 
 
 def validate_engine(value: Any, info: ValidationInfo) -> EngineSection:

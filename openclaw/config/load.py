@@ -9,6 +9,7 @@ had in mind.
 
 from __future__ import annotations
 
+import copy
 import logging
 import shlex
 import tomllib
@@ -42,18 +43,45 @@ def load_config(path: str | Path | None = None, *, tokens: bool = True, store: b
     file, data = _read_toml(path)
     if data is None:
         return Config()
+    context = {"base_dir": file.parent, "source": file, "read_tokens": tokens, "read_store_url": store}
     try:
-        config = Config.model_validate(data, context={"base_dir": file.parent, "source": file,
-                                                      "read_tokens": tokens,
-                                                      "read_store_url": store})
+        config = Config.model_validate(data, context=context)
     except ValidationError as exc:
         errors = exc.errors()
         found = [line for err in errors for line in problem(err, Config).split("\n")]
         if any(err["loc"] for err in errors):  # a section failed, so the checks across them did not run
             found += cross_references_of_what_parsed(data, file.parent)
-        raise ConfigError(file, found) from None
+        raise ConfigError(file, found, partial=_without_what_failed(data, errors, context)) from None
     _warn_if_exposed(config, file)
     return config
+
+
+def _without_what_failed(data: dict[str, Any], errors: list, context: dict[str, Any]) -> Config | None:
+    """The config of `data` with each key that failed left out (its default instead): what the
+    checks after validation can look at. None when leaving keys out does not make it valid."""
+    data = copy.deepcopy(data)
+    for _ in range(4):  # a key left out may make another fail (a token once `enabled` is true)
+        for err in errors:
+            _drop(data, [p for p in err["loc"] if p != "[key]"])
+        try:
+            return Config.model_validate(data, context=context)
+        except ValidationError as exc:
+            errors = exc.errors()
+    return None
+
+
+def _drop(data: Any, loc: list[Any]) -> None:
+    """Delete the value at `loc` (its innermost table's key that holds it)."""
+    for depth in range(len(loc), 0, -1):  # pydantic's loc may go past the TOML (a model's field)
+        parent = data
+        for part in loc[:depth - 1]:
+            parent = parent.get(part) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and loc[depth - 1] in parent:
+            del parent[loc[depth - 1]]
+            return
+        if isinstance(parent, list) and isinstance(loc[depth - 1], int) and loc[depth - 1] < len(parent):
+            del parent[loc[depth - 1]]
+            return
 
 
 def data_dir_of(path: str | Path | None = None, *, home: Path | None = None) -> Path:

@@ -142,9 +142,24 @@ def cross_reference_problems(data_dir: Path | None, roles: dict[str, RoleConfig 
             problems.append(f'access.roles: {user} has the role "{role}", which is not defined; '
                             f"add a [roles.{role}] table or use one of: {', '.join(sorted(known))}")
     if data_dir is not None:
+        problems += _not_a_folder(data_dir)
         problems += [p for name, role in roles.items() if role is not None
                      for p in _grants_over_data_dir(data_dir, name, role)]
     return problems
+
+
+def _not_a_folder(data_dir: Path) -> list[str]:
+    """data_dir, or the nearest of its parents that exists, must be a folder: a file there makes
+    every start fail with an errno ("File exists") that names no key."""
+    path = data_dir.expanduser()
+    for there in (path, *path.parents):
+        if there.exists():
+            if there.is_dir():
+                return []
+            where = "is a file" if there == path else f"is under {there}, a file"
+            return [f"data_dir = \"{data_dir}\": {where}, not a folder; name a folder (it is made "
+                    "if missing)"]
+    return []
 
 
 def _grants_over_data_dir(data_dir: Path, name: str, role: RoleConfig) -> list[str]:

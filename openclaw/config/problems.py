@@ -19,11 +19,14 @@ from openclaw.config.secrets import REDACTED, SECRET_KEY, is_reference, mask_pas
 
 
 class ConfigError(Exception):
-    """The config cannot be used. `problems` holds one self-contained line per problem."""
+    """The config cannot be used. `problems` holds one self-contained line per problem. `partial`:
+    for a file that failed validation, the config its valid keys make (defaults for the others),
+    for the checks that come after validation (skills, the model file) to run in the same report."""
 
-    def __init__(self, path: Path | str | None, problems: list[str]) -> None:
+    def __init__(self, path: Path | str | None, problems: list[str], partial: Any = None) -> None:
         self.path = Path(path) if path is not None else None
         self.problems = list(problems)
+        self.partial = partial
         where = str(self.path) if self.path is not None else "config"
         super().__init__("\n".join(f"{where}: {p}" for p in self.problems))
 

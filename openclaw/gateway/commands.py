@@ -1,5 +1,5 @@
 """Chat commands (/new, /stop, /status, /help, /start, /approve, /deny, /pairing, /remind,
-/reminders): answered by the gateway itself, never by the model."""
+/reminders, /audit): answered by the gateway itself, never by the model."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from openclaw.agent import Agent, ChatModel
 from openclaw.gateway.access import Access
 from openclaw.gateway.approvals import Approvals
+from openclaw.gateway.audit import chat_lines
 from openclaw.gateway.contract import InboundMessage, literal_block
 from openclaw.gateway.lanes import Lanes, key_of
 from openclaw.gateway.outbox import Outbox
@@ -28,10 +29,12 @@ HELP = (
     "/remind WHEN TEXT - e.g. /remind in 20 minutes stretch, /remind every weekday at 8:00 pills\n"
     "/reminders - your reminders in this chat; /reminders cancel N\n"
     "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
+    "/audit - your last tool calls and how they ended\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/pairing")
+            "/reminders", "/pairing", "/audit")
+AUDIT_SHOWN = 10  # calls /audit lists
 # The reminders skill's words for the model, said to the person who typed /remind or /reminders.
 TO_THE_PERSON = (("list shows them", "/reminders shows them"),
                  ("ask the user which, then say", "which one? Write"))
@@ -75,6 +78,8 @@ class Commands:
             text = await self._reminders(command, msg)
         elif command == "/pairing":
             text = await self._pairing(msg)
+        elif command == "/audit":
+            text = await self._audit(msg)
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:
@@ -110,6 +115,13 @@ class Commands:
                 # What others use is the owner's business, not every user's, nor a group's.
                 + (f", everyone {await self.spending.today()}"
                    if self.access.is_owner(user) and not in_group else ""))
+
+    async def _audit(self, msg: InboundMessage) -> str:
+        """/audit: the sender's own last calls. Not in a group: a call's arguments (a mail, a
+        command) may come from a private chat, and are not the group's to read."""
+        if msg.is_group:
+            return "Your tool calls are shown in a private chat with me, not in a group."
+        return chat_lines(await self.store.list_audit(AUDIT_SHOWN, msg.user))
 
     async def _pairing(self, msg: InboundMessage) -> str:
         """/pairing [approve|deny CODE]: what `openclaw pairing` does, from the owner's phone.

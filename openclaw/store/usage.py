@@ -28,11 +28,19 @@ class UsageStore(StoreBase):
                 arguments=arguments, decision=decision, exit_status=exit_status,
                 duration_ms=duration_ms, output_bytes=output_bytes, detail=detail)
 
-    async def list_audit(self, limit: int = 100, user: str | None = None) -> list[AuditEntry]:
-        """Newest first."""
+    async def list_audit(self, limit: int = 100, user: str | None = None, *,
+                         skill: str | None = None, since: datetime | None = None,
+                         decision: str | None = None) -> list[AuditEntry]:
+        """Newest first; each filter given narrows the rows."""
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
         if user is not None:
             query = query.where(AuditRow.user == user)
+        if skill is not None:
+            query = query.where(AuditRow.skill == skill)
+        if since is not None:
+            query = query.where(AuditRow.at >= since)
+        if decision is not None:
+            query = query.where(AuditRow.decision == decision)
         async with self.transaction() as session:
             return [to_record(AuditEntry, row) for row in await session.scalars(query)]
 

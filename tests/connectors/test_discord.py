@@ -351,8 +351,8 @@ async def test_new_and_stop_typed_as_text(fake, daemon_with):
 async def test_slash_commands_are_registered_and_answered_in_their_interaction(fake, daemon_with):
     model = ScriptedModel(history_echo)
     await daemon_with(model)
-    assert sorted(c["name"] for c in fake.commands) == ["approve", "deny", "help", "new", "remind",
-                                                        "reminders", "status", "stop"]
+    assert sorted(c["name"] for c in fake.commands) == ["approve", "audit", "deny", "help", "new",
+                                                        "remind", "reminders", "status", "stop"]
     channel = fake.dm_channel_id(ADA)
     await dm(fake, ADA, "one")
     new = fake.slash(ADA, "new")
@@ -366,6 +366,9 @@ async def test_slash_commands_are_registered_and_answered_in_their_interaction(f
     await until(lambda: fake.texts(fake.guild_channel_id))
     assert "/new" in fake.texts(fake.guild_channel_id)[0]
     assert fake.messages[fake.guild_channel_id][0]["interaction_metadata"]["id"] == help_["id"]
+    fake.slash(ADA, "audit")
+    await until(lambda: len(fake.texts(channel)) == 4)
+    assert fake.texts(channel)[-1] == "No tool calls of yours are on record."
     assert model.prompts and all(last_user(p) in ("one", "two") for p in model.prompts)
 
 

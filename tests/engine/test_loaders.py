@@ -100,6 +100,24 @@ def test_a_path_that_is_neither_folder_nor_gguf_is_refused(tmp_path):
         LLM(str(bogus))
 
 
+def test_a_file_that_is_no_gguf_or_is_cut_short_is_said_so(tmp_path):
+    from engine.loader import embedded_model_path, model_problem, open_checkpoint
+
+    page = tmp_path / "model.gguf"  # what a download of an error page saves
+    page.write_bytes(b"<!DOCTYPE html><html>404</html>")
+    assert "not a GGUF file" in model_problem(page)  # seen without loading, as a reload looks
+    with pytest.raises(ValueError, match="model.gguf: not a GGUF file"):
+        open_checkpoint(page)
+    whole = embedded_model_path().read_bytes()
+    for size in (100, 3_000_000, len(whole) - 1000):  # in the header, the tensor table, the weights
+        cut = tmp_path / f"cut{size}.gguf"
+        cut.write_bytes(whole[:size])
+        assert model_problem(cut) is None  # it begins as one: only reading it tells
+        with pytest.raises(ValueError, match=rf"cut{size}.gguf: the GGUF file is cut short or "
+                                             rf"damaged \({size:,} bytes\)"):
+            open_checkpoint(cut)
+
+
 def test_prompt_ids_outside_the_vocabulary_are_refused(tmp_path):
     folder = build_tiny_checkpoint("llama", tmp_path / "hf")
     llm = LLM(str(folder), kv_cache_gib=0.01)

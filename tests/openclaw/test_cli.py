@@ -41,8 +41,13 @@ def test_chat_remembers_the_conversation_across_runs(tmp_path):
     config.write_text(f'data_dir = "{tmp_path}/data"\n[agent]\ntemperature = 0.0\n'
                       "reply_max_tokens = 48\n[admin]\nenabled = false\n")
     run(["--config", str(config), "chat"], tmp_path, stdin="My name is Ada.\n")
-    second = run(["--config", str(config), "chat"], tmp_path, stdin="/status\n")
+    # A token set, the switch forgotten: the start says so, with the line to add, and goes on.
+    config.write_text(config.read_text() + '[telegram]\ntoken = "env:OPENCLAW_TEST_TOKEN"\n')
+    second = run(["--config", str(config), "chat"], tmp_path, stdin="/status\n",
+                 OPENCLAW_TEST_TOKEN="123456:" + "A" * 35)
     assert "Tokens used today" in second.stdout
+    assert ("telegram: a token is set but the connector is not enabled: add `enabled = true` "
+            f"under [telegram] in {config}") in second.stderr
 
     async def messages():
         store = await Store.open(f"sqlite+aiosqlite:///{tmp_path}/data/openclaw.db")
@@ -205,6 +210,47 @@ def test_doctor_says_what_run_would_refuse_in_a_connector(tmp_path):
     assert doctor.returncode == 1
     assert "✗ connectors: telegram.webhook_url" in doctor.stdout, doctor.stdout
     assert "A" * 35 not in doctor.stdout + doctor.stderr  # and the token is never shown
+
+
+def test_run_and_doctor_report_every_config_problem_in_one_round(tmp_path):
+    """A key of the wrong type, an unknown skill, an approval entry for a skill not enabled and a
+    model that is not there: all said at once, not one kind per attempt."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                      '[agent]\ntemperature = "hot"\n[skills]\nenabled = ["clock", "nope"]\n'
+                      '[roles.user]\napproval = ["email"]\n'
+                      f'[engine]\nmodel = "{tmp_path}/absent.gguf"\n')
+    expected = ['agent.temperature = "hot": expected a number',
+                "skills.enabled[1] ('nope'): no such skill",
+                "roles.user.approval: unknown skill(s) ['email']",
+                f"[engine]: model '{tmp_path}/absent.gguf': expected"]
+    started = run(["--config", str(config), "run"], tmp_path, timeout=120)
+    assert started.returncode == 2, started.stderr
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=120)
+    assert doctor.returncode == 1
+    for said in (started.stderr, doctor.stdout):
+        lines = said.splitlines()[1:]
+        assert all(f"{config}: {e}" in line for e, line in zip(expected, lines, strict=True)), said
+    # The type fixed: the start's own checks still come together.
+    config.write_text(config.read_text().replace('"hot"', "0.2"))
+    again = run(["--config", str(config), "run"], tmp_path, timeout=120)
+    reported = again.stderr.split("config error:\n", 1)[1].splitlines()
+    assert again.returncode == 2, again.stderr
+    assert all(e in line for e, line in zip(expected[1:], reported, strict=True))
+
+
+def test_doctor_warns_of_a_connector_with_a_token_that_is_not_enabled(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n'
+                      '[telegram]\ntoken = "env:OPENCLAW_TEST_TOKEN"\n'
+                      '[discord]\nenabled = false\ntoken = "env:OPENCLAW_TEST_TOKEN"\n')
+    config.chmod(0o600)
+    doctor = run(["--config", str(config), "doctor", "--skip-model"], tmp_path, timeout=60,
+                 OPENCLAW_TEST_TOKEN="123456:" + "A" * 35)
+    for name in ("telegram", "discord"):
+        assert (f"⚠ {name}: a token is set but the connector is not enabled\n"
+                f"    fix: add `enabled = true` under [{name}] in {config}") in doctor.stdout, doctor.stdout
+    assert doctor.returncode == 0, doctor.stdout  # a warning: `run` would start
 
 
 def test_users_block_allow_revoke_and_pairing_deny(tmp_path):
@@ -577,6 +623,22 @@ async def test_doctor_says_a_refused_token_is_refused_without_showing_it(tmp_pat
     assert "WRONG-token" not in out + caplog.text
 
 
+@pytest.mark.parametrize("wrong", ["/nope", ":1"])  # no Bot API at that path; nothing at that port
+async def test_doctor_points_at_a_wrong_telegram_base_url(tmp_path, capsys, wrong):
+    fake = await a_fake("telegram")
+    try:
+        config = service_config(tmp_path, "telegram", fake, fake.token)
+        bad = fake.base_url.replace("/bot", "/nope/bot") if wrong == "/nope" else "http://127.0.0.1:1/bot"
+        config.write_text(config.read_text().replace(f'base_url = "{fake.base_url}"',
+                                                     f'base_url = "{bad}"'))
+        status, out = await doctor_in_process(config, capsys)
+    finally:
+        await fake.stop()
+    assert status == 1
+    assert f"    fix: check telegram.base_url ({bad}): a self-hosted Bot API server's URL" in out, out
+    assert "HTTPS_PROXY" not in out
+
+
 @pytest.mark.parametrize("service", ["telegram", "discord"])
 async def test_doctor_says_the_service_is_not_reachable(tmp_path, capsys, service):
     fake = await a_fake(service)
@@ -584,7 +646,10 @@ async def test_doctor_says_the_service_is_not_reachable(tmp_path, capsys, servic
     status, out = await doctor_in_process(service_config(tmp_path, service, fake, fake.token), capsys)
     assert status == 1
     assert f"✗ {service}: 127.0.0.1:{fake.port} not reachable: " in out, out
-    assert "    fix: check this machine's network, DNS and firewall" in out
+    # Telegram's is a self-hosted server (base_url), whose URL may be what is wrong.
+    assert ("    fix: check telegram.base_url" if service == "telegram" else
+            "    fix: check this machine's network, DNS and firewall") in out
+    assert "check this machine's network, DNS and firewall" in out
     assert fake.token not in out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from openclaw.config import (
+    AgentConfig,
     Config,
     ConfigError,
     RoleConfig,
@@ -261,6 +262,32 @@ def test_reading_the_mailbox_is_the_admins_unless_a_role_is_granted_it(tmp_path:
                                          '[roles.admin]\nnetwork = false\n')).policy()
     assert policy.role("family").email_read and policy.role("admin").email_read  # kept
     assert not policy.role("user").email_read
+
+
+def test_a_data_dir_that_is_a_file_or_under_one_is_named(tmp_path: Path):
+    (tmp_path / "notes").write_text("")
+    assert only_problem(write(tmp_path, f'data_dir = "{tmp_path}/notes"\n')) == (
+        f'data_dir = "{tmp_path}/notes": is a file, not a folder; name a folder (it is made if missing)')
+    assert only_problem(write(tmp_path, f'data_dir = "{tmp_path}/notes/openclaw"\n')) == (
+        f'data_dir = "{tmp_path}/notes/openclaw": is under {tmp_path}/notes, a file, not a folder; '
+        "name a folder (it is made if missing)")
+    # With a problem elsewhere too: the same report has both.
+    both = problems(write(tmp_path, f'data_dir = "{tmp_path}/notes"\n[agent]\ntemperature = "hot"\n'))
+    assert len(both) == 2 and any("is a file" in p for p in both)
+
+
+def test_a_file_that_fails_validation_carries_the_config_its_valid_keys_make(tmp_path: Path):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, """
+            [agent]
+            temperature = "hot"
+            max_steps = 3
+            [skills]
+            enabled = ["clock", 7]
+        """))
+    partial = info.value.partial  # what the checks after validation look at
+    assert partial.agent.max_steps == 3 and partial.agent.temperature == AgentConfig().temperature
+    assert partial.skills.enabled == ["clock"]
 
 
 def test_a_folder_granted_beside_data_dir_is_fine(tmp_path: Path):

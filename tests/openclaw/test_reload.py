@@ -121,10 +121,10 @@ async def test_a_config_that_does_not_load_changes_nothing_and_names_the_key(tmp
         write(path, user_skills='["clock", "shel"]')  # a typo in a role's list
         outcome = await daemon.reload()
         assert not outcome.ok and outcome.applied == []
-        assert any("roles.user: unknown skill(s) ['shel']" in p for p in outcome.problems)
+        assert any("roles.user.skills: unknown skill(s) ['shel']" in p for p in outcome.problems)
         assert outcome.summary().startswith(f"config not reloaded from {path}; the daemon goes on")
         logged = outcome.summary(one_line=True)  # one journal entry
-        assert "\n" not in logged and ":;" not in logged and "has: roles.user: unknown" in logged
+        assert "\n" not in logged and ":;" not in logged and "has: roles.user.skills: unknown" in logged
         path.write_text("[agent\n")  # not even TOML
         outcome = await daemon.reload()
         assert not outcome.ok and "invalid TOML" in outcome.problems[0]

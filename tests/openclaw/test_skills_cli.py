@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 
 from openclaw.store import Store
 from tests.helpers.cli import run
@@ -61,6 +62,26 @@ def test_skills_list_shows_origin_permissions_and_roles(tmp_path):
     shell = proc.stdout.split("\nshell\n", 1)[1]
     assert "from: built-in" in shell and "permissions: exec" in shell
     assert "roles: admin, dev, careful (approval needed: careful)" in shell
+
+
+def test_skills_show_gives_the_schema_and_an_example_that_runs(tmp_path):
+    args = setup(tmp_path)
+    shown = run([*args, "skills", "show", "shell"], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    head, rest = shown.stdout.split("arguments (JSON schema):\n", 1)
+    assert head.startswith("shell: ") and "roles: admin, dev, careful (approval needed: careful)" in head
+    schema_text, example = rest.split("example:\n", 1)
+    assert "command" in json.loads(schema_text)["required"]
+    # The example line, for a user, is a call the skill takes (whatever the command then does).
+    line = shlex.split(example.strip().replace("USER", "telegram:5"))
+    assert line[:3] == ["openclaw", "skills", "run"]
+    ran = run([*args, *line[1:]], tmp_path)
+    assert json.loads(ran.stdout)["decision"] == "allowed", ran.stdout + ran.stderr
+
+    off = run([*args, "skills", "show", "email"], tmp_path)  # installed, not enabled
+    assert off.returncode == 1 and "email is not enabled: add it to [skills] enabled" in off.stderr
+    unknown = run([*args, "skills", "show", "nope"], tmp_path)
+    assert unknown.returncode == 1 and "no skill named 'nope'; enabled: clock, shell" in unknown.stderr
 
 
 def test_skills_list_and_another_skills_run_need_no_secret_that_only_the_service_holds(tmp_path):

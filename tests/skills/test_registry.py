@@ -183,7 +183,7 @@ def test_a_role_naming_the_entry_point_is_told_the_skills_name(tmp_path, renamed
         [roles.family]
         skills = ["clock", "weather", "shel"]
     """) == [
-        "roles.family: unknown skill(s) ['shel', 'weather']; enabled skills: forecast, clock "
+        "roles.family.skills: unknown skill(s) ['shel', 'weather']; enabled skills: forecast, clock "
         f"(enable more in [skills] enabled); {HINT}"]
 
 
@@ -234,7 +234,7 @@ def test_settings_errors_name_the_key(tmp_path, plugin_package):
 
 def test_a_role_naming_an_unknown_skill_is_refused(tmp_path):
     config = load_config(write_config(tmp_path, '[roles.family]\nskills = ["clock", "shel"]\n'))
-    expected = r"roles.family: unknown skill\(s\) \['shel'\]; enabled skills: clock"
+    expected = r"roles.family.skills: unknown skill\(s\) \['shel'\]; enabled skills: clock"
     with pytest.raises(ConfigError, match=expected):
         configured_skills(config)
 
@@ -254,7 +254,7 @@ def test_skill_and_role_problems_come_in_one_report(tmp_path):
         "skills.email: settings for a skill that is not enabled (enabled: clock); "
         "add it to [skills] enabled, or remove the [skills.email] table",
         # "shel" is said once, above: the role is checked against what [skills] meant to enable
-        "roles.family: unknown skill(s) ['email', 'nosuch']; enabled skills: clock "
+        "roles.family.skills: unknown skill(s) ['email', 'nosuch']; enabled skills: clock "
         "(enable more in [skills] enabled)",
     ]
 
