@@ -45,6 +45,9 @@ class Role:
     email_read: bool = False
     approval: frozenset[str] = frozenset()  # skills whose every call the user must approve
     approval_timeout_s: float = 300.0
+    # After untrusted content (a file, a mail, a command's output) in a turn's prompt, every call
+    # that may act needs the user's approval: see openclaw.agent.untrusted.
+    approve_after_untrusted: bool = True
     daily_tokens: int = 0  # model tokens per user and UTC day; 0: no limit
 
     def grants(self, skill: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
@@ -85,6 +86,17 @@ class Skill(ABC):
     # when cancelled (the shell kills the command's process group): the executor then gives it
     # that long, not agent.tool_timeout_s, and can say an abandoned call did not go on.
     keeps_wall_clock: ClassVar[bool] = False
+    # Whether a call may change anything (run a program, write a file, send mail, schedule a
+    # message); `read_only_actions`: the values of its "action" argument that never do. After
+    # untrusted content, a call that may needs the user's approval (openclaw.agent.untrusted).
+    # A skill that declares nothing (third-party, SKILL.md) is taken to act: the safe guess.
+    side_effects: ClassVar[bool] = True
+    read_only_actions: ClassVar[frozenset[str]] = frozenset()
+    # Whether a call's result holds text nobody vouches for (a file, a mail, a command's output, a
+    # fetched page), which may be written to steer the model. A mapping: the actions whose result
+    # does, each to how an approval prompt names the source, filled from the call's arguments
+    # ("file {path}"); True: every call, named "<skill> output". Undeclared: True.
+    untrusted_output: ClassVar[bool | Mapping[str, str]] = True
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:
@@ -106,10 +118,39 @@ class Skill(ABC):
         file. Default: the arguments as JSON."""
         return visible(f"{self.name} {json.dumps(args, ensure_ascii=False)}")
 
+    def acts(self, args: dict[str, Any]) -> bool:
+        """Whether this call may change something (see `side_effects`)."""
+        return self.side_effects and str(args.get("action")) not in self.read_only_actions
+
+    def untrusted_source(self, args: dict[str, Any]) -> str | None:
+        """What this call's result came from, as an approval prompt names it ("file notes.txt"),
+        when it holds untrusted text (see `untrusted_output`); None when it does not."""
+        if self.untrusted_output is True:
+            return f"{self.name} output"
+        if not self.untrusted_output:
+            return None
+        label = self.untrusted_output.get(str(args.get("action")))
+        if label is None:
+            return None
+        filled = label.format_map(_Arguments(args))
+        if len(filled) > MAX_SOURCE_CHARS:
+            filled = filled[:MAX_SOURCE_CHARS] + "..."
+        return visible(filled)
+
     def spec(self) -> dict[str, Any]:
         """The tool as the chat template lists it (OpenAI function format)."""
         return {"type": "function", "function": {
             "name": self.name, "description": self.description, "parameters": self.parameters}}
+
+
+MAX_SOURCE_CHARS = 120  # of an untrusted source's name, in an approval prompt
+
+
+class _Arguments(dict):
+    """A call's arguments for str.format_map: one the call left out reads as "?"."""
+
+    def __missing__(self, key: str) -> str:
+        return "?"
 
 
 # Letters that show as blank space (Hangul fillers) and the combining grapheme joiner: invisible,

@@ -16,6 +16,7 @@ from engine import SamplingParams
 from engine.tool_parser import StreamingToolParser, ToolCall, new_call_id
 from openclaw.agent.context import Budget, ContextBuilder, HistoryStore, PromptTooLong, TokensSpent
 from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
+from openclaw.agent.untrusted import Untrusted, explained, in_history, requiring_approval
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
 from sandbox.policy import Principal
@@ -132,6 +133,9 @@ class Agent:
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
+        # What earlier turns left in the prompt counts as this turn's own reading.
+        untrusted = Untrusted(earlier=in_history((await self.context.history(conversation_id))[1],
+                                                 self.executor.registry))
         meter = _TurnMeter(result, caller.has_tokens)
         try:
             for step in range(max_steps):
@@ -168,7 +172,7 @@ class Agent:
                         return _refused(result)
                     await sink.typing()
                     try:
-                        output = await self._call_tool(call, caller)
+                        output = await self._call_tool(call, caller, untrusted)
                     except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
                         await self.context.add(conversation_id, "tool", STOPPED_CALL,
                                                tool_call_id=call.id)
@@ -221,7 +225,7 @@ class Agent:
         parsed = parser.finish()
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
-    async def _call_tool(self, call: ToolCall, caller: Caller) -> str:
+    async def _call_tool(self, call: ToolCall, caller: Caller, untrusted: Untrusted) -> str:
         try:
             principal = caller.principal_now() if caller.principal_now else caller.principal
         except OSError as exc:  # a reload moved the role's workspace where it cannot be made
@@ -229,8 +233,18 @@ class Agent:
                       caller.user, exc)
             return (f"error: {call.name} did not run: the user's workspace is not usable right now "
                     "(the owner has been told)")
+        skill = self.executor.registry.get(call.name)
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        approver = caller.approver
+        if skill is not None and skill.acts(args) and (why := untrusted.reason()) is not None:
+            if principal.role.approve_after_untrusted:
+                principal = requiring_approval(principal, call.name)
+            approver = explained(approver, why)  # also where the role asks anyway
         outcome = await self.executor.call(call.name, call.arguments, principal,
-                                           chat_id=caller.chat_id, approver=caller.approver)
+                                           chat_id=caller.chat_id, approver=approver)
+        if (outcome.decision == "allowed" and skill is not None
+                and (source := skill.untrusted_source(args)) is not None):
+            untrusted.note(source)
         return outcome.text
 
 

@@ -426,6 +426,11 @@ class RoleConfig(Section):
     """Skills whose every call the user must approve in the chat (/approve N or /deny N)."""
     approval_timeout_s: float = Field(300, gt=0)
     """Seconds to wait for an approval; no answer counts as deny."""
+    approve_after_untrusted: bool = True
+    """Once the conversation's prompt holds untrusted content (a file or mail read, a command's
+    output, a SKILL.md skill's text), every call that may act (shell, files write/edit, email
+    send, reminders add/cancel, any skill that does not declare itself read-only) waits for the
+    user's /approve, whatever `approval` says; false: only `approval` decides."""
     daily_tokens: int = Field(0, ge=0)
     """Tokens (prompt + answer, as /status counts them) a user of this role may use per UTC day;
     0: no limit. Checked when a message arrives: the turn that crosses it still finishes."""
@@ -484,7 +489,8 @@ class RoleConfig(Section):
                   "network": self.network, "email_recipients": frozenset(self.email_recipients),
                   "email_domains": frozenset(self.email_domains), "email_read": self.email_read,
                   "approval": frozenset(self.approval),
-                  "approval_timeout_s": self.approval_timeout_s, "daily_tokens": self.daily_tokens}
+                  "approval_timeout_s": self.approval_timeout_s, "daily_tokens": self.daily_tokens,
+                  "approve_after_untrusted": self.approve_after_untrusted}
         for key, value in simple.items():
             if base is None or key in given:
                 fields[key] = value

@@ -19,6 +19,8 @@ class ClockSkill(Skill):
         "type": "object",
         "properties": {"timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris"}},
     }
+    side_effects = False
+    untrusted_output = False  # the daemon's own clock
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:

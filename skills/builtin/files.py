@@ -110,6 +110,10 @@ class FilesSkill(Skill):
         "additionalProperties": False,
     }
     permissions = frozenset({"files.read", "files.write"})
+    # Every other action (write, append, edit, and any added later) changes files.
+    read_only_actions = frozenset({"read", "list", "search"})
+    untrusted_output = {"read": "file {path}", "list": "the listing of folder {path}",
+                        "search": "a search below folder {path}"}
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:

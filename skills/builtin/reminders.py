@@ -44,6 +44,9 @@ class RemindersSkill(Skill):
         },
         "required": ["action"],
     }
+    # add and cancel change what the daemon will send; a listing shows the user's own reminders.
+    read_only_actions = frozenset({"list"})
+    untrusted_output = False
 
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:

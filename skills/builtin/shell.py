@@ -24,6 +24,9 @@ class ShellSkill(Skill):
     }
     permissions = frozenset({"exec"})
     keeps_wall_clock = True  # the runner kills the command at wall_seconds, and when cancelled
+    # Acts, and its output (files, the network) is untrusted: the defaults, said out loud.
+    side_effects = True
+    untrusted_output = True
 
     def describe(self, args: dict[str, Any]) -> str:
         return f"run the shell command: {visible(args.get('command', ''))}"

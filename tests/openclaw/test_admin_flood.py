@@ -252,6 +252,8 @@ admins = ["telegram:{ADA}"]
 port = {port}
 [skills]
 enabled = ["shell", "files"]
+[roles.admin]
+approve_after_untrusted = false  # the write follows the shell's output, and nobody answers here
 [telegram]
 enabled = true
 token = "{fake.token}"

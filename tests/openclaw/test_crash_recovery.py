@@ -154,6 +154,7 @@ class SideEffect(Skill):
     name = "sidefx"
     description = "Test only: does something that cannot be undone."
     parameters = {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]}
+    untrusted_output = False  # "did TAG": its own words
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         tag = args["tag"]

@@ -34,6 +34,7 @@ approval = ["shell"]
 approval_timeout_s = {timeout}
 [roles.dev]
 skills = ["shell", "notes"]
+approve_after_untrusted = false  # what runs when nothing asks: the sandbox still holds it
 [roles.user]
 skills = ["clock", "notes"]
 """

@@ -26,6 +26,7 @@ class LongRead(Skill):
     name = "long_read"
     description = "Test only: read a long document."
     parameters = {"type": "object", "properties": {"doc": {"type": "string"}}, "required": ["doc"]}
+    side_effects = False  # it only reads
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         return " ".join([f"{args['doc']}-word"] * 400)

@@ -43,6 +43,8 @@ class EmailSkill(Skill):
         "additionalProperties": False,
     }
     permissions = frozenset({"email.send", "email.read", "network"})
+    read_only_actions = frozenset({"list", "read"})
+    untrusted_output = {"list": "the list of mails", "read": "email #{uid}"}
 
     _ARGS = {"send": ({"to", "subject", "body"}, {"cc"}),
              "list": (set(), {"mailbox", "count", "unseen_only", "search"}),
