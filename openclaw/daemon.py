@@ -107,6 +107,8 @@ class Daemon:
         if asked_early() and self.hangup_reloads:  # one came while `openclaw run` began
             self._hangup()
         skills = configured_skills(cfg)  # a bad [skills] or [roles] stops the start, naming the key
+        for line in skills.skipped:  # a broken SKILL.md, or one whose program is missing: left out
+            log.warning("skill %s", line)
         self.store = await Store.open(cfg.store.url)
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
             # /healthz answers "starting" while it loads
@@ -287,6 +289,8 @@ class Daemon:
                     raise ConfigError(loaded.source, [
                         f"[engine]: {problem}; the daemon would not start with it"])
             skills = configured_skills(config)
+            for line in skills.skipped:
+                log.warning("skill %s", line)
             executor = executor_for(config, skills, self._audit(skills), self.reminders)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
