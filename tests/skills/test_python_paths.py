@@ -3,6 +3,7 @@ found by the CLI, the daemon's skill loading and the service, with no PYTHONPATH
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -95,3 +96,16 @@ def test_service_install_writes_the_python_paths_and_warns_of_tmp(tmp_path):
     assert f"# [skills] python_paths: {folder}" in unit
     if str(tmp_path).startswith("/tmp/"):  # the service's /tmp is its own (PrivateTmp=yes)
         assert f"skills.python_paths[0] {folder} is under /tmp" in proc.stderr, proc.stderr
+
+
+def test_a_module_in_python_paths_does_not_stand_in_for_an_installed_one(tmp_path):
+    # A skill folder holding a file named like a module of the standard library or of
+    # site-packages: the daemon keeps importing the real one.
+    folder = skill_folder(tmp_path, "greet_shadow_skill")
+    for name in ("colorsys", "pygments"):
+        (folder / f"{name}.py").write_text("raise SystemExit('the skill folder shadowed it')\n")
+    configured_skills(load_config(config_file(tmp_path, "greet_shadow_skill",
+                                              'python_paths = ["../my skills"]\n')))
+    for name in ("colorsys", "pygments"):
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and not spec.origin.startswith(str(folder)), spec
