@@ -110,6 +110,8 @@ class Daemon:
             skills = configured_skills(cfg)
         except ConfigError as exc:  # with the model file's problem, if any: one report, not two
             raise ConfigError(exc.path, exc.problems + model_file_problems(cfg.engine)) from None
+        for line in skills.skipped:  # a broken SKILL.md, or one whose program is missing: left out
+            log.warning("skill %s", line)
         self.store = await Store.open(cfg.store.url)
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
             # /healthz answers "starting" while it loads
@@ -287,6 +289,8 @@ class Daemon:
                 raise ConfigError(loaded.source, [
                     f"{p}; the daemon would not start with it" for p in problems])
             skills = configured_skills(config)
+            for line in skills.skipped:
+                log.warning("skill %s", line)
             executor = executor_for(config, skills, self._audit(skills), self.reminders)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:

@@ -4,6 +4,9 @@ runs each call through the policy, the sandbox and the audit log. Shared by the 
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections.abc import Collection
 from typing import Any
 
@@ -20,13 +23,14 @@ def configured_skills(config: Config, secrets: bool | Collection[str] = True) ->
     problem of [skills] and of the roles' skill lists in one report. `secrets=False`: the skills'
     `env:`/`file:` settings unread (Config.skill_settings), for a registry that is only listed; a
     collection of names: only those skills' read, for a registry that runs only them."""
+    path_problems = add_python_paths(config)
     try:
         registry = load_skills(config.skills.enabled, config.skills.dirs,
                                _skill_settings(config, secrets))
-        problems: list[str] = []
+        problems: list[str] = path_problems
         unresolved: list[str] = []
     except SkillLoadError as exc:
-        problems, unresolved = list(exc.problems), exc.unresolved
+        problems, unresolved = path_problems + exc.problems, exc.unresolved
         if exc.registry is None:  # nothing to check the roles against
             raise ConfigError(config.source, problems) from None
         registry = exc.registry
@@ -34,6 +38,23 @@ def configured_skills(config: Config, secrets: bool | Collection[str] = True) ->
     if problems:
         raise ConfigError(config.source, problems)
     return registry
+
+
+def add_python_paths(config: Config) -> list[str]:
+    """Put `[skills] python_paths` on this process's import path, for "module:Class" skills kept
+    outside site-packages; the problems (a path that is no folder), each naming its key.
+
+    Appended, after site-packages: a skill folder's `json.py` or `yaml.py` cannot replace what the
+    daemon imports. The import system reads sys.path, so this is the one place it is changed; a
+    path taken out of the config stays until the process ends (its modules are loaded anyway)."""
+    problems = []
+    for index, path in enumerate(config.skills.python_paths):
+        if not path.is_dir():
+            problems.append(f"skills.python_paths[{index}]: {path} is not a folder")
+        elif (folder := os.path.normpath(path)) not in sys.path:  # "conf/../skills" as "skills"
+            sys.path.append(folder)
+            importlib.invalidate_caches()  # a folder the import system looked in before, now filled
+    return problems
 
 
 def _skill_settings(config: Config, secrets: bool | Collection[str]) -> dict[str, dict[str, Any]]:
@@ -53,7 +74,8 @@ def _unknown_role_skills(config: Config, registry: SkillRegistry, unresolved: li
     for name, role in config.roles.items():
         for key, listed in (("skills", role.skills), ("approval", role.approval)):
             unknown = sorted({s for s in listed
-                              if s != "*" and s not in registry.names and s not in unresolved})
+                              if s != "*" and s not in registry.names and s not in unresolved
+                              and s not in registry.skipped_names})  # left out: said once, why
             if unknown:
                 problems.append("; ".join(filter(None, [
                     f"roles.{name}.{key}: unknown skill(s) {unknown}; enabled skills: "

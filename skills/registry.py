@@ -56,6 +56,11 @@ class _Entry:
 class SkillRegistry:
     def __init__(self, skills: list[Skill] | None = None) -> None:
         self._entries: dict[str, _Entry] = {}
+        # SKILL.md skills left out (broken, or what they require is missing here): one line each,
+        # "NAME (PATH): not offered: WHY", for doctor and the start-up log; and their names, which
+        # the config may still name without being told the skill does not exist.
+        self.skipped: list[str] = []
+        self.skipped_names: set[str] = set()
         for skill in skills or []:
             self.add(skill, "built-in")
 
@@ -66,6 +71,10 @@ class SkillRegistry:
             raise SkillLoadError([f"two skills are named {skill.name!r} ({self._entries[skill.name].origin}"
                                   f" and {origin})"])
         self._entries[skill.name] = _Entry(skill, origin, dict(settings or {}), entry_point)
+
+    def skip(self, name: str, why: str) -> None:
+        self.skipped.append(why)
+        self.skipped_names.add(name)
 
     def get(self, name: str) -> Skill | None:
         entry = self._entries.get(name)
@@ -123,20 +132,23 @@ def load_skills(enabled: list[str], dirs: list[Path], settings: dict[str, dict[s
             unresolved += [ref] if cls is None or cls.name == ref else [ref, cls.name]
     from skills.skill_md import load_skill_dirs
 
-    for skill, origin, problem in load_skill_dirs(dirs):
-        if problem:
-            problems.append(f"skills.dirs: {problem}")
-            continue
-        if not _NAME.fullmatch(skill.name):
-            problems.append(f"skills.dirs: {origin}: name {skill.name!r} must be letters, digits, _ or -")
-            continue
-        try:
-            registry.add(skill, origin, settings.get(skill.name, {}))
-        except SkillLoadError as exc:
-            problems += [f"skills.dirs: {p}" for p in exc.problems]
-    problems += [p for ref, found in not_installed.items() if ref not in registry.names for p in found]
+    for found in load_skill_dirs(dirs):
+        if found.problem:
+            problems.append(f"skills.dirs: {found.problem}")
+        elif found.skipped:
+            registry.skip(found.name, found.skipped)
+        elif not _NAME.fullmatch(found.name):
+            registry.skip(found.name, f"{found.name} ({found.origin.removeprefix('SKILL.md: ')}/SKILL.md):"
+                                      f" not offered: name {found.name!r} must be letters, digits, _ or -")
+        else:
+            try:
+                registry.add(found.skill, found.origin, settings.get(found.name, {}))
+            except SkillLoadError as exc:
+                problems += [f"skills.dirs: {p}" for p in exc.problems]
+    known = set(registry.names) | registry.skipped_names  # a skipped one is said so, once
+    problems += [p for ref, found in not_installed.items() if ref not in known for p in found]
     # A skill enabled but broken is reported above; its settings are not "for a skill not enabled".
-    unused = [n for n in settings if n not in registry.names and n not in unresolved]
+    unused = [n for n in settings if n not in known and n not in unresolved]
     problems += [f"skills.{n}: settings for a skill that is not enabled (enabled: "
                  f"{', '.join(registry.names) or 'none'}); "
                  + (registry.hint(n) or f"add it to [skills] enabled, or remove the [skills.{n}] table")

@@ -12,6 +12,7 @@ import os
 import stat
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import yaml
 
 from skills.base import Skill, SkillContext, SkillError
 from skills.fileio import FILE_FLAGS, open_beneath, pread_all
+from skills.skill_requires import unmet
 
 MAX_BODY_BYTES = 64 * 1024
 MAX_LISTED_FILES = 50
@@ -202,23 +204,46 @@ def _split_front_matter(text: str, path: Path) -> tuple[str, str]:
     return "\n" + "\n".join(lines[1:end]) + "\n", "\n".join(lines[end + 1:])
 
 
-def load_skill_dirs(dirs: list[Path]) -> Iterator[tuple[Skill | None, str, str | None]]:
-    """(skill, origin, problem) for each SKILL.md found: a listed folder is a skill itself or holds
-    skill folders one level down."""
+@dataclass
+class Found:
+    """A SKILL.md in `[skills] dirs`: a skill to offer; or one left out (`skipped`: why, one line
+    naming the file; `name`: its front matter's, else its folder's), which stops nothing else; or a
+    `problem` of the config itself (a listed path that is no folder)."""
+
+    skill: MarkdownSkill | None = None
+    origin: str = ""
+    name: str = ""
+    skipped: str | None = None
+    problem: str | None = None
+
+
+def load_skill_dirs(dirs: list[Path]) -> Iterator[Found]:
+    """Each SKILL.md found: a listed folder is a skill itself or holds skill folders one level
+    down. A broken one, or one whose `requires` are not met here, is left out, not fatal: one
+    downloaded skill must not keep the daemon from starting."""
     for base in dirs:
         base = Path(base)
         if not base.is_dir():
-            yield None, "", f"{base} is not a folder"
+            yield Found(problem=f"{base} is not a folder")
             continue
         candidates = [base] if (base / "SKILL.md").is_file() else sorted(
             p for p in base.iterdir() if (p / "SKILL.md").is_file())
         for folder in candidates:
-            path = folder / "SKILL.md"
-            try:
-                meta, body = parse_skill_md(path)
-                skill = MarkdownSkill(meta["name"].strip(), " ".join(meta["description"].split()),
-                                      folder, body)
-            except (ValueError, UnicodeDecodeError, OSError) as exc:
-                yield None, "", str(exc)
-                continue
-            yield skill, f"SKILL.md: {folder}", None
+            yield _load_folder(folder)
+
+
+def _load_folder(folder: Path) -> Found:
+    path = folder / "SKILL.md"
+    name = folder.name
+    try:
+        meta, body = parse_skill_md(path)
+        name = meta["name"].strip()
+        if why := unmet(meta):
+            return Found(name=name, skipped=f"{name} ({path}): not offered: {'; '.join(why)}")
+        skill = MarkdownSkill(name, " ".join(meta["description"].split()), folder, body)
+    except (ValueError, UnicodeDecodeError, OSError) as exc:
+        # The messages start with the file's path, said once here.
+        why = str(exc).removeprefix(f"{path}: ")
+        why = f"SKILL.md {why.removeprefix(f'{path} ')}" if why.startswith(f"{path} ") else why
+        return Found(name=name, skipped=f"{name} ({path}): not offered: {why}")
+    return Found(skill, f"SKILL.md: {folder}", name)

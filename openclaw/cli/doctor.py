@@ -50,6 +50,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                    for p in model_file_problems(config.engine)]
     checks += _check_admin_port(config)
     checks.append(_check_skills(config))
+    checks += _check_skipped_skills(config)
     checks.append(_check_sandbox(config))
     checks.append(_check_disk_reserve(config))
     checks += _check_sandbox_network(config)
@@ -229,6 +230,19 @@ def _check_skills(config: Config) -> tuple[bool, str, str]:
     except ConfigError as exc:
         return False, f"skills: {'; '.join(exc.problems)}", "fix [skills] / [roles] in the config"
     return True, f"skills: {', '.join(registry.names) or 'none'}", ""
+
+
+def _check_skipped_skills(config: Config) -> list[tuple[Mark, str, str]]:
+    """SKILL.md skills left out (broken front matter, a program or variable they require missing
+    here): ⚠, one line each saying why; the daemon starts without them."""
+    from openclaw.skillset import configured_skills
+
+    try:
+        registry = configured_skills(config, secrets=False)
+    except ConfigError:
+        return []  # the skills check says why
+    return [(WARN, f"skill {line}", "fix the SKILL.md, or install what it needs, then "
+             "`openclaw reload`") for line in registry.skipped]
 
 
 def _check_sandbox(config: Config) -> tuple[Mark, str, str]:

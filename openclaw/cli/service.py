@@ -16,6 +16,7 @@ import shlex
 import shutil
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from openclaw.config import data_dir_of, default_config_path, load_config
@@ -98,7 +99,8 @@ def cmd_service_install(args: argparse.Namespace) -> int:
         data_dir = data_dir_of(args.config, home=home)
     try:
         path, instructions = install_unit(exe, config_path, run_as, data_dir,
-                                          system=args.system, force=args.force)
+                                          system=args.system, force=args.force,
+                                          python_paths=config.skills.python_paths)
     except (FileExistsError, ValueError) as exc:
         print(f"service install: {exc}", file=sys.stderr)
         return 1
@@ -109,7 +111,9 @@ def cmd_service_install(args: argparse.Namespace) -> int:
     elif args.system and (why := unreadable_config(config_path, run_as)):
         print(f"warning: the service runs as {run_as}, who cannot read {config_path}: {why}",
               file=sys.stderr)
-    for what, where in (("the config file", config_path), ("data_dir", data_dir)):
+    for what, where in (("the config file", config_path), ("data_dir", data_dir),
+                        *((f"skills.python_paths[{i}]", Path(os.path.normpath(path)))
+                          for i, path in enumerate(config.skills.python_paths))):
         if any(where.absolute().is_relative_to(tmp) for tmp in ("/tmp", "/var/tmp")):
             print(f"warning: {what} {where} is under /tmp, which the service does not see "
                   "(PrivateTmp=yes gives it an empty one): keep it elsewhere before starting it",
@@ -128,12 +132,15 @@ def _this_openclaw() -> str:
 
 
 def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Path, *,
-              system: bool | None = None) -> str:
+              system: bool | None = None, python_paths: Sequence[Path] = ()) -> str:
     """The unit file for `exec_path run --config config_path`, writable only in `data_dir`.
 
     `exec_path` is the `openclaw` executable, or a command prefix such as "/usr/bin/python3 -m
     openclaw.cli". `system` defaults to True when a `user` is given (User= only works in system
-    units; a user unit always runs as the user who owns it).
+    units; a user unit always runs as the user who owns it). `python_paths`: the config's
+    [skills] python_paths, which the daemon puts on its import path itself (after site-packages,
+    and anew at a reload); the unit names them for the admin who reads it, and sets no PYTHONPATH,
+    which would go before the standard library and go stale when the config changes.
     """
     system = user is not None if system is None else system
     if user is not None and not system:
@@ -165,6 +172,7 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
         "TimeoutStopSec=60",
         "KillSignal=SIGTERM",
         "Environment=PYTHONUNBUFFERED=1",
+        *_python_paths_note(python_paths),
         "# The home directory is read-only (ProtectHome=): keep JIT caches with the daemon's state.",
         _environment("XDG_CACHE_HOME", data_dir / "cache"),
         _environment("TRITON_CACHE_DIR", data_dir / "cache" / "triton"),
@@ -205,9 +213,17 @@ def unit_text(exec_path: str, config_path: Path, user: str | None, data_dir: Pat
     return "\n".join([*header, *unit, "", *service, "", *install]) + "\n"
 
 
+def _python_paths_note(python_paths: Sequence[Path]) -> list[str]:
+    if not python_paths:
+        return []
+    folders = ", ".join(_check_line(os.path.normpath(_absolute(path))) for path in python_paths)
+    return [f"# [skills] python_paths: {folders}",
+            "# (the daemon imports skill modules from there itself, as the config says: no PYTHONPATH)"]
+
+
 def install_unit(exec_path: str, config_path: Path, user: str | None, data_dir: Path, *,
-                 system: bool = False, force: bool = False,
-                 unit_dir: Path | None = None) -> tuple[Path, str]:
+                 system: bool = False, force: bool = False, unit_dir: Path | None = None,
+                 python_paths: Sequence[Path] = ()) -> tuple[Path, str]:
     """Write the unit and return its path and the commands that enable it.
 
     A user unit (the default) goes to ~/.config/systemd/user/ and runs as you; a system unit goes
@@ -224,7 +240,7 @@ def install_unit(exec_path: str, config_path: Path, user: str | None, data_dir: 
     path = unit_dir / UNIT_NAME
     if path.exists() and not force:
         raise FileExistsError(f"{path} already exists; rerun with --force to replace it")
-    text = unit_text(exec_path, config_path, user, data_dir, system=system)
+    text = unit_text(exec_path, config_path, user, data_dir, system=system, python_paths=python_paths)
     data_dir = _absolute(data_dir)
     if not system:
         # ReadWritePaths= must exist when the service starts, or systemd fails it with a

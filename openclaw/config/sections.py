@@ -364,6 +364,9 @@ class SkillsConfig(Section):
     "module:Class". Roles decide who may use each."""
     dirs: list[ConfigPath] = []
     """Folders of SKILL.md skills (OpenClaw format), offered by name and description."""
+    python_paths: list[ConfigPath] = []
+    """Folders added to the import path (after site-packages, so they shadow nothing installed)
+    of the daemon and the CLI, where a "module:Class" skill in `enabled` may live."""
     settings: dict[str, dict[str, Any]] = {}
     """Each `[skills.NAME]` table, by NAME; checked by the skill itself."""
 
@@ -374,7 +377,8 @@ class SkillsConfig(Section):
         # other unknown key stays put so extra="forbid" reports it (`enabeld = [...]`).
         if not isinstance(data, dict):
             return data
-        fixed = {k: v for k, v in data.items() if k in ("enabled", "dirs") or not isinstance(v, dict)}
+        fixed = {k: v for k, v in data.items()
+                 if k in ("enabled", "dirs", "python_paths") or not isinstance(v, dict)}
         tables = {k: v for k, v in data.items() if k not in fixed}
         return {**fixed, "settings": tables} if tables else fixed
 
@@ -388,6 +392,7 @@ class SkillsConfig(Section):
     def __repr_args__(self):  # type: ignore[override]
         yield "enabled", self.enabled
         yield "dirs", self.dirs
+        yield "python_paths", self.python_paths
         yield "settings", {name: redact_settings(t) for name, t in self.settings.items()}
 
 

@@ -430,26 +430,6 @@ async def test_a_skill_md_that_is_a_fifo_does_not_hang_loading(tmp_path):
         os.close(os.open(tmp_path / "SKILL.md", os.O_RDWR | os.O_NONBLOCK))
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("# no front matter\n", "has no YAML front matter"),
-    ("---\nname: [unclosed\n---\nbody\n", "front matter is not valid YAML at line 3: "),
-    (b"---\nname: caf\xe9\ndescription: d\n---\n", "SKILL.md is not UTF-8 text (byte 13)"),
-    ("---\nname: x\n---\nbody\n", "front matter needs a non-empty 'description'"),
-    ("---\nname: two words\ndescription: d\n---\n", "name 'two words' must be letters, digits, _ or -"),
-    # Unclosed: the instructions would be read as YAML keys and the skill load with none.
-    ("---\nname: x\ndescription: d\n\nSteps: run the tool\n", "front matter is not closed"),
-])
-def test_a_broken_skill_md_is_a_config_error(tmp_path, content, problem):
-    (tmp_path / "broken").mkdir()
-    path = tmp_path / "broken/SKILL.md"
-    path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
-    with pytest.raises(SkillLoadError) as err:
-        load_skills([], [tmp_path / "broken"], {})
-    [found] = err.value.problems
-    assert found.startswith("skills.dirs: ") and str(path.parent) in found and problem in found, found
-    assert "\n" not in found  # one line, whatever the parser said
-
-
 def test_two_skills_with_one_name_are_refused(tmp_path):
     (tmp_path / "clock").mkdir()
     (tmp_path / "clock/SKILL.md").write_text("---\nname: clock\ndescription: another clock\n---\n")
