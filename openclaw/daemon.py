@@ -141,6 +141,7 @@ class Daemon:
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.
         self.retention = RetentionTask(self.store, Retention.of(cfg.store), self._kept_users)
@@ -328,6 +329,8 @@ class Daemon:
             await self.retention.stop()
         if self.reminders:  # what is not yet delivered stays due for the next start
             await self.reminders.stop()
+        if self.gateway:  # an approval not yet taken up is, at the next start
+            await self.gateway.welcomes.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains
             await self.gateway.drain(drain_timeout)
         for connector in self.connectors:

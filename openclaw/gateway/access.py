@@ -17,6 +17,7 @@ from openclaw.gateway.outbox import Outbox
 from openclaw.store import PairingLimits, Store, UnknownUserError
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, Role
+from skills.base import visible
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +135,14 @@ class Access:
         if self.config.access.dm_policy == "pairing" and not msg.is_group:
             limits = pairing_limits(self.config)
             try:
-                code = await self.store.create_pairing_code(user, limits)
+                asked = await self.store.request_pairing(user, limits, chat_id=msg.chat_id,
+                                                         message=msg.text)
             except UnknownUserError:  # store retention removed the stranger's old row just now
                 await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
-                code = await self.store.create_pairing_code(user, limits)
+                asked = await self.store.request_pairing(user, limits, chat_id=msg.chat_id,
+                                                         message=msg.text)
+            code = asked.code
             if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
                     is not UserStatus.PENDING:
                 return False  # blocked (or let in) by `openclaw users` a moment ago
@@ -148,7 +152,26 @@ class Access:
                     "Hi! I don't know you yet, and I have given out as many pairing codes as I "
                     "may for now. Please try again later.")
             await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
+            if asked.new:  # once per code: asking again gives the same code, and tells nobody
+                await self._tell_owners(msg, asked.code)
         return False
+
+    async def _tell_owners(self, msg: InboundMessage, code: str) -> None:
+        """Tell every owner the daemon can reach now (an admin on a connected channel, the
+        console's owner while a console is attached) that `msg`'s sender asks for access."""
+        name = visible(msg.display_name or "") or "no name"
+        text = (f"{msg.channel} user {visible(msg.user_id)} ({name}) asks for access, with the "
+                f"pairing code {code}. To let them in, answer:\n/pairing approve {code}\n"
+                f"(or /pairing deny {code} to refuse them)")
+        for owner in sorted({LOCAL_USER, *self.config.access.admins}):
+            channel, external_id = parse_user_key(owner)
+            connector = self.outbox.connectors.get(channel)
+            if connector is None or not connector.connected:
+                continue
+            # Telegram's and the console's private chat has the user's id; Discord's DM has its
+            # own, known once the owner wrote to the bot.
+            chat = await self.store.private_chat_of(owner) or external_id
+            await self.outbox.reply(channel, chat, text, conversation_id=None, event=None)
 
     async def still_allowed(self, user: str) -> bool:
         """What `admit` would say now, for a user who was admitted before (their turn waited for a

@@ -54,9 +54,11 @@ def argument_of(text: str) -> str:
 
 class Commands:
     def __init__(self, store: Store, agent: Agent, model: ChatModel, access: Access,
-                 approvals: Approvals, outbox: Outbox, lanes: Lanes, spending: Spending) -> None:
+                 approvals: Approvals, outbox: Outbox, lanes: Lanes, spending: Spending, *,
+                 on_approved: Callable[[], None] = lambda: None) -> None:
         self.store, self.agent, self.model, self.access = store, agent, model, access
         self.approvals, self.outbox, self.lanes, self.spending = approvals, outbox, lanes, spending
+        self.on_approved = on_approved  # a stranger let in: their welcome goes now (welcome.py)
 
     async def answer(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
         """Answer `command` in its chat; storing the answer marks the message processed."""
@@ -132,7 +134,10 @@ class Commands:
         if user is None:
             return f"No pending pairing code {words[1]!r} (expired, used, or mistyped)."
         name = f"{user.key} ({visible(user.display_name or 'no name')})"
-        return f"Approved {name}." if approve else f"Denied {name}: blocked from now on."
+        if not approve:
+            return f"Denied {name}: blocked from now on."
+        self.on_approved()
+        return f"Approved {name}: they are told, and their first message is answered."
 
     async def _reminders(self, command: str, msg: InboundMessage) -> str:
         """/remind and /reminders: the reminders skill without the model (a small one may not

@@ -173,6 +173,11 @@ class PairingCodeRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Where the stranger asked, and their first message (cut to KEPT_MESSAGE_CHARS): kept for
+    # the welcome once the code is approved (Store.take_welcomes), cleared once it is taken or
+    # the code denied.
+    chat_id: Mapped[str | None] = mapped_column(String(128))
+    message: Mapped[str | None] = mapped_column(FreeText)
 
 
 class PairingIssuedRow(Base):

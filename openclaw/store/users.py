@@ -15,12 +15,13 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, to_record
-from openclaw.store.models import PairingCodeRow, PairingRefusalRow, UserRow, storable
+from openclaw.store.models import InboundEventRow, PairingCodeRow, PairingRefusalRow, UserRow, storable
 from openclaw.store.pairing import count_issued, make_room, record_refusal, why_refused
 from openclaw.store.records import (
     PairingCode,
     PairingLimits,
     PairingRefusal,
+    PairingRequest,
     UnknownUserError,
     User,
     UserStatus,
@@ -33,6 +34,9 @@ from openclaw.store.records import (
 PAIRING_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
 PAIRING_CODE_LENGTH = 8
 DEFAULT_LIMITS = PairingLimits()
+# Of a stranger's first message, kept to be answered once they are approved: a question, not a
+# document (a longer one is cut; one message per code, so a stranger cannot fill the store).
+KEPT_MESSAGE_CHARS = 2000
 
 
 def new_pairing_code() -> str:
@@ -127,34 +131,57 @@ class UserStore(StoreBase):
         async with self.transaction() as session:
             return [to_record(User, row) for row in await session.scalars(query)]
 
+    async def private_chat_of(self, user: str, look_back: int = 20) -> str | None:
+        """The private chat `user` last wrote to the bot from (among their `look_back` latest
+        messages), where the daemon can reach them; None if it knows of none."""
+        query = (select(InboundEventRow.chat_id, InboundEventRow.payload)
+                 .where(InboundEventRow.user == user).order_by(InboundEventRow.id.desc())
+                 .limit(look_back))
+        async with self.transaction() as session:
+            for chat_id, payload in (await session.execute(query)).all():
+                if not (payload or {}).get("is_group"):
+                    return chat_id
+        return None
+
     # -- pairing -------------------------------------------------------------------------------
 
     async def create_pairing_code(self, user: str, limits: PairingLimits = DEFAULT_LIMITS) -> str | None:
-        """The user's unexpired code, else a new one if `limits` allow it, made room for among the
-        waiting ones (pairing.make_room); None, counted among the refused requests, if they do
-        not; None for a user no longer pending (blocked or allowed meanwhile, by another
-        process)."""
+        """The code of request_pairing."""
+        return (await self.request_pairing(user, limits)).code
 
-        async def op(session: AsyncSession) -> str | None:
+    async def request_pairing(self, user: str, limits: PairingLimits = DEFAULT_LIMITS, *,
+                              chat_id: str | None = None, message: str = "") -> PairingRequest:
+        """The user's unexpired code, else a new one if `limits` allow it, made room for among the
+        waiting ones (pairing.make_room); no code, counted among the refused requests, if they do
+        not; none for a user no longer pending (blocked or allowed meanwhile, by another
+        process). `chat_id` and `message`: where they asked and what they wrote, kept with the
+        code to be answered once it is approved: one message per code, the first with text,
+        cut to KEPT_MESSAGE_CHARS."""
+        kept = message[:KEPT_MESSAGE_CHARS] or None
+
+        async def op(session: AsyncSession) -> PairingRequest:
             row = await require_user(session, user)
             if row.status is not UserStatus.PENDING:
-                return None
+                return PairingRequest(None)
             now = self.now()
             mine = await session.scalar(
-                select(PairingCodeRow.code).where(PairingCodeRow.user_id == row.id, *_live_code(now))
+                select(PairingCodeRow).where(PairingCodeRow.user_id == row.id, *_live_code(now))
                 .order_by(PairingCodeRow.id.desc()).limit(1))
             if mine is not None:
-                return mine
+                if mine.message is None and kept is not None and chat_id is not None:
+                    mine.chat_id, mine.message = chat_id, kept
+                return PairingRequest(mine.code)
             if reason := await why_refused(session, user, limits, now):
                 await record_refusal(session, user, reason, now)
-                return None
+                return PairingRequest(None)
             await make_room(session, row.id, limits, now)
             code = new_pairing_code()  # a clash with an old code fails the flush; the retry redraws
             session.add(PairingCodeRow(code=code, user_id=row.id, created_at=now,
-                                       expires_at=now + timedelta(seconds=limits.ttl_s), used_at=None))
+                                       expires_at=now + timedelta(seconds=limits.ttl_s), used_at=None,
+                                       chat_id=chat_id, message=kept if chat_id is not None else None))
             await count_issued(session, user, now)
             await session.flush()
-            return code
+            return PairingRequest(code, new=True)
 
         return await self.retrying(op)
 
@@ -205,4 +232,8 @@ class UserStore(StoreBase):
             row = await session.get(UserRow, user_id)
             assert row is not None  # the foreign key guarantees it
             row.status, row.updated_at = status, now
+            if status is not UserStatus.ALLOWED:  # a refused stranger's message is not kept
+                await session.execute(update(PairingCodeRow).where(PairingCodeRow.code == code)
+                                      .values(chat_id=None, message=None)
+                                      .execution_options(synchronize_session=False))
             return to_record(User, row)

@@ -1,0 +1,136 @@
+"""A stranger's first hour, as the owner and the stranger see it: the owner is told of each new
+request in their chat (once per code), the approved stranger is told they are in and their first
+message is answered then. Through the real daemon, the fake Telegram Bot API and `openclaw`."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from openclaw.store import Store
+from openclaw.store.users import KEPT_MESSAGE_CHARS
+from tests.helpers import telegram_env
+from tests.helpers.cli import run
+from tests.helpers.daemon import RecordingConnector, msg, say, started
+from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.telegram_env import ADA
+from tests.helpers.waiting import until
+
+fake, env = telegram_env.fake, telegram_env.env
+EVE = 2001
+
+
+def code_in(text: str) -> str:
+    return re.search(r"pairing code (?:is )?([A-Z0-9]{8})", text).group(1)
+
+
+# -- 1. the owner is told ------------------------------------------------------------------------
+
+async def test_the_owner_is_told_in_their_chat_of_a_new_request_once_per_code(env, fake):
+    model = ScriptedModel(lambda m: "hello")
+    await env.start(model)
+    fake.send("hi, I'm Eve", user=EVE, first_name="Eve\u202e")
+    [to_eve] = await env.replies(EVE, 1)
+    [to_ada] = await env.replies(ADA, 1)
+    code = code_in(to_eve)
+    assert f"/pairing approve {code}" in to_ada.splitlines()
+    assert f"telegram user {EVE}" in to_ada and "Eve\\u202e" in to_ada and "\u202e" not in to_ada
+    fake.send("hello?", user=EVE)  # asking again: the same code, and the owner is not told again
+    assert code_in((await env.replies(EVE, 2))[1]) == code
+    assert len(fake.texts(ADA)) == 1
+    assert model.prompts == []
+
+
+async def test_the_console_owner_is_told_only_while_their_console_is_connected(tmp_path):
+    tg = RecordingConnector("telegram")
+    daemon, console = await started(tmp_path, ScriptedModel(lambda m: "hello"), also=(tg,))
+    await tg.handler(msg("hi", user="11", channel="telegram"))
+    await daemon.gateway.wait_idle()
+    await daemon.gateway.outbox.settled("terminal", "local")
+    [told] = console.texts("local")
+    assert "/pairing approve " + code_in(tg.texts("11")[0]) in told
+    console.connected = False  # no console attached: nobody to tell there
+    await tg.handler(msg("hi", user="12", channel="telegram"))
+    await daemon.gateway.wait_idle()
+    assert "pairing code" in tg.texts("12")[0]
+    assert len(console.texts("local")) == 1
+    await daemon.stop()
+
+
+# -- 2. the approved stranger is told, and their first message answered ------------------------
+
+async def test_approved_in_chat_the_stranger_is_told_and_their_first_message_is_answered(env, fake):
+    model = ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
+    await env.start(model)
+    fake.send("what is the capital of France?", user=EVE, first_name="Eve")
+    code = code_in((await env.replies(EVE, 1))[0])
+    await env.replies(ADA, 1)  # told
+    fake.send(f"/pairing approve {code}", user=ADA)
+    assert (await env.replies(ADA, 2))[1].startswith(f"Approved telegram:{EVE} (Eve)")
+    await until(lambda: len(fake.texts(EVE)) >= 3)
+    welcome, answer = (await env.replies(EVE, 3))[1:]
+    assert welcome.startswith("Welcome!") and "first message" in welcome
+    assert answer == "answer to: what is the capital of France?"
+    fake.send("and of Italy?", user=EVE)  # and the conversation goes on from there
+    assert (await env.replies(EVE, 4))[3] == "answer to: and of Italy?"
+    assert len(model.prompts) == 2
+
+
+async def test_approved_from_the_cli_while_the_daemon_runs_the_stranger_is_welcomed(tmp_path):
+    model = ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
+    tg = RecordingConnector("telegram")
+    daemon, _ = await started(tmp_path, model, also=(tg,))
+    daemon.gateway.welcomes.poll_s = 0.05  # the poll that finds another process's approval
+    daemon.gateway.welcomes.wake()  # (its current wait ends, the next one is short)
+    long = "x" * 10_000
+    await tg.handler(msg(long, user="11", channel="telegram"))
+    await tg.handler(msg("second, not kept", user="11", channel="telegram"))
+    await daemon.gateway.wait_idle()
+    code = code_in(tg.texts("11")[0])
+    approved = await asyncio.to_thread(
+        run, ["--config", str(tmp_path / "openclaw.toml"), "pairing", "approve", code], tmp_path,
+        timeout=60)
+    assert approved.returncode == 0, approved.stderr
+    await until(lambda: len(tg.texts("11")) >= 4, timeout=20)
+    await daemon.gateway.wait_idle()
+    assert tg.texts("11")[2].startswith("Welcome!")
+    assert tg.texts("11")[3] == "answer to: " + "x" * KEPT_MESSAGE_CHARS  # cut, and only the first
+    assert len(model.prompts) == 1
+    assert await daemon.gateway.welcomes.take_up() == 0  # taken once
+    await daemon.stop()
+
+
+async def test_a_denied_strangers_kept_message_is_deleted_and_never_answered(tmp_path):
+    model = ScriptedModel(lambda m: "hello")
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, model, also=(tg,))
+    await tg.handler(msg("my secret question", user="11", channel="telegram"))
+    await daemon.gateway.wait_idle()
+    [code] = await daemon.store.list_pairing_codes()
+    assert (code.chat_id, code.message) == ("11", "my secret question")
+    assert "Denied" in await say(daemon, conn, f"/pairing deny {code.code}")
+    [used] = await daemon.store.list_pairing_codes(include_expired=True)
+    assert (used.chat_id, used.message) == (None, None)
+    assert await daemon.gateway.welcomes.take_up() == 0
+    assert len(tg.texts("11")) == 1 and model.prompts == []
+    await daemon.stop()
+
+
+async def test_approved_while_the_daemon_was_down_the_welcome_comes_at_the_next_start(tmp_path):
+    model = ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
+    tg = RecordingConnector("telegram")
+    daemon, _ = await started(tmp_path, model, also=(tg,))
+    await tg.handler(msg("hello there", user="11", channel="telegram"))
+    await daemon.gateway.wait_idle()
+    [code] = await daemon.store.list_pairing_codes()
+    await daemon.stop()
+    store = await Store.open(daemon.config.store.url)
+    try:
+        assert (await store.approve_pairing(code.code)).key == "telegram:11"
+    finally:
+        await store.close()
+    tg2 = RecordingConnector("telegram")
+    daemon, _ = await started(tmp_path, model, also=(tg2,))
+    await until(lambda: len(tg2.texts("11")) >= 2, timeout=20)
+    assert tg2.texts("11")[0].startswith("Welcome!") and tg2.texts("11")[1] == "answer to: hello there"
+    await daemon.stop()
