@@ -126,6 +126,7 @@ class Daemon:
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
+        await self.gateway.access.retire_listed_codes()
         for connector in self.connectors:
             self.gateway.add_connector(connector)
         # Older pending replies first: recovered turns and notices queue behind them per chat.
@@ -270,6 +271,8 @@ class Daemon:
             write_outcome(self.config.data_dir, outcome)
         except OSError as exc:
             log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
+        if outcome.ok:  # after the outcome: the only await, idempotent if reloads overlap
+            await self.gateway.access.retire_listed_codes()
         return outcome
 
     def _reload(self) -> Outcome:

@@ -8,7 +8,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from openclaw.cli.common import with_store
-from openclaw.store.records import PairingCode, PairingRefusal, PairingRefusalReason, UserStatus
+from openclaw.gateway.access import REFUSED_HEADING, refusal_line
+from openclaw.store.records import PairingCode, PairingRefusal, UserStatus
 from skills.base import visible
 
 if TYPE_CHECKING:
@@ -28,13 +29,6 @@ def add_commands(sub, common_sub) -> None:
     p.set_defaults(func=cmd_pairing_answer, status=UserStatus.BLOCKED)
 
 
-# Why a stranger got no code, and the setting that decides it.
-REFUSED_BECAUSE = {
-    PairingRefusalReason.USER_RATE: "had their codes for the day (access.pairing.codes_per_user_per_day)",
-    PairingRefusalReason.OVERALL_RATE: "the hour's codes were given out (access.pairing.codes_per_hour)",
-}
-
-
 def cmd_pairing_list(args: argparse.Namespace) -> int:
     async def both(store: Store) -> tuple[list[PairingCode], list[PairingRefusal]]:
         return await store.list_pairing_codes(), await store.list_pairing_refusals()
@@ -46,11 +40,9 @@ def cmd_pairing_list(args: argparse.Namespace) -> int:
         print(f"{c.code}  {c.user}  {visible(c.display_name or '')}  "
               f"expires {c.expires_at:%Y-%m-%d %H:%M} UTC")
     if refused:
-        print("\nRefused lately (asked for a code, got none; `openclaw users allow USER` admits one):")
+        print("\n" + REFUSED_HEADING)
     for r in refused:
-        times = f"{r.count} time{'s' if r.count != 1 else ''}"
-        print(f"{r.user}  {visible(r.display_name or '')}  on {r.channel}, {times}, "
-              f"{r.first_at:%Y-%m-%d %H:%M} to {r.last_at:%Y-%m-%d %H:%M} UTC: {REFUSED_BECAUSE[r.reason]}")
+        print(refusal_line(r))
     return 0
 
 

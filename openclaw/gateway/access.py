@@ -14,7 +14,7 @@ from openclaw.config import LOCAL_USER, Config, validate_user
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.outbox import Outbox
-from openclaw.store import PairingLimits, Store, UnknownUserError
+from openclaw.store import PairingLimits, PairingRefusal, PairingRefusalReason, Store, UnknownUserError
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, Role
 from skills.base import visible
@@ -71,6 +71,23 @@ def pairing_limits(config: Config) -> PairingLimits:
                          overall=pairing.codes_per_hour)
 
 
+# Why a stranger got no code, and the setting that decides it.
+REFUSED_BECAUSE = {
+    PairingRefusalReason.USER_RATE: "had their codes for the day (access.pairing.codes_per_user_per_day)",
+    PairingRefusalReason.OVERALL_RATE: "the hour's codes were given out (access.pairing.codes_per_hour)",
+}
+REFUSED_HEADING = ("Refused lately (asked for a code, got none; `openclaw users allow USER` "
+                   "admits one):")
+
+
+def refusal_line(refusal: PairingRefusal) -> str:
+    """One stranger's refused requests, as `openclaw pairing list` and /pairing show them."""
+    r = refusal
+    times = f"{r.count} time{'s' if r.count != 1 else ''}"
+    return (f"{r.user}  {visible(r.display_name or '')}  on {r.channel}, {times}, "
+            f"{r.first_at:%Y-%m-%d %H:%M} to {r.last_at:%Y-%m-%d %H:%M} UTC: {REFUSED_BECAUSE[r.reason]}")
+
+
 def status(config: Config, user: str, stored: UserStatus | None) -> UserStatus | None:
     """The status that holds for `user` now, given the store's (None: not in the store)."""
     return config_status(config, user) or stored
@@ -96,6 +113,13 @@ class Access:
     def reconfigure(self, config: Config, policy: Policy) -> None:
         self.config, self.policy = config, policy
         self.listed.clear()  # the config's lists may have changed
+
+    async def retire_listed_codes(self) -> None:
+        """The config decides for the users it names from now on: a code one of them got as a
+        stranger (the owner, who wrote to the bot before listing themselves) answers nothing,
+        and is no longer listed as waiting. At start and after each reload."""
+        if retired := await self.store.retire_pairing_codes(named_users(self.config)):
+            log.info("%d pairing code(s) retired: the config now decides for their users", retired)
 
     def principal(self, user: str) -> Principal:
         """Who `user` acts as, with the role the config gives them now."""

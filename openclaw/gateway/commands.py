@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from openclaw.agent import Agent, ChatModel
-from openclaw.gateway.access import Access
+from openclaw.gateway.access import REFUSED_HEADING, Access, refusal_line
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.lanes import Lanes, key_of
@@ -123,10 +123,13 @@ class Commands:
         words = msg.text.strip().split()[1:]
         if not words:
             codes = await self.store.list_pairing_codes()
-            if not codes:
-                return "Nobody is waiting for access."
-            return "\n".join(["Waiting for access (/pairing approve CODE or /pairing deny CODE):"] + [
-                f"{c.code}  {c.user}  {visible(c.display_name or '')}" for c in codes])
+            refused = await self.store.list_pairing_refusals()
+            lines = ["Waiting for access (/pairing approve CODE or /pairing deny CODE):"] + [
+                f"{c.code}  {c.user}  {visible(c.display_name or '')}" for c in codes] \
+                if codes else ["Nobody is waiting for access."]
+            if refused:  # as `openclaw pairing list`: the strangers the rates kept out
+                lines += ["", REFUSED_HEADING, *map(refusal_line, refused)]
+            return "\n".join(lines)
         if len(words) != 2 or words[0].lower() not in ("approve", "deny"):
             return "Use /pairing, /pairing approve CODE or /pairing deny CODE."
         approve = words[0].lower() == "approve"

@@ -185,6 +185,20 @@ class UserStore(StoreBase):
 
         return await self.retrying(op)
 
+    async def retire_pairing_codes(self, users: set[str]) -> int:
+        """End the live codes of `users` (the ones the config decides for: nobody answers their
+        request any more) and drop what they kept; how many."""
+        keys = UserRow.channel + ":" + UserRow.external_id
+        async with self.transaction() as session:
+            now = self.now()
+            result = await session.execute(
+                update(PairingCodeRow)
+                .where(*_live_code(now),
+                       PairingCodeRow.user_id.in_(select(UserRow.id).where(keys.in_(users))))
+                .values(used_at=now, chat_id=None, message=None)
+                .execution_options(synchronize_session=False))
+            return result.rowcount
+
     async def list_pairing_refusals(self) -> list[PairingRefusal]:
         """Strangers refused a pairing code lately (PairingLimits bounds how many), the latest
         first."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import re
 
+from openclaw.config import load_config
+from openclaw.daemon import Daemon
 from openclaw.store import Store
 from openclaw.store.users import KEPT_MESSAGE_CHARS
 from tests.helpers import telegram_env
@@ -22,6 +24,20 @@ EVE = 2001
 
 def code_in(text: str) -> str:
     return re.search(r"pairing code (?:is )?([A-Z0-9]{8})", text).group(1)
+
+
+def answering() -> ScriptedModel:
+    return ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
+
+
+async def asked(tmp_path, text: str, user: str = "11"):
+    """A daemon whose stranger `user` asked for access with `text` over Telegram: (daemon, its
+    console, the Telegram connector, the model)."""
+    model, tg = answering(), RecordingConnector("telegram")
+    daemon, console = await started(tmp_path, model, also=(tg,))
+    await tg.handler(msg(text, user=user, channel="telegram"))
+    await daemon.gateway.wait_idle()
+    return daemon, console, tg, model
 
 
 # -- 1. the owner is told ------------------------------------------------------------------------
@@ -60,7 +76,7 @@ async def test_the_console_owner_is_told_only_while_their_console_is_connected(t
 # -- 2. the approved stranger is told, and their first message answered ------------------------
 
 async def test_approved_in_chat_the_stranger_is_told_and_their_first_message_is_answered(env, fake):
-    model = ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
+    model = answering()
     await env.start(model)
     fake.send("what is the capital of France?", user=EVE, first_name="Eve")
     code = code_in((await env.replies(EVE, 1))[0])
@@ -77,7 +93,7 @@ async def test_approved_in_chat_the_stranger_is_told_and_their_first_message_is_
 
 
 async def test_approved_from_the_cli_while_the_daemon_runs_the_stranger_is_welcomed(tmp_path):
-    model = ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
+    model = answering()
     tg = RecordingConnector("telegram")
     daemon, _ = await started(tmp_path, model, also=(tg,))
     daemon.gateway.welcomes.poll_s = 0.05  # the poll that finds another process's approval
@@ -101,11 +117,7 @@ async def test_approved_from_the_cli_while_the_daemon_runs_the_stranger_is_welco
 
 
 async def test_a_denied_strangers_kept_message_is_deleted_and_never_answered(tmp_path):
-    model = ScriptedModel(lambda m: "hello")
-    tg = RecordingConnector("telegram")
-    daemon, conn = await started(tmp_path, model, also=(tg,))
-    await tg.handler(msg("my secret question", user="11", channel="telegram"))
-    await daemon.gateway.wait_idle()
+    daemon, conn, tg, model = await asked(tmp_path, "my secret question")
     [code] = await daemon.store.list_pairing_codes()
     assert (code.chat_id, code.message) == ("11", "my secret question")
     assert "Denied" in await say(daemon, conn, f"/pairing deny {code.code}")
@@ -117,11 +129,7 @@ async def test_a_denied_strangers_kept_message_is_deleted_and_never_answered(tmp
 
 
 async def test_approved_while_the_daemon_was_down_the_welcome_comes_at_the_next_start(tmp_path):
-    model = ScriptedModel(lambda m: f"answer to: {m[-1]['content']}")
-    tg = RecordingConnector("telegram")
-    daemon, _ = await started(tmp_path, model, also=(tg,))
-    await tg.handler(msg("hello there", user="11", channel="telegram"))
-    await daemon.gateway.wait_idle()
+    daemon, _, _, model = await asked(tmp_path, "hello there")
     [code] = await daemon.store.list_pairing_codes()
     await daemon.stop()
     store = await Store.open(daemon.config.store.url)
@@ -133,4 +141,78 @@ async def test_approved_while_the_daemon_was_down_the_welcome_comes_at_the_next_
     daemon, _ = await started(tmp_path, model, also=(tg2,))
     await until(lambda: len(tg2.texts("11")) >= 2, timeout=20)
     assert tg2.texts("11")[0].startswith("Welcome!") and tg2.texts("11")[1] == "answer to: hello there"
+    await daemon.stop()
+
+
+# -- 4. a code the config made pointless is not listed --------------------------------------------
+
+async def test_the_owners_own_code_from_before_they_were_listed_is_gone_after_the_reload(tmp_path):
+    """The first steps of docs/channels.md: the owner writes to the bot, gets a code, puts
+    themselves in `admins` and reloads. Their own code no longer waits in /pairing."""
+    model = ScriptedModel(lambda m: "hello")
+    tg = RecordingConnector("telegram")
+    daemon, _ = await started(tmp_path, model, also=(tg,))
+    for user in ("1001", "1002", "1003"):  # the owner-to-be, someone later allowed, a stranger
+        await tg.handler(msg("hi", user=user, channel="telegram"))
+    await daemon.gateway.wait_idle()
+    assert len(await daemon.store.list_pairing_codes()) == 3
+    path = tmp_path / "openclaw.toml"
+    path.write_text(path.read_text().replace(
+        'admins = ["terminal:local"]',
+        'admins = ["terminal:local", "telegram:1001"]\nallow = ["telegram:1002"]'))
+    assert (await daemon.reload(notify=False)).ok
+    listing = await say(daemon, tg, "/pairing", user="1001")
+    assert "telegram:1003" in listing and "telegram:1001" not in listing and "1002" not in listing
+    assert [c.user for c in await daemon.store.list_pairing_codes()] == ["telegram:1003"]
+    assert await daemon.store.take_welcomes(lambda kept: "") == []  # retired, not approved
+    await daemon.stop()
+    listed = await asyncio.to_thread(run, ["--config", str(path), "pairing", "list"], tmp_path,
+                                     timeout=60)
+    assert "telegram:1003" in listed.stdout and "telegram:1002" not in listed.stdout
+
+
+async def test_a_code_of_a_user_listed_before_the_start_is_gone_at_the_start(tmp_path):
+    daemon, *_ = await asked(tmp_path, "hi", user="1002")
+    await daemon.stop()
+    tg = RecordingConnector("telegram")
+    daemon, _ = await started(tmp_path, ScriptedModel(lambda m: "hello"),
+                              '[access.roles]\n"telegram:9" = "user"\n', also=(tg,))
+    assert len(await daemon.store.list_pairing_codes()) == 1  # not named: still waiting
+    await daemon.stop()
+    path = tmp_path / "openclaw.toml"
+    path.write_text(path.read_text().replace('dm_policy = "pairing"',
+                                             'dm_policy = "pairing"\nblocked = ["telegram:1002"]'))
+    daemon = Daemon(load_config(path), model=ScriptedModel(lambda m: "hello"),
+                    connectors=[RecordingConnector(), RecordingConnector("telegram")])
+    await daemon.start()
+    assert await daemon.store.list_pairing_codes() == []
+    await daemon.stop()
+
+
+async def test_a_user_let_in_by_users_allow_after_asking_is_welcomed_and_not_listed(tmp_path):
+    daemon, conn, tg, _ = await asked(tmp_path, "may I?")
+    done = await asyncio.to_thread(run, ["--config", str(tmp_path / "openclaw.toml"), "users",
+                                         "allow", "telegram:11"], tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Nobody is waiting" in await say(daemon, conn, "/pairing")
+    daemon.gateway.welcomes.wake()  # as its poll finds it
+    await until(lambda: len(tg.texts("11")) >= 3)
+    assert tg.texts("11")[1].startswith("Welcome!") and tg.texts("11")[2] == "answer to: may I?"
+    await daemon.stop()
+
+
+# -- 5. /pairing shows the refused requests too -----------------------------------------------------
+
+async def test_pairing_in_chat_shows_the_requests_refused_lately(tmp_path):
+    tg = RecordingConnector("telegram")
+    daemon, conn = await started(tmp_path, ScriptedModel(lambda m: "hello"),
+                                 "[access.pairing]\ncodes_per_user_per_day = 1\ncodes_per_hour = 2\n",
+                                 also=(tg,))
+    for user in ("11", "12", "13"):
+        await tg.handler(msg("hi", user=user, channel="telegram"))
+    await daemon.gateway.wait_idle()
+    listing = await say(daemon, conn, "/pairing")
+    waiting, _, refused = listing.partition("Refused lately")
+    assert "telegram:11" in waiting and "telegram:12" in waiting and "telegram:13" not in waiting
+    assert "telegram:13" in refused and "1 time" in refused and "codes_per_hour" in refused
     await daemon.stop()
