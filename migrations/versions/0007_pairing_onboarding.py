@@ -10,6 +10,9 @@ were never told they could. `pairing_codes` now keeps where they asked (`chat_id
 wrote first (`message`, cut short); approving the code leaves both for the daemon to take up
 (a welcome, then the message as their first turn), denying it deletes them.
 
+`users.admin`: an owner made by `openclaw pairing approve CODE --admin` (the role it gives,
+`--role`, goes to the existing `users.role`); the config's lists still decide for those they name.
+
 Written by hand and frozen, like 0001: types are spelled out, not imported from the models.
 """
 
@@ -25,12 +28,14 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("pairing_codes") as batch:
-        batch.add_column(sa.Column("chat_id", sa.String(128), nullable=True))
-        batch.add_column(sa.Column("message", sa.Text(), nullable=True))
+    op.add_column("pairing_codes", sa.Column("chat_id", sa.String(128), nullable=True))
+    op.add_column("pairing_codes", sa.Column("message", sa.Text(), nullable=True))
+    op.add_column("users", sa.Column("admin", sa.Boolean(), nullable=False, server_default=sa.false()))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("pairing_codes") as batch:
-        batch.drop_column("message")
-        batch.drop_column("chat_id")
+    # Plain ALTER TABLE ... DROP COLUMN (SQLite 3.35+): a batch copy would drop and recreate
+    # `users`, and with foreign keys on that deletes every user's pairing codes and conversations.
+    op.drop_column("users", "admin")
+    op.drop_column("pairing_codes", "message")
+    op.drop_column("pairing_codes", "chat_id")

@@ -9,12 +9,20 @@ status pairing, `dm_policy = "open"` or `openclaw users ...` gave them in the st
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from openclaw.config import LOCAL_USER, Config, validate_user
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.outbox import Outbox
-from openclaw.store import PairingLimits, PairingRefusal, PairingRefusalReason, Store, UnknownUserError
+from openclaw.store import (
+    PairingLimits,
+    PairingRefusal,
+    PairingRefusalReason,
+    Store,
+    UnknownUserError,
+    User,
+)
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, Role
 from skills.base import visible
@@ -50,10 +58,28 @@ def config_names(config: Config) -> set[str]:
     return named_users(config) | set(config.access.roles)
 
 
-def is_owner(config: Config, user: str) -> bool:
+def is_owner(config: Config, user: str, stored: User | None = None) -> bool:
     """An admin of `[access]`, or this machine's console: who answers pairing requests and sees
-    what everyone uses."""
-    return listed_in(config, user) in ("admins", "console")
+    what everyone uses. Or one the store made an owner (`pairing approve --admin`), unless the
+    config names them: its lists win."""
+    if user in config_names(config):
+        return listed_in(config, user) in ("admins", "console")
+    return stored is not None and stored.admin
+
+
+def role_of(config: Config, user: str, stored: User | None = None,
+            defined: Collection[str] | None = None) -> str:
+    """The role `user` acts with: the config's (`[access] roles`, admins, the console) for the
+    users it names; else the one the store gives them (`pairing approve --role`, or "admin" for
+    `--admin`) while the config defines it (`defined`: the policy's roles); else "user"."""
+    if user in config_names(config):
+        return config.user_role(user)
+    if stored is not None and stored.role:
+        if stored.role in (defined if defined is not None else config.policy().roles):
+            return stored.role
+        log.warning("%s has the role %r in the store, which the config no longer defines: they "
+                    "act as \"user\"", user, stored.role)
+    return "admin" if stored is not None and stored.admin else "user"
 
 
 def config_status(config: Config, user: str) -> UserStatus | None:
@@ -109,6 +135,10 @@ class Access:
         # the file on `openclaw reload`; a chat that runs the daemon in its terminal (the daemon
         # says so) only when restarted.
         self.apply_edit = "run `openclaw reload`"
+        # The store's word on each user's role and owner flag (pairing approve --role/--admin),
+        # as read at their latest admission or access check: what `principal` and `is_owner`
+        # use for those the config does not name.
+        self.stored: dict[str, User] = {}
 
     def reconfigure(self, config: Config, policy: Policy) -> None:
         self.config, self.policy = config, policy
@@ -122,14 +152,18 @@ class Access:
             log.info("%d pairing code(s) retired: the config now decides for their users", retired)
 
     def principal(self, user: str) -> Principal:
-        """Who `user` acts as, with the role the config gives them now."""
-        return self.policy.principal(user, self.config.user_role(user))
+        """Who `user` acts as, with the role they have now (role_name)."""
+        return self.policy.principal(user, self.role_name(user))
 
     def role(self, user: str) -> Role:
-        return self.policy.role(self.config.user_role(user))
+        return self.policy.role(self.role_name(user))
+
+    def role_name(self, user: str) -> str:
+        """The role the config gives `user`, else the store (role_of)."""
+        return role_of(self.config, user, self.stored.get(user), self.policy.roles)
 
     def is_owner(self, user: str) -> bool:
-        return is_owner(self.config, user)
+        return is_owner(self.config, user, self.stored.get(user))
 
     async def admit(self, msg: InboundMessage) -> bool:
         """Whether the caller may talk to the agent; if not, answer (pairing) or drop."""
@@ -148,6 +182,7 @@ class Access:
             return True
         known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
+        self._remember_stored(known)
         if known.status is UserStatus.ALLOWED:
             return True
         self._withdraw_approvals(user)
@@ -187,7 +222,9 @@ class Access:
         text = (f"{msg.channel} user {visible(msg.user_id)} ({name}) asks for access, with the "
                 f"pairing code {code}. To let them in, answer:\n/pairing approve {code}\n"
                 f"(or /pairing deny {code} to refuse them)")
-        for owner in sorted({LOCAL_USER, *self.config.access.admins}):
+        stored_owners = {u.key for u in await self.store.list_users(UserStatus.ALLOWED)
+                         if u.admin and is_owner(self.config, u.key, u)}
+        for owner in sorted({LOCAL_USER, *self.config.access.admins, *stored_owners}):
             channel, external_id = parse_user_key(owner)
             connector = self.outbox.connectors.get(channel)
             if connector is None or not connector.connected:
@@ -205,10 +242,20 @@ class Access:
         if decided is None:
             known = await self.store.get_user(*parse_user_key(user))
             decided = known.status if known is not None else None
+            if known is not None:
+                self._remember_stored(known)
         elif decided is UserStatus.ALLOWED and user not in self.listed:
             await self.store.ensure_user(*parse_user_key(user))  # as admit: the row it needs
             self._remember_listed(user, config)
         return decided is UserStatus.ALLOWED
+
+    def _remember_stored(self, known: User) -> None:
+        """Keep what the store says of `known`'s role and owner flag; only for those it gives
+        either, so strangers do not fill the map."""
+        if known.role or known.admin:
+            self.stored[known.key] = known
+        else:
+            self.stored.pop(known.key, None)
 
     def _withdraw_approvals(self, user: str) -> None:
         """A user shut out while a call of theirs waits for their /approve: their answer is no

@@ -59,7 +59,7 @@ class Gateway:
         # no longer grant is denied now, not run when the answer comes.
         registry = self.agent.executor.registry
         withdrawn = self.approvals.withdraw_if(lambda user, skill: skill not in registry.names or
-                                               not policy.role(config.user_role(user)).grants(skill))
+                                               not self.access.role(user).grants(skill))
         if withdrawn:
             log.info("%d approval request(s) denied: the reloaded config no longer grants them",
                      withdrawn)

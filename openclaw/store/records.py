@@ -78,6 +78,7 @@ class User:
     role: str | None
     created_at: datetime
     updated_at: datetime
+    admin: bool = False  # an owner, by `openclaw pairing approve --admin`
 
     @property
     def key(self) -> str:

@@ -220,16 +220,19 @@ class UserStore(StoreBase):
             return [to_record(PairingCode, code, user=user_key(u.channel, u.external_id),
                               display_name=u.display_name) for code, u in rows]
 
-    async def approve_pairing(self, code: str) -> User | None:
-        """Use an unexpired, unused code: mark it used and allow its user. None if there is none."""
-        return await self._answer_pairing(code, UserStatus.ALLOWED)
+    async def approve_pairing(self, code: str, *, role: str | None = None,
+                              admin: bool = False) -> User | None:
+        """Use an unexpired, unused code: mark it used and allow its user, with `role` and as an
+        owner (`admin`) when given. None if there is none."""
+        return await self._answer_pairing(code, UserStatus.ALLOWED, role, admin)
 
     async def deny_pairing(self, code: str) -> User | None:
         """Use an unexpired, unused code to refuse its user: blocked, so no more codes are sent
         to them. None if there is no such code."""
         return await self._answer_pairing(code, UserStatus.BLOCKED)
 
-    async def _answer_pairing(self, code: str, status: UserStatus) -> User | None:
+    async def _answer_pairing(self, code: str, status: UserStatus, role: str | None = None,
+                              admin: bool = False) -> User | None:
         code = normalize_pairing_code(code)
         async with self.transaction() as session:
             now = self.now()
@@ -246,6 +249,10 @@ class UserStore(StoreBase):
             row = await session.get(UserRow, user_id)
             assert row is not None  # the foreign key guarantees it
             row.status, row.updated_at = status, now
+            if role is not None:
+                row.role = role
+            if admin:
+                row.admin = True
             if status is not UserStatus.ALLOWED:  # a refused stranger's message is not kept
                 await session.execute(update(PairingCodeRow).where(PairingCodeRow.code == code)
                                       .values(chat_id=None, message=None)

@@ -216,3 +216,60 @@ async def test_pairing_in_chat_shows_the_requests_refused_lately(tmp_path):
     assert "telegram:11" in waiting and "telegram:12" in waiting and "telegram:13" not in waiting
     assert "telegram:13" in refused and "1 time" in refused and "codes_per_hour" in refused
     await daemon.stop()
+
+
+# -- 3. pairing approve --role and --admin ------------------------------------------------------------
+
+HELPER_ROLE = '[roles.helper]\nskills = []\ndaily_tokens = 777\n[access.roles]\n"telegram:13" = "user"\n'
+
+
+def approve(tmp_path, code: str, *options: str):
+    return run(["--config", str(tmp_path / "openclaw.toml"), "pairing", "approve", code, *options],
+               tmp_path, timeout=60)
+
+
+async def test_pairing_approve_stores_the_role_and_the_owner_flag_and_the_config_still_wins(tmp_path):
+    tg = RecordingConnector("telegram")
+    daemon, _ = await started(tmp_path, ScriptedModel(lambda m: "hello"), HELPER_ROLE, also=(tg,))
+    daemon.gateway.welcomes.poll_s = 3600  # no welcome among the answers this test reads
+    daemon.gateway.welcomes.wake()
+    for user in ("11", "12", "13"):
+        await tg.handler(msg("hi", user=user, channel="telegram"))
+    await daemon.gateway.wait_idle()
+    codes = {c.user: c.code for c in await daemon.store.list_pairing_codes()}
+
+    typo = await asyncio.to_thread(approve, tmp_path, codes["telegram:11"], "--role", "helpr")
+    assert typo.returncode == 2 and "no role 'helpr'" in typo.stderr and "helper" in typo.stderr
+    assert len(await daemon.store.list_pairing_codes()) == 3  # the code was not spent
+
+    done = await asyncio.to_thread(approve, tmp_path, codes["telegram:11"], "--role", "helper")
+    assert done.returncode == 0 and "role helper" in done.stdout and "owner" not in done.stdout
+    done = await asyncio.to_thread(approve, tmp_path, codes["telegram:12"], "--admin")
+    assert done.returncode == 0 and "role admin, an owner" in done.stdout
+    done = await asyncio.to_thread(approve, tmp_path, codes["telegram:13"], "--role", "helper")
+    assert done.returncode == 0 and "role user" in done.stdout
+    assert "access.roles in the config names telegram:13" in done.stderr
+    stored = {u: await daemon.store.get_user("telegram", u) for u in ("11", "12", "13")}
+    assert (stored["11"].role, stored["11"].admin) == ("helper", False)
+    assert (stored["12"].role, stored["12"].admin) == (None, True)
+
+    async def status(user: str) -> str:
+        return await say(daemon, tg, "/status", user=user)
+
+    assert "of 777 a day" in await status("11")  # the helper role's cap
+    assert "everyone" in await status("12")  # what an owner sees
+    assert "Nobody is waiting" in await say(daemon, tg, "/pairing", user="12")  # and may answer
+    assert "of 777" not in await status("13")  # the config's role, not the stored one
+    assert (await say(daemon, tg, "/pairing", user="11")).startswith("Only the owner")
+    await daemon.stop()
+
+
+async def test_an_owner_made_by_pairing_approve_admin_is_told_of_requests(tmp_path):
+    daemon, _, tg, _ = await asked(tmp_path, "hi", user="12")
+    [code] = await daemon.store.list_pairing_codes()
+    assert (await daemon.store.approve_pairing(code.code, admin=True)).admin
+    await tg.handler(msg("hello", user="14", channel="telegram"))
+    await daemon.gateway.wait_idle()
+    await until(lambda: any("telegram user 14" in t and "asks for access" in t
+                            for t in tg.texts("12")))
+    await daemon.stop()
