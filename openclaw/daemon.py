@@ -131,6 +131,7 @@ class Daemon:
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
+        await self.gateway.access.retire_listed_codes()
         for connector in self.connectors:
             self.gateway.add_connector(connector)
         # Older pending replies first: recovered turns and notices queue behind them per chat.
@@ -146,6 +147,7 @@ class Daemon:
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
         self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.
         self.retention = RetentionTask(self.store, Retention.of(cfg.store), self._kept_users)
@@ -274,6 +276,8 @@ class Daemon:
             write_outcome(self.config.data_dir, outcome)
         except OSError as exc:
             log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
+        if outcome.ok:  # after the outcome: the only await, idempotent if reloads overlap
+            await self.gateway.access.retire_listed_codes()
         return outcome
 
     def _reload(self) -> Outcome:
@@ -332,6 +336,8 @@ class Daemon:
             await self.retention.stop()
         if self.reminders:  # what is not yet delivered stays due for the next start
             await self.reminders.stop()
+        if self.gateway:  # an approval not yet taken up is, at the next start
+            await self.gateway.welcomes.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains
             await self.gateway.drain(drain_timeout)
         for connector in self.connectors:

@@ -54,7 +54,7 @@ def cmd_users_list(args: argparse.Namespace) -> int:
         # The console's name in the store is "console", which its status already says.
         name = "" if u is None or key == LOCAL_USER else visible(u.display_name or "")
         print(f"{key:<24} {_effective_status(config, key, u and u.status):<18} "
-              f"role={(u and u.role) or config.user_role(key):<8} uid={sandbox_uid(key)}  {name}"
+              f"role={access.role_of(config, key, u):<8} uid={sandbox_uid(key)}  {name}"
               .rstrip())
     return 0
 

@@ -9,14 +9,23 @@ status pairing, `dm_policy = "open"` or `openclaw users ...` gave them in the st
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from openclaw.config import LOCAL_USER, Config, validate_user
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.outbox import Outbox
-from openclaw.store import PairingLimits, Store, UnknownUserError
+from openclaw.store import (
+    PairingLimits,
+    PairingRefusal,
+    PairingRefusalReason,
+    Store,
+    UnknownUserError,
+    User,
+)
 from openclaw.store.records import UserStatus, parse_user_key
 from sandbox.policy import Policy, Principal, Role
+from skills.base import visible
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +58,28 @@ def config_names(config: Config) -> set[str]:
     return named_users(config) | set(config.access.roles)
 
 
-def is_owner(config: Config, user: str) -> bool:
+def is_owner(config: Config, user: str, stored: User | None = None) -> bool:
     """An admin of `[access]`, or this machine's console: who answers pairing requests and sees
-    what everyone uses."""
-    return listed_in(config, user) in ("admins", "console")
+    what everyone uses. Or one the store made an owner (`pairing approve --admin`), unless the
+    config names them: its lists win."""
+    if user in config_names(config):
+        return listed_in(config, user) in ("admins", "console")
+    return stored is not None and stored.admin
+
+
+def role_of(config: Config, user: str, stored: User | None = None,
+            defined: Collection[str] | None = None) -> str:
+    """The role `user` acts with: the config's (`[access] roles`, admins, the console) for the
+    users it names; else the one the store gives them (`pairing approve --role`, or "admin" for
+    `--admin`) while the config defines it (`defined`: the policy's roles); else "user"."""
+    if user in config_names(config):
+        return config.user_role(user)
+    if stored is not None and stored.role:
+        if stored.role in (defined if defined is not None else config.policy().roles):
+            return stored.role
+        log.warning("%s has the role %r in the store, which the config no longer defines: they "
+                    "act as \"user\"", user, stored.role)
+    return "admin" if stored is not None and stored.admin else "user"
 
 
 def config_status(config: Config, user: str) -> UserStatus | None:
@@ -68,6 +95,23 @@ def pairing_limits(config: Config) -> PairingLimits:
     pairing = config.access.pairing
     return PairingLimits(pending=pairing.pending, per_user=pairing.codes_per_user_per_day,
                          overall=pairing.codes_per_hour)
+
+
+# Why a stranger got no code, and the setting that decides it.
+REFUSED_BECAUSE = {
+    PairingRefusalReason.USER_RATE: "had their codes for the day (access.pairing.codes_per_user_per_day)",
+    PairingRefusalReason.OVERALL_RATE: "the hour's codes were given out (access.pairing.codes_per_hour)",
+}
+REFUSED_HEADING = ("Refused lately (asked for a code, got none; `openclaw users allow USER` "
+                   "admits one):")
+
+
+def refusal_line(refusal: PairingRefusal) -> str:
+    """One stranger's refused requests, as `openclaw pairing list` and /pairing show them."""
+    r = refusal
+    times = f"{r.count} time{'s' if r.count != 1 else ''}"
+    return (f"{r.user}  {visible(r.display_name or '')}  on {r.channel}, {times}, "
+            f"{r.first_at:%Y-%m-%d %H:%M} to {r.last_at:%Y-%m-%d %H:%M} UTC: {REFUSED_BECAUSE[r.reason]}")
 
 
 def status(config: Config, user: str, stored: UserStatus | None) -> UserStatus | None:
@@ -91,20 +135,35 @@ class Access:
         # the file on `openclaw reload`; a chat that runs the daemon in its terminal (the daemon
         # says so) only when restarted.
         self.apply_edit = "run `openclaw reload`"
+        # The store's word on each user's role and owner flag (pairing approve --role/--admin),
+        # as read at their latest admission or access check: what `principal` and `is_owner`
+        # use for those the config does not name.
+        self.stored: dict[str, User] = {}
 
     def reconfigure(self, config: Config, policy: Policy) -> None:
         self.config, self.policy = config, policy
         self.listed.clear()  # the config's lists may have changed
 
+    async def retire_listed_codes(self) -> None:
+        """The config decides for the users it names from now on: a code one of them got as a
+        stranger (the owner, who wrote to the bot before listing themselves) answers nothing,
+        and is no longer listed as waiting. At start and after each reload."""
+        if retired := await self.store.retire_pairing_codes(named_users(self.config)):
+            log.info("%d pairing code(s) retired: the config now decides for their users", retired)
+
     def principal(self, user: str) -> Principal:
-        """Who `user` acts as, with the role the config gives them now."""
-        return self.policy.principal(user, self.config.user_role(user))
+        """Who `user` acts as, with the role they have now (role_name)."""
+        return self.policy.principal(user, self.role_name(user))
 
     def role(self, user: str) -> Role:
-        return self.policy.role(self.config.user_role(user))
+        return self.policy.role(self.role_name(user))
+
+    def role_name(self, user: str) -> str:
+        """The role the config gives `user`, else the store (role_of)."""
+        return role_of(self.config, user, self.stored.get(user), self.policy.roles)
 
     def is_owner(self, user: str) -> bool:
-        return is_owner(self.config, user)
+        return is_owner(self.config, user, self.stored.get(user))
 
     async def admit(self, msg: InboundMessage) -> bool:
         """Whether the caller may talk to the agent; if not, answer (pairing) or drop."""
@@ -123,6 +182,7 @@ class Access:
             return True
         known = await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
+        self._remember_stored(known)
         if known.status is UserStatus.ALLOWED:
             return True
         self._withdraw_approvals(user)
@@ -134,11 +194,14 @@ class Access:
         if self.config.access.dm_policy == "pairing" and not msg.is_group:
             limits = pairing_limits(self.config)
             try:
-                code = await self.store.create_pairing_code(user, limits)
+                asked = await self.store.request_pairing(user, limits, chat_id=msg.chat_id,
+                                                         message=msg.text)
             except UnknownUserError:  # store retention removed the stranger's old row just now
                 await self.store.ensure_user(msg.channel, msg.user_id, msg.display_name,
                                              status=UserStatus.PENDING)
-                code = await self.store.create_pairing_code(user, limits)
+                asked = await self.store.request_pairing(user, limits, chat_id=msg.chat_id,
+                                                         message=msg.text)
+            code = asked.code
             if code is None and (await self.store.get_user(msg.channel, msg.user_id)).status \
                     is not UserStatus.PENDING:
                 return False  # blocked (or let in) by `openclaw users` a moment ago
@@ -148,7 +211,28 @@ class Access:
                     "Hi! I don't know you yet, and I have given out as many pairing codes as I "
                     "may for now. Please try again later.")
             await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None, event=None)
+            if asked.new:  # once per code: asking again gives the same code, and tells nobody
+                await self._tell_owners(msg, asked.code)
         return False
+
+    async def _tell_owners(self, msg: InboundMessage, code: str) -> None:
+        """Tell every owner the daemon can reach now (an admin on a connected channel, the
+        console's owner while a console is attached) that `msg`'s sender asks for access."""
+        name = visible(msg.display_name or "") or "no name"
+        text = (f"{msg.channel} user {visible(msg.user_id)} ({name}) asks for access, with the "
+                f"pairing code {code}. To let them in, answer:\n/pairing approve {code}\n"
+                f"(or /pairing deny {code} to refuse them)")
+        stored_owners = {u.key for u in await self.store.list_users(UserStatus.ALLOWED)
+                         if u.admin and is_owner(self.config, u.key, u)}
+        for owner in sorted({LOCAL_USER, *self.config.access.admins, *stored_owners}):
+            channel, external_id = parse_user_key(owner)
+            connector = self.outbox.connectors.get(channel)
+            if connector is None or not connector.connected:
+                continue
+            # Telegram's and the console's private chat has the user's id; Discord's DM has its
+            # own, known once the owner wrote to the bot.
+            chat = await self.store.private_chat_of(owner) or external_id
+            await self.outbox.reply(channel, chat, text, conversation_id=None, event=None)
 
     async def still_allowed(self, user: str) -> bool:
         """What `admit` would say now, for a user who was admitted before (their turn waited for a
@@ -158,10 +242,20 @@ class Access:
         if decided is None:
             known = await self.store.get_user(*parse_user_key(user))
             decided = known.status if known is not None else None
+            if known is not None:
+                self._remember_stored(known)
         elif decided is UserStatus.ALLOWED and user not in self.listed:
             await self.store.ensure_user(*parse_user_key(user))  # as admit: the row it needs
             self._remember_listed(user, config)
         return decided is UserStatus.ALLOWED
+
+    def _remember_stored(self, known: User) -> None:
+        """Keep what the store says of `known`'s role and owner flag; only for those it gives
+        either, so strangers do not fill the map."""
+        if known.role or known.admin:
+            self.stored[known.key] = known
+        else:
+            self.stored.pop(known.key, None)
 
     def _withdraw_approvals(self, user: str) -> None:
         """A user shut out while a call of theirs waits for their /approve: their answer is no

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from openclaw.agent import Agent, ChatModel
-from openclaw.gateway.access import Access
+from openclaw.gateway.access import REFUSED_HEADING, Access, refusal_line
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.audit import chat_lines
 from openclaw.gateway.contract import InboundMessage, literal_block
@@ -57,9 +57,11 @@ def argument_of(text: str) -> str:
 
 class Commands:
     def __init__(self, store: Store, agent: Agent, model: ChatModel, access: Access,
-                 approvals: Approvals, outbox: Outbox, lanes: Lanes, spending: Spending) -> None:
+                 approvals: Approvals, outbox: Outbox, lanes: Lanes, spending: Spending, *,
+                 on_approved: Callable[[], None] = lambda: None) -> None:
         self.store, self.agent, self.model, self.access = store, agent, model, access
         self.approvals, self.outbox, self.lanes, self.spending = approvals, outbox, lanes, spending
+        self.on_approved = on_approved  # a stranger let in: their welcome goes now (welcome.py)
 
     async def answer(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
         """Answer `command` in its chat; storing the answer marks the message processed."""
@@ -133,11 +135,14 @@ class Commands:
         words = msg.text.strip().split()[1:]
         if not words:
             codes = await self.store.list_pairing_codes()
-            if not codes:
-                return "Nobody is waiting for access."
+            refused = await self.store.list_pairing_refusals()
             # Literal: the owner approves a person by what this shows, names are strangers' own.
-            return "Waiting for access (/pairing approve CODE or /pairing deny CODE):\n" + literal_block(
+            text = ("Waiting for access (/pairing approve CODE or /pairing deny CODE):\n" + literal_block(
                 "\n".join(f"{c.code}  {c.user}  {visible(c.display_name or '')}" for c in codes))
+                if codes else "Nobody is waiting for access.")
+            if refused:  # as `openclaw pairing list`: the strangers the rates kept out
+                text += f"\n\n{REFUSED_HEADING}\n" + literal_block("\n".join(map(refusal_line, refused)))
+            return text
         if len(words) != 2 or words[0].lower() not in ("approve", "deny"):
             return "Use /pairing, /pairing approve CODE or /pairing deny CODE."
         approve = words[0].lower() == "approve"
@@ -145,7 +150,10 @@ class Commands:
         if user is None:
             return f"No pending pairing code {words[1]!r} (expired, used, or mistyped)."
         name = f"{user.key} ({visible(user.display_name or 'no name')})"
-        return f"Approved {name}." if approve else f"Denied {name}: blocked from now on."
+        if not approve:
+            return f"Denied {name}: blocked from now on."
+        self.on_approved()
+        return f"Approved {name}: they are told, and their first message is answered."
 
     async def _reminders(self, command: str, msg: InboundMessage) -> str:
         """/remind and /reminders: the reminders skill without the model (a small one may not

@@ -21,6 +21,7 @@ from openclaw.gateway.due import Due
 from openclaw.gateway.lanes import Lane, Lanes, TurnJob
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.turn import Spending, Turns
+from openclaw.gateway.welcome import Welcomes, inbound_message
 from openclaw.metrics import Metrics
 from openclaw.store import Reminder, Store
 from openclaw.store.records import InboundEvent, InboundStatus
@@ -43,8 +44,9 @@ class Gateway:
         self.spending = Spending(store)
         self.turns = Turns(store, agent, self.access, self.approvals, self.outbox, self.lanes,
                            self.spending, self.metrics)
+        self.welcomes = Welcomes(store, self.outbox, self._answer)
         self.commands = Commands(store, agent, model, self.access, self.approvals, self.outbox,
-                                 self.lanes, self.spending)
+                                 self.lanes, self.spending, on_approved=self.welcomes.wake)
         self.due = Due(store, agent, self.access, self.outbox, self.lanes)
 
     def reconfigure(self, config: Config) -> None:
@@ -57,7 +59,7 @@ class Gateway:
         # no longer grant is denied now, not run when the answer comes.
         registry = self.agent.executor.registry
         withdrawn = self.approvals.withdraw_if(lambda user, skill: skill not in registry.names or
-                                               not policy.role(config.user_role(user)).grants(skill))
+                                               not self.access.role(user).grants(skill))
         if withdrawn:
             log.info("%d approval request(s) denied: the reloaded config no longer grants them",
                      withdrawn)
@@ -84,6 +86,10 @@ class Gateway:
         if not is_new:
             log.info("ignoring redelivered message %s:%s", msg.channel, msg.message_id)
             return
+        await self._answer(msg, event)
+
+    async def _answer(self, msg: InboundMessage, event: InboundEvent) -> None:
+        """An admitted, stored message: a command answered, a notice sent, or a turn queued."""
         if command := command_of(msg.text):
             await self.commands.answer(command, msg, event)
         elif msg.notice and not msg.text.strip():
@@ -102,14 +108,7 @@ class Gateway:
         """Re-queue messages stored but never answered (the daemon stopped in between)."""
         pending = await self.store.pending_inbound()
         for event in pending:
-            channel, _, user_id = event.user.partition(":")
-            payload = event.payload or {}
-            msg = InboundMessage(channel, user_id, event.chat_id, event.message_id, event.text,
-                                 display_name=payload.get("display_name"),
-                                 attachments=payload.get("attachments") or [],
-                                 notice=payload.get("notice"),
-                                 # What a group may see (/status, /pairing, drafts) stays so.
-                                 is_group=bool(payload.get("is_group")))
+            msg = inbound_message(event)
             if not await self.access.still_allowed(msg.user):
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
             elif msg.notice and not msg.text.strip():

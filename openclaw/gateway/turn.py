@@ -132,7 +132,7 @@ class Turns:
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
             return
         config = self.access.config
-        role = config.user_role(msg.user)  # now, not at admission: a reload may change it
+        role = self.access.role_name(msg.user)  # now, not at admission: a reload may change it
         try:
             principal = self.access.policy.principal(msg.user, role)
         except OSError as exc:  # the role's workspace cannot be created: tell the user, and the log

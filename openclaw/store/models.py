@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKey,
@@ -23,6 +24,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -162,6 +164,9 @@ class UserRow(Base):
     role: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # An owner (answers pairing requests) by `openclaw pairing approve --admin`; the config's
+    # lists decide instead for the users they name (gateway/access.py).
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class PairingCodeRow(Base):
@@ -173,6 +178,11 @@ class PairingCodeRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Where the stranger asked, and their first message (cut to KEPT_MESSAGE_CHARS): kept for
+    # the welcome once the code is approved (Store.take_welcomes), cleared once it is taken or
+    # the code denied.
+    chat_id: Mapped[str | None] = mapped_column(String(128))
+    message: Mapped[str | None] = mapped_column(FreeText)
 
 
 class PairingIssuedRow(Base):

@@ -78,6 +78,7 @@ class User:
     role: str | None
     created_at: datetime
     updated_at: datetime
+    admin: bool = False  # an owner, by `openclaw pairing approve --admin`
 
     @property
     def key(self) -> str:
@@ -93,6 +94,17 @@ class PairingCode:
     created_at: datetime
     expires_at: datetime
     used_at: datetime | None
+    chat_id: str | None = None  # where they asked; kept until the welcome is taken
+    message: str | None = None  # their first message, kept to be answered once approved
+
+
+@dataclass(frozen=True, slots=True)
+class PairingRequest:
+    """What a stranger's request for access got: their code (None: refused, or no longer a
+    stranger), and whether it is new (the owner is told of a new one only)."""
+
+    code: str | None
+    new: bool = False
 
 
 class PairingRefusalReason(StrEnum):
@@ -249,3 +261,13 @@ class MovedChat:
     conversations: list[Conversation]
     outbound: list[OutboundMessage]  # replies still pending, oldest first
     reminders: list[Reminder]
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """An approved stranger to tell they are in (the piece saying so is stored for the outbox),
+    and the message they asked with, now an inbound event to answer (None: none was kept)."""
+
+    channel: str
+    chat_id: str
+    event: InboundEvent | None

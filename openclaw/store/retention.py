@@ -9,7 +9,8 @@ default:
   sent or given up on. Never one still to answer or to send: those are recovered at start.
 - usage rows, `keep_usage_days` (90) after: only today's count (the daily cap, /status) is read.
 - audit rows, `keep_audit_days` (365) after.
-- expired pairing codes at once (none can be used or is shown), and strangers never admitted:
+- expired pairing codes at once (none can be used or is shown; an approved one whose welcome is
+  still to be sent, a week at most), and strangers never admitted:
   users still `pending` with no live code, no conversation and no reminder, whose row has not
   changed for `keep_pending_users_days` (7), unless the config names them. A deleted stranger who writes
   again is met as before: a new row, a new code.
@@ -142,7 +143,12 @@ def _steps(r: Retention, now: datetime) -> list[_Step]:
         steps.append(_Step("usage rows", UsageRow, UsageRow.at < cutoff(r.keep_usage_days)))
     if r.keep_audit_days:
         steps.append(_Step("audit rows", AuditRow, AuditRow.at < cutoff(r.keep_audit_days)))
-    steps.append(_Step("pairing codes", PairingCodeRow, PairingCodeRow.expires_at < now))
+    # An approved code whose welcome the daemon has not taken yet (Store.take_welcomes) waits for
+    # it, a week at most: it holds the stranger's first message, still to be answered.
+    welcome_due = and_(PairingCodeRow.used_at.is_not(None), PairingCodeRow.chat_id.is_not(None),
+                       PairingCodeRow.expires_at > now - timedelta(days=7))
+    steps.append(_Step("pairing codes", PairingCodeRow,
+                       and_(PairingCodeRow.expires_at < now, ~welcome_due)))
     if r.keep_archived_days:
         old = select(ConversationRow.id).where(
             ConversationRow.status == ConversationStatus.ARCHIVED,

@@ -9,13 +9,14 @@ all of them, a chat that moves and a user forgotten, is here. Every method retur
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from openclaw.store.base import Clock, calls_run_whole, to_record
+from openclaw.store.base import Clock, calls_run_whole, insert_record, to_record
 from openclaw.store.conversations import ConversationStore
 from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
 from openclaw.store.journal import JournalStore
@@ -37,12 +38,16 @@ from openclaw.store.models import (
 from openclaw.store.records import (
     Conversation,
     ConversationStatus,
+    InboundEvent,
     InboundStatus,
     MovedChat,
     OutboundMessage,
     OutboundStatus,
     StoreUnavailableError,
+    UserStatus,
+    Welcome,
     parse_user_key,
+    user_key,
 )
 from openclaw.store.reminders import ReminderStore, change_chat_reminders
 from openclaw.store.usage import UsageStore
@@ -123,6 +128,41 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
             reminders = await change_chat_reminders(session, channel, old, {"chat_id": new})
             return MovedChat([to_record(Conversation, row) for row in conversations],
                              [to_record(OutboundMessage, row) for row in outbound], reminders)
+
+    # -- a stranger let in ----------------------------------------------------------------------
+
+    async def take_welcomes(self, greeting: Callable[[bool], str]) -> list[Welcome]:
+        """Each stranger approved since the last call (by whichever process), taken once: in one
+        transaction `greeting(kept)` is stored for the outbox in the chat they asked from and the
+        message kept with their code becomes an inbound event to answer, so a crash loses
+        neither and a second call takes neither again."""
+        async with self.transaction() as session:
+            now = self.now()
+            approved = (await session.execute(
+                select(PairingCodeRow.id, PairingCodeRow.code, PairingCodeRow.chat_id,
+                       PairingCodeRow.message, UserRow.channel, UserRow.external_id,
+                       UserRow.display_name)
+                .join(UserRow, PairingCodeRow.user_id == UserRow.id)
+                .where(PairingCodeRow.chat_id.is_not(None), PairingCodeRow.used_at.is_not(None),
+                       UserRow.status == UserStatus.ALLOWED)
+                .order_by(PairingCodeRow.id))).all()
+            welcomes = []
+            for code_id, code, chat_id, message, channel, external_id, name in approved:
+                await session.execute(update(PairingCodeRow).where(PairingCodeRow.id == code_id)
+                                      .values(chat_id=None, message=None)
+                                      .execution_options(synchronize_session=False))
+                await self._add_outbound(session, channel, chat_id, [greeting(bool(message))],
+                                         None, None)
+                event = None if not message else await insert_record(
+                    session, InboundEventRow, InboundEvent, channel=channel,
+                    # Unique among the channel's message ids, which are the service's numbers.
+                    message_id=f"pairing-{code}-{int(now.timestamp())}",
+                    user=user_key(channel, external_id), chat_id=chat_id, text=message,
+                    payload={"display_name": name, "attachments": [], "notice": None,
+                             "is_group": False},
+                    status=InboundStatus.RECEIVED, error=None, received_at=now, processed_at=None)
+                welcomes.append(Welcome(channel, chat_id, event))
+            return welcomes
 
     # -- forgetting a user ---------------------------------------------------------------------
 

@@ -15,12 +15,13 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, to_record
-from openclaw.store.models import PairingCodeRow, PairingRefusalRow, UserRow, storable
+from openclaw.store.models import InboundEventRow, PairingCodeRow, PairingRefusalRow, UserRow, storable
 from openclaw.store.pairing import count_issued, make_room, record_refusal, why_refused
 from openclaw.store.records import (
     PairingCode,
     PairingLimits,
     PairingRefusal,
+    PairingRequest,
     UnknownUserError,
     User,
     UserStatus,
@@ -33,6 +34,9 @@ from openclaw.store.records import (
 PAIRING_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"
 PAIRING_CODE_LENGTH = 8
 DEFAULT_LIMITS = PairingLimits()
+# Of a stranger's first message, kept to be answered once they are approved: a question, not a
+# document (a longer one is cut; one message per code, so a stranger cannot fill the store).
+KEPT_MESSAGE_CHARS = 2000
 
 
 def new_pairing_code() -> str:
@@ -127,36 +131,73 @@ class UserStore(StoreBase):
         async with self.transaction() as session:
             return [to_record(User, row) for row in await session.scalars(query)]
 
+    async def private_chat_of(self, user: str, look_back: int = 20) -> str | None:
+        """The private chat `user` last wrote to the bot from (among their `look_back` latest
+        messages), where the daemon can reach them; None if it knows of none."""
+        query = (select(InboundEventRow.chat_id, InboundEventRow.payload)
+                 .where(InboundEventRow.user == user).order_by(InboundEventRow.id.desc())
+                 .limit(look_back))
+        async with self.transaction() as session:
+            for chat_id, payload in (await session.execute(query)).all():
+                if not (payload or {}).get("is_group"):
+                    return chat_id
+        return None
+
     # -- pairing -------------------------------------------------------------------------------
 
     async def create_pairing_code(self, user: str, limits: PairingLimits = DEFAULT_LIMITS) -> str | None:
-        """The user's unexpired code, else a new one if `limits` allow it, made room for among the
-        waiting ones (pairing.make_room); None, counted among the refused requests, if they do
-        not; None for a user no longer pending (blocked or allowed meanwhile, by another
-        process)."""
+        """The code of request_pairing."""
+        return (await self.request_pairing(user, limits)).code
 
-        async def op(session: AsyncSession) -> str | None:
+    async def request_pairing(self, user: str, limits: PairingLimits = DEFAULT_LIMITS, *,
+                              chat_id: str | None = None, message: str = "") -> PairingRequest:
+        """The user's unexpired code, else a new one if `limits` allow it, made room for among the
+        waiting ones (pairing.make_room); no code, counted among the refused requests, if they do
+        not; none for a user no longer pending (blocked or allowed meanwhile, by another
+        process). `chat_id` and `message`: where they asked and what they wrote, kept with the
+        code to be answered once it is approved: one message per code, the first with text,
+        cut to KEPT_MESSAGE_CHARS."""
+        kept = message[:KEPT_MESSAGE_CHARS] or None
+
+        async def op(session: AsyncSession) -> PairingRequest:
             row = await require_user(session, user)
             if row.status is not UserStatus.PENDING:
-                return None
+                return PairingRequest(None)
             now = self.now()
             mine = await session.scalar(
-                select(PairingCodeRow.code).where(PairingCodeRow.user_id == row.id, *_live_code(now))
+                select(PairingCodeRow).where(PairingCodeRow.user_id == row.id, *_live_code(now))
                 .order_by(PairingCodeRow.id.desc()).limit(1))
             if mine is not None:
-                return mine
+                if mine.message is None and kept is not None and chat_id is not None:
+                    mine.chat_id, mine.message = chat_id, kept
+                return PairingRequest(mine.code)
             if reason := await why_refused(session, user, limits, now):
                 await record_refusal(session, user, reason, now)
-                return None
+                return PairingRequest(None)
             await make_room(session, row.id, limits, now)
             code = new_pairing_code()  # a clash with an old code fails the flush; the retry redraws
             session.add(PairingCodeRow(code=code, user_id=row.id, created_at=now,
-                                       expires_at=now + timedelta(seconds=limits.ttl_s), used_at=None))
+                                       expires_at=now + timedelta(seconds=limits.ttl_s), used_at=None,
+                                       chat_id=chat_id, message=kept if chat_id is not None else None))
             await count_issued(session, user, now)
             await session.flush()
-            return code
+            return PairingRequest(code, new=True)
 
         return await self.retrying(op)
+
+    async def retire_pairing_codes(self, users: set[str]) -> int:
+        """End the live codes of `users` (the ones the config decides for: nobody answers their
+        request any more) and drop what they kept; how many."""
+        keys = UserRow.channel + ":" + UserRow.external_id
+        async with self.transaction() as session:
+            now = self.now()
+            result = await session.execute(
+                update(PairingCodeRow)
+                .where(*_live_code(now),
+                       PairingCodeRow.user_id.in_(select(UserRow.id).where(keys.in_(users))))
+                .values(used_at=now, chat_id=None, message=None)
+                .execution_options(synchronize_session=False))
+            return result.rowcount
 
     async def list_pairing_refusals(self) -> list[PairingRefusal]:
         """Strangers refused a pairing code lately (PairingLimits bounds how many), the latest
@@ -179,16 +220,19 @@ class UserStore(StoreBase):
             return [to_record(PairingCode, code, user=user_key(u.channel, u.external_id),
                               display_name=u.display_name) for code, u in rows]
 
-    async def approve_pairing(self, code: str) -> User | None:
-        """Use an unexpired, unused code: mark it used and allow its user. None if there is none."""
-        return await self._answer_pairing(code, UserStatus.ALLOWED)
+    async def approve_pairing(self, code: str, *, role: str | None = None,
+                              admin: bool = False) -> User | None:
+        """Use an unexpired, unused code: mark it used and allow its user, with `role` and as an
+        owner (`admin`) when given. None if there is none."""
+        return await self._answer_pairing(code, UserStatus.ALLOWED, role, admin)
 
     async def deny_pairing(self, code: str) -> User | None:
         """Use an unexpired, unused code to refuse its user: blocked, so no more codes are sent
         to them. None if there is no such code."""
         return await self._answer_pairing(code, UserStatus.BLOCKED)
 
-    async def _answer_pairing(self, code: str, status: UserStatus) -> User | None:
+    async def _answer_pairing(self, code: str, status: UserStatus, role: str | None = None,
+                              admin: bool = False) -> User | None:
         code = normalize_pairing_code(code)
         async with self.transaction() as session:
             now = self.now()
@@ -205,4 +249,12 @@ class UserStore(StoreBase):
             row = await session.get(UserRow, user_id)
             assert row is not None  # the foreign key guarantees it
             row.status, row.updated_at = status, now
+            if role is not None:
+                row.role = role
+            if admin:
+                row.admin = True
+            if status is not UserStatus.ALLOWED:  # a refused stranger's message is not kept
+                await session.execute(update(PairingCodeRow).where(PairingCodeRow.code == code)
+                                      .values(chat_id=None, message=None)
+                                      .execution_options(synchronize_session=False))
             return to_record(User, row)

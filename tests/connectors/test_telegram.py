@@ -82,8 +82,10 @@ async def test_an_unknown_user_gets_a_pairing_code_and_after_approval_a_reply(en
     assert code.code in pairing and "pairing code" in pairing
     assert model.prompts == []  # nothing reached the model
     assert await daemon.store.approve_pairing(code.code) is not None
+    daemon.gateway.welcomes.wake()  # as `openclaw pairing approve` is found: told, "hi" answered
+    assert (await env.replies(BOB, 3))[2] == "hello friend"
     fake.send("hi again", user=BOB)
-    assert (await env.replies(BOB, 2))[1] == "hello friend"
+    assert (await env.replies(BOB, 4))[3] == "hello friend"
 
 
 async def test_start_is_passed_to_the_gateway_which_greets(env, fake):
@@ -249,7 +251,8 @@ async def test_one_chats_rate_limit_holds_up_no_other_chat(env, fake):
     fake.send("hi", user=BOB)
     await until(lambda: fake.calls_to("sendMessage"))  # the pairing code met the 429
     fake.send("hello", user=ADA)
-    assert await env.replies(ADA, 1) == ["re: hello"]
+    told, answer = await env.replies(ADA, 2)  # the owner is told of the request, then answered
+    assert "asks for access" in told and answer == "re: hello"
     assert fake.texts(BOB) == []  # the stranger's code still waits its 8 s out
     await until(lambda: fake.texts(BOB), timeout=20)
     assert "pairing code" in fake.texts(BOB)[0]

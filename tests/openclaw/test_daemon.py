@@ -161,7 +161,9 @@ async def test_the_owner_answers_pairing_requests_from_the_chat(tmp_path):
     listing = await say(daemon, conn, "/pairing")  # the console's owner is an admin
     assert all(code in listing for code in codes.values()) and "telegram:5353" in listing
     assert await say(daemon, conn, f"/pairing approve {codes['telegram:4242'].lower()}") == \
-        "Approved telegram:4242 (no name)."
+        "Approved telegram:4242 (no name): they are told, and their first message is answered."
+    await until(lambda: len(tg.texts("4242")) >= 3)  # the code, the welcome, the answer to "hi"
+    await daemon.gateway.wait_idle()
     assert await say(daemon, tg, "hi again", user="4242") == "hello friend"
     # A paired user may not let others in, nor see who asked.
     refused = await say(daemon, tg, f"/pairing approve {codes['telegram:5353']}", user="4242")
@@ -178,7 +180,7 @@ async def test_the_owner_answers_pairing_requests_from_the_chat(tmp_path):
         assert in_group.startswith("Pairing requests are answered in a private chat")
         assert code not in in_group and "6464" not in in_group
     assert (await daemon.store.get_user("telegram", "6464")).status == "pending"
-    assert len(model.prompts) == 1  # commands, not turns
+    assert len(model.prompts) == 2  # commands, not turns: 4242's "hi" kept, and "hi again"
     await daemon.stop()
 
 

@@ -486,17 +486,17 @@ async def test_a_stranger_removed_while_being_given_a_code_still_gets_one(tmp_pa
     await daemon.start()
     try:
         store = daemon.store
-        create = store.create_pairing_code
+        create = store.request_pairing
         removed: list[str] = []
 
-        async def retention_first(user: str, *limits):
+        async def retention_first(user: str, *limits, **kept):
             if not removed:
                 removed.append(user)
                 async with store.engine.begin() as conn:
                     await conn.execute(sqlalchemy.delete(UserRow).where(UserRow.external_id == "77"))
-            return await create(user, *limits)
+            return await create(user, *limits, **kept)
 
-        store.create_pairing_code = retention_first
+        store.request_pairing = retention_first
         await tg.handler(msg("hello?", user="77", channel="telegram"))
         await daemon.gateway.wait_idle()
         assert removed == ["telegram:77"]

@@ -85,7 +85,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0006"
+    assert await store.schema_revision() == head_revision() == "0007"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
@@ -176,7 +176,9 @@ async def test_upgrade_to_0006_adds_the_pairing_rate_tables_and_a_downgrade_remo
         async with store.engine.connect() as conn:
             tables = await conn.run_sync(lambda sync: set(sqlalchemy.inspect(sync).get_table_names()))
         assert not {"pairing_issued", "pairing_refusals"} & tables
-        assert [c.user for c in await store.list_pairing_codes()] == ["telegram:7"]
+        # Read as 0005 holds it: the models are the head revision's.
+        async with store.engine.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT count(*) FROM pairing_codes")).scalar() == 1
 
 
 async def test_migrated_schema_matches_the_orm_models(store: Store):
