@@ -13,7 +13,7 @@ from collections.abc import Collection
 
 from openclaw.config import LOCAL_USER, Config, validate_user
 from openclaw.gateway.approvals import Approvals
-from openclaw.gateway.contract import InboundMessage
+from openclaw.gateway.contract import InboundMessage, literal_block
 from openclaw.gateway.outbox import Outbox
 from openclaw.store import (
     PairingLimits,
@@ -219,9 +219,11 @@ class Access:
         """Tell every owner the daemon can reach now (an admin on a connected channel, the
         console's owner while a console is attached) that `msg`'s sender asks for access."""
         name = visible(msg.display_name or "") or "no name"
-        text = (f"{msg.channel} user {visible(msg.user_id)} ({name}) asks for access, with the "
-                f"pairing code {code}. To let them in, answer:\n/pairing approve {code}\n"
-                f"(or /pairing deny {code} to refuse them)")
+        # Literal: the owner lets a person in by what this shows, and the name is the stranger's own.
+        text = (f"Someone asks for access, with the pairing code {code}:\n"
+                + literal_block(f"{msg.channel} user {visible(msg.user_id)} ({name})")
+                + f"\nTo let them in, answer:\n/pairing approve {code}\n(or /pairing deny {code} to "
+                "refuse them)")
         stored_owners = {u.key for u in await self.store.list_users(UserStatus.ALLOWED)
                          if u.admin and is_owner(self.config, u.key, u)}
         for owner in sorted({LOCAL_USER, *self.config.access.admins, *stored_owners}):
