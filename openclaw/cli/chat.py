@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from engine.config import EngineConfig
 from openclaw.channels import configured_connectors, disabled_with_token
 from openclaw.config import Config, data_dir_of, load_config
 from openclaw.datadir import DaemonRunning, data_dir_claimed, lock_holder
@@ -111,6 +112,14 @@ def console_connector(path: Path, daemon: Daemon) -> ConsoleSocketConnector:
                                   attached=lambda: daemon.gateway.outbox.retry_now("terminal", "local"))
 
 
+EMBEDDED_NOTE = ("model: the embedded SmolLM2-135M-Instruct, a 135M demo that rarely calls tools; "
+                 "for real use set [engine] model (see docs/models.md)")
+
+
+def embedded_model(config: Config) -> bool:
+    return isinstance(config.engine, EngineConfig) and config.engine.model is None
+
+
 async def run_daemon(config: Config, terminal: type[TerminalConnector] | None) -> int:
     """The daemon in this process until it stops: headless with its console socket (`openclaw
     run`), or with `terminal` on this terminal (`openclaw chat` with no daemon to attach to)."""
@@ -131,6 +140,8 @@ async def run_daemon(config: Config, terminal: type[TerminalConnector] | None) -
     else:
         term = terminal(idle=idle)
         daemon.connectors.append(term)
+        if embedded_model(config):  # what a first `make run` answers with, and what it is for
+            print(EMBEDDED_NOTE, file=sys.stderr, flush=True)
         if term.interactive:
             print("loading the model...", file=sys.stderr, flush=True)
     try:

@@ -31,6 +31,9 @@ def test_piped_chat_answers_each_line_and_exits_at_end_of_input(tmp_path):
     before, marker, after = proc.stdout.partition("Started a new conversation.")
     assert marker, proc.stdout
     assert "Paris" in before  # the blank line was skipped, the question answered
+    # What the embedded model is for, said once at the start, where to go for a real one.
+    assert proc.stderr.count("model: the embedded SmolLM2-135M-Instruct") == 1
+    assert "docs/models.md" in proc.stderr
     assert after.strip()  # and the question after /new answered too
     # everything was kept in SQLite under the default data dir
     assert (tmp_path / ".local/share/openclaw/openclaw.db").exists()
