@@ -65,8 +65,10 @@ async def test_the_pairing_list_shows_a_strangers_name_as_they_wrote_it(env, fak
     await env.start(ScriptedModel(lambda m: "hi"))
     fake.send("hello", user=2002, first_name=name)
     await env.replies(2002, 1)
+    [told] = await env.replies(ADA, 1)  # the owner is told of the request, the name as written
+    assert told.split("\n")[1] == f"telegram user 2002 ({name})", told
     fake.send("/pairing")
-    [listing] = await env.replies(ADA, 1)
+    listing = (await env.replies(ADA, 2))[1]
     assert listing.split("\n")[1].endswith(f"telegram:2002  {name}"), listing
 
 
