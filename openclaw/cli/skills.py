@@ -149,7 +149,10 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
             if why_not:
                 print(f"openclaw skills run: {why_not}", file=sys.stderr)
                 return None
-            principal = config.policy().principal(user)  # only now: it creates their workspace
+            # Only now: it creates their workspace. The role the daemon would give them: the
+            # config's, else the store's (`pairing approve --role`).
+            policy = config.policy()
+            principal = policy.principal(user, access.role_of(config, user, known, policy.roles))
             # A reminder added here is delivered by the running daemon, which polls every minute.
             executor = executor_for(config, registry, store.add_audit, Reminders(store))
             return principal, await executor.call(args.name, arguments, principal,

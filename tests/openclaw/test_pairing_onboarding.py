@@ -5,6 +5,7 @@ message is answered then. Through the real daemon, the fake Telegram Bot API and
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 from openclaw.config import load_config
@@ -252,6 +253,10 @@ async def test_pairing_approve_stores_the_role_and_the_owner_flag_and_the_config
     stored = {u: await daemon.store.get_user("telegram", u) for u in ("11", "12", "13")}
     assert (stored["11"].role, stored["11"].admin) == ("helper", False)
     assert (stored["12"].role, stored["12"].admin) == (None, True)
+    # An admin's test run acts with the role the daemon gives them.
+    ran = await asyncio.to_thread(run, ["--config", str(tmp_path / "openclaw.toml"), "skills", "run",
+                                        "clock", "--as", "telegram:11"], tmp_path, timeout=60)
+    assert json.loads(ran.stdout)["role"] == "helper", ran.stdout + ran.stderr
 
     async def status(user: str) -> str:
         return await say(daemon, tg, "/status", user=user)
