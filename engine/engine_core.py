@@ -146,7 +146,8 @@ class LLMEngine:
         if self.tool_constraints is None:
             raise ValueError(f"SamplingParams.tool_choice={params.tool_choice!r}: constrained "
                              "tool calls need the model's tokenizer, and this model has none")
-        return self.tool_constraints.matcher(tools, params.tool_choice, eos)
+        return self.tool_constraints.matcher(tools, params.tool_choice, eos,
+                                             params.tool_call_threshold)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         req = self._requests.pop(request_id, None)
