@@ -219,6 +219,7 @@ def config_text(data_dir: str, args: argparse.Namespace) -> str:
             f"[agent]\nmax_steps = 1\nreply_max_tokens = {args.max_tokens}\n"
             f"temperature = {args.temperature}\n"
             + (f"tool_call_threshold = {args.threshold}\n" if args.threshold is not None else "")
+            + (f"loop_repeats = {args.loop_repeats}\n" if args.loop_repeats is not None else "")
             + (f"[agent.sampling.chat]\nrepetition_penalty = {args.repetition_penalty}\n"
                if args.repetition_penalty is not None else ""))
 
@@ -239,7 +240,8 @@ async def run(args: argparse.Namespace) -> tuple[list[Result], dict]:
         schemas = {s["function"]["name"]: s["function"]["parameters"]
                    for s in daemon.gateway.agent.executor.registry.tool_specs()}
         results = []
-        for n, case in enumerate(cases(args.quick)):
+        todo = [c for c in cases(args.quick) if c.kind == "none" or not args.no_tool_only]
+        for n, case in enumerate(todo):
             for text in ("/new", case.prompt):
                 before = len(model.outputs)
                 start = time.perf_counter()
@@ -270,7 +272,7 @@ def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}% ({part}/{whole})" if whole else "-"
 
 
-def report(results: list[Result], schemas: dict) -> list[tuple[str, str]]:
+def report(results: list[Result], schemas: dict, max_tokens: int) -> list[tuple[str, str]]:
     explicit = [r for r in results if r.case.kind == "explicit"]
     natural = [r for r in results if r.case.kind == "natural"]
     tool = explicit + natural
@@ -292,6 +294,7 @@ def report(results: list[Result], schemas: dict) -> list[tuple[str, str]]:
          pct(sum(bool(r.calls or r.errors) for r in none), len(none))),
         ("mean seconds per prompt", f"{sum(r.seconds for r in results) / len(results):.1f}"),
         ("mean completion tokens", f"{sum(r.tokens for r in results) / len(results):.0f}"),
+        ("replies at the token cap", str(sum(r.tokens >= max_tokens for r in results))),
     ]
     return rows
 
@@ -307,6 +310,10 @@ def main() -> None:
                         help="[agent] tool_call_threshold (0: off); default: the config's")
     parser.add_argument("--repetition-penalty", type=float, default=None,
                         help="[agent.sampling.chat] repetition_penalty; default: the config's")
+    parser.add_argument("--loop-repeats", type=int, default=None,
+                        help="[agent] loop_repeats (0: off); default: the config's")
+    parser.add_argument("--no-tool-only", action="store_true",
+                        help="only the no-tool prompts (with --max-tokens 512: how replies end)")
     parser.add_argument("--no-examples", action="store_true",
                         help="the tool prompt without its worked examples (to measure them)")
     parser.add_argument("--show", action="store_true", help="print each prompt's outcome")
@@ -321,11 +328,11 @@ def main() -> None:
           f"{platform.python_version()}; model: {args.model or 'embedded SmolLM2-135M-Instruct'}; "
           f"temperature {args.temperature}, max tokens {args.max_tokens}, threshold "
           f"{args.threshold}, repetition penalty {args.repetition_penalty}, examples "
-          f"{not args.no_examples}; "
+          f"{not args.no_examples}, loop repeats {args.loop_repeats}; "
           f"{len(results)} prompts in {time.perf_counter() - started:.0f} s\n")
     print("| measure | value |")
     print("|---|---|")
-    for name, value in report(results, schemas):
+    for name, value in report(results, schemas, args.max_tokens):
         print(f"| {name} | {value} |")
 
 

@@ -159,9 +159,14 @@ def example_parts(tools: Sequence[dict[str, Any]]) -> list[Part]:
     parts = [Part("\n\nExamples:\n", True)]
     for i, tool in enumerate(tools[:2]):
         fn = tool.get("function", tool)
-        call = {"name": fn["name"], "arguments": example_arguments(fn.get("parameters") or {})}
-        parts += [Part("User: Use the ", True), Part(fn["name"]),
-                  Part(" tool.\nAssistant: <tool_call>", True),
+        args = example_arguments(fn.get("parameters") or {})
+        # The request in words ("Call the files tool with action read, path notes/todo.md."):
+        # measured, it ranks more explicit requests above the plain ones than "Use the files tool."
+        words = ", ".join(f"{key} {value}" for key, value in args.items())
+        call = {"name": fn["name"], "arguments": args}
+        parts += [Part("User: Call the ", True), Part(fn["name"]),
+                  Part(" tool with " if words else " tool", True), Part(words),
+                  Part(".\nAssistant: <tool_call>", True),
                   Part(json.dumps(call, ensure_ascii=False)), Part("</tool_call>\n", True)]
         question, answer = _PLAIN_EXAMPLES[i]
         parts.append(Part(f"User: {question}\nAssistant: {answer}\n", True))

@@ -94,7 +94,7 @@ class AgentConfig(Section):
     (sampling.chat's, in short)."""
     sampling: SamplingPresets = Field(default_factory=SamplingPresets)
     """Per purpose: chat, tool_arguments, summary."""
-    tool_call_threshold: float = Field(0.07, ge=0, le=1)
+    tool_call_threshold: float = Field(0.06, ge=0, le=1)
     """The engine in this process: the first token of a reply chooses between calling a tool and
     answering, a call when the model gives `<tool_call>` at least this probability (a small model
     rarely opens it by itself; see docs/BENCHMARKS.md). 0: the model alone decides."""

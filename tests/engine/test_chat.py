@@ -302,9 +302,10 @@ def test_only_our_own_text_is_marked_trusted():
     untrusted = [p.text for t in turns for p in t.parts if not p.trusted and p.text]
     assert untrusted[0] == "sys"
     assert json.loads(untrusted[1])["name"] == "get_weather"
-    # The worked example's name and call: from the tool, so untrusted too.
-    assert untrusted[2] == "get_weather" and json.loads(untrusted[3])["name"] == "get_weather"
-    assert untrusted[4:] == ['{"name": "f", "arguments": {}}', "out"]
+    # The worked example's name, arguments in words, and call: from the tool, so untrusted too.
+    assert untrusted[2:4] == ["get_weather", "city text"]
+    assert json.loads(untrusted[4])["name"] == "get_weather"
+    assert untrusted[5:] == ['{"name": "f", "arguments": {}}', "out"]
 
 
 def test_text_content_parts_are_joined_and_other_parts_refused():

@@ -49,6 +49,7 @@ def test_examples_show_a_valid_call_of_the_first_tools_and_plain_answers(smollm_
         assert check_arguments(tool["function"]["parameters"], call.arguments) == []
     assert calls[0].arguments == {"command": "ls -la"}
     assert calls[1].arguments == {"action": "read", "path": "notes/todo.md", "count": 1}
+    assert "User: Call the shell tool with command ls -la.\n" in examples  # the request in words
     answers = [line for line in examples.splitlines() if line.startswith("Assistant:")]
     assert sum("<tool_call>" not in a for a in answers) == 2  # both choices are shown
 
