@@ -15,7 +15,9 @@ Reported, on the tool prompts: tool-call rate (any call), right-tool rate (the f
 the expected skill; explicit and natural prompts apart), argument validity (of the calls made:
 the arguments parse and pass the skill's schema, skills.registry.check_arguments); on the
 no-tool prompts: the false-call rate (any call, or a malformed attempt at one). `--quick N`
-takes the first N of each half, interleaved from explicit and natural ones.
+takes N tool prompts (the first explicit ones, and a fifth natural ones) and N no-tool prompts
+spread over their list. `--no-tool-only --max-tokens 512` shows how replies end: at the cap, or
+cut by the loop guard.
 """
 
 from __future__ import annotations
