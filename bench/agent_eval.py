@@ -194,11 +194,13 @@ class RecordingModel:
     async def generate(self, prompt, params=None, request_id=None, *, tools=None, priority=0,
                        cache_salt=None):
         last = None
-        async with aclosing(self.inner.generate(prompt, params, request_id, tools=tools,
-                                                priority=priority, cache_salt=cache_salt)) as s:
-            async for last in s:
-                yield last
-        self.outputs.append(last)
+        try:
+            async with aclosing(self.inner.generate(prompt, params, request_id, tools=tools,
+                                                    priority=priority, cache_salt=cache_salt)) as s:
+                async for last in s:
+                    yield last
+        finally:  # also when the agent stops reading (the loop guard ends a reply)
+            self.outputs.append(last)
 
     async def abort(self, request_id):
         await self.inner.abort(request_id)
@@ -255,7 +257,8 @@ async def run(args: argparse.Namespace) -> tuple[list[Result], dict]:
             if args.show:
                 r = results[-1]
                 print(f"[{case.kind}/{case.expected}] {case.prompt!r} -> "
-                      f"{[c[0] for c in r.calls]} {r.errors} {r.text[:100]!r}", flush=True)
+                      f"{[c[0] for c in r.calls]} {r.errors} {r.tokens} tokens {r.text[:100]!r}"
+                      f" / reply: {conn.sent[-1][1][-80:]!r}", flush=True)
         await daemon.stop()
         await model.close()
         return results, schemas
