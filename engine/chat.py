@@ -141,8 +141,56 @@ def tool_prompt_parts(tools: Sequence[dict[str, Any]], dialect: str = HERMES) ->
         }
         # Names, descriptions and schemas may come from outside (plugins, MCP servers): untrusted.
         parts += [Part(json.dumps(spec, ensure_ascii=False)), Part("\n", True)]
-    parts.append(Part(LLAMA3_TOOLS_FOOTER if dialect == LLAMA3 else TOOLS_FOOTER, True))
+    if dialect == LLAMA3:
+        return parts + [Part(LLAMA3_TOOLS_FOOTER, True)]
+    return parts + [Part(TOOLS_FOOTER, True), *example_parts(tools)]
+
+
+# Answers without a call, between the example calls: the examples must show both choices.
+_PLAIN_EXAMPLES = (("What is the capital of Italy?", "The capital of Italy is Rome."),
+                   ("Write a line about rain.", "Soft rain taps on the window."))
+_E_G = re.compile(r"e\.g\.,? ([^,;()]+)")
+
+
+def example_parts(tools: Sequence[dict[str, Any]]) -> list[Part]:
+    """Worked examples after the Hermes tool prompt: a call of each of the first two tools (their
+    required arguments filled from the schema) and two answers without one. A small model copies
+    the pattern of an example far more readily than it follows a rule (bench/agent_eval.py)."""
+    parts = [Part("\n\nExamples:\n", True)]
+    for i, tool in enumerate(tools[:2]):
+        fn = tool.get("function", tool)
+        args = example_arguments(fn.get("parameters") or {})
+        # The request in words ("Call the files tool with action read, path notes/todo.md."):
+        # measured, it ranks more explicit requests above the plain ones than "Use the files tool."
+        words = ", ".join(f"{key} {value}" for key, value in args.items())
+        call = {"name": fn["name"], "arguments": args}
+        parts += [Part("User: Call the ", True), Part(fn["name"]),
+                  Part(" tool with " if words else " tool", True), Part(words),
+                  Part(".\nAssistant: <tool_call>", True),
+                  Part(json.dumps(call, ensure_ascii=False)), Part("</tool_call>\n", True)]
+        question, answer = _PLAIN_EXAMPLES[i]
+        parts.append(Part(f"User: {question}\nAssistant: {answer}\n", True))
     return parts
+
+
+def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """Arguments for an example call: each required property, with its first enum value, the
+    example its description gives ("e.g. ls -la"), or a plain value of its type."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return {}
+    args: dict[str, Any] = {}
+    for name in schema.get("required") or []:
+        prop = props.get(name) if isinstance(props.get(name), dict) else {}
+        kind = prop.get("type")
+        if prop.get("enum"):
+            args[name] = prop["enum"][0]
+        elif kind in (None, "string") and (m := _E_G.search(str(prop.get("description", "")))):
+            args[name] = m.group(1).strip().split(" or ")[0]
+        else:
+            args[name] = {"integer": 1, "number": 1, "boolean": True, "array": [],
+                          "object": {}}.get(kind, "text")
+    return args
 
 
 def _content_text(content: Any, index: int) -> str:

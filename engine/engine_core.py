@@ -147,6 +147,7 @@ class LLMEngine:
             raise ValueError(f"SamplingParams.tool_choice={params.tool_choice!r}: constrained "
                              "tool calls need the model's tokenizer, and this model has none")
         return self.tool_constraints.matcher(tools, params.tool_choice, eos,
+                                             params.tool_call_threshold,
                                              single=not params.parallel_tool_calls)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:

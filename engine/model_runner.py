@@ -176,12 +176,14 @@ class ModelRunner:
         for row, seq in enumerate(seqs):
             if seq.constraint is not None:  # constrained decoding: disallowed tokens to -inf
                 seq.constraint.mask_logits(logits[row])
+        params = [_step_params(s) for s in seqs]
         sampled = self.sampler(
             logits,
-            [s.params for s in seqs],
+            params,
             [s.generator for s in seqs],
-            [s.prompt_token_ids if s.params.repetition_penalty != 1.0 else [] for s in seqs],
-            [s.output_token_ids if s.params.has_penalties else [] for s in seqs],
+            [s.prompt_token_ids if p.repetition_penalty != 1.0 else []
+             for s, p in zip(seqs, params, strict=True)],
+            [s.output_token_ids if p.has_penalties else [] for s, p in zip(seqs, params, strict=True)],
         )
         tokens = sampled.tolist()  # the step's one wait for the device
         for i, tok in zip(sample_of, tokens, strict=True):
@@ -403,3 +405,11 @@ class DecodeGraphs:
             self._copied.record()
         self._replays[bs]()
         return self._outputs[bs][:n]
+
+
+def _step_params(seq) -> SamplingParams:
+    """The request's sampling for this token: its call_params inside a constrained tool call."""
+    inner = seq.params.call_params
+    if inner is not None and getattr(seq.constraint, "in_call", False):
+        return inner
+    return seq.params

@@ -54,6 +54,14 @@ class SamplingParams:
     logprobs: int | None = None
     # JSON output (engine/constrained/json_schema.py); not with tools that constrain calls.
     structured_outputs: StructuredOutputs | None = None
+    # In an "auto" turn with tools (Hermes form): the first token chooses between a call and an
+    # answer, a call when the model gives the opening of `<tool_call>` at least this probability
+    # (engine/constrained/choice.py). None: the model alone decides, token by token.
+    tool_call_threshold: float | None = None
+    # The sampling inside a constrained tool call (temperature, top_p, penalties; its stop and
+    # length fields are unused): arguments want no creativity, and a repetition penalty would
+    # keep the model from copying the user's words into them. None: these params throughout.
+    call_params: SamplingParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -72,6 +80,10 @@ class SamplingParams:
             (self.repetition_penalty > 0.0, "repetition_penalty", "must be > 0"),
             (self.logprobs is None or (type(self.logprobs) is int and 0 <= self.logprobs <= MAX_LOGPROBS),
              "logprobs", f"must be None or an integer in [0, {MAX_LOGPROBS}]"),
+            (self.tool_call_threshold is None or 0.0 < self.tool_call_threshold <= 1.0,
+             "tool_call_threshold", "must be None or in (0, 1]"),
+            (self.call_params is None or isinstance(self.call_params, SamplingParams),
+             "call_params", "must be None or a SamplingParams"),
         ]
         for ok, name, why in checks:
             if not ok:

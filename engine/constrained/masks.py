@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.constrained.choice import opener_ids, opening_probability
 from engine.constrained.grammar import (
+    HERMES,
     OPEN_TAG,
     STRING,
     CallGrammar,
@@ -151,6 +153,12 @@ class ToolCallMatcher:
         """Set this request's disallowed tokens to -inf in its row of logits, in place."""
         mask_row(row, self.disallowed())
 
+    @property
+    def in_call(self) -> bool:
+        """Inside a call the grammar constrains (SamplingParams.call_params apply there)."""
+        g = self.masks.grammar
+        return self.state is not None and not (g.in_free_text(self.state) or g.at_start(self.state))
+
     def advance(self, token: int) -> None:
         if self.state is None:
             return
@@ -169,6 +177,34 @@ class ToolCallMatcher:
             # Only a token the mask did not allow gets here (a caller that skipped the mask).
             log.warning("tool-call grammar: token %d does not fit; the rest is unconstrained", token)
         self.state = nxt
+
+
+class ChoosingMatcher(ToolCallMatcher):
+    """An "auto" matcher whose first masked step chooses between a forced call (`forced`, the
+    same tools' "required" masks) and an answer in text."""
+
+    def __init__(self, masks: CallMasks, forced: CallMasks, threshold: float,
+                 openers: np.ndarray) -> None:
+        super().__init__(masks)
+        self.forced, self.threshold, self.openers = forced, threshold, openers
+        self.choosing = True
+        self.chose_call: bool | None = None  # None until the first token is chosen
+
+    def mask_logits(self, row: torch.Tensor) -> None:
+        if not self.choosing:
+            super().mask_logits(row)
+            return
+        self.choosing = False
+        self.chose_call = opening_probability(row, self.openers) >= self.threshold
+        if self.chose_call:
+            self.masks, self.state = self.forced, self.forced.grammar.initial
+            super().mask_logits(row)
+            return
+        disallowed = self.disallowed()
+        disallowed = (np.zeros(self.masks.vocab.size, dtype=np.bool_) if disallowed is None
+                      else disallowed.copy())
+        disallowed[self.openers] = True
+        mask_row(row, disallowed)
 
 
 def mask_row(row: torch.Tensor, disallowed: np.ndarray | None) -> None:
@@ -201,6 +237,7 @@ class ToolConstraints:
         self.dialect = dialect or tool_dialect(tokenizer.chat_template)
         self._vocab: TokenVocab | None = None
         self._masks: OrderedDict[tuple, CallMasks] = OrderedDict()
+        self._openers: np.ndarray | None = None
 
     @property
     def vocab(self) -> TokenVocab:
@@ -209,10 +246,13 @@ class ToolConstraints:
         return self._vocab
 
     def matcher(self, tools: Sequence[dict[str, Any]] | None, tool_choice: str | dict,
-                end_ids: Iterable[int], *, single: bool = False) -> ToolCallMatcher | None:
-        """The matcher for a request, or None when nothing is constrained ("none", no tools);
-        `single`: at most one call (parallel_tool_calls false). Raises ValueError naming the
-        field when tool_choice does not fit the tools."""
+                end_ids: Iterable[int], call_threshold: float | None = None, *,
+                single: bool = False) -> ToolCallMatcher | None:
+        """The matcher for a request, or None when nothing is constrained ("none", no tools).
+        Raises ValueError naming the field when tool_choice does not fit the tools.
+        `call_threshold`: in an "auto" Hermes turn, its first token chooses between a call and
+        an answer (ChoosingMatcher); elsewhere it changes nothing. `single`: at most one call
+        (parallel_tool_calls false)."""
         if not constrains(tools, tool_choice):
             return None
         forced = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
@@ -228,6 +268,19 @@ class ToolConstraints:
                                  f"of the tools offered ({names})")
         mode = "named" if forced is not None else tool_choice
         ends = tuple(sorted(end_ids))
+        masks = self._masks_for(specs, mode, ends, single)
+        if mode == "auto" and call_threshold is not None and self.dialect == HERMES:
+            return ChoosingMatcher(masks, self._masks_for(specs, "required", ends, single),
+                                   call_threshold, self.openers)
+        return ToolCallMatcher(masks)
+
+    @property
+    def openers(self) -> np.ndarray:
+        if self._openers is None:
+            self._openers = opener_ids(self.vocab.bytes)
+        return self._openers
+
+    def _masks_for(self, specs: list, mode: str, ends: tuple[int, ...], single: bool) -> CallMasks:
         key = (tuple(specs), mode, ends, single)
         masks = self._masks.get(key)
         if masks is None:
@@ -237,4 +290,4 @@ class ToolConstraints:
             if len(self._masks) > _MAX_GRAMMARS:
                 self._masks.popitem(last=False)
         self._masks.move_to_end(key)
-        return ToolCallMatcher(masks)
+        return masks

@@ -12,7 +12,7 @@ import json
 import logging
 from collections import OrderedDict
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from engine import SamplingParams
@@ -84,6 +84,9 @@ class ContextBuilder:
     def __init__(self, model: ChatModel, store: HistoryStore, system_prompt: str,
                  budget: Budget) -> None:
         self.model, self.store, self.system_prompt, self.budget = model, store, system_prompt, budget
+        # The summaries' sampling ([agent.sampling] summary, set by the agent); max_tokens is the
+        # budget's summary_tokens.
+        self.summary_params = SamplingParams(temperature=0.0, max_tokens=budget.summary_tokens)
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
 
     async def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
@@ -192,7 +195,7 @@ class ContextBuilder:
 
     async def _summarise(self, prompt: list[dict], cache_salt: str | None,
                          meter: Meter | None) -> str:
-        params = SamplingParams(temperature=0.0, max_tokens=self.budget.summary_tokens)
+        params = replace(self.summary_params, max_tokens=self.budget.summary_tokens)
         if meter is not None and not await meter.may_call():
             raise TokensSpent
         last = None

@@ -16,6 +16,8 @@ from engine import SamplingParams
 from engine.tool_parser import StreamingToolParser, ToolCall, new_call_id
 from openclaw.agent.context import Budget, ContextBuilder, HistoryStore, PromptTooLong, TokensSpent
 from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
+from openclaw.agent.repetition import LoopGuard
+from openclaw.agent.sampling import reply_params, summary_params
 from openclaw.agent.untrusted import Untrusted, explained, in_history, requiring_approval
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
@@ -91,6 +93,7 @@ class Agent:
         self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
         self.context = ContextBuilder(model, store, settings.system_prompt, self._budget(settings))
+        self.context.summary_params = summary_params(settings, self.context.budget.summary_tokens)
 
     def _budget(self, settings: AgentConfig) -> Budget:
         model = self.model
@@ -109,6 +112,7 @@ class Agent:
         budget = self._budget(settings)
         self.executor, self.settings = executor, settings
         self.context.system_prompt, self.context.budget = settings.system_prompt, budget
+        self.context.summary_params = summary_params(settings, budget.summary_tokens)
 
     async def run_turn(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
                        run_id: str, stored: bool = False,
@@ -141,10 +145,7 @@ class Agent:
             for step in range(max_steps):
                 result.steps = step + 1
                 # Each step, with the prompt budget: a reload between steps changes both together.
-                params = SamplingParams(temperature=self.settings.temperature,
-                                        top_p=self.settings.top_p,
-                                        max_tokens=self.settings.reply_max_tokens,
-                                        tool_choice="auto" if tools else "none")
+                params = reply_params(self.settings, tools)  # [agent.sampling] chat, tool_arguments
                 # Each user's prompts share cached prefixes only with their own: by timing theirs,
                 # one user could otherwise tell what another's conversation holds.
                 prompt = await self.context.build(conversation_id, tools, caller.user, meter)
@@ -202,6 +203,7 @@ class Agent:
                         request_id: str, sink: ReplySink, meter: _TurnMeter, cache_salt: str
                         ) -> tuple[str, list[ToolCall], list[str], ModelOutput | None]:
         parser = StreamingToolParser()
+        guard = LoopGuard(self.settings.loop_repeats)
         out: ModelOutput | None = None
         await sink.typing()
         started = time.monotonic()
@@ -216,6 +218,8 @@ class Agent:
                                              time.monotonic() - started)
                         started = None
                     if parser.feed(out.delta_text):
+                        if guard.looping(parser.shown):  # ends the request: see LoopGuard
+                            break
                         await sink.draft(parser.shown)
         finally:
             # Also when cut short (/stop, /new, an error): the engine did that work, and a cap
@@ -223,6 +227,10 @@ class Agent:
             if out is not None:
                 meter.spent(out.prompt_tokens, out.completion_tokens)
         parsed = parser.finish()
+        if guard.kept is not None:  # the reply without its repeats; no call follows a loop
+            log.info("request %s: the reply repeated itself; ended after %d tokens", request_id,
+                     out.completion_tokens if out is not None else 0)
+            return guard.kept, [], [], out
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
     async def _call_tool(self, call: ToolCall, caller: Caller, untrusted: Untrusted) -> str:

@@ -47,6 +47,34 @@ STORE_SCHEMES = ("sqlite+aiosqlite", "postgresql+asyncpg")
 DEFAULT_SYSTEM_PROMPT = "You are OpenClaw, a helpful personal assistant."
 
 
+class SamplingPreset(Section):
+    """One purpose's sampling (`[agent.sampling.chat]`, `.tool_arguments`, `.summary`)."""
+
+    temperature: float = Field(0.7, ge=0)
+    """0 is greedy."""
+    top_p: float = Field(0.95, gt=0, le=1)
+    """Nucleus sampling: keep the smallest set of tokens with this total probability."""
+    repetition_penalty: float = Field(1.0, gt=0, le=2)
+    """Above 1, tokens already in the prompt or the reply become less likely: the guard against
+    a small model repeating a sentence to the token cap. 1 is off."""
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    """Lowers a token's logit by this much per time it was already generated."""
+
+
+class SamplingPresets(Section):
+    """`[agent.sampling]`: the sampling of each kind of model call."""
+
+    chat: SamplingPreset = Field(default_factory=lambda: SamplingPreset(repetition_penalty=1.1))
+    """The replies of a turn (also `[agent] temperature` and `top_p`, which set its two)."""
+    tool_arguments: SamplingPreset = Field(
+        default_factory=lambda: SamplingPreset(temperature=0.0, top_p=1.0))
+    """Inside a tool call the engine constrains: greedy, and no penalty, which would keep the
+    model from copying the user's words (a command, a path) into the arguments."""
+    summary: SamplingPreset = Field(
+        default_factory=lambda: SamplingPreset(temperature=0.0, top_p=1.0, repetition_penalty=1.1))
+    """The summaries of older turns that no longer fit the context."""
+
+
 class AgentConfig(Section):
     """`[agent]`: how one message becomes a reply."""
 
@@ -60,13 +88,33 @@ class AgentConfig(Section):
     reply_max_tokens: int = Field(512, ge=1)
     """Most tokens one model response may generate."""
     temperature: float = Field(0.7, ge=0)
-    """Sampling temperature; 0 is greedy."""
+    """Sampling temperature of replies; 0 is greedy (sampling.chat's, in short)."""
     top_p: float = Field(0.95, gt=0, le=1)
-    """Nucleus sampling: keep the smallest set of tokens with this total probability."""
+    """Nucleus sampling: keep the smallest set of tokens with this total probability
+    (sampling.chat's, in short)."""
+    sampling: SamplingPresets = Field(default_factory=SamplingPresets)
+    """Per purpose: chat, tool_arguments, summary."""
+    tool_call_threshold: float = Field(0.06, ge=0, le=1)
+    """The engine in this process: the first token of a reply chooses between calling a tool and
+    answering, a call when the model gives `<tool_call>` at least this probability (a small model
+    rarely opens it by itself; see docs/BENCHMARKS.md). 0: the model alone decides."""
+    loop_repeats: int = Field(3, ge=0)
+    """A reply that repeats the same sentence (or passage) this many times is ended there, and
+    the user gets it without the repeats. 0 is off."""
     compaction_keep_messages: int = Field(8, ge=0)
     """The most recent messages, never compacted, so the model always sees the latest turns verbatim."""
     tool_timeout_s: float = Field(60.0, gt=0)
     """Seconds a tool call may run before it is stopped and reported to the model as an error."""
+
+    @model_validator(mode="after")
+    def _chat_sampling(self) -> AgentConfig:
+        """`temperature` and `top_p` are the chat preset's: the one place they are read."""
+        chat = self.sampling.chat
+        for key in ("temperature", "top_p"):
+            if key in self.model_fields_set and key not in chat.model_fields_set:
+                object.__setattr__(chat, key, getattr(self, key))
+            object.__setattr__(self, key, getattr(chat, key))
+        return self
 
 
 class StoreConfig(Section):

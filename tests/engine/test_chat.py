@@ -190,7 +190,8 @@ def test_tools_put_schema_and_instruction_into_the_existing_system_turn(fmt):
     assert json.dumps(WEATHER_TOOL["function"]["parameters"]) in system
     assert '"name": "get_weather"' in system and "Current weather for a city" in system
     assert '<tool_call>{"name": <function-name>, "arguments":' in system
-    assert system.endswith(TOOLS_FOOTER)
+    assert TOOLS_FOOTER + "\n\nExamples:\n" in system  # then the worked examples
+    assert system.endswith("The capital of Italy is Rome.\n")
     assert text.count("<|im_start|>system") == 1
 
 
@@ -301,7 +302,10 @@ def test_only_our_own_text_is_marked_trusted():
     untrusted = [p.text for t in turns for p in t.parts if not p.trusted and p.text]
     assert untrusted[0] == "sys"
     assert json.loads(untrusted[1])["name"] == "get_weather"
-    assert untrusted[2:] == ['{"name": "f", "arguments": {}}', "out"]
+    # The worked example's name, arguments in words, and call: from the tool, so untrusted too.
+    assert untrusted[2:4] == ["get_weather", "city text"]
+    assert json.loads(untrusted[4])["name"] == "get_weather"
+    assert untrusted[5:] == ['{"name": "f", "arguments": {}}', "out"]
 
 
 def test_text_content_parts_are_joined_and_other_parts_refused():

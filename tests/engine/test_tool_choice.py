@@ -53,8 +53,9 @@ def test_named_tool_choice_forces_that_tool(random_engine):
 
 
 def test_preempted_constrained_requests_keep_their_grammar_state(random_folder, random_engine):
-    # A pool of 24 blocks of 16 for 6 requests of about 320 tokens: preemption is certain.
-    small = LLM(random_folder, kv_cache_gib=24 * 16 * 2 * 2 * 2 * 16 * 4 / 2**30,
+    # A pool of 48 blocks of 16 (one request's prompt and output fit) for 6 requests of about 420
+    # tokens: preemption is certain.
+    small = LLM(random_folder, kv_cache_gib=48 * 16 * 2 * 2 * 2 * 16 * 4 / 2**30,
                 max_model_len=1024, max_num_batched_tokens=256).engine
     params = [SamplingParams(temperature=1.0, seed=s, max_tokens=300, tool_choice="required")
               for s in range(6)]
