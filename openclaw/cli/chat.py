@@ -140,8 +140,6 @@ async def run_daemon(config: Config, terminal: type[TerminalConnector] | None) -
     else:
         term = terminal(idle=idle)
         daemon.connectors.append(term)
-        if embedded_model(config):  # what a first `make run` answers with, and what it is for
-            print(EMBEDDED_NOTE, file=sys.stderr, flush=True)
         if term.interactive:
             print("loading the model...", file=sys.stderr, flush=True)
     try:
@@ -152,6 +150,8 @@ async def run_daemon(config: Config, terminal: type[TerminalConnector] | None) -
     if term is None:
         await daemon.run_until_stopped()
         return 0
+    if embedded_model(config):  # what a first `make run` answers with, and what it is for
+        print(EMBEDDED_NOTE, file=sys.stderr, flush=True)
     if term.interactive:
         print("ready: type a message (/help for commands), Ctrl-D to quit", file=sys.stderr)
     ended = asyncio.create_task(term.done.wait())
