@@ -4,18 +4,23 @@ the connector edits one in place, before the reply elsewhere. The model never se
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 
 import pytest
 
+from connectors.terminal import TerminalConnector
+from openclaw.daemon import Daemon
 from openclaw.gateway.tool_lines import tool_line
 from openclaw.store.records import OutboundStatus
 from skills.executor import Outcome
 from tests.helpers import telegram_env
-from tests.helpers.daemon import say, started
+from tests.helpers.daemon import config, say, started
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.telegram_env import ADA
+from tests.helpers.waiting import until
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:DeprecationWarning")
 
@@ -108,3 +113,26 @@ async def test_on_telegram_the_line_shows_in_the_draft_which_becomes_the_reply(e
     assert first.params["text"].startswith(LINE)  # the draft shows the line from its start
     edits = [c.params["text"] for c in fake.calls_to("editMessageText")]
     assert all(e.startswith(LINE) for e in edits) and any(LINE + "\n\nIt is" in e for e in edits)
+
+
+async def test_on_the_terminal_the_line_streams_once_and_the_reply_follows_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # the prompts
+    screen = io.StringIO()
+    terminal = TerminalConnector(stdin=io.StringIO("what time is it?\n"), stdout=screen,
+                                 interactive=True)
+    seen: list[str] = []  # the screen as the model is asked again, after the call
+
+    def reply(messages: list[dict]) -> str:
+        seen.append(screen.getvalue())
+        return clock_then_answer(messages)
+    model = ScriptedModel(reply)
+    daemon = Daemon(config(tmp_path), model=model, connectors=[terminal])
+    await daemon.start()
+    try:
+        await until(lambda: model.prompts)
+        await until(lambda: "It is late." in screen.getvalue())
+        await daemon.gateway.wait_idle()
+    finally:
+        await daemon.stop()
+    assert seen == ["", LINE]  # shown as the call ended, before the answer
+    assert screen.getvalue() == f"{LINE}\n\nIt is late.\n"  # the draft, continued: nothing twice
