@@ -40,6 +40,7 @@ class Outcome:
     text: str  # what the model (or the admin) reads
     ok: bool
     decision: str  # one of AUDIT_DECISIONS but "interrupted", which only the audit row says
+    exit_status: int | None = None  # of the program it ran, if it ran one
 
 
 # What an audit row's decision can be: "allowed" (it ran, whatever its exit), "interrupted" (the
@@ -133,6 +134,7 @@ class Executor:
             outcome = Outcome(f"error: {name} failed: {type(exc).__name__}: {exc}", False, "allowed")
         if not outcome.ok and ctx.audit.detail is None and outcome.text.startswith("error"):
             ctx.audit.detail = outcome.text[:500]
+        outcome.exit_status = ctx.audit.exit_status
         return await self._done(principal, name, args, outcome, ctx.audit, started)
 
     async def _ask(self, approver: Approver, principal: Principal, name: str,

@@ -23,7 +23,7 @@ from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
 from sandbox.policy import Principal
 from skills import Executor
-from skills.executor import Approver, never_approve
+from skills.executor import Approver, Outcome, never_approve
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,10 @@ class ReplySink(Protocol):
     async def typing(self) -> None: ...
 
     async def draft(self, text: str) -> None: ...
+
+    async def tool_ran(self, name: str, arguments: Any, outcome: Outcome) -> None:
+        """A tool call ended (the chat may show it: [agent] show_tools); not for the model."""
+
 
 
 @dataclass
@@ -173,12 +177,14 @@ class Agent:
                         return _refused(result)
                     await sink.typing()
                     try:
-                        output = await self._call_tool(call, caller, untrusted)
+                        outcome = await self._call_tool(call, caller, untrusted)
                     except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
                         await self.context.add(conversation_id, "tool", STOPPED_CALL,
                                                tool_call_id=call.id)
                         raise
-                    await self.context.add(conversation_id, "tool", output, tool_call_id=call.id)
+                    await self.context.add(conversation_id, "tool", outcome.text,
+                                           tool_call_id=call.id)
+                    await sink.tool_ran(call.name, call.arguments, outcome)
                 # Before the next model call (or the step-limit message). The first model call
                 # needs no look: the gateway admitted the caller just before the turn.
                 if not await caller.still_allowed():
@@ -233,14 +239,14 @@ class Agent:
             return guard.kept, [], [], out
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
-    async def _call_tool(self, call: ToolCall, caller: Caller, untrusted: Untrusted) -> str:
+    async def _call_tool(self, call: ToolCall, caller: Caller, untrusted: Untrusted) -> Outcome:
         try:
             principal = caller.principal_now() if caller.principal_now else caller.principal
         except OSError as exc:  # a reload moved the role's workspace where it cannot be made
             log.error("cannot prepare the workspace of %s (see roles.*.workspace): %s",
                       caller.user, exc)
-            return (f"error: {call.name} did not run: the user's workspace is not usable right now "
-                    "(the owner has been told)")
+            return Outcome(f"error: {call.name} did not run: the user's workspace is not usable "
+                           "right now (the owner has been told)", False, "denied")
         skill = self.executor.registry.get(call.name)
         args = call.arguments if isinstance(call.arguments, dict) else {}
         approver = caller.approver
@@ -253,7 +259,7 @@ class Agent:
         if (outcome.decision == "allowed" and skill is not None
                 and (source := skill.untrusted_source(args)) is not None):
             untrusted.note(source)
-        return outcome.text
+        return outcome
 
 
 @dataclass

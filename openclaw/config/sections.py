@@ -101,6 +101,9 @@ class AgentConfig(Section):
     loop_repeats: int = Field(3, ge=0)
     """A reply that repeats the same sentence (or passage) this many times is ended there, and
     the user gets it without the repeats. 0 is off."""
+    show_tools: Literal["brief", "off", "full"] = "brief"
+    """What the chat shows of each tool call: "brief" a line ("🔧 shell: ls -la — exit 0"), "full"
+    also the arguments and the first lines of the result, "off" nothing."""
     compaction_keep_messages: int = Field(8, ge=0)
     """The most recent messages, never compacted, so the model always sees the latest turns verbatim."""
     tool_timeout_s: float = Field(60.0, gt=0)

@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from openclaw.agent import Agent, Caller, TurnResult
 from openclaw.agent.model import ModelUnavailable
@@ -22,6 +23,7 @@ from openclaw.gateway.approvals import STALE_REQUEST, Approvals
 from openclaw.gateway.contract import Connector, Folder, InboundMessage
 from openclaw.gateway.lanes import Lane, Lanes, TurnJob
 from openclaw.gateway.outbox import Outbox
+from openclaw.gateway.tool_lines import tool_line, with_tool_lines
 from openclaw.metrics import Metrics
 from openclaw.store import Store
 from openclaw.store.records import InboundEvent, InboundStatus, OutboundMessage
@@ -29,6 +31,7 @@ from sandbox.disk_budget import DiskFull, check_room
 from sandbox.grants import UnsafeGrant, open_folder, writable_folders
 from sandbox.policy import Principal
 from sandbox.to_end import run_to_end
+from skills.executor import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +44,15 @@ MODEL_AWAY = ("I cannot reach my model right now, so your message waits: I will 
 
 
 class Sink:
-    """Typing and draft updates for one chat, rate-limited so a phone app is not flooded."""
+    """Typing and draft updates for one chat, rate-limited so a phone app is not flooded; and the
+    lines that show the turn's tool calls (`show_tools`: see tool_lines), in the draft where it
+    streams, and before the reply."""
 
-    def __init__(self, connector: Connector, chat_id: str, stream: bool) -> None:
+    def __init__(self, connector: Connector, chat_id: str, stream: bool,
+                 show_tools: str = "off") -> None:
         self.connector, self.chat_id, self.stream = connector, chat_id, stream
+        self.show_tools = show_tools
+        self.tool_lines: list[str] = []
         self._last_typing = 0.0
         self.draft_text = ""
         self.paused = False  # no typing shown while the turn waits for the model
@@ -60,8 +68,18 @@ class Sink:
 
     async def draft(self, text: str) -> None:
         if self.stream and self.connector.streams_drafts:
-            self.draft_text = text
-            await self.connector.draft(self.chat_id, text)
+            self.draft_text = with_tool_lines(self.tool_lines, text)
+            await self.connector.draft(self.chat_id, self.draft_text)
+
+    async def tool_ran(self, name: str, arguments: Any, outcome: Outcome) -> None:
+        line = tool_line(self.show_tools, name, arguments, outcome)
+        if line is not None:
+            self.tool_lines.append(line)
+            await self.draft("")  # the step's text before the call gives way to the lines
+
+    def reply(self, text: str) -> str:
+        """The reply as the chat gets it: after the tool lines, as the draft it replaces shows."""
+        return with_tool_lines(self.tool_lines, text)
 
     async def keep_typing(self) -> None:
         """The typing indicator stays on while the model works (it fades after about 5 s)."""
@@ -151,7 +169,7 @@ class Turns:
         # Drafts are one per chat: in a group two users' answers could stream into the same one.
         stream = (bool(getattr(getattr(config, msg.channel, None), "stream_edits", False))
                   and not msg.is_group) or msg.channel == "terminal"
-        sink = Sink(connector, msg.chat_id, stream)
+        sink = Sink(connector, msg.chat_id, stream, config.agent.show_tools)
         started = time.monotonic()
         result = self.spending.begin(msg.user)
 
@@ -213,7 +231,7 @@ class Turns:
             self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
             self.metrics.inc("openclaw_turns_total", result="refused" if result.refused else
                              "failed" if result.failed else "answered")
-            await self._deliver(msg, event, caller, result, conversation_id)
+            await self._deliver(msg, event, caller, result, conversation_id, sink)
         finally:
             # After the send (the user does not wait for this write), and however the turn
             # ended: stopped, failed, cut by shutdown.
@@ -222,9 +240,10 @@ class Turns:
             await self.spending.end(msg.user, result, conversation_id)
 
     async def _deliver(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
-                       result: TurnResult, conversation_id: int) -> None:
+                       result: TurnResult, conversation_id: int, sink: Sink) -> None:
         """Send a turn's reply. Storing it marks the message answered, in one transaction: after
-        a crash the reply is re-sent, the turn never run twice."""
+        a crash the reply is re-sent, the turn never run twice. The tool lines go with it in the
+        outbox (sent once, with the reply), never into the conversation the model reads."""
         # Access withdrawn during the turn: the agent stopped before its next tool or model call,
         # or the answer was written meanwhile; either way they get nothing, not even a word that
         # it stopped. (One indexed SELECT for a user the store admitted; none for the config's.)
@@ -233,7 +252,7 @@ class Turns:
                      event.id, msg.user)
             await self.store.mark_inbound(event.id, InboundStatus.FAILED, "user not allowed")
         else:
-            await self.outbox.reply(msg.channel, msg.chat_id, result.text,
+            await self.outbox.reply(msg.channel, msg.chat_id, sink.reply(result.text),
                                     conversation_id=conversation_id, event=event)
 
     async def _say_model_away(self, msg: InboundMessage, exc: ModelUnavailable) -> None:

@@ -14,6 +14,7 @@ from openclaw.daemon import Daemon
 from tests.fakes.openai_api import Reply, replies
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers.daemon import config
+from tests.helpers.replies import answers
 from tests.helpers.telegram_env import ADA, Env
 from tests.helpers.waiting import until
 
@@ -52,7 +53,7 @@ async def test_a_tool_needing_approval_waits_for_approve_and_then_runs(env, tele
     assert len(fake.chats) == 1  # the turn waits, the server is not asked again meanwhile
     number = prompt.buttons[0][0]["callback_data"].removeprefix("/approve ")
     telegram.send(f"/approve {number}")
-    await until(lambda: "It is late in UTC." in telegram.texts(ADA))
+    await until(lambda: "It is late in UTC." in answers(telegram.texts(ADA)))
     assert f"Approved: clock #{number} runs now." in telegram.texts(ADA)
     call, result = fake.chats[1]["messages"][-2:]
     assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"timezone": "UTC"}

@@ -20,6 +20,7 @@ from openclaw.gateway.turn import MODEL_AWAY
 from tests.fakes.openai_api import MODEL, FakeOpenAI, Reply, count_tokens, replies
 from tests.helpers.daemon import RecordingConnector, msg, say, started
 from tests.helpers.llama3_tokenizer import tokenizer_folder
+from tests.helpers.replies import answer
 from tests.helpers.waiting import until
 
 CLOCK_CALL = ("clock", {"timezone": "UTC"})
@@ -49,7 +50,7 @@ async def test_a_two_turn_conversation_with_a_tool_call(tmp_path, fake):
     fake.reply = replies(Reply("Let me look.", tool_calls=[CLOCK_CALL]), "It is noon in UTC.",
                          then=lambda body: f"You asked: {last_user(body)}")
     daemon, conn = await started(tmp_path, None, on(fake))
-    assert await say(daemon, conn, "what time is it?") == "It is noon in UTC."
+    assert answer(await say(daemon, conn, "what time is it?")) == "It is noon in UTC."
     assert await say(daemon, conn, "and tomorrow?") == "You asked: and tomorrow?"
     first, after_tool, second = fake.chats
     # The agent's tools, offered as the server takes them; the call came back structured.
@@ -78,7 +79,7 @@ async def test_a_two_turn_conversation_with_a_tool_call(tmp_path, fake):
 async def test_a_call_the_server_returns_as_text_in_content_is_recovered_and_run(tmp_path, fake):
     fake.reply = replies('{"name": "clock", "arguments": {"timezone": "UTC"}}', "Noon.")
     daemon, conn = await started(tmp_path, None, on(fake))
-    assert await say(daemon, conn, "time?") == "Noon."
+    assert answer(await say(daemon, conn, "time?")) == "Noon."
     tool = fake.chats[1]["messages"][-1]
     assert tool["role"] == "tool" and "UTC" in tool["content"] and "error" not in tool["content"]
     await daemon.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.fakes.openai_api import Reply, replies
 from tests.helpers.daemon import say, started
+from tests.helpers.replies import answer
 
 from .test_daemon_on_a_server import on
 
@@ -48,7 +49,7 @@ async def test_refused_and_malformed_calls_beside_a_good_one_each_get_their_answ
     fake.reply = replies(Reply(tool_calls=[("clock", {"timezone": "UTC"}), ("format_disk", {}),
                                            ("clock", "not an object")]), "Done.")
     daemon, conn = await started(tmp_path, None, on(fake))
-    assert await say(daemon, conn, "do it all") == "Done."
+    assert answer(await say(daemon, conn, "do it all")) == "Done."
     assert fake.refused == []
     call, results = tool_exchange(fake.chats[1])
     assert sorted(c["id"] for c in call["tool_calls"]) == sorted(r["tool_call_id"] for r in results)

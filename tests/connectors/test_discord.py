@@ -21,6 +21,7 @@ from openclaw.daemon import Daemon
 from openclaw.gateway.contract import InboundMessage
 from openclaw.gateway.outbox import chunk_text
 from tests.fakes.discord_api import FakeDiscord, Upload
+from tests.helpers.replies import answer, answers
 from tests.helpers.scripted_model import ScriptedModel, echo, history_echo, last_user
 from tests.helpers.waiting import until
 
@@ -320,8 +321,9 @@ async def test_a_saved_file_belongs_to_the_senders_sandbox_uid_and_their_command
     daemon, _ = await daemon_with(ScriptedModel(reply), '[skills]\nenabled = ["shell"]\n')
     channel = fake.dm_channel_id(ADA)
     fake.send_dm(ADA, "add a line", files=[Upload("notes.txt", b"hello\n", "text/plain")])
-    await until(lambda: any(t.startswith("RESULT: ") for t in fake.texts(channel)), timeout=15)
-    assert fake.texts(channel)[-1].startswith("RESULT: exit status 0\nstdout:\nhello\nappended")
+    await until(lambda: any(t.startswith("RESULT: ") for t in answers(fake.texts(channel))),
+                timeout=15)
+    assert answer(fake.texts(channel)[-1]).startswith("RESULT: exit status 0\nstdout:\nhello\nappended")
     principal = daemon.config.policy().principal(f"discord:{ADA}")
     saved = principal.workspace / "notes.txt"
     assert saved.read_bytes() == b"hello\nappended\n"
@@ -663,7 +665,7 @@ async def test_a_tool_call_is_approved_with_the_slash_command(fake, daemon_with,
     await until(lambda: any("/approve" in t for t in fake.texts(channel)))
     number = int(fake.texts(channel)[-1].split("/approve ")[1].split()[0])
     fake.slash(ADA, "approve", options={"number": number})
-    await until(lambda: fake.texts(channel)[-1].startswith("RESULT: exit status 0"))
+    await until(lambda: answer(fake.texts(channel)[-1]).startswith("RESULT: exit status 0"))
     assert (daemon.config.policy().principal(f"discord:{ADA}").workspace / "proof.txt").exists()
 
 

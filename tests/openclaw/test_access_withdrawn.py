@@ -17,6 +17,7 @@ from openclaw.daemon import Daemon
 from openclaw.store import InboundStatus
 from skills.base import Skill, SkillContext
 from tests.helpers.daemon import RecordingConnector, config, msg
+from tests.helpers.replies import answers
 from tests.helpers.scripted_model import ScriptedModel
 
 USER = "4242"  # a Telegram user admitted through the store (as pairing does)
@@ -118,7 +119,7 @@ async def test_an_allowed_users_two_tool_turn_completes(tmp_path, one_step):
         await conn.handler(msg("check the time", user=USER, mid="m-allowed", channel=CHANNEL))
         await daemon.gateway.wait_idle()
         assert await ran(daemon) == [("users_command", "allowed"), ("clock", "allowed")]
-        [reply] = conn.texts(USER)
+        [reply] = answers(conn.texts(USER))
         assert reply.startswith("done: openclaw users allow: exit status 0 | ")
         assert await outcome(daemon, "m-allowed") == (InboundStatus.PROCESSED, None)
     finally:

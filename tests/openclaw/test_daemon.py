@@ -16,6 +16,7 @@ from openclaw.daemon import Daemon
 from openclaw.gateway import lanes as lanes_module
 from openclaw.store import InboundStatus, Store
 from tests.helpers.daemon import RecordingConnector, config, msg, say, started
+from tests.helpers.replies import answer
 from tests.helpers.scripted_model import ScriptedModel, history_echo, last_user
 from tests.helpers.waiting import until
 
@@ -275,7 +276,7 @@ async def test_tool_calls_good_malformed_and_unknown_go_back_to_the_model(tmp_pa
     ])
     model = ScriptedModel(lambda m: next(script))
     daemon, conn = await started(tmp_path, model)
-    assert await say(daemon, conn, "what time is it?") == "It is late."
+    assert answer(await say(daemon, conn, "what time is it?")) == "It is late."
     final_prompt = model.prompts[-1]
     tool_results = [m["content"] for m in final_prompt if m["role"] == "tool"]
     assert "UTC" in tool_results[0] and not tool_results[0].startswith("error")

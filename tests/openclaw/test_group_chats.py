@@ -9,6 +9,7 @@ import re
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.replies import answers
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.waiting import until
 
@@ -70,7 +71,8 @@ approval = ["files"]
         assert await daemon.store.list_pairing_codes() == []
 
         await conn.handler(group(f"/approve {number}", "1"))
-        await until(lambda: any(t.startswith("seen: please SECRET-A") for t in conn.texts(GROUP)))
+        await until(lambda: any(t.startswith("seen: please SECRET-A")
+                                 for t in answers(conn.texts(GROUP))))
         written = list((tmp_path / "data").rglob("a.txt"))
         assert [p.read_text() for p in written] == ["from A"] and written[0].parent.name == "telegram-1"
 

@@ -27,6 +27,7 @@ from openclaw.daemon import Daemon
 from openclaw.datadir import Holder, lock_holder
 from openclaw.gateway.contract import InboundMessage
 from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.replies import answer
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.waiting import until
 
@@ -510,8 +511,8 @@ async def test_a_reload_that_breaks_the_workspace_mid_turn_is_a_tool_error_not_a
             path, lambda: write(path, extra=f'workspace = "{blocker}/{{user}}"\n')) as (
             daemon, conn, reloaded):
         assert (await reloaded).ok
-        answer = conn.texts(ANN)[-1]
-        assert answer.startswith("done: ") and "workspace is not usable" in answer
+        reply = answer(conn.texts(ANN)[-1])
+        assert reply.startswith("done: ") and "workspace is not usable" in reply
         assert "cannot prepare the workspace of telegram:1001" in caplog.text
 
 

@@ -18,6 +18,7 @@ from openclaw.store import Reminder, ReminderStatus, Store
 from skills.builtin.reminders import REMINDERS_USAGE
 from tests.helpers.daemon import RecordingConnector, config, msg, say
 from tests.helpers.daemon import started as started_with
+from tests.helpers.replies import answer
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.waiting import eventually, until
 
@@ -58,7 +59,7 @@ async def test_a_reminder_set_in_chat_arrives_there_and_joins_the_conversation(t
     try:
         await conn.handler(msg('remind {"text": "stretch", "when": "in 1 second"}'))
         await until(lambda: reminders_sent(conn))
-        set_reply = conn.texts()[-2]
+        set_reply = answer(conn.texts()[-2])
         assert set_reply.startswith("OK: Reminder #1 set for ") and "(in 1 s): stretch" in set_reply
         assert reminders_sent(conn) == ["⏰ Reminder: stretch"]
         assert conn.sent[-1][0] == "local"  # the chat it was set from

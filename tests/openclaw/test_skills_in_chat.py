@@ -11,6 +11,7 @@ from pathlib import Path
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
 from tests.helpers.daemon import RecordingConnector, msg
+from tests.helpers.replies import answer
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.waiting import until
 
@@ -105,7 +106,7 @@ async def test_a_call_that_needs_approval_waits_for_the_users_approve(tmp_path):
         await conn.handler(said(f"/approve {number}", CAREFUL))
         await daemon.gateway.wait_idle()
         assert proof.read_text() == "approved\n"
-        assert conn.texts(CAREFUL)[-1].startswith("RESULT: exit status 0")
+        assert answer(conn.texts(CAREFUL)[-1]).startswith("RESULT: exit status 0")
         [row] = await daemon.store.list_audit()
         assert (row.user, row.skill, row.decision) == (f"telegram:{CAREFUL}", "shell", "allowed")
         assert row.exit_status == 0
@@ -157,7 +158,7 @@ async def test_instructions_in_a_tool_result_do_not_widen_the_users_role(tmp_pat
         # A role that may use shell runs it, but inside the sandbox: the host folder is untouched.
         await conn.handler(said("read my notes", DEV))
         await daemon.gateway.wait_idle()
-        assert conn.texts(DEV)[-1].startswith("RESULT: exit status 0")
+        assert answer(conn.texts(DEV)[-1]).startswith("RESULT: exit status 0")
         assert (tmp_path / "precious/keep.txt").read_text() == "keep me"
         decisions = [(r.user, r.skill, r.decision) for r in reversed(await daemon.store.list_audit())]
         plain, dev = f"telegram:{PLAIN}", f"telegram:{DEV}"

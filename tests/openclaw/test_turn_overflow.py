@@ -10,6 +10,7 @@ from typing import Any
 
 from skills.base import Skill, SkillContext
 from tests.helpers.daemon import say, started
+from tests.helpers.replies import answer
 from tests.helpers.scripted_model import ScriptedModel
 
 EXTRA = """
@@ -49,7 +50,7 @@ async def test_a_turn_whose_tool_results_outgrow_the_context_still_gets_an_answe
     model = ScriptedModel(reader)
     daemon, conn = await started(tmp_path, model, EXTRA)
     try:
-        reply = await say(daemon, conn, "compare the two documents")
+        reply = answer(await say(daemon, conn, "compare the two documents"))
         assert reply.startswith("compared: "), reply
         last = model.prompts[-1]
         assert len(model.encode_chat(last)) <= 800  # the prompt budget: 900 - 100
