@@ -201,3 +201,17 @@ async def test_a_direct_command_left_by_a_stop_is_not_run_again(tmp_path):
         assert not (workspace(daemon, DEV) / "twice.txt").exists()
     finally:
         await daemon.stop()
+
+
+async def test_stop_withdraws_a_direct_command_waiting_for_approval(tmp_path):
+    daemon, conn, model = await start(tmp_path)
+    try:
+        await conn.handler(msg("/sh echo late > late.txt", user=CAREFUL, channel="telegram"))
+        await until(lambda: any("/approve" in t for t in conn.texts(CAREFUL)))
+        number = int(re.search(r"/approve (\d+)", conn.texts(CAREFUL)[-1])[1])
+        assert await ask(daemon, conn, "/stop", CAREFUL) == "Stopped."
+        assert await ask(daemon, conn, f"/approve {number}", CAREFUL) == (
+            f"There is no request {number} waiting for you.")
+        assert not (workspace(daemon, CAREFUL) / "late.txt").exists()
+    finally:
+        await daemon.stop()
