@@ -191,6 +191,8 @@ class DiscordConnector(Connector):
             client.tree.add_command(self._numbered_command(name, description))
         client.tree.add_command(self._remind_command())
         client.tree.add_command(self._reminders_command())
+        client.tree.add_command(self._sh_command())
+        client.tree.add_command(self._run_command())
         try:
             await client.tree.sync()  # one bulk overwrite; unchanged commands cost Discord nothing
         except discord.HTTPException as exc:  # the text forms still work: not worth failing for
@@ -272,6 +274,21 @@ class DiscordConnector(Connector):
 
         return app_commands.Command(
             name="reminders", description="Your reminders in this channel; cancel: the one to cancel",
+            callback=callback)
+
+    def _sh_command(self) -> app_commands.Command:
+        async def callback(interaction: discord.Interaction, command: str) -> None:
+            await self._on_slash(interaction, f"/sh {command}")
+
+        return app_commands.Command(name="sh", description="Run a shell command yourself",
+                                    callback=callback)
+
+    def _run_command(self) -> app_commands.Command:
+        async def callback(interaction: discord.Interaction, skill: str, arguments: str = "") -> None:
+            await self._on_slash(interaction, f"/run {skill} {arguments}".rstrip())
+
+        return app_commands.Command(
+            name="run", description='Call a skill yourself; arguments: {"key": "value"} or key=value',
             callback=callback)
 
     async def _on_slash(self, interaction: discord.Interaction, text: str) -> None:

@@ -63,6 +63,8 @@ COMMANDS = [
     BotCommand("remind", "Remind you: /remind in 20 minutes stretch"),
     BotCommand("reminders", "Your reminders here; /reminders cancel N"),
     BotCommand("audit", "Your last tool calls and how they ended"),
+    BotCommand("sh", "Run a shell command yourself: /sh ls -la"),
+    BotCommand("run", "Call a skill yourself: /run SKILL key=value"),
 ]
 # Media we cannot read yet, as the agent is told about them (checked in this order).
 UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("audio", "an audio file"),

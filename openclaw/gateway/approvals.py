@@ -10,6 +10,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from openclaw.gateway.contract import approval_asked, literal_block
+from openclaw.gateway.outbox import Outbox
+from openclaw.store.records import OutboundMessage
+from sandbox.policy import Principal
 
 # Why a piece of a request to approve is not sent: its wait ended (answered, timed out, /stop, or
 # the run that asked stopped), so the number it names is void.
@@ -85,3 +88,20 @@ class Approvals:
                 future.set_result(False)
         return len(numbers)
 
+
+
+def asking_in(approvals: Approvals, outbox: Outbox, channel: str, chat_id: str):
+    """An executor's approver that asks in this chat; the answer must come from the user the call
+    acts for."""
+    async def approve(principal: Principal, skill: str, summary: str) -> bool:
+        asked: list[OutboundMessage] = []
+
+        async def send(text: str) -> None:
+            await outbox.reply(channel, chat_id, text, conversation_id=None, event=None, kept=asked)
+        try:
+            return await approvals.ask(principal.user, skill, summary, send)
+        finally:
+            # Its wait is over (answered, timed out, /stop): a piece of the request still waiting
+            # to go out (a retry, a send cut short) would name a void number.
+            await outbox.give_up(asked, STALE_REQUEST)
+    return approve

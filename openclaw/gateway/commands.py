@@ -1,5 +1,6 @@
 """Chat commands (/new, /stop, /status, /help, /start, /approve, /deny, /pairing, /remind,
-/reminders, /audit): answered by the gateway itself, never by the model."""
+/reminders, /audit, and /sh and /run, queued on the chat's lane: direct.py): answered by the
+gateway itself, never by the model."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from openclaw.gateway.access import REFUSED_HEADING, Access, refusal_line
 from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.audit import chat_lines
 from openclaw.gateway.contract import InboundMessage, literal_block
-from openclaw.gateway.lanes import Lanes, key_of
+from openclaw.gateway.direct import DIRECT_COMMANDS
+from openclaw.gateway.lanes import Lanes, TurnJob, key_of
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.turn import Spending
 from openclaw.store import Store
@@ -30,10 +32,12 @@ HELP = (
     "/reminders - your reminders in this chat; /reminders cancel N\n"
     "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
     "/audit - your last tool calls and how they ended\n"
+    "/sh COMMAND - run a shell command yourself, as my tool calls run\n"
+    "/run SKILL {json} or /run SKILL key=value ... - call a skill yourself\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/pairing", "/audit")
+            "/reminders", "/pairing", "/audit", *DIRECT_COMMANDS)
 AUDIT_SHOWN = 10  # calls /audit lists
 # The reminders skill's words for the model, said to the person who typed /remind or /reminders.
 TO_THE_PERSON = (("list shows them", "/reminders shows them"),
@@ -65,6 +69,9 @@ class Commands:
 
     async def answer(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
         """Answer `command` in its chat; storing the answer marks the message processed."""
+        if command in DIRECT_COMMANDS:  # may wait for an /approve: run in turn on the lane
+            self.lanes.put(TurnJob(msg, event))
+            return
         settle: Callable[[], None] | None = None  # an approval's answer, given once it is said
         if command == "/new":
             text = await self._new(msg)

@@ -17,6 +17,7 @@ from openclaw.gateway.access import Access
 from openclaw.gateway.approvals import STALE_REQUEST, Approvals
 from openclaw.gateway.commands import REMIND_NOT_REPEATED, Commands, command_of
 from openclaw.gateway.contract import APPROVAL_ASKED, Connector, DeliveryRefused, InboundMessage
+from openclaw.gateway.direct import DIRECT_COMMANDS, NOT_REPEATED, Direct
 from openclaw.gateway.due import Due
 from openclaw.gateway.lanes import Lane, Lanes, TurnJob
 from openclaw.gateway.outbox import Outbox
@@ -48,6 +49,7 @@ class Gateway:
         self.commands = Commands(store, agent, model, self.access, self.approvals, self.outbox,
                                  self.lanes, self.spending, on_approved=self.welcomes.wake)
         self.due = Due(store, agent, self.access, self.outbox, self.lanes)
+        self.direct = Direct(store, agent, self.access, self.approvals, self.outbox)
 
     def reconfigure(self, config: Config) -> None:
         """Serve from now on with a reloaded config (its access lists and roles; the agent was
@@ -117,7 +119,11 @@ class Gateway:
             elif command_of(msg.text) == "/remind":  # it may have been set before the stop
                 await self.outbox.reply(msg.channel, msg.chat_id, REMIND_NOT_REPEATED,
                                         conversation_id=None, event=event)
-            elif command := command_of(msg.text):  # answered as a command, not by the model
+            elif (command := command_of(msg.text)) in DIRECT_COMMANDS:  # it may have run
+                await self.outbox.reply(msg.channel, msg.chat_id,
+                                        NOT_REPEATED.format(command=command),
+                                        conversation_id=None, event=event)
+            elif command:  # answered as a command, not by the model
                 await self.commands.answer(command, msg, event)
             else:
                 self.lanes.put(TurnJob(msg, event, resumed=True))
@@ -155,7 +161,10 @@ class Gateway:
     # ---- what lanes run (lanes.Worker) --------------------------------------------------------
 
     async def run_turn(self, lane: Lane, job: TurnJob) -> None:
-        await self.turns.run(lane, job)
+        if command_of(job.message.text) in DIRECT_COMMANDS:
+            await self.direct.run(lane, job)
+        else:
+            await self.turns.run(lane, job)
 
     async def fire(self, lane: Lane, reminder: Reminder) -> bool:
         return await self.due.fire(lane, reminder)

@@ -353,8 +353,8 @@ async def test_new_and_stop_typed_as_text(fake, daemon_with):
 async def test_slash_commands_are_registered_and_answered_in_their_interaction(fake, daemon_with):
     model = ScriptedModel(history_echo)
     await daemon_with(model)
-    assert sorted(c["name"] for c in fake.commands) == ["approve", "audit", "deny", "help", "new",
-                                                        "remind", "reminders", "status", "stop"]
+    assert sorted(c["name"] for c in fake.commands) == [
+        "approve", "audit", "deny", "help", "new", "remind", "reminders", "run", "sh", "status", "stop"]
     channel = fake.dm_channel_id(ADA)
     await dm(fake, ADA, "one")
     new = fake.slash(ADA, "new")
@@ -395,6 +395,28 @@ async def test_slash_remind_sets_a_reminder_without_the_model(fake, daemon_with)
     await until(lambda: len(fake.texts(channel)) == 3)
     assert fake.texts(channel)[2] == "Cancelled reminder #1: water the plants"
     assert model.prompts == []  # the model was not asked
+
+
+async def test_slash_sh_and_run_call_skills_without_the_model(fake, daemon_with):
+    model = ScriptedModel(history_echo)
+    daemon, _ = await daemon_with(model, '[skills]\nenabled = ["clock", "shell"]')
+    run = next(c for c in fake.commands if c["name"] == "run")
+    assert [(o["name"], o["type"], o.get("required", False)) for o in run["options"]] == [
+        ("skill", 3, True), ("arguments", 3, False)]
+    channel = fake.dm_channel_id(ADA)
+    fake.slash(ADA, "sh", options={"command": "echo from discord > made.txt; cat made.txt"})
+    await until(lambda: fake.texts(channel))
+    assert "exit status 0" in fake.texts(channel)[0] and "from discord" in fake.texts(channel)[0]
+    assert (workspace(daemon, ADA) / "made.txt").read_text() == "from discord\n"
+    fake.slash(ADA, "run", options={"skill": "clock", "arguments": "timezone=Asia/Tokyo"})
+    await until(lambda: len(fake.texts(channel)) == 2)
+    assert "Asia/Tokyo" in fake.texts(channel)[1]
+    fake.slash(ADA, "run", options={"skill": "clock"})
+    await until(lambda: len(fake.texts(channel)) == 3)
+    assert [(r.skill, r.arguments) for r in reversed(await daemon.store.list_audit())] == [
+        ("shell", {"command": "echo from discord > made.txt; cat made.txt"}),
+        ("clock", {"timezone": "Asia/Tokyo"}), ("clock", {})]
+    assert model.prompts == []
 
 
 async def test_a_late_slash_command_is_answered_in_the_channel_and_its_words_not_logged(

@@ -69,7 +69,7 @@ async def test_a_dm_conversation_over_two_turns_is_remembered(env, fake):
     assert (await env.replies(ADA, 2))[1] == "you said 2 things: my name is Ada | what is my name?"
     assert (ADA, "typing") in fake.actions
     assert [c["command"] for c in fake.commands] == ["new", "stop", "status", "help", "approve", "deny",
-                                                     "remind", "reminders", "audit"]
+                                                     "remind", "reminders", "audit", "sh", "run"]
     assert all(c["description"] for c in fake.commands)
 
 
@@ -114,6 +114,18 @@ async def test_in_a_group_only_messages_addressed_to_the_bot_are_answered(env, f
     assert "/new" in (await env.replies(GROUP, 3))[2]
     assert [last_user(p) for p in model.prompts] == ["what is 2+2?", "and 3+3?"]
     assert fake.texts(BOB) == []
+
+
+async def test_sh_in_a_group_runs_the_senders_command_and_shows_its_output_literally(env, fake):
+    model = ScriptedModel(echo)
+    daemon = await env.start(model, '[skills]\nenabled = ["shell"]')
+    fake.send(f"/sh@{fake.username} echo '<b>*not bold*</b>'", chat=GROUP)
+    [reply] = await env.replies(GROUP, 1)
+    assert "exit status 0" in reply and "<b>*not bold*</b>" in reply  # as printed, not formatted
+    [row] = await daemon.store.list_audit()
+    assert (row.user, row.skill, row.arguments) == (
+        f"telegram:{ADA}", "shell", {"command": "echo '<b>*not bold*</b>'"})
+    assert model.prompts == []
 
 
 FORUM, TOPIC = -1009876543210, 42  # a supergroup with topics, and one of its topics
