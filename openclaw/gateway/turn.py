@@ -19,14 +19,14 @@ from openclaw.agent import Agent, Caller, TurnResult
 from openclaw.agent.model import ModelUnavailable
 from openclaw.agent.resume import take_up
 from openclaw.gateway.access import Access
-from openclaw.gateway.approvals import STALE_REQUEST, Approvals
+from openclaw.gateway.approvals import Approvals, asking_in
 from openclaw.gateway.contract import Connector, Folder, InboundMessage
 from openclaw.gateway.lanes import Lane, Lanes, TurnJob
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.tool_lines import tool_line, with_tool_lines
 from openclaw.metrics import Metrics
 from openclaw.store import Store
-from openclaw.store.records import InboundEvent, InboundStatus, OutboundMessage
+from openclaw.store.records import InboundEvent, InboundStatus
 from sandbox.disk_budget import DiskFull, check_room
 from sandbox.grants import UnsafeGrant, open_folder, writable_folders
 from sandbox.policy import Principal
@@ -162,7 +162,8 @@ class Turns:
             return
         if await self._out_of_tokens(principal, msg, event):
             return
-        caller = Caller(principal, msg.chat_id, approver=self._approver(msg),
+        approver = asking_in(self.approvals, self.outbox, msg.channel, msg.chat_id)
+        caller = Caller(principal, msg.chat_id, approver=approver,
                         still_allowed=functools.partial(self.access.still_allowed, msg.user),
                         principal_now=functools.partial(self.access.principal, msg.user),
                         has_tokens=functools.partial(self._has_tokens, msg.user))
@@ -291,22 +292,6 @@ class Turns:
                      f"config, then {self.access.apply_edit}.")
         await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None, event=event)
         return True
-
-    def _approver(self, msg: InboundMessage):
-        """Asks in this chat; the answer must come from this user (see Approvals)."""
-        async def approve(principal: Principal, skill: str, summary: str) -> bool:
-            asked: list[OutboundMessage] = []
-
-            async def send(text: str) -> None:
-                await self.outbox.reply(msg.channel, msg.chat_id, text, conversation_id=None,
-                                        event=None, kept=asked)
-            try:
-                return await self.approvals.ask(principal.user, skill, summary, send)
-            finally:
-                # Its wait is over (answered, timed out, /stop): a piece of the request still
-                # waiting to go out (a retry, a send cut short) would name a void number.
-                await self.outbox.give_up(asked, STALE_REQUEST)
-        return approve
 
     async def _attachments_note(self, connector: Connector, refs: list[str],
                                 principal: Principal) -> str:
