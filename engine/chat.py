@@ -180,10 +180,16 @@ def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(props, dict):
         return {}
     args: dict[str, Any] = {}
-    for name in schema.get("required") or []:
+    required = schema.get("required")
+    for name in required if isinstance(required, list) else []:
+        if not isinstance(name, str):
+            continue
         prop = props.get(name) if isinstance(props.get(name), dict) else {}
         kind = prop.get("type")
-        if prop.get("enum"):
+        if isinstance(kind, list):  # ["string", "null"]: the first type that is not null
+            kind = next((k for k in kind if k != "null"), None)
+        kind = kind if isinstance(kind, str) else None
+        if isinstance(prop.get("enum"), list) and prop["enum"]:
             args[name] = prop["enum"][0]
         elif kind in (None, "string") and (m := _E_G.search(str(prop.get("description", "")))):
             args[name] = m.group(1).strip().split(" or ")[0]

@@ -10,8 +10,8 @@ import asyncio
 import json
 import shlex
 import sys
-from typing import Any
 
+from engine.chat import example_arguments
 from openclaw.config import CHANNELS, Config, default_config_path, load_config
 from openclaw.gateway import access
 from openclaw.skillset import configured_skills, executor_for
@@ -81,25 +81,6 @@ def cmd_skills_show(args: argparse.Namespace) -> int:
           f"\nexample:\n  openclaw skills run {shlex.quote(args.name)} --as USER --args "
           f"{shlex.quote(example)}")
     return 0
-
-
-def example_arguments(schema: dict[str, Any]) -> dict[str, Any]:
-    """Arguments that show the shape a call takes: each required property with its first enum
-    value, its default, or a placeholder of its type (a text is its name in capitals: "PATH")."""
-    properties = schema.get("properties", {})
-    return {name: _example_value(name, properties.get(name, {}))
-            for name in schema.get("required", [])}
-
-
-def _example_value(name: str, prop: dict[str, Any]) -> Any:
-    if prop.get("enum"):
-        return prop["enum"][0]
-    if "default" in prop:
-        return prop["default"]
-    kind = prop.get("type")
-    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
-    placeholders = {"integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}
-    return placeholders.get(kind, name.upper())
 
 
 def cmd_skills_run(args: argparse.Namespace) -> int:
