@@ -112,7 +112,7 @@ def console_connector(path: Path, daemon: Daemon) -> ConsoleSocketConnector:
                                   attached=lambda: daemon.gateway.outbox.retry_now("terminal", "local"))
 
 
-EMBEDDED_NOTE = ("model: the embedded SmolLM2-135M-Instruct, a 135M demo that rarely calls tools; "
+EMBEDDED_NOTE = ("model: the embedded SmolLM2-135M-Instruct, a 135M demo, weak at tools and facts; "
                  "for real use set [engine] model (see docs/models.md)")
 
 
