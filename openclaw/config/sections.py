@@ -64,8 +64,11 @@ class SamplingPreset(Section):
 class SamplingPresets(Section):
     """`[agent.sampling]`: the sampling of each kind of model call."""
 
-    chat: SamplingPreset = Field(default_factory=lambda: SamplingPreset(repetition_penalty=1.1))
-    """The replies of a turn (also `[agent] temperature` and `top_p`, which set its two)."""
+    chat: SamplingPreset = Field(default_factory=lambda: SamplingPreset(
+        temperature=0.0, top_p=1.0, repetition_penalty=1.1))
+    """The replies of a turn (also `[agent] temperature` and `top_p`, which set its two). Greedy by
+    default: sampled at 0.7, the embedded model copies the tool prompt's worked examples after its
+    answer ("Example: User: ..."), and the agent eval is measured greedy."""
     tool_arguments: SamplingPreset = Field(
         default_factory=lambda: SamplingPreset(temperature=0.0, top_p=1.0))
     """Inside a tool call the engine constrains: greedy, and no penalty, which would keep the
@@ -87,9 +90,9 @@ class AgentConfig(Section):
     compacted into a summary."""
     reply_max_tokens: int = Field(512, ge=1)
     """Most tokens one model response may generate."""
-    temperature: float = Field(0.7, ge=0)
+    temperature: float = Field(0.0, ge=0)
     """Sampling temperature of replies; 0 is greedy (sampling.chat's, in short)."""
-    top_p: float = Field(0.95, gt=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1)
     """Nucleus sampling: keep the smallest set of tokens with this total probability
     (sampling.chat's, in short)."""
     sampling: SamplingPresets = Field(default_factory=SamplingPresets)
