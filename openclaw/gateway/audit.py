@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from openclaw.gateway.contract import literal_block
+from openclaw.gateway.tool_lines import cut
 from openclaw.store.records import AuditEntry
 from skills.base import visible
 
@@ -29,10 +30,6 @@ def parse_since(text: str, now: datetime) -> datetime:
         raise ValueError(f"{text!r} is neither a span (30m, 12h, 7d, 2w) nor a date "
                          "(2026-12-01, 2026-12-01T08:00)") from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def arguments_text(arguments: Any) -> str:

@@ -27,13 +27,13 @@ def tool_line(mode: str, name: str, arguments: Any, outcome: Outcome) -> str | N
     if mode == "off":
         return None
     summary = _summary(arguments)
-    line = f"🔧 {_cut(visible(name), 40)}{': ' + summary if summary else ''} — {_ending(outcome)}"
+    line = f"🔧 {cut(visible(name), 40)}{': ' + summary if summary else ''} — {_ending(outcome)}"
     if mode != "full":
         return line
     shown = json.dumps(arguments, ensure_ascii=False)
     result = outcome.text.splitlines()
-    detail = [_cut(visible(shown), FULL_ARGUMENT_CHARS)]
-    detail += [_cut(visible(r), FULL_LINE_CHARS) for r in result[:FULL_RESULT_LINES]]
+    detail = [cut(visible(shown), FULL_ARGUMENT_CHARS)]
+    detail += [cut(visible(r), FULL_LINE_CHARS) for r in result[:FULL_RESULT_LINES]]
     if len(result) > FULL_RESULT_LINES:
         detail.append(f"[{len(result) - FULL_RESULT_LINES} more lines]")
     return line + "\n" + literal_block("\n".join(detail))
@@ -57,7 +57,7 @@ def _summary(arguments: Any) -> str:
                             for k, v in arguments.items())
     else:
         text = json.dumps(arguments, ensure_ascii=False)
-    return _cut(visible(re.sub(r"\s+", " ", text).strip()), SUMMARY_CHARS)
+    return cut(visible(re.sub(r"\s+", " ", text).strip()), SUMMARY_CHARS)
 
 
 def _ending(outcome: Outcome) -> str:
@@ -68,5 +68,6 @@ def _ending(outcome: Outcome) -> str:
     return "ok" if outcome.ok else "error"
 
 
-def _cut(text: str, limit: int) -> str:
+def cut(text: str, limit: int) -> str:
+    """`text` at most `limit` characters, an ellipsis where it was cut."""
     return text if len(text) <= limit else text[:limit - 1] + "…"
