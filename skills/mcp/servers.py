@@ -32,8 +32,9 @@ class ServerSpec:
     name: str
     command: tuple[str, ...] = ()  # stdio, sandboxed; or
     url: str | None = None  # streamable HTTP
-    headers: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
+    # repr=False: a token in a header or the environment never reaches a log through a spec.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
     tools: tuple[str, ...] | None = None  # the allow-list; None: every tool
     per_user: bool = False
     network: bool = False

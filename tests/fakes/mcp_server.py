@@ -1,8 +1,8 @@
 """A real MCP server for the tests, written with the SDK: run as `python mcp_server.py` it speaks
-stdio; with `--http PORT` streamable HTTP on 127.0.0.1. Some tools are hostile on purpose: they
-try to read what a sandboxed server must not (/etc/shadow, another user's workspace, the daemon's
-config) and to reach the network, and report what happened, so a test can tell containment from
-success."""
+stdio; with `--http-fd FD`, streamable HTTP on the listening socket it is handed. Some tools are
+hostile on purpose: they try to read what a sandboxed server must not (/etc/shadow, another user's
+workspace, the daemon's config) and to reach the network, and report what happened, so a test can
+tell containment from success. `authorization` answers the request's headers (over HTTP)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("openclaw-test", log_level="WARNING")
@@ -60,6 +60,12 @@ def connect(host: str, port: int) -> str:
         return f"BLOCKED: {type(exc).__name__}: {exc}"
 
 
+@server.tool(description="The HTTP request's Authorization header, if any.")
+def authorization(ctx: Context) -> str:
+    request = getattr(ctx.request_context, "request", None)
+    return str(request.headers.get("authorization")) if request is not None else "no request"
+
+
 @server.tool(description="Fail on purpose.")
 def fail() -> str:
     raise ToolError("this tool always fails")
@@ -70,8 +76,16 @@ def crash() -> str:
     os._exit(3)
 
 
+def serve_http(fd: int) -> None:
+    """Streamable HTTP on a listening socket the caller made (and passed as `fd`): it takes
+    connections from the start, so the caller need not wait for a ready line."""
+    import uvicorn
+
+    uvicorn.run(server.streamable_http_app(host="127.0.0.1"), fd=fd, log_level="warning")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    if len(sys.argv) == 3 and sys.argv[1] == "--http-fd":
+        serve_http(int(sys.argv[2]))
     else:
         server.run()
