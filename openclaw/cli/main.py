@@ -15,6 +15,7 @@ from pathlib import Path
 
 from openclaw import __version__
 from openclaw.cli import audit, chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
+from openclaw.cli import mcp as mcp_commands
 from openclaw.cli.chat import run_daemon
 from openclaw.cli.common import with_later_problems
 from openclaw.config import (
@@ -31,7 +32,7 @@ from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
 COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, audit,
-                  service)
+                  service, mcp_commands)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Commands that may create files in data_dir (the lock, the database, workspaces, the console).
-WRITES_DATA_DIR = frozenset({"run", "chat", "db", "pairing", "users", "skills", "reminders"})
+WRITES_DATA_DIR = frozenset({"run", "chat", "db", "pairing", "users", "skills", "reminders", "mcp"})
 
 
 def _not_as_root(args: argparse.Namespace, argv: list[str]) -> str | None:

@@ -378,3 +378,32 @@ class ReminderRow(Base):
     fired_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class McpServerRow(Base):
+    """An MCP server whose tool list was seen (skills/mcp/trust.py): a row here means its first
+    list is pinned, so a later tool is new, not a first sight."""
+
+    __tablename__ = "mcp_servers"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    trusted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class McpToolRow(Base):
+    """One tool of an MCP server: the fingerprint the admin trusts (`pinned`) and the one last
+    listed (`seen`, None once the server stopped listing it), with a cleaned preview of its
+    description for `openclaw mcp list`."""
+
+    __tablename__ = "mcp_tools"
+    __table_args__ = (UniqueConstraint("server_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    server_id: Mapped[int] = mapped_column(Id, ForeignKey("mcp_servers.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    pinned: Mapped[str | None] = mapped_column(String(80))
+    seen: Mapped[str | None] = mapped_column(String(80))
+    note: Mapped[str | None] = mapped_column(FreeText)

@@ -221,8 +221,8 @@ async def review(server: str, tools: Sequence[Any], pins: PinStore,
         else:
             current[cleaned.name] = cleaned
     seen = {name: t.fingerprint for name, t in current.items()}
-    await pins.saw(server, seen, {name: preview(t.description, 200) for name, t in current.items()})
     trusted = await pins.get(server)
+    await pins.saw(server, seen, {name: preview(t.description, 200) for name, t in current.items()})
     if trusted is None:
         await pins.put(server, seen)
         result.first_sight = True
