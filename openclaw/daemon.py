@@ -28,8 +28,9 @@ from openclaw.health import ConnectorWatch, enabled_connectors
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
-from openclaw.skillset import configured_skills, executor_for
+from openclaw.skillset import add_mcp_tools, configured_skills, executor_for, mcp_for
 from openclaw.store import Store
+from openclaw.store.mcp_pins import McpPins
 from openclaw.store.retention import Retention, RetentionTask
 from sandbox import cgroups
 from skills import SkillRegistry
@@ -37,6 +38,7 @@ from skills.executor import AuditSink
 
 if TYPE_CHECKING:
     from openclaw.serve import APIServer
+    from skills.mcp.servers import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ class Daemon:
         self.admin: AdminServer | None = None
         self.api: APIServer | None = None  # the OpenAI-compatible API, with [serve] enabled
         self.reminders: Reminders | None = None
+        self.mcp: McpServers | None = None  # [mcp.servers.*], their tools in the skills
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._loop_lag: asyncio.Task | None = None
@@ -113,6 +116,7 @@ class Daemon:
         for line in skills.skipped:  # a broken SKILL.md, or one whose program is missing: left out
             log.warning("skill %s", line)
         self.store = await Store.open(cfg.store.url)
+        self.mcp = await mcp_for(cfg, skills, McpPins(self.store))
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
             # /healthz answers "starting" while it loads
             self.admin = await self._start_admin()
@@ -293,6 +297,8 @@ class Daemon:
                 raise ConfigError(loaded.source, [
                     f"{p}; the daemon would not start with it" for p in problems])
             skills = configured_skills(config)
+            if self.mcp is not None:  # [mcp] waits for a restart: the tools found at the start
+                add_mcp_tools(skills, self.mcp)
             for line in skills.skipped:
                 log.warning("skill %s", line)
             executor = executor_for(config, skills, self._audit(skills), self.reminders)
@@ -359,6 +365,8 @@ class Daemon:
             await self.api.stop()
         if self.model is not None and self._owns_model:
             await self.model.close()
+        if self.mcp is not None:  # after the drain: no call of a turn is left
+            await self.mcp.close()
         if self.store:
             await self.store.close()
         # Only now: without a handler SIGHUP ends the process, mid-drain.

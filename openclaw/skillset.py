@@ -4,10 +4,11 @@ runs each call through the policy, the sandbox and the audit log. Shared by the 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Any
 
 from openclaw.config import Config, ConfigError, model_file_problems
@@ -112,13 +113,43 @@ def mcp_servers(config: Config, pins: PinStore) -> McpServers:
         str(section.bwrap_path) if section.bwrap_path else None, section.allow_unsandboxed))
 
 
-async def add_mcp_tools(registry: SkillRegistry, servers: McpServers, *, discover: bool = True) -> None:
-    """Put the servers' tools in `registry` as SERVER.TOOL: each server started once to list them
-    (`discover`), or as an earlier discovery found them (a reload)."""
+async def mcp_for(config: Config, registry: SkillRegistry, pins: PinStore) -> McpServers | None:
+    """The configured MCP servers, their tools found and added to `registry`; None without any."""
+    if not config.mcp.servers:
+        return None
+    servers = mcp_servers(config, pins)
+    await servers.discover_all()  # each started once to list its tools, then stopped
+    add_mcp_tools(registry, servers)
+    return servers
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(config: Config, registry: SkillRegistry) -> AsyncIterator[McpServers | None]:
+    """For a command outside the daemon (doctor, skills list): the servers' tools added to
+    `registry`, reviewed against the store's pins as the daemon would; stopped when it ends."""
+    from openclaw.store import Store
+    from openclaw.store.mcp_pins import McpPins
+
+    if not config.mcp.servers:
+        yield None
+        return
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the owner's alone
+    store = await Store.open(config.store.url)
+    try:
+        servers = await mcp_for(config, registry, McpPins(store))
+        try:
+            yield servers
+        finally:
+            if servers is not None:
+                await servers.close()
+    finally:
+        await store.close()
+
+
+def add_mcp_tools(registry: SkillRegistry, servers: McpServers) -> None:
+    """Put the servers' tools, as their discovery found them, in `registry` as SERVER.TOOL."""
     from skills.mcp.skill import add_tools
 
-    if discover:
-        await servers.discover_all()
     add_tools(registry, servers)
 
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from openclaw.channels import configured_connectors, disabled_with_token
 from openclaw.cli.common import with_later_problems
+from openclaw.cli.doctor_mcp import check_mcp_servers
 from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import lock_holder
 
@@ -51,6 +52,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks += _check_admin_port(config)
     checks.append(_check_skills(config))
     checks += _check_skipped_skills(config)
+    checks += check_mcp_servers(config)
     checks.append(_check_sandbox(config))
     checks.append(_check_disk_reserve(config))
     checks += _check_sandbox_network(config)

@@ -14,8 +14,9 @@ import sys
 from engine.chat import example_arguments
 from openclaw.config import CHANNELS, Config, default_config_path, load_config
 from openclaw.gateway import access
-from openclaw.skillset import configured_skills, executor_for
+from openclaw.skillset import configured_skills, executor_for, mcp_for, mcp_session
 from openclaw.store.records import UserStatus, parse_user_key
+from sandbox.policy import mcp_server_of
 from skills import SkillRegistry
 from skills.executor import ApprovalUnavailable
 from skills.registry import installed_names
@@ -45,7 +46,7 @@ def add_commands(sub, common_sub) -> None:
 
 def cmd_skills_list(args: argparse.Namespace) -> int:
     config = load_config(args.config, tokens=False)
-    registry = configured_skills(config, secrets=False)  # listed, never run
+    registry = with_mcp_tools(config, configured_skills(config, secrets=False))  # listed, never run
     policy = config.policy()
     for name in registry.names:
         skill = registry.get(name)
@@ -55,14 +56,29 @@ def cmd_skills_list(args: argparse.Namespace) -> int:
               f"  permissions: {', '.join(sorted(skill.permissions)) or 'none'}\n"
               f"  roles: {', '.join(roles) or 'none'}"
               + (f" (approval needed: {', '.join(approval)})" if approval else ""))
+    for line in (line for line in registry.skipped if line.startswith("mcp:")):
+        print(line)
     if not registry.names:
         print("no skills enabled; add them to [skills] enabled")
     return 0
 
 
+def with_mcp_tools(config: Config, registry: SkillRegistry) -> SkillRegistry:
+    """`registry` with the MCP servers' tools: each server started once to list them."""
+    async def look() -> None:
+        async with mcp_session(config, registry):
+            pass
+
+    if config.mcp.servers:
+        asyncio.run(look())
+    return registry
+
+
 def cmd_skills_show(args: argparse.Namespace) -> int:
     config = load_config(args.config, tokens=False)
     registry = configured_skills(config, secrets=False)
+    if mcp_server_of(args.name):
+        registry = with_mcp_tools(config, registry)
     skill = registry.get(args.name)
     if skill is None:
         refusal = _cannot_run(config, registry, args.name, {}, "") or (
@@ -119,6 +135,7 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
     async def run():
         from openclaw.reminders import Reminders
         from openclaw.store import Store
+        from openclaw.store.mcp_pins import McpPins
 
         store = await Store.open(config.store.url)
         try:
@@ -136,8 +153,15 @@ def cmd_skills_run(args: argparse.Namespace) -> int:
             principal = policy.principal(user, access.role_of(config, user, known, policy.roles))
             # A reminder added here is delivered by the running daemon, which polls every minute.
             executor = executor_for(config, registry, store.add_audit, Reminders(store))
-            return principal, await executor.call(args.name, arguments, principal,
-                                                  chat_id=chat_id, approver=approve)
+            # An MCP tool: its server started here (its tools listed and reviewed, as the daemon's).
+            mcp = mcp_server_of(args.name) and principal.may_use(args.name)
+            servers = await mcp_for(config, registry, McpPins(store)) if mcp else None
+            try:
+                return principal, await executor.call(args.name, arguments, principal,
+                                                      chat_id=chat_id, approver=approve)
+            finally:
+                if servers is not None:
+                    await servers.close()
         finally:
             await store.close()
 

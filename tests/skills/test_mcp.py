@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,22 +14,15 @@ import pytest
 import pytest_asyncio
 
 from openclaw.config import load_config
-from openclaw.skillset import add_mcp_tools, configured_skills, executor_for, mcp_servers
+from openclaw.skillset import configured_skills, executor_for, mcp_for
 from openclaw.store import Store
 from sandbox.bwrap import isolation_available
 from sandbox.policy import sandbox_uid
+from tests.helpers.mcp import MemoryPins, stdio_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-FAKE = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
-# What the server's own program needs, bound read-only: the interpreter's install, our venv, the
-# fake's folder. The sandbox binds /usr and the like; these live elsewhere here.
-PROGRAM = [Path(sys.base_prefix), Path(sys.prefix), FAKE.parent]
-
-
 def config_text(root: Path) -> str:
-    read_only = ", ".join(f'"{p}"' for p in PROGRAM)
-    command = f'["{sys.executable}", "{FAKE}"]'
     return f"""
 data_dir = "{root}/data"
 [access.roles]
@@ -44,35 +36,8 @@ skills = ["clock"]
 skills = ["mcp:t"]
 approval = ["mcp:t"]
 approval_timeout_s = 5
-[mcp.servers.t]
-command = {command}
-read_only = [{read_only}]
-per_user = true
-roles = ["dev"]
-backoff_s = 0.2
-[mcp.servers.shared]
-command = {command}
-read_only = [{read_only}]
-roles = ["dev"]
-tools = ["echo", "whoami", "read"]
-idle_s = 0.5
-"""
-
-
-class Pins:
-    """The pin store a daemon gives (here in memory): every list is at first sight."""
-
-    def __init__(self) -> None:
-        self.pins: dict[str, dict[str, str]] = {}
-
-    async def get(self, server):
-        return self.pins.get(server)
-
-    async def put(self, server, pins):
-        self.pins[server] = pins
-
-    async def saw(self, server, seen, notes):
-        pass
+""" + stdio_server("t", 'per_user = true\nroles = ["dev"]\nbackoff_s = 0.2\n') + stdio_server(
+        "shared", 'roles = ["dev"]\ntools = ["echo", "whoami", "read"]\nidle_s = 0.5\n')
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -87,8 +52,7 @@ async def mcp():
     config.data_dir.mkdir(mode=0o700)
     store = await Store.open(config.store.url)
     registry = configured_skills(config)
-    servers = mcp_servers(config, Pins())
-    await add_mcp_tools(registry, servers)
+    servers = await mcp_for(config, registry, MemoryPins())
     executor = executor_for(config, registry, store.add_audit)
     policy = config.policy()
 

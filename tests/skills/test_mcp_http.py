@@ -7,28 +7,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from openclaw.config import ConfigError, load_config
-from openclaw.skillset import add_mcp_tools, configured_skills, executor_for, mcp_servers
-
-FAKE = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
-
-
-class Pins:
-    def __init__(self) -> None:
-        self.pins: dict[str, dict[str, str]] = {}
-
-    async def get(self, server):
-        return self.pins.get(server)
-
-    async def put(self, server, pins):
-        self.pins[server] = pins
-
-    async def saw(self, server, seen, notes):
-        pass
+from openclaw.skillset import configured_skills, executor_for, mcp_for, mcp_servers
+from tests.helpers.mcp import FAKE, MemoryPins
 
 
 @pytest.fixture
@@ -53,9 +37,8 @@ async def test_a_streamable_http_server_is_called_with_its_header_from_the_envir
                            'headers = { Authorization = "env:M27_SEARCH_TOKEN" }\n')
     config = load_config(config_file)
     registry = configured_skills(config)
-    servers = mcp_servers(config, Pins())
+    servers = await mcp_for(config, registry, MemoryPins())
     try:
-        await add_mcp_tools(registry, servers)
         assert "web.echo" in registry.names and "network" in registry.get("web.echo").permissions
         executor = executor_for(config, registry, None)
         principal = config.policy().principal("telegram:1")
@@ -92,7 +75,7 @@ def test_an_unset_header_variable_names_the_header_and_never_a_value(tmp_path, m
                            'url = "http://127.0.0.1:1/mcp"\n'
                            'headers = { Authorization = "env:M27_UNSET_TOKEN" }\n')
     with pytest.raises(ConfigError) as caught:
-        mcp_servers(load_config(config_file), Pins())
+        mcp_servers(load_config(config_file), MemoryPins())
     assert "mcp.servers.web.headers.Authorization: environment variable M27_UNSET_TOKEN is not set" \
         in str(caught.value)
 
