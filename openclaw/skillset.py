@@ -109,8 +109,8 @@ def mcp_servers(config: Config, pins: PinStore) -> McpServers:
     from skills.mcp.servers import McpServers, Sandboxing
 
     section = config.sandbox
-    return McpServers(specs, pins, Sandboxing(
-        str(section.bwrap_path) if section.bwrap_path else None, section.allow_unsandboxed))
+    bwrap, slirp = (str(path) if path else None for path in (section.bwrap_path, section.slirp4netns_path))
+    return McpServers(specs, pins, Sandboxing(bwrap, section.allow_unsandboxed, slirp))
 
 
 async def mcp_for(config: Config, registry: SkillRegistry, pins: PinStore) -> McpServers | None:

@@ -103,10 +103,13 @@ def missing(slirp4netns_path: str | None = None) -> str | None:
 class Link:
     """One sandbox's network, from before bwrap starts until the command has ended. Hand
     `bwrap_args`, `pass_fds`, `stdin` and the `shell` command line to bwrap, call `spawned` once it
-    runs, then `connect`; leaving the `async with` block stops every process it started."""
+    runs, then `connect`; leaving the `async with` block stops every process it started.
+    `own_stdin`: the program keeps the stdin it was started with (a service's pipe, sandbox.service)
+    and its first line is the gate, which the caller writes once `connect` returned True."""
 
-    def __init__(self, slirp4netns: str) -> None:
+    def __init__(self, slirp4netns: str, *, own_stdin: bool = False) -> None:
         self.slirp4netns = slirp4netns
+        self.own_stdin = own_stdin
         self._fds: list[int] = []
         self._info_r, self._info_w = self._pipe(polled=True)
         self._gate_r, self._gate_w = self._pipe()
@@ -146,9 +149,12 @@ class Link:
         descriptors 0 to 9, and a daemon's pipes have higher numbers.)"""
         return self._gate_r
 
-    @staticmethod
-    def shell(command: str) -> list[str]:
-        """`/bin/sh -c command` once a line has come through the gate, with /dev/null for stdin."""
+    def shell(self, command: str) -> list[str]:
+        """`/bin/sh -c command` once a line has come through the gate, with /dev/null for stdin
+        (or, `own_stdin`, the rest of the stdin whose first line was the gate: dash's `read` takes
+        a pipe one byte at a time, so it takes no more than that line)."""
+        if self.own_stdin:
+            return ["/bin/sh", "-c", 'read -r _ && exec /bin/sh -c "$1"', "sh", command]
         return ["/bin/sh", "-c", 'read -r _ && exec /bin/sh -c "$1" </dev/null', "sh", command]
 
     def spawned(self) -> None:
@@ -176,7 +182,8 @@ class Link:
                 f"left of the command's wall-clock limit{self._errors()}",
                 hint="a longer `wall_seconds` on the role leaves the setup more time") from None
         try:
-            os.write(self._gate_w, b"go\n")
+            if not self.own_stdin:  # else the caller opens the gate on the program's stdin
+                os.write(self._gate_w, b"go\n")
         except BrokenPipeError:
             return False  # it has just exited
         finally:

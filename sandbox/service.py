@@ -4,9 +4,9 @@ command (sandbox.runner), but no wall-clock limit and pipes both ways. Its stder
 the caller reads when it must say why the program ended.
 
 The CPU-time rlimit counts over the program's whole life: one that uses up the role's cpu_seconds
-is stopped by the kernel like a command, and its owner restarts it. A program granted network is
-refused for now: the network's start-up gate (sandbox.network) holds the sandbox's stdin, which a
-service needs for its own messages."""
+is stopped by the kernel like a command, and its owner restarts it. A program granted network
+gets it as a command does (sandbox.network), and starts once it is up: the start-up gate is the
+first line of its own stdin here, written before anything else is."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from typing import IO
 
-from sandbox import cgroups, process, seccomp
+from sandbox import cgroups, network, process, seccomp
 from sandbox.bwrap import (
     FIX_HINT,
     SANDBOX_PATH,
@@ -70,17 +70,19 @@ class Service:
 
 async def start_service(argv: list[str], scope: Scope, limits: Limits, *,
                         bwrap_path: str | None = None, allow_unsandboxed: bool = False,
-                        env: dict[str, str] | None = None) -> Service:
+                        env: dict[str, str] | None = None,
+                        slirp4netns_path: str | None = None) -> Service:
     """Start `argv` in the sandbox of `scope` with `limits` (wall_seconds unused), its working
     directory /workspace; SandboxUnavailable when it cannot run as configured."""
     ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
     if not ok and not allow_unsandboxed:
         raise SandboxUnavailable(f"cannot run sandboxed programs: {why}. {FIX_HINT}")
-    if scope.network and ok:
-        raise SandboxUnavailable("a sandboxed stdio program with network is not supported yet; "
-                                 "set network = false, or serve it over streamable HTTP")
+    linked = ok and scope.network
+    if linked and (lacking := network.missing(slirp4netns_path)):
+        raise SandboxUnavailable(f"cannot run programs with network: {lacking}. {network.INSTALL_HINT}")
     stack = contextlib.AsyncExitStack()
     stderr = tempfile.TemporaryFile()
+    proc = None
     try:
         grants = stack.enter_context(await run_to_end(asyncio.to_thread(open_grants, scope),
                                                       lambda g: g.close()))
@@ -98,16 +100,29 @@ async def start_service(argv: list[str], scope: Scope, limits: Limits, *,
             preexec_fn=functools.partial(process.set_rlimits, limits, nproc,
                                          group and group.procs_path))
         command = "exec " + shlex.join(argv)
+        link = await stack.enter_async_context(network.Link(
+            network.locate(slirp4netns_path), own_stdin=True)) if linked else None
         if ok:
             bwrap = bwrap_path or shutil.which("bwrap") or "bwrap"
             with seccomp.program_fd() as filter_fd:
-                full = bwrap_argv(bwrap, command, scope, clean_env, filter_fd, None, limits, grants)
-                proc = await process.start(spawn(*full, pass_fds=filter_fds(filter_fd) + bound_fds(full)))
+                full = bwrap_argv(bwrap, command, scope, clean_env, filter_fd, link, limits, grants)
+                fds = filter_fds(filter_fd) + (link.pass_fds if link else ()) + bound_fds(full)
+                proc = await process.start(spawn(*full, pass_fds=fds))
         else:
             proc = await process.start(spawn(*command_prefix(scope.uid), "/bin/sh", "-c", command,
                                              cwd=scope.workspace))
-    except BaseException:
+        if link is not None:
+            link.spawned()
+            # False: bwrap failed in its setup, and its stderr says why when the caller reads it.
+            if await link.connect(lambda: proc.returncode is None, network.SETUP_TIMEOUT_S):
+                proc.stdin.write(b"go\n")  # the gate: before any message of the caller's
+                await proc.stdin.drain()
+    except BaseException as exc:
+        if proc is not None:
+            process.kill_group(proc.pid)
         stderr.close()
         await stack.aclose()
+        if isinstance(exc, network.NetworkUnavailable):
+            raise SandboxUnavailable(f"cannot run programs with network: {exc}. {exc.hint}") from None
         raise
     return Service(proc, stack, stderr, "bubblewrap" if ok else "none")

@@ -54,6 +54,7 @@ class Sandboxing:
 
     bwrap_path: str | None = None
     allow_unsandboxed: bool = False
+    slirp4netns_path: str | None = None
 
 
 class Instance:
@@ -199,7 +200,8 @@ class McpServers:
         async def launch() -> Service:
             return await start_service(list(spec.command), scope, limits,
                                        bwrap_path=sandboxing.bwrap_path,
-                                       allow_unsandboxed=sandboxing.allow_unsandboxed, env=spec.env)
+                                       allow_unsandboxed=sandboxing.allow_unsandboxed, env=spec.env,
+                                       slirp4netns_path=sandboxing.slirp4netns_path)
         return launch
 
     async def discover(self, name: str) -> list[CleanTool]:

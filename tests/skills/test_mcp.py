@@ -30,6 +30,9 @@ data_dir = "{root}/data"
 "telegram:2" = "dev"
 "telegram:3" = "user"
 "telegram:4" = "careful"
+"telegram:5" = "netdev"
+[roles.netdev]
+network = true
 [roles.dev]
 skills = ["clock"]
 [roles.careful]
@@ -37,7 +40,8 @@ skills = ["mcp:t"]
 approval = ["mcp:t"]
 approval_timeout_s = 5
 """ + stdio_server("t", 'per_user = true\nroles = ["dev"]\nbackoff_s = 0.2\n') + stdio_server(
-        "shared", 'roles = ["dev"]\ntools = ["echo", "whoami", "read"]\nidle_s = 0.5\n')
+        "shared", 'roles = ["dev"]\ntools = ["echo", "whoami", "read"]\nidle_s = 0.5\n') + stdio_server(
+        "net", 'per_user = true\nnetwork = true\nroles = ["dev", "netdev"]\ntools = ["read", "connect"]\n')
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -193,3 +197,14 @@ async def test_a_role_naming_the_server_needs_approval_and_every_call_is_audited
     rows = [r for r in await mcp.store.list_audit(user="telegram:4")]
     assert [(r.skill, r.decision) for r in reversed(rows)] == [("t.echo", "rejected"), ("t.echo", "allowed")]
     assert rows[0].arguments == {"text": "hi"}
+
+
+async def test_a_server_with_network_has_it_only_where_the_role_grants_it(mcp):
+    granted = await mcp.call("telegram:5", "net.read", {"path": "/proc/net/route"})
+    assert granted.ok and "tap0" in granted.text, granted.text
+    withheld = await mcp.call("telegram:1", "net.read", {"path": "/proc/net/route"})
+    assert withheld.ok and withheld.text.startswith("READ") and "tap0" not in withheld.text
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # the host's loopback: never
+        port = listener.getsockname()[1]
+        out = await mcp.call("telegram:5", "net.connect", {"host": "127.0.0.1", "port": port})
+        assert out.text.startswith("BLOCKED"), out.text
