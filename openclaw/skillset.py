@@ -8,13 +8,19 @@ import importlib
 import os
 import sys
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openclaw.config import Config, ConfigError, model_file_problems
+from openclaw.config.mcp import server_specs
+from sandbox.policy import MCP_GRANT, mcp_server_of
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, SkillRegistry, load_skills
 from skills.base import ReminderBook
 from skills.executor import AuditSink
+
+if TYPE_CHECKING:  # the MCP SDK takes a while to import: only where servers are configured
+    from skills.mcp.servers import McpServers
+    from skills.mcp.trust import PinStore
 from skills.zones import one_zone
 
 
@@ -75,13 +81,45 @@ def _unknown_role_skills(config: Config, registry: SkillRegistry, unresolved: li
         for key, listed in (("skills", role.skills), ("approval", role.approval)):
             unknown = sorted({s for s in listed
                               if s != "*" and s not in registry.names and s not in unresolved
-                              and s not in registry.skipped_names})  # left out: said once, why
+                              and s not in registry.skipped_names  # left out: said once, why
+                              and not mcp_name_known(config, s)})
             if unknown:
                 problems.append("; ".join(filter(None, [
                     f"roles.{name}.{key}: unknown skill(s) {unknown}; enabled skills: "
                     f"{', '.join(registry.names) or 'none'} (enable more in [skills] enabled)",
                     *map(registry.hint, unknown)])))
     return problems
+
+
+def mcp_name_known(config: Config, name: str) -> bool:
+    """Whether a role's "mcp:NAME" or "NAME.TOOL" names a configured MCP server (its tools are
+    known only once it has started)."""
+    server = name.removeprefix(MCP_GRANT) if name.startswith(MCP_GRANT) else mcp_server_of(name)
+    return server is not None and server in config.mcp.servers
+
+
+def mcp_servers(config: Config, pins: PinStore) -> McpServers:
+    """The [mcp.servers.*] ready to discover and call; ConfigError naming a header that
+    cannot be read."""
+    base = config.source.parent if config.source else None
+    specs, problems = server_specs(config.mcp, config.data_dir, base)
+    if problems:
+        raise ConfigError(config.source, problems)
+    from skills.mcp.servers import McpServers, Sandboxing
+
+    section = config.sandbox
+    return McpServers(specs, pins, Sandboxing(
+        str(section.bwrap_path) if section.bwrap_path else None, section.allow_unsandboxed))
+
+
+async def add_mcp_tools(registry: SkillRegistry, servers: McpServers, *, discover: bool = True) -> None:
+    """Put the servers' tools in `registry` as SERVER.TOOL: each server started once to list them
+    (`discover`), or as an earlier discovery found them (a reload)."""
+    from skills.mcp.skill import add_tools
+
+    if discover:
+        await servers.discover_all()
+    add_tools(registry, servers)
 
 
 def skill_problems(config: Config) -> list[str]:

@@ -51,10 +51,24 @@ class Role:
     daily_tokens: int = 0  # model tokens per user and UTC day; 0: no limit
 
     def grants(self, skill: str) -> bool:
+        if server := mcp_server_of(skill):  # granted per server, never by "*"
+            return f"{MCP_GRANT}{server}" in self.skills or skill in self.skills
         return ANY in self.skills or skill in self.skills
 
     def requires_approval(self, skill: str) -> bool:
-        return ANY in self.approval or skill in self.approval
+        server = mcp_server_of(skill)
+        return (ANY in self.approval or skill in self.approval
+                or (server is not None and f"{MCP_GRANT}{server}" in self.approval))
+
+
+MCP_GRANT = "mcp:"  # "mcp:git" in a role's skills or approval: every tool of the MCP server git
+
+
+def mcp_server_of(skill: str) -> str | None:
+    """The MCP server whose tool `skill` is ("git" for "git.git_status"); None for any other
+    skill (their names have no dot)."""
+    server, dot, _ = skill.partition(".")
+    return server if dot else None
 
 
 # The two roles every install has. An admin may redefine either with [roles.admin] / [roles.user].

@@ -64,7 +64,7 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     # Opened once, and kept open while it runs: handed over, measured and bound as they are now
     # (sandbox.grants), whatever a command running meanwhile renames. Closed if we are cancelled
     # while the thread opens them.
-    with await run_to_end(asyncio.to_thread(_open_grants, scope), Grants.close) as grants:
+    with await run_to_end(asyncio.to_thread(open_grants, scope), Grants.close) as grants:
         await asyncio.to_thread(hand_over, grants.workspace.fd, scope.uid)
         # The read_write folders it will have, where they really are: not the configured paths,
         # which a link put where a left-out folder was would lead to another filesystem's free
@@ -155,7 +155,7 @@ async def _start_bwrap(bwrap_path: str | None, command: str, scope: Scope, limit
     return proc
 
 
-def _open_grants(scope: Scope) -> Grants:
+def open_grants(scope: Scope) -> Grants:
     """The scope's folders, open for bwrap to bind (sandbox.grants), or why the command cannot run."""
     try:
         return Grants.of(scope)

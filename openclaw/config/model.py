@@ -20,6 +20,7 @@ from pydantic import (
 from engine.config import EngineConfig
 from openclaw.config.engine import EngineField
 from openclaw.config.fields import LOCAL_USER, ConfigPath, Section
+from openclaw.config.mcp import McpConfig, role_problems, with_mcp_grants
 from openclaw.config.secrets import resolve_skill_secrets
 from openclaw.config.sections import (
     AccessConfig,
@@ -64,6 +65,7 @@ class Config(Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     roles: dict[str, RoleConfig] = {}
     """`[roles.NAME]` tables: what each role may do (skills, paths, network, limits)."""
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     _source: Path | None = PrivateAttr(None)
 
@@ -82,6 +84,7 @@ class Config(Section):
     @model_validator(mode="after")
     def _cross_references(self) -> Config:
         problems = cross_reference_problems(self.data_dir, dict(self.roles), self.access.roles)
+        problems += role_problems(self.mcp, {"admin", "user", *self.roles})
         if problems:  # one line each; load_config splits them
             raise ValueError("\n".join(problems))
         return self
@@ -91,7 +94,7 @@ class Config(Section):
         from sandbox.policy import BUILTIN_ROLES, Policy  # ~0.1 s to import: only when used
 
         roles = {name: table.to_role(name, BUILTIN_ROLES.get(name)) for name, table in self.roles.items()}
-        return Policy(roles, self.data_dir, self.user_role)
+        return Policy(with_mcp_grants(self.mcp, {**BUILTIN_ROLES, **roles}), self.data_dir, self.user_role)
 
     def skill_settings(self, secrets: bool | Collection[str] = True) -> tuple[
             dict[str, dict[str, Any]], list[str]]:
