@@ -263,9 +263,14 @@ class ChatFormatter:
             if tok
         }
         self._special_ids = specials
+        # The scaffolding's added tokens become their ids, special or not (our tool prompt's
+        # `<tool_call>` is Qwen's token): untrusted text never yields one (Tokenizer.encode).
+        scaffold = {tok: i for i, tok in zip(sorted(tokenizer.added_ids), tokenizer
+                    .convert_ids_to_tokens(sorted(tokenizer.added_ids)), strict=True) if tok}
+        self._scaffold_ids = scaffold
         self._special_re = (
-            re.compile("|".join(re.escape(t) for t in sorted(specials, key=len, reverse=True)))
-            if specials
+            re.compile("|".join(re.escape(t) for t in sorted(scaffold, key=len, reverse=True)))
+            if scaffold
             else None
         )
         self.bos_token = self._token_text(tokenizer.bos_token_id)
@@ -411,7 +416,7 @@ class ChatFormatter:
             for m in self._special_re.finditer(piece) if self._special_re else ():
                 run.append(piece[pos : m.start()])
                 flush()
-                ids.append(self._special_ids[m.group()])
+                ids.append(self._scaffold_ids[m.group()])
                 pos = m.end()
             run.append(piece[pos:])
         flush()

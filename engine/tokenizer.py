@@ -55,21 +55,47 @@ class Tokenizer:
     byte_fallback_ids: frozenset[int] = frozenset()
     # tokenizers.Tokenizer is not safe to reconfigure from two threads at once.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # See _plain_backend; init=False, so dataclasses.replace(tok, backend=...) builds its own.
+    _plain: HFTokenizer | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, *, allow_special: bool) -> list[int]:
-        """Token ids of `text`, without BOS. `allow_special=False` for every untrusted string."""
+        """Token ids of `text`, without BOS. `allow_special=False` for every untrusted string:
+        then no added token comes out, special or not (Qwen's `<tool_call>`, `</tool_response>`
+        and `<think>` are added tokens not marked special, which `tokenizers` matches even with
+        special tokens off: a tool result could close its own response block)."""
         if not text:
             return []
         with self._lock:
-            self.backend.encode_special_tokens = not allow_special
+            backend = self.backend if allow_special else self._plain_backend()
+            backend.encode_special_tokens = not allow_special
             try:
-                return self.backend.encode(text, add_special_tokens=False).ids
+                return backend.encode(text, add_special_tokens=False).ids
             finally:
-                self.backend.encode_special_tokens = False
+                backend.encode_special_tokens = False
+
+    @property
+    def added_ids(self) -> frozenset[int]:
+        """Every added token, special or not: what only trusted text may produce."""
+        return frozenset(self.backend.get_added_tokens_decoder())
+
+    def _plain_backend(self) -> HFTokenizer:
+        """The backend for untrusted text: a copy in which every added token is special, so that
+        `encode_special_tokens` spells each out (the backend itself when all already are)."""
+        if self._plain is None:
+            plain = [t for t in self.backend.get_added_tokens_decoder().values() if not t.special]
+            if not plain:
+                self._plain = self.backend
+            else:
+                copy = HFTokenizer.from_str(self.backend.to_str())
+                copy.add_special_tokens([
+                    AddedToken(t.content, special=True, single_word=t.single_word, lstrip=t.lstrip,
+                               rstrip=t.rstrip, normalized=t.normalized) for t in plain])
+                self._plain = copy
+        return self._plain
 
     def encode_prompt(self, text: str) -> list[int]:
         """A raw completion prompt from the caller of `generate`: BOS (and EOS) added if the model

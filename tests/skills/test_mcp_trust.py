@@ -53,6 +53,13 @@ def test_clean_text_strips_zero_width_bidi_tag_private_use_and_escape_characters
     assert "send" not in cleaned
 
 
+def test_clean_text_strips_variation_selectors_and_fillers_that_can_smuggle_bytes():
+    # One byte per selector (U+FE00-FE0F, U+E0100-E01EF) after a visible character.
+    smuggled = "ok" + "".join(chr(0xE0100 + b) for b in b"rm -rf /") + "\ufe01"
+    assert clean_text(smuggled) == "ok"
+    assert clean_text("a\u3164b\u115fc\u034fd\u180be\uffa0f") == "abcdef"
+
+
 def test_clean_text_keeps_visible_text_newlines_and_tabs_and_unifies_line_breaks():
     assert clean_text("Grüße, 東京\tok\r\nnext\u2028line") == "Grüße, 東京\tok\nnext\nline"
 
