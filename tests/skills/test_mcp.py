@@ -167,6 +167,8 @@ async def test_a_tool_error_and_structured_content_become_the_tool_message(mcp):
     assert "this tool always fails" in failed.text
     added = await mcp.call("telegram:1", "t.add", {"a": 2, "b": 3})
     assert added.ok and '"sum": 5' in added.text
+    long = await mcp.call("telegram:1", "t.echo", {"text": "x" * 40_000})
+    assert long.ok and long.text.endswith("[cut: 40000 characters in all]") and len(long.text) < 17_000
     bad = await mcp.call("telegram:1", "t.add", {"a": "two"})
     assert bad.decision == "invalid" and "missing required argument 'b'" in bad.text
 

@@ -16,7 +16,7 @@ import pytest
 
 from openclaw.cli import main
 from openclaw.config import load_config
-from openclaw.skillset import add_mcp_tools, configured_skills, executor_for, mcp_servers
+from openclaw.skillset import configured_skills, executor_for, mcp_for
 from openclaw.store import Store
 from openclaw.store.mcp_pins import McpPins
 from sandbox.bwrap import isolation_available
@@ -66,8 +66,7 @@ class Daemon:
         self.config.data_dir.mkdir(mode=0o700, exist_ok=True)
         self.store = await Store.open(self.config.store.url)
         self.registry = configured_skills(self.config)
-        self.servers = mcp_servers(self.config, McpPins(self.store))
-        await add_mcp_tools(self.registry, self.servers)
+        self.servers = await mcp_for(self.config, self.registry, McpPins(self.store))
         self.executor = executor_for(self.config, self.registry, self.store.add_audit)
         return self
 
