@@ -72,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from bench.quant_gpu import (  # noqa: E402
     check_quant_kernels,
+    decode_tiling_notes,
     engine_supports_quantization,
     matmul_speed_notes,
     resident_weight_bytes,
@@ -758,7 +759,7 @@ def quantized_phase(s: Settings, report: Report, bandwidth: float) -> None:
     if s.smoke:
         report.note("quantized matmul timings skipped: the interpreter's times mean nothing")
     else:
-        for line in matmul_speed_notes(s.device, bandwidth):
+        for line in matmul_speed_notes(s.device, bandwidth) + decode_tiling_notes(s.device):
             report.note(line)
         free_memory(s.device)
     if not engine_supports_quantization():

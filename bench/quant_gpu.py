@@ -33,12 +33,12 @@ def quantized(out: int, cols: int, group: int | None, device: torch.device, seed
     return quantize_int8(w) if group is None else quantize_int4(w, group)
 
 
-def matmul(x: torch.Tensor, weight: tuple, group: int | None, bias: torch.Tensor | None = None):
+def matmul(x: torch.Tensor, weight: tuple, group: int | None, bias: torch.Tensor | None = None, tiles=None):
     from engine.kernels.quant_matmul import int4_weight_matmul, int8_weight_matmul
 
     if group is None:
-        return int8_weight_matmul(x, *weight, bias)
-    return int4_weight_matmul(x, *weight, group, bias)
+        return int8_weight_matmul(x, *weight, bias, tiles=tiles)
+    return int4_weight_matmul(x, *weight, group, bias, tiles=tiles)
 
 
 def dequantized(weight: tuple, group: int | None) -> torch.Tensor:
@@ -91,6 +91,33 @@ def matmul_speed_notes(device: torch.device, bandwidth: float) -> list[str]:
             notes.append(f"quantized matmul Llama-3-8B {name} [{rows}, {cols}] x [{out}, {cols}]^T: "
                          + "; ".join(cells) + f"; bf16 F.linear {base * 1e6:,.0f} us")
         del weights, dense
+    return notes
+
+
+def decode_tiling_notes(device: torch.device) -> list[str]:
+    """For one row, the engine's tiling (choose_tiles) against neighbours: column tiles of 32 and 128
+    and twice the K split. Tuning data for the next session: the tiling was chosen without a GPU."""
+    from engine.kernels.quant_matmul import choose_tiles
+
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    notes = []
+    for name, out, cols in LLAMA3_8B_LINEARS:
+        x = torch.randn(1, cols, device=device, dtype=torch.bfloat16)
+        for label, group in (("int8", None), ("int4/g32", 32)):
+            weights = [quantized(out, cols, group, device, seed) for seed in range(_copies(out, cols, group))]
+            base = choose_tiles(1, out, cols, group, sms)
+            k_blocks = -(-cols // base.block_k)
+            variants = {"chosen": base, "n32": dataclasses.replace(base, block_n=32),
+                        "n128": dataclasses.replace(base, block_n=128),
+                        "split x2": dataclasses.replace(base, split_k=min(2 * base.split_k, k_blocks))}
+            cells = []
+            for what, tiles in variants.items():
+                calls = [functools.partial(matmul, x, w, group, tiles=tiles) for w in weights]
+                seconds = _time(device, calls)
+                cells.append(f"{what} {seconds * 1e6:,.1f} us")
+            notes.append(f"decode tiling Llama-3-8B {name} {label} (chosen: n {base.block_n}, "
+                         f"k {base.block_k}, split {base.split_k}, {sms} SMs): " + "; ".join(cells))
+            del weights
     return notes
 
 
