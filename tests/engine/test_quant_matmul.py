@@ -189,7 +189,7 @@ def test_prefill_tiles_grow_with_the_rows_and_do_not_split():
 # ---- shapes and bad input -----------------------------------------------------------------------
 
 
-def test_leading_dims_are_kept_and_zero_rows_give_an_empty_result():
+def test_leading_dims_are_kept_strided_rows_are_read_and_zero_rows_give_an_empty_result():
     qweight, scale = quantize_int8(torch.randn(24, 32, generator=gen(1)))
     x = torch.randn(2, 3, 32, generator=gen(2))
     got = int8_weight_matmul(*on_device(x, qweight, scale))
@@ -197,6 +197,9 @@ def test_leading_dims_are_kept_and_zero_rows_give_an_empty_result():
     w = dequantize_int8(qweight, scale)
     check(got.reshape(6, 24), x.reshape(6, 32), w, w.abs(), None)
     assert int8_weight_matmul(*on_device(torch.empty(0, 32), qweight, scale)).shape == (0, 24)
+    (columns,) = on_device(torch.randn(32, 5, generator=gen(3)))
+    x_t = columns.T  # (5, 32) with a column stride of 5: no contiguous last dim
+    check(int8_weight_matmul(x_t, *on_device(qweight, scale)), x_t, w, w.abs(), None)
 
 
 def test_bad_input_is_refused_with_what_is_wrong(monkeypatch):
