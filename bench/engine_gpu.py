@@ -15,12 +15,15 @@ single-stream decode, each against the device's memory-bandwidth ceiling.
     sequence's KV context per step) at the measured device copy bandwidth, over the time taken.
 (c) Single-stream decode tokens/s for Qwen3-0.6B and Llama-3-8B shapes (random weights) against
     the ceiling of one weight read plus the context's KV per token.
+(d) Weight-only quantization (bench/quant_gpu.py): the int8/int4 Triton matmuls against their
+    reference (with the kernel checks), their speed per Llama-3-8B linear against bf16 F.linear,
+    and (c)'s Llama-3-8B decode row per quantization (int4, int8).
 
 Run: python bench/engine_gpu.py (at most --budget seconds, 6 minutes by default). --cpu-smoke
 (automatic without CUDA) runs a reduced version on the CPU: tiny shapes, a handful of requests,
 the kernels (attention included, at tiny shapes) under the Triton interpreter. Written for
 torch >= 2.11, triton >= 3.6, transformers >= 5.17, Python >= 3.11. Order: kernel checks, copy
-bandwidth, (c) for Llama, then (b) and (c) for Qwen3, transformers last.
+bandwidth, (c) for Llama, (d), then (b) and (c) for Qwen3, transformers last. --phases picks some.
 
 Isolation: each phase (kernel checks, copy bandwidth, llama, throughput) runs in a child process
 of its own (this script with --only), which writes its rows to a JSON file as soon as each is
@@ -66,6 +69,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from bench.quant_gpu import (  # noqa: E402
+    check_quant_kernels,
+    decode_tiling_notes,
+    engine_supports_quantization,
+    matmul_speed_notes,
+    resident_weight_bytes,
+)
 
 QWEN3_0_6B = {  # Qwen/Qwen3-0.6B config.json, the fields that shape the network
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
@@ -287,6 +298,12 @@ def run_kernel_checks(s: Settings, report: Report) -> None:
     except Exception as exc:  # report and go on: the throughput numbers are still worth having
         traceback.print_exc()
         report.kernel("fused kernels", f"error: {exc!r}"[:120], "FAIL")
+    try:
+        for name, e, tol in check_quant_kernels(s.device, dtype, small=s.smoke):
+            report.kernel(f"{name} ({where})", f"{e:.2e} (tol {tol:.1e})", "PASS" if e <= tol else "FAIL")
+    except Exception as exc:
+        traceback.print_exc()
+        report.kernel("quantized weight matmuls", f"error: {exc!r}"[:120], "FAIL")
     check = _attention_check()
     if check is None:
         report.kernel("attention (check_against_reference)", "missing", "n/a")
@@ -737,6 +754,31 @@ def llama_phase(s: Settings, report: Report, bandwidth: float) -> None:
                f"{s.decode_prompt})", fmt(tps), "-", "-", fmt(ceil_tps), f"{tps / ceil_tps:.2f}")
 
 
+def quantized_phase(s: Settings, report: Report, bandwidth: float) -> None:
+    """(d): the matmul timings (CUDA only), then the Llama decode row per quantization."""
+    if s.smoke:
+        report.note("quantized matmul timings skipped: the interpreter's times mean nothing")
+    else:
+        for line in matmul_speed_notes(s.device, bandwidth) + decode_tiling_notes(s.device):
+            report.note(line)
+        free_memory(s.device)
+    if not engine_supports_quantization():
+        report.note("quantized decode rows skipped: this engine's EngineConfig has no quantization option")
+        return
+    cfg = hf_config_dict(s.llama)
+    for mode in ("int4", "int8"):
+        engine = build_engine(cfg, random_weights(cfg, s.dtype, s.device), s, max_num_seqs=1,
+                              kv_cache_gib=0.5 if s.smoke else 4.0, quantization=mode)
+        w_bytes, kv_bytes = resident_weight_bytes(engine), engine.model_config.kv_bytes_per_token(s.dtype)
+        tps = single_stream(engine, s.decode_prompt, s.decode_tokens, 10000)
+        ceil_tps = bandwidth / (w_bytes + (s.decode_prompt + s.decode_tokens / 2) * kv_bytes)
+        report.row(f"single-stream decode, {s.llama_name}, {mode} weights ({w_bytes / 1e9:.2f} GB; "
+                   f"{s.decode_tokens} tokens after {s.decode_prompt})", fmt(tps), "-", "-", fmt(ceil_tps),
+                   f"{tps / ceil_tps:.2f}")
+        engine = None
+        free_memory(s.device)
+
+
 def free_memory(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
@@ -755,6 +797,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--hf-cap", type=float, default=150.0, help="seconds transformers may take at most")
     ap.add_argument("--budget", type=float, default=360.0, help="seconds for the whole run: a phase "
                     "still running then is interrupted, later ones are skipped, the report is printed")
+    ap.add_argument("--phases", default=",".join(PHASES),
+                    help=f"comma-separated phases to run, in this order: {', '.join(PHASES)} (default: all)")
     # The parent's calls of itself, one per phase (not for use by hand):
     ap.add_argument("--only", choices=PHASES, help=argparse.SUPPRESS)
     ap.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
@@ -792,14 +836,16 @@ def machine_info(device: torch.device) -> str:
 
 
 # Cheap and bounded first; transformers, the least predictable, runs last (in "throughput").
-PHASES = ("kernel checks", "copy bandwidth", "llama", "throughput")
+PHASES = ("kernel checks", "copy bandwidth", "llama", "quantized", "throughput")
 # The most of the budget a phase may take, so that a hang early on leaves the later phases their
 # time (throughput: the rest). Expected on CUDA: kernel checks (Triton compiles) under a minute,
-# copy bandwidth seconds, llama (8B random weights, graph capture, 256 tokens) about a minute.
-PHASE_CAP_S = {"kernel checks": 120.0, "copy bandwidth": 45.0, "llama": 150.0}
-SMOKE_PHASE_CAP_S = {"kernel checks": 40.0, "copy bandwidth": 15.0, "llama": 30.0}  # each ~1-3 s here
+# copy bandwidth seconds, llama (8B random weights, graph capture, 256 tokens) about a minute,
+# quantized (matmul timings, then two 8B engines) about two.
+PHASE_CAP_S = {"kernel checks": 120.0, "copy bandwidth": 45.0, "llama": 150.0, "quantized": 180.0}
+SMOKE_PHASE_CAP_S = {"kernel checks": 40.0, "copy bandwidth": 15.0, "llama": 30.0,  # each ~1-3 s here
+                     "quantized": 40.0}
 # Below this much of its share a phase is skipped (llama and throughput need their models built).
-PHASE_MIN_S = {"llama": 60.0, "throughput": 60.0}
+PHASE_MIN_S = {"llama": 60.0, "quantized": 60.0, "throughput": 60.0}
 END_RESERVE_S = 5.0  # the parent's own: stopping a child that overran (SIGTERM, 2 s, SIGKILL), the report
 
 
@@ -846,6 +892,7 @@ def run_phase_child(args: argparse.Namespace, s: Settings) -> None:
     phases = {"kernel checks": lambda: run_kernel_checks(s, report),
               "copy bandwidth": measure_bandwidth,
               "llama": lambda: llama_phase(s, report, args.bandwidth),
+              "quantized": lambda: quantized_phase(s, report, args.bandwidth),
               "throughput": lambda: throughput_phase(s, report, args.bandwidth, time_left)}
     code = 0
     try:
@@ -879,6 +926,10 @@ def stop_child(proc: subprocess.Popen) -> str:
 
 def main() -> None:
     args = parse_args()
+    selected = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = sorted(set(selected) - set(PHASES))
+    if unknown:
+        sys.exit(f"--phases: unknown phase(s) {', '.join(unknown)}; the phases are {', '.join(PHASES)}")
     if args.only:
         if args.cpu_smoke:
             os.environ.setdefault("TRITON_INTERPRET", "1")  # as the parent sets it
@@ -943,7 +994,7 @@ def main() -> None:
         report.note(f"machine info failed: {exc!r}"[:300])
 
     grace = child_grace(s.smoke)
-    for name in PHASES:
+    for name in (p for p in PHASES if p in selected):
         share = time_left() - END_RESERVE_S  # when the parent stops waiting for this child
         cap = (SMOKE_PHASE_CAP_S if s.smoke else PHASE_CAP_S).get(name)
         if cap is not None:

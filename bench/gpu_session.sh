@@ -8,6 +8,9 @@
 # The H200 image has torch, triton, transformers, jinja2, tokenizers, safetensors and pytest, which
 # is all the engine needs; nothing is installed.
 #
+# BENCH_PHASES (comma-separated, default all) picks the benchmark's phases, e.g.
+#   BENCH_PHASES="kernel checks,copy bandwidth,quantized" for the quantized rows alone.
+#
 # Time: the whole script stays within SESSION_S seconds (default 540, under the call's timeout_s).
 # The tests get at most PYTEST_S (150) s: then SIGINT, on which pytest still prints its summary
 # (SIGKILL 10 s later if it does not stop); the benchmark gets what is left (at most 360 s) as its
@@ -53,7 +56,7 @@ sys.exit(pytest.main(sys.argv[1:]))' -v -rfE --durations=15 -p no:cacheprovider 
     --junitxml="$OUT/pytest.xml" \
     tests/engine/test_triton_attention.py tests/engine/test_triton_kernels.py \
     tests/engine/test_runner_inputs.py tests/engine/test_sampler.py \
-    tests/engine/test_tool_choice_devices.py 2>&1 | tee "$OUT/pytest.txt"
+    tests/engine/test_tool_choice_devices.py tests/engine/test_quant_matmul.py 2>&1 | tee "$OUT/pytest.txt"
 rc=${PIPESTATUS[0]}
 echo "pytest exit code $rc$( [ "$rc" = 124 ] && echo " (timed out after ${PYTEST_S}s: SIGINT)")" \
     | tee -a "$OUT/status.txt"
@@ -65,7 +68,8 @@ if [ "$budget" -lt 60 ]; then
     exit 1
 fi
 echo "bench/engine_gpu.py --budget $budget (${SECONDS}s used so far)"
-timeout -k 5 $((budget + 20)) "$PY" bench/engine_gpu.py --budget "$budget" 2>&1 | tee "$OUT/bench.txt"
+timeout -k 5 $((budget + 20)) "$PY" bench/engine_gpu.py --budget "$budget" ${BENCH_PHASES:+--phases "$BENCH_PHASES"} \
+    2>&1 | tee "$OUT/bench.txt"
 rc=${PIPESTATUS[0]}
 echo "bench exit code $rc (${SECONDS}s in all)" | tee -a "$OUT/status.txt"
 exit "$rc"

@@ -30,6 +30,7 @@ from engine.kernels.activation import silu_and_mul_torch, silu_and_mul_triton
 from engine.kernels.norm import rms_norm_torch, rms_norm_triton
 from engine.kernels.rope import rope_torch, rope_triton_
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
+from tests.engine.sm90_compile import compile_for_sm90
 
 triton = pytest.importorskip("triton")
 
@@ -182,34 +183,8 @@ def test_engine_and_kernel_modules_import_without_triton():
 
 # ---- every kernel compiles for the H100/H200 (sm_90), no GPU needed ------------------------------
 
-# Runs in a fresh interpreter without TRITON_INTERPRET (here the kernels are interpreted). Each
-# wrapper is called as the engine calls it, on CPU tensors that are never read: JITFunction.run is
-# replaced by triton's own argument binding and specialisation for a CUDA target, then
-# triton.compile() down to a cubin (ptxas ships with triton). Catches what the interpreter lets
-# through and the compiler rejects. Uses triton internals present in 3.6 to 3.9; a triton without
-# them skips the test.
+# Each wrapper called as the engine calls it, compiled to a cubin (tests/engine/sm90_compile.py).
 _COMPILE_SM90 = r"""
-import os, sys, torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource, make_backend
-from triton.runtime import jit
-if not (hasattr(jit, "create_function_from_signature") and hasattr(jit.JITFunction, "_pack_args")):
-    print("SKIP triton", triton.__version__, "lacks the internals this check uses"); sys.exit(0)
-target = GPUTarget("cuda", 90, 32)
-backend = make_backend(target)
-compiled = []
-
-def compile_only(self, *args, grid, warmup, **kwargs):
-    kwargs["debug"] = False
-    bind = jit.create_function_from_signature(self.signature, self.params, backend)
-    bound, specialization, options = bind(*args, **kwargs)
-    options, signature, constexprs, attrs = self._pack_args(backend, kwargs, bound, specialization, options)
-    kernel = triton.compile(ASTSource(self, signature, constexprs, attrs), target=target,
-                            options=options.__dict__)
-    assert kernel.asm.get("cubin"), self.__name__
-    compiled.append(self.__name__)
-
-jit.JITFunction.run = compile_only
 from engine.kernels import attention as A
 from engine.kernels.activation import silu_and_mul_triton
 from engine.kernels.norm import rms_norm_triton
@@ -253,13 +228,7 @@ print("COMPILED", len(compiled), sorted(set(compiled)))
 
 
 def test_every_kernel_compiles_for_sm90_without_a_gpu():
-    pytest.importorskip("triton.backends.nvidia")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _COMPILE_SM90], capture_output=True, text=True, env=env,
-                         cwd=Path(__file__).resolve().parents[2], timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    if out.stdout.startswith("SKIP"):
-        pytest.skip(out.stdout.strip())
+    stdout = compile_for_sm90(_COMPILE_SM90)
     kernels = ["_decode_kernel", "_decode_reduce_kernel", "_prefill_kernel", "_rms_norm_kernel",
                "_rope_kernel", "_silu_and_mul_kernel", "_store_kv_kernel"]
-    assert f"COMPILED 37 {kernels}" in out.stdout, out.stdout
+    assert f"COMPILED 37 {kernels}" in stdout, stdout
