@@ -34,9 +34,22 @@ class Memory:
                  consolidate: Consolidate | None = None) -> None:
         self.store, self.config, self.consolidate = store, config, consolidate
         self._running: dict[tuple[str, str], asyncio.Task] = {}  # consolidations, one per scope
+        # Whether each user's memory is on, as the store says: read at every turn, changed only
+        # by /memory off|on here (the daemon is the store's only writer while it runs).
+        self._on: dict[str, bool] = {}
 
     async def enabled(self, user: str) -> bool:
-        return self.config.enabled and await self.store.memory_enabled(user)
+        if not self.config.enabled:
+            return False
+        if (on := self._on.get(user)) is None:
+            on = self._on[user] = await self.store.memory_enabled(user)
+        return on
+
+    async def set_enabled(self, user: str, on: bool) -> None:
+        """/memory on|off."""
+        self._on.pop(user, None)
+        await self.store.set_memory_enabled(user, on)
+        self._on[user] = on
 
     # -- for the agent (agent.memory.MemorySource) ------------------------------------------------
 
@@ -116,6 +129,10 @@ class Memory:
             log.exception("consolidating %s's memory (%s) failed", user, scope)
         finally:
             self._running.pop((user, scope), None)
+
+    async def consolidated(self) -> None:
+        """Wait for the consolidations running now to end."""
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
 
     async def stop(self) -> None:
         """Cancel the consolidations running: what they did not commit is not changed."""

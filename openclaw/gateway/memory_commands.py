@@ -35,7 +35,7 @@ async def answer_memory(memory: Memory | None, command: str, msg: InboundMessage
         return await _listing(memory, msg)
     if words[0].lower() in ("off", "on") and len(words) == 1:
         on = words[0].lower() == "on"
-        await memory.store.set_memory_enabled(msg.user, on)
+        await memory.set_enabled(msg.user, on)
         return ("Memory is on: I keep what you ask me to and read it in our conversations." if on
                 else "Memory is off: I keep nothing new and read nothing of it until /memory on. "
                      "What is kept stays (see /memory; /memory forget N deletes an entry).")

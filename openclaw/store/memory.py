@@ -22,6 +22,10 @@ from openclaw.store.memory_records import MemoryEntry, MemoryFull, MemoryKind
 from openclaw.store.models import MemoryRow, MemorySettingRow, storable
 
 SEARCH_TERMS = 12  # words of a query looked up, the longest first (rarer, so cheaper and surer)
+# Entries a SQLite search ranks at most: bm25 costs tens of microseconds per entry that holds a
+# word, so the words are taken rarest first while their entries add up to this; a word held by
+# more (a "the" of this memory) weighs next to nothing in bm25 anyway.
+SEARCH_HITS = 400
 _FTS = table("memories_fts", column("rowid"))  # FTS5's, made by migration 0010
 _WORD = re.compile(r"[^\W_]{3,}")  # as FTS5's unicode61 and PostgreSQL's 'simple' split them
 
@@ -188,6 +192,9 @@ class MemoryStore(StoreBase):
             return []
         mine = (MemoryRow.user == user, MemoryRow.scope.in_(scopes))
         if self.dialect == "sqlite":
+            terms = await _rare_terms(session, terms)
+            if not terms:
+                return []
             # Each word quoted: FTS5's query syntax (AND, NEAR, column:) is not the user's to use.
             match = " OR ".join(f'"{t}"' for t in terms)
             fts = literal_column("memories_fts")
@@ -201,6 +208,21 @@ class MemoryStore(StoreBase):
                       .order_by(func.ts_rank(vector, tsquery).desc(), MemoryRow.id.desc())
                       .limit(limit))
         return list(await session.scalars(ranked))
+
+
+async def _rare_terms(session: AsyncSession, terms: list[str]) -> list[str]:
+    """The rarest of `terms` whose entries add up to at most SEARCH_HITS (FTS5's vocabulary:
+    every user's entries, one look-up per word, one statement)."""
+    lookups = " UNION ALL ".join(
+        f"SELECT term, doc FROM memories_fts_vocab WHERE term = :t{i}" for i in range(len(terms)))
+    docs = dict((await session.execute(text(lookups), {f"t{i}": t for i, t in enumerate(terms)})).all())
+    chosen, hits = [], 0
+    for term in sorted(docs, key=docs.__getitem__):
+        if hits + docs[term] > SEARCH_HITS:
+            break
+        chosen.append(term)
+        hits += docs[term]
+    return chosen
 
 
 async def _bound(session: AsyncSession, user: str, max_entries: int, *, keep: int) -> None:
