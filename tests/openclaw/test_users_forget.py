@@ -227,4 +227,6 @@ async def test_a_forgotten_users_words_are_gone_from_the_database_files(tmp_path
         assert any(b"my diary" in f.read_bytes() for f in files if f.exists())
         await store.forget_user(ADA)
         assert not any(b"my diary" in f.read_bytes() for f in files if f.exists())
+        # Her memory too, from its rows and from the full-text index's segments.
+        assert not any(b"blue drawer" in f.read_bytes() for f in files if f.exists())
         assert any(b"bob's news 1" in f.read_bytes() for f in files if f.exists())
