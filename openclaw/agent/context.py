@@ -136,6 +136,9 @@ class ContextBuilder:
             if await self.count(prompt, tools) <= self.budget.prompt_tokens:
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
+            if cut == 0 and memory is not None:  # the turn itself comes before the user's memory
+                memory = None
+                continue
             if cut == 0:  # only the current turn is left: its own tool results outgrew it
                 if (shortened := await self._shorten_tool_results(prompt, tools)) is not None:
                     return shortened

@@ -27,9 +27,9 @@ def memory_in(prompt: list[dict]) -> str:
 
 def reply(prompt: list[dict]) -> str:
     """'mem ACTION {json}' makes one memory call; a tool result is said back; a summary request is
-    answered with the transcript's first line; anything else with the prompt's memory."""
+    answered with the transcript's first words; anything else with the prompt's memory."""
     if "Summarise the conversation" in prompt[0]["content"]:
-        return "SUMMARY " + prompt[-1]["content"].splitlines()[0]
+        return "SUMMARY " + " ".join(prompt[-1]["content"].splitlines()[0].split()[:6])
     last_user = max(i for i, m in enumerate(prompt) if m["role"] == "user")
     tools = [m["content"] for m in prompt[last_user:] if m["role"] == "tool"]
     if tools:
@@ -192,5 +192,19 @@ async def test_compaction_keeps_its_summary_in_memory_so_new_does_not_forget_it(
         assert "pelicans" in summaries[0].text
         await chat.say("/new")
         assert "pelicans" in await chat.say("where do pelicans nest?")
+    finally:
+        await chat.daemon.stop()
+
+
+async def test_a_message_that_fits_only_without_memory_is_answered_without_it(tmp_path):
+    model = ScriptedModel(reply)
+    chat = await start(tmp_path, model, "[agent]\ncontext_tokens = 200\nreply_max_tokens = 40\n"
+                                        "memory_tokens = 100")
+    try:
+        for n in range(4):
+            await chat.say(f"/remember standing rule {n}: " + "words " * 12)
+        long_message = "please read " + "this " * 100
+        assert await chat.say(long_message) == "MEMORY: none"
+        assert "standing rule 0" in await chat.say("short one")
     finally:
         await chat.daemon.stop()
