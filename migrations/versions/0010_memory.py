@@ -38,8 +38,6 @@ SQLITE_INDEX = (
     "CREATE TRIGGER memories_fts_update AFTER UPDATE OF text ON memories BEGIN "
     "INSERT INTO memories_fts(memories_fts, rowid, text) VALUES ('delete', old.id, old.text); "
     "INSERT INTO memories_fts(rowid, text) VALUES (new.id, new.text); END",
-    # How many entries hold each word: a search leaves out the words too common to rank cheaply.
-    "CREATE VIRTUAL TABLE memories_fts_vocab USING fts5vocab(memories_fts, 'row')",
 )
 POSTGRESQL_INDEX = ("CREATE INDEX memories_fts_gin ON memories "
                     "USING gin (to_tsvector('simple'::regconfig, text))",)
@@ -84,7 +82,6 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         for name in ("memories_fts_insert", "memories_fts_delete", "memories_fts_update"):
             op.execute(f"DROP TRIGGER {name}")
-        op.execute("DROP TABLE memories_fts_vocab")
         op.execute("DROP TABLE memories_fts")
     op.drop_table("memory_off")
     op.drop_table("memories")

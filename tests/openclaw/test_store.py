@@ -54,7 +54,7 @@ TABLES = {"users", "pairing_codes", "pairing_issued", "pairing_refusals", "conve
           "alembic_version", "memories", "memory_off",
           # FTS5's over memories (migration 0010)
           "memories_fts", "memories_fts_data", "memories_fts_idx", "memories_fts_docsize",
-          "memories_fts_config", "memories_fts_vocab"}
+          "memories_fts_config"}
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
