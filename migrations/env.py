@@ -12,7 +12,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from openclaw.store.engine import create_engine
-from openclaw.store.models import Base
+from openclaw.store.models import Base, in_models
 
 config = context.config
 target_metadata = Base.metadata
@@ -27,7 +27,7 @@ def run_on(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
     # render_as_batch: SQLite alters tables by copying them; autogenerate must write it that way.
     context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True,
-                      compare_type=True)
+                      compare_type=True, include_name=in_models)
     with context.begin_transaction():
         context.run_migrations()
 

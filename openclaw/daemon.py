@@ -25,6 +25,8 @@ from openclaw.gateway import access
 from openclaw.gateway.contract import Connector
 from openclaw.gateway.gateway import Gateway
 from openclaw.health import ConnectorWatch, enabled_connectors
+from openclaw.memory import Memory
+from openclaw.memory_consolidation import Consolidation
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
@@ -77,6 +79,7 @@ class Daemon:
         self.api: APIServer | None = None  # the OpenAI-compatible API, with [serve] enabled
         self.reminders: Reminders | None = None
         self.mcp: McpServers | None = None  # [mcp.servers.*], their tools in the skills
+        self.memory: Memory | None = None
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._loop_lag: asyncio.Task | None = None
@@ -129,8 +132,11 @@ class Daemon:
 
             self.api = await serve_daemon_model(self.model, cfg.serve)
         self.reminders = Reminders(self.store)
-        executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
-        agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
+        self.memory = Memory(self.store, cfg.memory,
+                             Consolidation(self.store, self.model, cfg.memory).run)
+        executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.memory)
+        agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics,
+                      memory=self.memory)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
@@ -301,7 +307,7 @@ class Daemon:
                 add_mcp_tools(skills, self.mcp)
             for line in skills.skipped:
                 log.warning("skill %s", line)
-            executor = executor_for(config, skills, self._audit(skills), self.reminders)
+            executor = executor_for(config, skills, self._audit(skills), self.reminders, self.memory)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
             return Outcome(False, problems=exc.problems, source=source)
@@ -342,6 +348,8 @@ class Daemon:
             await self.retention.stop()
         if self.reminders:  # what is not yet delivered stays due for the next start
             await self.reminders.stop()
+        if self.memory:  # a consolidation cut short changed nothing
+            await self.memory.stop()
         if self.gateway:  # an approval not yet taken up is, at the next start
             await self.gateway.welcomes.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains

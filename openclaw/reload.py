@@ -20,7 +20,8 @@ from pathlib import Path
 from openclaw.config import Config, ConfigError, cross_reference_problems
 
 RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
-AT_RESTART = ("data_dir", "engine", "store", "admin", "serve", "telegram", "discord", "mcp")
+AT_RESTART = ("data_dir", "engine", "store", "admin", "serve", "telegram", "discord", "mcp",
+              "memory")
 
 OUTCOME_FILE = "reload.json"
 _asked_early: list[int] = []  # SIGHUPs that came before the daemon's own handler was in

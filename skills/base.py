@@ -50,6 +50,24 @@ class ReminderBook(Protocol):
     async def cancel(self, user: str, number: int) -> Any | None: ...
 
 
+class MemoryBook(Protocol):
+    """The user's long-term memory, kept by the daemon (openclaw.memory): in a private chat the
+    user's private entries, in a group the group's, and with both those they keep everywhere.
+    Returned entries have number, kind, text, pinned. None where the user's memory is off."""
+
+    async def remember(self, user: str, chat_id: str, in_group: bool, text: str, *, kind: str,
+                       pinned: bool = False, everywhere: bool = False) -> tuple[Any, bool] | None:
+        """(the entry, whether it is new rather than merged into the same one kept); ValueError,
+        saying why, for a text it cannot keep (empty, too long, every entry kept pinned)."""
+
+    async def search(self, user: str, chat_id: str, in_group: bool, query: str) -> list[Any] | None: ...
+
+    async def entries(self, user: str, chat_id: str, in_group: bool) -> list[Any] | None: ...
+
+    async def forget(self, user: str, chat_id: str, in_group: bool, number: int) -> Any | None:
+        """The entry forgotten, or None: no such entry in this chat's memory."""
+
+
 MAX_REMINDER_NUMBER = 2**63 - 1  # numbers count from 1; no database integer column holds more
 
 
@@ -61,6 +79,8 @@ class SkillContext:
     settings: dict[str, Any] = field(default_factory=dict)  # this skill's [skills.NAME] table
     audit: AuditNote = field(default_factory=AuditNote)
     reminders: ReminderBook | None = None  # set by a daemon that delivers reminders
+    memory: MemoryBook | None = None  # set by a daemon that keeps its users' memory
+    in_group: bool | None = None  # whether chat_id is a group chat; None: not known
 
     @property
     def user(self) -> str:

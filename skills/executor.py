@@ -18,7 +18,14 @@ from sandbox.disk_budget import DiskFull
 from sandbox.policy import Principal
 from sandbox.runner import Sandbox
 from sandbox.scope import SandboxUnavailable
-from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
+from skills.base import (
+    AuditNote,
+    MemoryBook,
+    ReminderBook,
+    SkillContext,
+    SkillDenied,
+    SkillError,
+)
 from skills.budget import CAPTURE_BYTES
 from skills.registry import SkillRegistry, check_arguments
 
@@ -59,9 +66,10 @@ async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
 
 class Executor:
     def __init__(self, registry: SkillRegistry, sandbox: Sandbox, audit: AuditSink | None = None,
-                 timeout_s: float = 60.0, reminders: ReminderBook | None = None) -> None:
+                 timeout_s: float = 60.0, reminders: ReminderBook | None = None,
+                 memory: MemoryBook | None = None) -> None:
         self.registry, self.sandbox, self._audit, self.timeout_s = registry, sandbox, audit, timeout_s
-        self.reminders = reminders
+        self.reminders, self.memory = reminders, memory
 
     async def record_interrupted(self, principal: Principal, name: str, args: Any,
                                  detail: str) -> None:
@@ -75,7 +83,9 @@ class Executor:
         return [name for name in self.registry.names if principal.may_use(name)]
 
     async def call(self, name: str, args: Any, principal: Principal, *, chat_id: str = "",
-                   approver: Approver = never_approve) -> Outcome:
+                   approver: Approver = never_approve, in_group: bool | None = None) -> Outcome:
+        """`in_group`: whether `chat_id` is a group chat (None: not known; the memory skill
+        then refuses, rather than guess a private chat)."""
         skill = self.registry.get(name)
         if skill is None or not principal.may_use(name):
             available = ", ".join(self.available(principal)) or "none"
@@ -96,7 +106,8 @@ class Executor:
             if verdict is not None:
                 return await self._done(principal, name, args, verdict)
         ctx = SkillContext(principal=capture_bounded(principal), sandbox=self.sandbox, chat_id=chat_id,
-                           settings=self.registry.settings(name), reminders=self.reminders)
+                           settings=self.registry.settings(name), reminders=self.reminders,
+                           memory=self.memory, in_group=in_group)
         started = time.monotonic()
         limit = self.timeout_s
         if skill.keeps_wall_clock:  # its own limit is the role's; ours only catches a hang past it

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from engine import SamplingParams
+from openclaw.agent.memory import with_memory
 from openclaw.agent.model import ChatModel
 from openclaw.store.records import Message, Summary
 
@@ -45,6 +47,9 @@ class Meter(Protocol):
 
     def spent(self, prompt_tokens: int, completion_tokens: int) -> None:
         """What a model call used."""
+
+
+Remember = Callable[[str, str], Awaitable[None]]
 
 
 class TokensSpent(Exception):
@@ -118,17 +123,22 @@ class ContextBuilder:
         return cached
 
     async def build(self, conversation_id: int, tools: list[dict] | None,
-                    cache_salt: str | None = None, meter: Meter | None = None) -> list[dict]:
+                    cache_salt: str | None = None, meter: Meter | None = None,
+                    memory: dict | None = None, remember: Remember | None = None) -> list[dict]:
         """The prompt for the conversation's next model call, older turns compacted into a summary
         where they no longer fit. `cache_salt`: the user's, for the summarising calls too;
         `meter`: each summarising call is asked of it first (TokensSpent when refused) and told to
-        it after."""
+        it after. `memory`: the user's memory message (agent.memory); `remember`: given each
+        summary stored (its text, "summary:ID"), to keep it in the user's memory."""
         while True:
             summary, history = await self.history(conversation_id)
-            prompt = self._prompt(summary.content if summary else None, history)
+            prompt = with_memory(self._prompt(summary.content if summary else None, history), memory)
             if await self.count(prompt, tools) <= self.budget.prompt_tokens:
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
+            if cut == 0 and memory is not None:  # the turn itself comes before the user's memory
+                memory = None
+                continue
             if cut == 0:  # only the current turn is left: its own tool results outgrew it
                 if (shortened := await self._shorten_tool_results(prompt, tools)) is not None:
                     return shortened
@@ -136,7 +146,7 @@ class ContextBuilder:
                     f"the newest message and the results of its tools do not fit the model's "
                     f"context ({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut],
-                                cache_salt, meter)
+                                cache_salt, meter, remember)
             self._cache.pop(conversation_id, None)  # re-read from the new summary on
 
     async def _shorten_tool_results(self, prompt: list[dict],
@@ -162,7 +172,8 @@ class ContextBuilder:
         return [{"role": "system", "content": system}, *_answered(history)]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Message],
-                       cache_salt: str | None, meter: Meter | None) -> None:
+                       cache_salt: str | None, meter: Meter | None,
+                       remember: Remember | None = None) -> None:
         """Summarise `old` (with the previous summary) into one stored summary. A transcript too
         long for one call is summarised in front-to-back pieces, each stored as it completes."""
         while old:
@@ -174,7 +185,9 @@ class ContextBuilder:
                                          meter)
             last = old[take - 1]
             tokens = await self.count([{"role": "system", "content": text}])
-            await self.store.add_summary(conversation_id, last.id, text, tokens)
+            stored = await self.store.add_summary(conversation_id, last.id, text, tokens)
+            if remember is not None:  # so /new no longer forgets what was compacted
+                await remember(text, f"summary:{stored.id}")
             log.info("conversation %s: compacted %d messages (up to id %s) into a %d-token summary",
                      conversation_id, take, last.id, tokens)
             previous, old = text, old[take:]

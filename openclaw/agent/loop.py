@@ -4,6 +4,7 @@ until it replies in plain text or hits the step limit. Every message is stored a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -14,13 +15,22 @@ from typing import Any, Protocol
 
 from engine import SamplingParams
 from engine.tool_parser import StreamingToolParser, ToolCall, new_call_id
-from openclaw.agent.context import Budget, ContextBuilder, HistoryStore, PromptTooLong, TokensSpent
+from openclaw.agent.context import (
+    Budget,
+    ContextBuilder,
+    HistoryStore,
+    PromptTooLong,
+    Remember,
+    TokensSpent,
+)
+from openclaw.agent.memory import MemorySource, entry_line, fitted
 from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
 from openclaw.agent.repetition import LoopGuard
 from openclaw.agent.sampling import reply_params, summary_params
 from openclaw.agent.untrusted import Untrusted, explained, in_history, requiring_approval
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
+from openclaw.store.memory_records import chat_scope
 from sandbox.policy import Principal
 from skills import Executor
 from skills.executor import Approver, Outcome, never_approve
@@ -85,6 +95,9 @@ class Caller:
     # call, asked before each one that follows tool results: a cap looked at only as a turn
     # begins would not hold its later steps, nor the caller's turns in other chats.
     has_tokens: Callable[[], Awaitable[bool]] = _always_allowed
+    # Whether the chat is a group: the user's memory there is the group's alone. None (not
+    # known): the turn reads and writes no memory, and the memory skill refuses.
+    in_group: bool | None = None
 
     @property
     def user(self) -> str:
@@ -93,9 +106,11 @@ class Caller:
 
 class Agent:
     def __init__(self, model: ChatModel, store: HistoryStore, executor: Executor,
-                 settings: AgentConfig, metrics: Metrics | None = None) -> None:
+                 settings: AgentConfig, metrics: Metrics | None = None,
+                 memory: MemorySource | None = None) -> None:
         self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
+        self.memory = memory
         self.context = ContextBuilder(model, store, settings.system_prompt, self._budget(settings))
         self.context.summary_params = summary_params(settings, self.context.budget.summary_tokens)
 
@@ -144,6 +159,7 @@ class Agent:
         # What earlier turns left in the prompt counts as this turn's own reading.
         untrusted = Untrusted(earlier=in_history((await self.context.history(conversation_id))[1],
                                                  self.executor.registry))
+        memory, remember = await self._memory(caller, text)
         meter = _TurnMeter(result, caller.has_tokens)
         try:
             for step in range(max_steps):
@@ -152,7 +168,8 @@ class Agent:
                 params = reply_params(self.settings, tools)  # [agent.sampling] chat, tool_arguments
                 # Each user's prompts share cached prefixes only with their own: by timing theirs,
                 # one user could otherwise tell what another's conversation holds.
-                prompt = await self.context.build(conversation_id, tools, caller.user, meter)
+                prompt = await self.context.build(conversation_id, tools, caller.user, meter,
+                                                  memory, remember)
                 if not await meter.may_call():
                     result.text = TOKENS_SPENT
                     return result
@@ -205,6 +222,19 @@ class Agent:
             result.text, result.failed = APOLOGY, True
             return result
 
+    async def _memory(self, caller: Caller, text: str) -> tuple[dict | None, Remember | None]:
+        """The turn's memory message (recalled for its message, within [agent] memory_tokens),
+        and where its compaction summaries go; neither without a memory or a known chat kind."""
+        if self.memory is None or caller.in_group is None:
+            return None, None
+        scope = chat_scope(caller.chat_id, caller.in_group)
+        budget = self.settings.memory_tokens
+        if budget is None:  # a tenth of the prompt: room enough for a name, rules, a few facts
+            budget = self.context.budget.prompt_tokens // 10
+        entries = await self.memory.recall(caller.user, scope, text)
+        message = await fitted([entry_line(e) for e in entries], budget, self.context.count)
+        return message, functools.partial(self.memory.remember_summary, caller.user, scope)
+
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
                         request_id: str, sink: ReplySink, meter: _TurnMeter, cache_salt: str
                         ) -> tuple[str, list[ToolCall], list[str], ModelOutput | None]:
@@ -255,7 +285,8 @@ class Agent:
                 principal = requiring_approval(principal, call.name)
             approver = explained(approver, why)  # also where the role asks anyway
         outcome = await self.executor.call(call.name, call.arguments, principal,
-                                           chat_id=caller.chat_id, approver=approver)
+                                           chat_id=caller.chat_id, approver=approver,
+                                           in_group=caller.in_group)
         if (outcome.decision == "allowed" and skill is not None
                 and (source := skill.untrusted_source(args)) is not None):
             untrusted.note(source)

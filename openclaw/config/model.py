@@ -21,6 +21,7 @@ from engine.config import EngineConfig
 from openclaw.config.engine import EngineField
 from openclaw.config.fields import LOCAL_USER, ConfigPath, Section
 from openclaw.config.mcp import McpConfig, role_problems, with_mcp_grants
+from openclaw.config.memory import MemoryConfig
 from openclaw.config.secrets import resolve_skill_secrets
 from openclaw.config.sections import (
     AccessConfig,
@@ -56,6 +57,7 @@ class Config(Section):
     """The model: the engine in this process, or an OpenAI-compatible server (config/engine.py)."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)

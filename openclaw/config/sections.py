@@ -111,6 +111,8 @@ class AgentConfig(Section):
     """The most recent messages, never compacted, so the model always sees the latest turns verbatim."""
     tool_timeout_s: float = Field(60.0, gt=0)
     """Seconds a tool call may run before it is stopped and reported to the model as an error."""
+    memory_tokens: int | None = Field(None, ge=0)
+    """Tokens of the user's memory a prompt may hold; None: a tenth of the prompt budget."""
 
     @model_validator(mode="after")
     def _chat_sampling(self) -> AgentConfig:

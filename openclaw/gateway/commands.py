@@ -14,6 +14,7 @@ from openclaw.gateway.audit import chat_lines
 from openclaw.gateway.contract import InboundMessage, literal_block
 from openclaw.gateway.direct import DIRECT_COMMANDS
 from openclaw.gateway.lanes import Lanes, TurnJob, key_of
+from openclaw.gateway.memory_commands import MEMORY_COMMANDS, answer_memory
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.turn import Spending
 from openclaw.store import Store
@@ -32,12 +33,13 @@ HELP = (
     "/reminders - your reminders in this chat; /reminders cancel N\n"
     "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
     "/audit - your last tool calls and how they ended\n"
+    "/remember TEXT - keep TEXT in my memory of you; /memory - what I keep (forget N, off, on)\n"
     "/sh COMMAND - run a shell command yourself, as my tool calls run\n"
     "/run SKILL {json} or /run SKILL key=value ... - call a skill yourself\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/pairing", "/audit", *DIRECT_COMMANDS)
+            "/reminders", "/pairing", "/audit", *MEMORY_COMMANDS, *DIRECT_COMMANDS)
 AUDIT_SHOWN = 10  # calls /audit lists
 # The reminders skill's words for the model, said to the person who typed /remind or /reminders.
 TO_THE_PERSON = (("list shows them", "/reminders shows them"),
@@ -89,6 +91,8 @@ class Commands:
             text = await self._pairing(msg)
         elif command == "/audit":
             text = await self._audit(msg)
+        elif command in MEMORY_COMMANDS:
+            text = await answer_memory(self.agent.memory, command, msg, argument_of(msg.text))
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:

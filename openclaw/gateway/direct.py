@@ -108,7 +108,8 @@ class Direct:
         executor = self.agent.executor  # now: a reload gives the agent a new one
         approver = asking_in(self.approvals, self.outbox, msg.channel, msg.chat_id)
         lane.current = asyncio.create_task(executor.call(skill, args, principal,
-                                                         chat_id=msg.chat_id, approver=approver))
+                                                         chat_id=msg.chat_id, approver=approver,
+                                                         in_group=msg.is_group))
         try:
             outcome = await lane.current
         except asyncio.CancelledError:

@@ -166,7 +166,8 @@ class Turns:
         caller = Caller(principal, msg.chat_id, approver=approver,
                         still_allowed=functools.partial(self.access.still_allowed, msg.user),
                         principal_now=functools.partial(self.access.principal, msg.user),
-                        has_tokens=functools.partial(self._has_tokens, msg.user))
+                        has_tokens=functools.partial(self._has_tokens, msg.user),
+                        in_group=msg.is_group)
         # Drafts are one per chat: in a group two users' answers could stream into the same one.
         stream = (bool(getattr(getattr(config, msg.channel, None), "stream_edits", False))
                   and not msg.is_group) or msg.channel == "terminal"

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from openclaw.store.memory_records import MemoryKind
 from openclaw.store.records import (
     ConversationStatus,
     InboundStatus,
@@ -407,3 +408,42 @@ class McpToolRow(Base):
     pinned: Mapped[str | None] = mapped_column(String(80))
     seen: Mapped[str | None] = mapped_column(String(80))
     note: Mapped[str | None] = mapped_column(FreeText)
+class MemoryRow(Base):
+    """One entry of a user's long-term memory (openclaw/store/memory.py). Its full-text index
+    lives beside it, outside these models: memories_fts (FTS5) on SQLite, a GIN expression index
+    on PostgreSQL (migration 0010)."""
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        _one_of("kind", MemoryKind),
+        Index("ix_memories_user_key_scope_digest", "user_key", "scope", "digest"),  # duplicates
+        Index("ix_memories_user_key_pinned_created_at", "user_key", "pinned", "created_at"),
+        UniqueConstraint("user_key", "number"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    number: Mapped[int] = mapped_column(Integer)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    scope: Mapped[str] = mapped_column(String(160))
+    kind: Mapped[MemoryKind] = mapped_column(EnumText(MemoryKind))
+    text: Mapped[str] = mapped_column(FreeText)
+    digest: Mapped[str] = mapped_column(String(64))  # of the text as compared for duplicates
+    source: Mapped[str | None] = mapped_column(String(2000))
+    pinned: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class MemorySettingRow(Base):
+    """A user's `/memory off`: a row exists while their memory is off."""
+
+    __tablename__ = "memory_off"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160), unique=True)
+    since: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+def in_models(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
+    """Alembic's `include_name`: the memories' full-text index (memories_fts: FTS5 tables and
+    triggers on SQLite, a GIN index on PostgreSQL) is made by migration 0010 outside the models."""
+    return not (name or "").startswith("memories_fts")

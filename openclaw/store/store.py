@@ -21,11 +21,14 @@ from openclaw.store.conversations import ConversationStore
 from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
 from openclaw.store.journal import JournalStore
 from openclaw.store.mcp_pins import McpPinStore
+from openclaw.store.memory import MemoryStore
 from openclaw.store.migrate import current_revision, migrate
 from openclaw.store.models import (
     AuditRow,
     ConversationRow,
     InboundEventRow,
+    MemoryRow,
+    MemorySettingRow,
     MessageRow,
     OutboundMessageRow,
     PairingCodeRow,
@@ -56,7 +59,8 @@ from openclaw.store.users import UserStore
 
 
 @calls_run_whole
-class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStore, McpPinStore):
+class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStore, McpPinStore,
+            MemoryStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""
@@ -202,6 +206,8 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
                      OutboundMessageRow.chat_id == external_id)), None),
             "inbound messages": (InboundEventRow, InboundEventRow.user == user, None),
             "reminders": (ReminderRow, ReminderRow.user == user, None),
+            "memory entries": (MemoryRow, MemoryRow.user == user, None),
+            "memory settings": (MemorySettingRow, MemorySettingRow.user == user, None),
             "usage rows": (UsageRow, UsageRow.user == user, None),
             "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
             "pairing codes counted": (PairingIssuedRow, PairingIssuedRow.user == user, None),
@@ -227,6 +233,11 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
                     change.where(where).execution_options(synchronize_session=False))
                 counts[kind] = result.rowcount
         if sqlite and not dry_run:  # nor the old pages in the write-ahead log
+            async with self.transaction() as session:
+                # The memory index keeps a deleted entry's words in its older segments until
+                # they merge: merged now, their pages freed (and zeroed) like the rows'.
+                await session.execute(text(
+                    "INSERT INTO memories_fts(memories_fts) VALUES ('optimize')"))
             async with self.transaction() as session:
                 await session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
         return counts

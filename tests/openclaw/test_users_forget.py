@@ -22,6 +22,7 @@ KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": 
          "inbound messages": "inbound_events", "reminders": "reminders", "usage rows": "usage",
          "pairing codes": "pairing_codes", "pairing codes counted": "pairing_issued",
          "pairing refusals": "pairing_refusals", "conversations": "conversations", "users": "users",
+         "memory entries": "memories", "memory settings": "memory_off",
          "audit rows blanked": "audit_log"}
 
 
@@ -57,6 +58,7 @@ async def bob_talks(store: Store, n: int) -> None:
     await store.add_reply("telegram", GROUP, [f"a notice to the group {n}"])  # nobody's reply
     await store.add_reminder(BOB, GROUP, f"bob's meeting {n}", datetime.now(UTC) + timedelta(days=1))
     await store.add_audit(BOB, "shell", {"command": f"ls {n}"}, "allowed", exit_status=0)
+    await store.add_memory(BOB, "private", f"bob's memory {n}")
 
 
 async def ada_talks(store: Store) -> None:
@@ -76,6 +78,9 @@ async def ada_talks(store: Store) -> None:
     await store.add_audit(ADA, "shell", {"command": "cat diary.txt"}, "allowed", exit_status=0)
     await store.add_audit(ADA, "email", {"to": "dr@example.org", "body": "my results"}, "rejected",
                           detail="error: the user denied this email call")
+    await store.add_memory(ADA, "private", "my diary is in the blue drawer")
+    await store.add_memory(ADA, "group:-500", "ada's group plan")
+    await store.set_memory_enabled(ADA, False)
 
 
 async def populate(store: Store) -> tuple[dict[str, list[dict]], dict[str, set[int]]]:
@@ -222,4 +227,6 @@ async def test_a_forgotten_users_words_are_gone_from_the_database_files(tmp_path
         assert any(b"my diary" in f.read_bytes() for f in files if f.exists())
         await store.forget_user(ADA)
         assert not any(b"my diary" in f.read_bytes() for f in files if f.exists())
+        # Her memory too, from its rows and from the full-text index's segments.
+        assert not any(b"blue drawer" in f.read_bytes() for f in files if f.exists())
         assert any(b"bob's news 1" in f.read_bytes() for f in files if f.exists())

@@ -1,0 +1,249 @@
+"""A user's long-term memory: short entries, each in a scope (private chats, one group chat, or
+everywhere), found by words with the database's full-text search (FTS5 with bm25 on SQLite,
+tsvector and ts_rank on PostgreSQL; the index is migration 0010's).
+
+Every call names the user, and every query filters on them: no call reads another user's entries.
+Entries are never rewritten: a duplicate is merged into the one kept (pinned if either was), and
+consolidation replaces entries by id in one transaction (`replace_memories`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from sqlalchemy import column, delete, func, literal_column, select, table, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from openclaw.store.base import StoreBase, to_record
+from openclaw.store.memory_records import MemoryEntry, MemoryFull, MemoryKind
+from openclaw.store.models import MemoryRow, MemorySettingRow, storable
+
+SEARCH_TERMS = 12  # words of a query looked up, the longest first (rarer, so cheaper and surer)
+# Entries a SQLite search ranks at most: bm25 costs tens of microseconds per entry that holds a
+# word (over 100 ms for a ten-word message at 20k entries), so the words are taken rarest first
+# while their entries add up to this; a word held by more (a "the" of this memory) weighs next to
+# nothing in bm25 anyway.
+SEARCH_HITS = 400
+_FTS = table("memories_fts", column("rowid"))  # FTS5's, made by migration 0010
+_WORD = re.compile(r"[^\W_]{3,}")  # as FTS5's unicode61 and PostgreSQL's 'simple' split them
+
+
+def search_terms(query: str) -> list[str]:
+    """The distinct words of `query` that a search looks up (lower case, at least 3 letters)."""
+    words = list(dict.fromkeys(w.casefold() for w in _WORD.findall(query)))
+    return sorted(words, key=len, reverse=True)[:SEARCH_TERMS]
+
+
+def digest(entry_text: str) -> str:
+    """What two entries that say the same share: the text with case and spacing ignored."""
+    return hashlib.sha256(" ".join(entry_text.casefold().split()).encode()).hexdigest()
+
+
+class MemoryStore(StoreBase):
+    """The Store's memory entries."""
+
+    async def add_memory(self, user: str, scope: str, entry_text: str, *,
+                         kind: MemoryKind = MemoryKind.FACT, source: str | None = None,
+                         pinned: bool = False, max_entries: int | None = None,
+                         max_chars: int | None = None) -> tuple[MemoryEntry, bool]:
+        """Keep `entry_text` for `user` in `scope`; (the entry, whether it was new). The same text
+        already kept in the scope is merged into that entry (pinned if this one is). Past
+        `max_entries`, the user's oldest unpinned entries are dropped; MemoryFull, and nothing
+        stored, when all are pinned. ValueError for an empty text or one over `max_chars`."""
+        entry_text = storable(entry_text.strip())
+        if not entry_text:
+            raise ValueError("a memory entry needs a text")
+        if max_chars is not None and len(entry_text) > max_chars:
+            raise ValueError(f"the text is {len(entry_text)} characters; a memory entry holds at "
+                             f"most {max_chars}")
+        key = digest(entry_text)
+
+        async def op(session: AsyncSession) -> tuple[MemoryEntry, bool]:
+            await self._lock_user(session, user)
+            same = await session.scalar(select(MemoryRow).where(
+                MemoryRow.user == user, MemoryRow.scope == scope, MemoryRow.digest == key).limit(1))
+            if same is not None:
+                if pinned and not same.pinned:
+                    same.pinned = True
+                return to_record(MemoryEntry, same), False
+            row = self._row(user, scope, entry_text, kind, source, pinned)
+            session.add(row)
+            await session.flush()
+            await session.refresh(row, ["number"])
+            if max_entries is not None:
+                await _bound(session, user, max_entries, keep=row.id)
+            return to_record(MemoryEntry, row), True
+
+        return await self.retrying(op)
+
+    async def list_memories(self, user: str, scopes: Collection[str] | None = None) -> list[MemoryEntry]:
+        """The user's entries in `scopes` (all when None), by number."""
+        query = select(MemoryRow).where(MemoryRow.user == user)
+        if scopes is not None:
+            query = query.where(MemoryRow.scope.in_(list(scopes)))
+        async with self.transaction() as session:
+            rows = await session.scalars(query.order_by(MemoryRow.number))
+            return [to_record(MemoryEntry, r) for r in rows]
+
+    async def count_memories(self, user: str, scopes: Collection[str] | None = None) -> int:
+        query = select(func.count()).select_from(MemoryRow).where(MemoryRow.user == user)
+        if scopes is not None:
+            query = query.where(MemoryRow.scope.in_(list(scopes)))
+        async with self.transaction() as session:
+            return await session.scalar(query) or 0
+
+    async def recall(self, user: str, scopes: Collection[str], query: str, *, limit: int = 8,
+                     pinned: bool = True) -> list[MemoryEntry]:
+        """What the prompt reads: the user's pinned entries in `scopes` (oldest first, when
+        `pinned`), then their entries most relevant to `query` by full-text rank."""
+        scopes = list(scopes)
+        async with self.transaction() as session:
+            found: list[Any] = []
+            if pinned:
+                found = list(await session.scalars(
+                    select(MemoryRow).where(MemoryRow.user == user, MemoryRow.pinned.is_(True),
+                                            MemoryRow.scope.in_(scopes))
+                    .order_by(MemoryRow.created_at, MemoryRow.id)))
+            seen = {r.id for r in found}
+            for row in await self._search(session, user, scopes, query, limit + len(seen)):
+                if row.id not in seen and len(found) - len(seen) < limit:
+                    found.append(row)
+            return [to_record(MemoryEntry, r) for r in found]
+
+    async def search_memories(self, user: str, scopes: Collection[str], query: str, *,
+                              limit: int = 8) -> list[MemoryEntry]:
+        """The user's entries in `scopes` that hold words of `query`, most relevant first."""
+        async with self.transaction() as session:
+            return [to_record(MemoryEntry, r)
+                    for r in await self._search(session, user, list(scopes), query, limit)]
+
+    async def forget_memory(self, user: str, number: int, scopes: Collection[str]) -> MemoryEntry | None:
+        """Delete the user's entry `number` if it is in `scopes` (the chat's); None if not. Its
+        words leave the index with it (the index's triggers, or PostgreSQL's own)."""
+        mine = (MemoryRow.user == user, MemoryRow.number == number, MemoryRow.scope.in_(list(scopes)))
+        async with self.transaction() as session:
+            row = await session.scalar(select(MemoryRow).where(*mine))
+            if row is None:
+                return None
+            entry = to_record(MemoryEntry, row)
+            await session.execute(delete(MemoryRow).where(MemoryRow.id == row.id)
+                                  .execution_options(synchronize_session=False))
+            return entry
+
+    async def replace_memories(self, user: str, old_ids: Collection[int],
+                               new: Sequence[tuple[str, str, MemoryKind, str]]) -> list[MemoryEntry]:
+        """In one transaction: store each (scope, text, kind, source) of `new` and delete the
+        user's unpinned entries `old_ids`, so a crash before the commit leaves the old ones and
+        none of the new. Pinned entries are never deleted here, whatever `old_ids` names."""
+        async def op(session: AsyncSession) -> list[MemoryEntry]:
+            await self._lock_user(session, user)
+            rows = [self._row(user, scope, storable(t), kind, source, False)
+                    for scope, t, kind, source in new]
+            for row in rows:  # one at a time: each takes the next number
+                session.add(row)
+                await session.flush()
+                await session.refresh(row, ["number"])
+            await session.execute(delete(MemoryRow).where(
+                MemoryRow.user == user, MemoryRow.id.in_(list(old_ids)), MemoryRow.pinned.is_(False))
+                .execution_options(synchronize_session=False))
+            return [to_record(MemoryEntry, row) for row in rows]
+
+        return await self.retrying(op)
+
+    async def memory_enabled(self, user: str) -> bool:
+        async with self.transaction() as session:
+            return await session.scalar(
+                select(MemorySettingRow.id).where(MemorySettingRow.user == user)) is None
+
+    async def set_memory_enabled(self, user: str, enabled: bool) -> None:
+        """`/memory on|off`: while off, nothing is written to the user's memory nor read from it
+        (the entries kept stay, until /memory forget or `openclaw users forget`)."""
+        async def op(session: AsyncSession) -> None:
+            await session.execute(delete(MemorySettingRow).where(MemorySettingRow.user == user))
+            if not enabled:
+                session.add(MemorySettingRow(user=user, since=self.now()))
+
+        await self.retrying(op)
+
+    # -- inside ---------------------------------------------------------------------------------
+
+    def _row(self, user: str, scope: str, entry_text: str, kind: MemoryKind, source: str | None,
+             pinned: bool) -> MemoryRow:
+        # The user's next number, read by the INSERT itself (as Store.add_reminder does); UNIQUE
+        # (user_key, number) is the backstop, and `retrying` draws again.
+        number = (select(func.coalesce(func.max(MemoryRow.number), 0) + 1)
+                  .where(MemoryRow.user == user).scalar_subquery())
+        return MemoryRow(number=number, user=user, scope=scope, kind=kind, text=entry_text,
+                         digest=digest(entry_text), source=source, pinned=pinned,
+                         created_at=self.now())
+
+    async def _lock_user(self, session: AsyncSession, user: str) -> None:
+        # SQLite's first write takes the database's write lock; PostgreSQL needs one per user, or
+        # two adds at once would both find no duplicate and both see room under the bound.
+        if self.dialect == "postgresql":
+            await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("memory:" + user))))
+
+    async def _search(self, session: AsyncSession, user: str, scopes: list[str], query: str,
+                      limit: int) -> list[MemoryRow]:
+        terms = search_terms(query)
+        if not terms or limit <= 0:
+            return []
+        mine = (MemoryRow.user == user, MemoryRow.scope.in_(scopes))
+        if self.dialect == "sqlite":
+            terms = await _rare_terms(session, terms)
+            if not terms:
+                return []
+            # Each word quoted: FTS5's query syntax (AND, NEAR, column:) is not the user's to use.
+            match = " OR ".join(f'"{t}"' for t in terms)
+            fts = literal_column("memories_fts")
+            ranked = (select(MemoryRow).join(_FTS, _FTS.c.rowid == MemoryRow.id)
+                      .where(fts.op("MATCH")(match), *mine)
+                      .order_by(func.bm25(fts), MemoryRow.id.desc()).limit(limit))
+        else:
+            vector = func.to_tsvector(text("'simple'::regconfig"), MemoryRow.text)
+            tsquery = func.websearch_to_tsquery(text("'simple'::regconfig"), " or ".join(terms))
+            ranked = (select(MemoryRow).where(vector.op("@@")(tsquery), *mine)
+                      .order_by(func.ts_rank(vector, tsquery).desc(), MemoryRow.id.desc())
+                      .limit(limit))
+        return list(await session.scalars(ranked))
+
+
+async def _rare_terms(session: AsyncSession, terms: list[str]) -> list[str]:
+    """The rarest of `terms` whose entries (every user's) add up to at most SEARCH_HITS. Each
+    word's entries are counted only up to SEARCH_HITS + 1, which stops early on a common word
+    (fts5vocab's counts read a word's whole list: 25 ms a message at 100k entries); one statement."""
+    counts = " UNION ALL ".join(
+        f"SELECT :t{i}, (SELECT count(*) FROM (SELECT 1 FROM memories_fts "
+        f"WHERE memories_fts MATCH :q{i} LIMIT {SEARCH_HITS + 1}))" for i in range(len(terms)))
+    params = {**{f"t{i}": t for i, t in enumerate(terms)},
+              **{f"q{i}": f'"{t}"' for i, t in enumerate(terms)}}
+    docs = {term: n for term, n in (await session.execute(text(counts), params)).all() if n}
+    chosen, hits = [], 0
+    for term in sorted(docs, key=docs.__getitem__):
+        if hits + docs[term] > SEARCH_HITS:
+            break
+        chosen.append(term)
+        hits += docs[term]
+    return chosen
+
+
+async def _bound(session: AsyncSession, user: str, max_entries: int, *, keep: int) -> None:
+    """Drop the user's oldest unpinned entries (never `keep`, the one just added) past
+    `max_entries`; MemoryFull when that is not enough (all the others are pinned)."""
+    count = await session.scalar(select(func.count()).select_from(MemoryRow)
+                                 .where(MemoryRow.user == user)) or 0
+    excess = count - max_entries
+    if excess <= 0:
+        return
+    oldest = list(await session.scalars(
+        select(MemoryRow.id).where(MemoryRow.user == user, MemoryRow.pinned.is_(False),
+                                   MemoryRow.id != keep)
+        .order_by(MemoryRow.created_at, MemoryRow.id).limit(excess)))
+    if len(oldest) < excess:
+        raise MemoryFull(f"{count - 1} entries kept, all pinned: the limit is {max_entries}; "
+                         "forget one first (/memory forget N)")
+    await session.execute(delete(MemoryRow).where(MemoryRow.id.in_(oldest))
+                          .execution_options(synchronize_session=False))
