@@ -28,6 +28,7 @@ from openclaw.health import ConnectorWatch, enabled_connectors
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
+from openclaw.scheduler.service import Scheduling
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 from openclaw.store.retention import Retention, RetentionTask
@@ -74,6 +75,7 @@ class Daemon:
         self.admin: AdminServer | None = None
         self.api: APIServer | None = None  # the OpenAI-compatible API, with [serve] enabled
         self.reminders: Reminders | None = None
+        self.scheduling: Scheduling | None = None  # the scheduler, with reminders and jobs on it
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._loop_lag: asyncio.Task | None = None
@@ -124,8 +126,9 @@ class Daemon:
             from openclaw.serve import serve_daemon_model
 
             self.api = await serve_daemon_model(self.model, cfg.serve)
-        self.reminders = Reminders(self.store)
-        executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
+        self.scheduling = Scheduling(self.store, cfg.store.url)
+        self.reminders = self.scheduling.reminders
+        executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.scheduling.jobs)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
@@ -146,7 +149,7 @@ class Daemon:
         self._watching = asyncio.create_task(self._connector_watch.follow(), name="connector watch")
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
-        self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        await self.scheduling.start(self.gateway)  # due ones queue behind recovered turns
         self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.
@@ -295,7 +298,8 @@ class Daemon:
             skills = configured_skills(config)
             for line in skills.skipped:
                 log.warning("skill %s", line)
-            executor = executor_for(config, skills, self._audit(skills), self.reminders)
+            executor = executor_for(config, skills, self._audit(skills), self.reminders,
+                                    self.scheduling.jobs)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
             return Outcome(False, problems=exc.problems, source=source)
@@ -334,8 +338,8 @@ class Daemon:
             await self._reload_task
         if self.retention:  # ends after its batch in progress
             await self.retention.stop()
-        if self.reminders:  # what is not yet delivered stays due for the next start
-            await self.reminders.stop()
+        if self.scheduling:  # what is not yet delivered stays due for the next start
+            await self.scheduling.stop(drain_timeout)
         if self.gateway:  # an approval not yet taken up is, at the next start
             await self.gateway.welcomes.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains

@@ -15,12 +15,9 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from skills.base import SkillError
-from skills.builtin.spoken_time import WHEN_HELP, parse_when
-
 MIN_INTERVAL_S = 60  # a job every second would be a busy loop on the model
 MAX_INTERVAL_S = 366 * 86400
-SCHEDULE_HELP = ("a time ('in 20 minutes', 'tomorrow 9:00', '2026-12-24 08:00'), a cron "
+SCHEDULE_HELP = ("a time ('once 2026-12-24 08:00', in the job's zone), a cron "
                  "expression of five fields ('0 8 * * 1-5': minute hour day month weekday, "
                  "0 or 7 = Sunday) or @hourly/@daily/@weekly/@monthly/@yearly, or an interval "
                  "('every 30m', 'every 2 hours')")
@@ -64,13 +61,23 @@ def parse_schedule(text: str, zone: ZoneInfo, now: datetime) -> Schedule:
     if lowered.startswith("every ") or lowered.startswith("interval "):
         seconds = interval_seconds(lowered.removeprefix("interval ").removeprefix("every "))
         return Schedule(f"every {seconds}s", f"every {_span(seconds)}")
-    try:
-        due = parse_when(spoken, now, zone)
-    except SkillError as exc:
-        raise ScheduleError(f"{exc}; or {SCHEDULE_HELP}") from None
+    due = _once(spoken.removeprefix("once ").removeprefix("at ").strip(), zone)
+    if due <= now:
+        raise ScheduleError(f"{due.astimezone(zone):%Y-%m-%d %H:%M} {zone.key} is past; give a "
+                            "time ahead")
     utc = due.astimezone(UTC)
     return Schedule(f"once {utc.isoformat()}", f"once at {due.astimezone(zone):%Y-%m-%d %H:%M} "
                                                f"{zone.key}")
+
+
+def _once(text: str, zone: ZoneInfo) -> datetime:
+    """An ISO date and time; without an offset, a wall-clock time in `zone` (the skill turns
+    the user's own words, "in 20 minutes", into one: skills.builtin.spoken_time)."""
+    try:
+        due = datetime.fromisoformat(text)
+    except ValueError:
+        raise ScheduleError(f"cannot read the schedule {text!r}; give {SCHEDULE_HELP}") from None
+    return due.replace(tzinfo=zone) if due.tzinfo is None else due
 
 
 def interval_seconds(spoken: str) -> int:
@@ -158,5 +165,5 @@ def _span(seconds: int) -> str:
     return f"{seconds} seconds"
 
 
-__all__ = ["AT_FORMS", "SCHEDULE_HELP", "WHEN_HELP", "Schedule", "ScheduleError", "cron_trigger",
+__all__ = ["AT_FORMS", "SCHEDULE_HELP", "Schedule", "ScheduleError", "cron_trigger",
            "interval_seconds", "parse_schedule", "trigger_for"]
