@@ -105,11 +105,31 @@ def cron_trigger(fields: str, zone: ZoneInfo) -> CronTrigger:
                             f"{fields!r} has {len(parts)}; e.g. '0 8 * * 1-5'")
     try:
         weekdays = _cron_weekdays(parts[4])
-        return CronTrigger(minute=parts[0], hour=parts[1], day=parts[2], month=parts[3],
-                           day_of_week=weekdays, timezone=zone)
+        return WallCronTrigger(minute=parts[0], hour=parts[1], day=parts[2], month=parts[3],
+                               day_of_week=weekdays, timezone=zone)
     except ValueError as exc:
         raise ScheduleError(f"bad cron expression {fields!r}: {exc}; e.g. '0 8 * * 1-5' "
                             "(minute hour day month weekday)") from None
+
+
+class WallCronTrigger(CronTrigger):
+    """A CronTrigger that, as cron does, runs a job at a set hour once when the clock goes back
+    and that hour comes twice ("30 2 * * *" fired at 02:30 summer time and again at 02:30 winter
+    time); one at every hour ("0 * * * *") still runs each real hour."""
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None,
+                           now: datetime) -> datetime | None:
+        due = super().get_next_fire_time(previous_fire_time, now)
+        if due is None or str(self.fields[5]) == "*" or not _second_pass(due):
+            return due
+        return self.get_next_fire_time(due, due.astimezone(UTC) + timedelta(microseconds=1))
+
+
+def _second_pass(moment: datetime) -> bool:
+    """Whether `moment` is the second of two instants with its wall-clock time (the hour the
+    clock went back over)."""
+    first, second = moment.replace(fold=0), moment.replace(fold=1)
+    return first.utcoffset() != second.utcoffset() and moment.utcoffset() == second.utcoffset()
 
 
 def _cron_weekdays(field: str) -> str:

@@ -8,6 +8,7 @@ JobBook), and every call acts for the calling user only: there is no argument na
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -17,6 +18,8 @@ from skills.zones import TIMEZONE_PARAMETER, timezone_setting_problems
 from skills.zones import zone_name as zone_name_of
 
 WHEN_KEYS = ("when", "cron", "every")
+JOBS_USAGE = ("/jobs lists your scheduled jobs; /jobs cancel N cancels one, /jobs pause N and "
+              "/jobs resume N pause and resume one, N as the list numbers it.")
 
 
 class ScheduleSkill(Skill):
@@ -44,6 +47,9 @@ class ScheduleSkill(Skill):
             "timezone": TIMEZONE_PARAMETER,
         },
         "required": ["action"],
+        # No argument names a user: a call acts for its caller. One more (a "user" the model
+        # made up) is an error, not silently ignored.
+        "additionalProperties": False,
     }
     read_only_actions = frozenset({"list"})
     untrusted_output = False
@@ -71,6 +77,14 @@ class ScheduleSkill(Skill):
             raise SkillError(f"you have no {state} job #{number}; list shows them")
         done = {"pause": "Paused", "resume": "Resumed", "cancel": "Cancelled"}[action]
         return f"{done} job #{job.number}."
+
+    def typed_command(self, command: str, argument: str) -> dict[str, Any] | str:
+        """`/jobs` (the list) and `/jobs cancel|pause|resume N` as this skill's call; or how to
+        write them."""
+        change = re.fullmatch(r"(cancel|pause|resume)\s+#?(\d+)", argument.strip(), re.IGNORECASE)
+        if change is None and argument.strip():
+            return JOBS_USAGE
+        return {"action": change[1].lower(), "number": int(change[2])} if change else {"action": "list"}
 
     def describe(self, args: dict[str, Any]) -> str:
         if args.get("action") != "add":

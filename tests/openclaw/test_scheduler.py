@@ -11,7 +11,7 @@ from openclaw.daemon import Daemon
 from openclaw.scheduler.book import key_of
 from openclaw.scheduler.core import touch_from_elsewhere
 from openclaw.store import JobStatus
-from tests.helpers.daemon import RecordingConnector, config
+from tests.helpers.daemon import RecordingConnector, config, say
 from tests.helpers.daemon import started as started_with
 from tests.helpers.scripted_model import ScriptedModel
 from tests.helpers.waiting import eventually, until
@@ -109,5 +109,25 @@ async def test_jobs_survive_a_restart_and_what_was_missed_follows_the_grace_rule
         listed = {item.job.id: item for item in await daemon.scheduling.jobs.list_for(OWNER)}
         assert set(listed) == {every_minute.id, agent.id}  # the repeating ones, ahead again
         assert all(item.next_run > now for item in listed.values())
+    finally:
+        await daemon.stop()
+
+
+async def test_jobs_command_lists_next_runs_in_the_users_zone_and_cancels_only_ones_own(tmp_path):
+    daemon, conn = await started_with(tmp_path, quiet_model(), SKILLS.replace(
+        'timezone = "UTC"', 'timezone = "Asia/Tokyo"'), also=(tg := RecordingConnector("telegram"),))
+    try:
+        await daemon.store.set_user_status("telegram", 5, "allowed")
+        mine = await daemon.scheduling.jobs.add(OWNER, "local", kind="reminder", schedule="0 9 * * *",
+                                                text="standup", timezone="Asia/Tokyo")
+        listed = await say(daemon, conn, "/jobs")
+        assert listed.startswith("#1 reminder, cron '0 9 * * *', next ")
+        assert listed.endswith(" 09:00 Asia/Tokyo: standup")
+        assert await say(daemon, tg, "/jobs", user="5") == "You have no scheduled jobs."
+        refused = await say(daemon, tg, "/jobs cancel 1", user="5")
+        assert "you have no active or paused job #1; /jobs shows them" in refused
+        assert (await daemon.store.get_job(mine.id)).status == JobStatus.ACTIVE
+        assert await say(daemon, conn, "/jobs cancel 1") == "Cancelled job #1."
+        assert daemon.scheduling.scheduler.next_run(key_of(mine)) is None  # its trigger is gone
     finally:
         await daemon.stop()
