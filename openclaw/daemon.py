@@ -149,7 +149,7 @@ class Daemon:
         self._watching = asyncio.create_task(self._connector_watch.follow(), name="connector watch")
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
-        await self.scheduling.start(self.gateway)  # due ones queue behind recovered turns
+        await self.scheduling.start(self.gateway, cfg)  # due ones queue behind recovered turns
         self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.
@@ -279,8 +279,9 @@ class Daemon:
             write_outcome(self.config.data_dir, outcome)
         except OSError as exc:
             log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
-        if outcome.ok:  # after the outcome: the only await, idempotent if reloads overlap
+        if outcome.ok:  # after the outcome: the only awaits, idempotent if reloads overlap
             await self.gateway.access.retire_listed_codes()
+            await self.scheduling.reconcile(self.config)  # [[jobs]] as the file says now
         return outcome
 
     def _reload(self) -> Outcome:

@@ -20,6 +20,7 @@ from pydantic import (
 from engine.config import EngineConfig
 from openclaw.config.engine import EngineField
 from openclaw.config.fields import LOCAL_USER, ConfigPath, Section
+from openclaw.config.jobs import JobsList
 from openclaw.config.secrets import resolve_skill_secrets
 from openclaw.config.sections import (
     AccessConfig,
@@ -64,6 +65,8 @@ class Config(Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     roles: dict[str, RoleConfig] = {}
     """`[roles.NAME]` tables: what each role may do (skills, paths, network, limits)."""
+    jobs: JobsList = []
+    """`[[jobs]]` entries: scheduled jobs the admin sets for users (config/jobs.py)."""
 
     _source: Path | None = PrivateAttr(None)
 

@@ -6,6 +6,7 @@ takes them up."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,9 @@ from zoneinfo import ZoneInfo
 from openclaw.scheduler.core import JobScheduler
 from openclaw.scheduler.triggers import Schedule, ScheduleError, parse_schedule, trigger_for
 from openclaw.store import Job, JobKind, JobStatus, Store
+from openclaw.store.jobs import LIVE
+
+log = logging.getLogger(__name__)
 
 MAX_LIVE = 50  # per user, active and paused: a model in a loop must not fill the table
 MAX_TEXT_CHARS = 4000
@@ -79,24 +83,31 @@ class Jobs:
         return self.scheduler.next_run(key_of(job))
 
     async def pause(self, user: str, number: int) -> Job | None:
-        job = await self.store.set_job_status(user, number, JobStatus.PAUSED,
-                                              was=(JobStatus.ACTIVE,))
+        job = await self._set(user, number, JobStatus.PAUSED, (JobStatus.ACTIVE,))
         if job is not None:
             self._unschedule(job)
         return job
 
     async def resume(self, user: str, number: int) -> Job | None:
-        job = await self.store.set_job_status(user, number, JobStatus.ACTIVE,
-                                              was=(JobStatus.PAUSED,))
+        job = await self._set(user, number, JobStatus.ACTIVE, (JobStatus.PAUSED,))
         if job is not None:
             self._schedule(job)
         return job
 
     async def cancel(self, user: str, number: int) -> Job | None:
-        """Cancel the user's own job numbered `number`; None when they have none by it."""
-        job = await self.store.set_job_status(user, number, JobStatus.CANCELLED)
+        """Cancel the user's own job numbered `number`; None when they have none by it;
+        ValueError for one the config's [[jobs]] sets (the owner's to change)."""
+        job = await self._set(user, number, JobStatus.CANCELLED, LIVE)
         if job is not None:
             self._unschedule(job)
+        return job
+
+    async def _set(self, user: str, number: int, status: JobStatus,
+                   was: tuple[JobStatus, ...]) -> Job | None:
+        job = await self.store.set_job_status(user, number, status, was=was)
+        if job is None and (found := await self.find(user, number)) and found.config_name:
+            raise ValueError(f"job #{number} is set by the owner in the config ([[jobs]]); "
+                             "ask them to change it")
         return job
 
     async def find(self, user: str, number: int) -> Job | None:
@@ -115,12 +126,21 @@ class Jobs:
         for job in active:
             self._schedule(job)
 
+    def reschedule(self, job: Job) -> None:
+        """Its trigger as its (changed) row says: replaced if it differs, kept if not."""
+        self._schedule(job)
+
+    def unschedule(self, job: Job) -> None:
+        self._unschedule(job)
+
     def _schedule(self, job: Job) -> None:
         if self.scheduler is None or not self.scheduler.running or job.status != JobStatus.ACTIVE:
             return
         try:
             trigger = trigger_for(job.schedule, ZoneInfo(job.timezone), job.created_at)
-        except (ScheduleError, ValueError, KeyError):  # a row this version cannot read: said once
+        except (ScheduleError, ValueError, KeyError) as exc:  # a row this version cannot read
+            log.warning("job id %d has a schedule that cannot be read (%s): not scheduled",
+                        job.id, exc)
             return
         self.scheduler.put(key_of(job), trigger)
 

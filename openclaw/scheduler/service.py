@@ -9,11 +9,13 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from openclaw.config import Config
 from openclaw.gateway.outbox import chunk_text
 from openclaw.reminders import KEY_PREFIX as REMINDER_KEY
 from openclaw.reminders import Reminders
 from openclaw.scheduler.book import KEY_PREFIX as JOB_KEY
 from openclaw.scheduler.book import Jobs
+from openclaw.scheduler.config_jobs import reconcile
 from openclaw.scheduler.core import WAKE_KEY, JobScheduler
 from openclaw.scheduler.runs import JobRuns, Runner
 from openclaw.store import Job, JobKind, OutboundMessage, Store
@@ -52,9 +54,11 @@ class Scheduling:
         self.runs: JobRuns | None = None
         self.gateway: Gateway | None = None
 
-    async def start(self, gateway: Gateway, runners: dict[JobKind, Runner] | None = None) -> None:
+    async def start(self, gateway: Gateway, config: Config | None = None,
+                    runners: dict[JobKind, Runner] | None = None) -> None:
         """Fire from now on: what fell due while down fires now (late, or missed, by its kind's
-        grace); a run a crash cut short is marked interrupted and not run again."""
+        grace); a run a crash cut short is marked interrupted and not run again. `config`'s
+        [[jobs]] are reconciled first."""
         self.gateway = gateway
         self.runs = JobRuns(self.store, GatewayDelivery(gateway),
                             agent_runners(gateway) if runners is None else runners)
@@ -63,7 +67,16 @@ class Scheduling:
                         run.job_id, run.due_at.isoformat())
         self.reminders.start(gateway.remind)
         await self.scheduler.start(self.fire)
+        if config is not None:
+            await self.reconcile(config)
         await self.follow_tables()
+
+    async def reconcile(self, config: Config) -> None:
+        """[[jobs]] as `config` says them (at start, and after each reload)."""
+        try:
+            await reconcile(self.jobs, config)
+        except Exception:  # the store away for a moment: the next reload tries again
+            log.exception("reconciling [[jobs]] with the jobs table failed")
 
     async def follow_tables(self) -> None:
         await self.jobs.sync()

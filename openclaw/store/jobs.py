@@ -86,8 +86,9 @@ class JobStore(JournalStore):
     async def set_job_status(self, user: str, number: int, status: JobStatus,
                              *, was: tuple[JobStatus, ...] = LIVE) -> Job | None:
         """Move the user's own job numbered `number` from one of `was` to `status`; None when
-        they have no such job (another user's number finds nothing: the user is in the WHERE)."""
-        mine = (JobRow.user == user, JobRow.number == number)
+        they have no such job (another user's number finds nothing: the user is in the WHERE), or
+        it is a [[jobs]] one (the config's, changed only by reconciling the config)."""
+        mine = (JobRow.user == user, JobRow.number == number, JobRow.config_name.is_(None))
         async with self.transaction() as session:
             result = await session.execute(
                 update(JobRow).where(*mine, JobRow.status.in_(was))

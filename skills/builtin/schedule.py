@@ -71,7 +71,10 @@ class ScheduleSkill(Skill):
         if not isinstance(number, int) or not 0 < number <= MAX_REMINDER_NUMBER:
             raise SkillError(f"{action} needs the job's number (list shows them)")
         change = {"pause": book.pause, "resume": book.resume, "cancel": book.cancel}[action]
-        job = await change(ctx.user, number)
+        try:
+            job = await change(ctx.user, number)
+        except ValueError as exc:  # one the owner set in the config
+            raise SkillError(str(exc)) from None
         if job is None:
             state = {"pause": "active", "resume": "paused", "cancel": "active or paused"}[action]
             raise SkillError(f"you have no {state} job #{number}; list shows them")

@@ -7,6 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
+
+from openclaw.config import ConfigError
 from openclaw.daemon import Daemon
 from openclaw.scheduler.book import key_of
 from openclaw.scheduler.core import touch_from_elsewhere
@@ -131,3 +134,58 @@ async def test_jobs_command_lists_next_runs_in_the_users_zone_and_cancels_only_o
         assert daemon.scheduling.scheduler.next_run(key_of(mine)) is None  # its trigger is gone
     finally:
         await daemon.stop()
+
+
+def jobs_toml(*entries: tuple[str, str, str]) -> str:
+    return "".join(f'\n[[jobs]]\nname = "{name}"\nuser = "{OWNER}"\nschedule = "{schedule}"\n'
+                   f'prompt = "{prompt}"\nkind = "reminder"\n' for name, schedule, prompt in entries)
+
+
+async def test_config_jobs_are_added_changed_and_removed_never_twice(tmp_path):
+    def configured(*entries):
+        return config(tmp_path, SKILLS + jobs_toml(*entries))
+
+    configured(("water", "@daily", "water the plants"), ("build", "every 2h", "check the build"))
+    daemon = Daemon(configured(("water", "@daily", "water the plants"),
+                               ("build", "every 2h", "check the build")),
+                    model=quiet_model(), connectors=[RecordingConnector()])
+    await daemon.start()
+    try:
+        [water, build] = await daemon.store.list_jobs(OWNER)
+        assert (water.config_name, water.schedule, build.schedule) == (
+            "water", "cron 0 0 * * *", "every 7200s")
+        with pytest.raises(ValueError, match="set by the owner in the config"):
+            await daemon.scheduling.jobs.cancel(OWNER, water.number)  # not the user's to cancel
+        configured(("water", "0 7 * * *", "water the plants"), ("post", "@weekly", "post the log"))
+        outcome = await daemon.reload(notify=False)
+        assert outcome.ok and "jobs" in outcome.applied
+        jobs = {j.config_name: j for j in await daemon.store.list_jobs(OWNER)}
+        assert set(jobs) == {"water", "post"}
+        assert jobs["water"].id == water.id and jobs["water"].schedule == "cron 0 7 * * *"
+        assert daemon.scheduling.scheduler.next_run(key_of(water)).hour == 7
+        assert (await daemon.store.get_job(build.id)).status == JobStatus.CANCELLED
+        assert daemon.scheduling.scheduler.next_run(key_of(build)) is None
+        await daemon.reload(notify=False)  # the same file again: nothing added
+        assert len(await daemon.store.list_jobs(OWNER)) == 2
+    finally:
+        await daemon.stop()
+    daemon = Daemon(configured(("water", "0 7 * * *", "water the plants"),
+                               ("post", "@weekly", "post the log")),
+                    model=quiet_model(), connectors=[RecordingConnector()])
+    await daemon.start()  # a restart reconciles the same entries: still one job each
+    try:
+        assert sorted(j.config_name for j in await daemon.store.list_jobs(OWNER)) == ["post", "water"]
+    finally:
+        await daemon.stop()
+
+
+def test_a_bad_config_job_is_a_config_error_naming_its_key(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        config(tmp_path, jobs_toml(("a", "0 25 * * *", "x"), ("b", "@daily", "y"),
+                                   ("b", "@hourly", "z"), ("c", "once 2030-01-01 08:00", "w")))
+    problems = raised.value.problems
+    assert any(p.startswith('jobs[0].schedule = "0 25 * * *": bad cron expression') for p in problems)
+    assert any(p.startswith("jobs[3].schedule") and "a [[jobs]] entry repeats" in p for p in problems)
+    with pytest.raises(ConfigError) as raised:
+        config(tmp_path, jobs_toml(("b", "@daily", "y"), ("b", "@hourly", "z")))
+    assert any("jobs[1].name: 'b' is also jobs[0]'s" in p for p in raised.value.problems)
