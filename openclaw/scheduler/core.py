@@ -116,6 +116,8 @@ class JobScheduler:
         await asyncio.to_thread(store.jobs_t.create, store.engine, checkfirst=True)
         scheduler.add_job(never_called, IntervalTrigger(seconds=WAKE_S), id=WAKE_KEY,
                           jobstore="memory")
+        # Its INFO lines ("Added job", "Removed job" at every firing) would fill the journal.
+        logging.getLogger("apscheduler").setLevel(max(logging.WARNING, log.getEffectiveLevel()))
         scheduler.start()
         self._scheduler = scheduler
 
@@ -145,6 +147,11 @@ class JobScheduler:
         return [job.id for job in self._scheduler.get_jobs(jobstore="default")
                 if job.id.startswith(prefix)]
 
+    def wake(self) -> None:
+        """Read the table now (what another process changed), not at the next WAKE_S."""
+        if self._scheduler is not None:
+            self._scheduler.wakeup()
+
     def run_soon(self, key: str) -> bool:
         """Fire `key` now, then on its trigger as before; whether it is scheduled here."""
         job = self._scheduler.get_job(key)
@@ -167,10 +174,20 @@ class JobScheduler:
             await asyncio.gather(*late, return_exceptions=True)
 
 
+def next_run_elsewhere(url: str | URL, key: str) -> datetime | None:
+    """From another process: `key`'s next run time as the daemon's table has it."""
+    return _from_elsewhere(url, key, None)
+
+
 def touch_from_elsewhere(url: str | URL, key: str, when: datetime | None = None) -> bool:
     """From another process (the CLI): make `key` due at `when` (default now) in the daemon's
-    table, which the daemon reads within WAKE_S; whether there was such a key. The job store
-    alone, never started as a scheduler here: nothing fires in this process."""
+    table, which the daemon reads within WAKE_S; whether there was such a key."""
+    return _from_elsewhere(url, key, when or datetime.now(UTC)) is not None
+
+
+def _from_elsewhere(url: str | URL, key: str, due: datetime | None) -> datetime | None:
+    """`key`'s next run time in the table, first moved to `due` if given; None: no such key.
+    The job store alone, never started as a scheduler here: nothing fires in this process."""
     from apscheduler.schedulers.background import BackgroundScheduler
 
     store = SQLAlchemyJobStore(url=sync_url(url), tablename=TABLE)
@@ -178,9 +195,10 @@ def touch_from_elsewhere(url: str | URL, key: str, when: datetime | None = None)
     try:
         job = store.lookup_job(key)
         if job is None:
-            return False
-        job.next_run_time = when or datetime.now(UTC)
-        store.update_job(job)
-        return True
+            return None
+        if due is not None:
+            job.next_run_time = due
+            store.update_job(job)
+        return job.next_run_time
     finally:
         store.shutdown()

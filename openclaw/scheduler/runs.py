@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from openclaw.store import Job, JobKind, JobStatus, OutboundMessage, Store
+from openclaw.store import Job, JobKind, JobRun, JobStatus, OutboundMessage, Store
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,18 @@ class JobRuns:
                                                  self.delivery.pieces(job.channel, answer))
         await self.delivery.send(job.channel, job.chat_id, stored)
         return "delivered"
+
+    async def interrupted(self, run: JobRun) -> None:
+        """Tell the user a run a stop cut short is not run again (a crash, a kill)."""
+        job = await self.store.get_job(run.job_id)
+        if job is None or job.kind == JobKind.HEARTBEAT:
+            return
+        when = run.due_at.astimezone(ZoneInfo(job.timezone))
+        stored = await self.store.add_reply(job.channel, job.chat_id, self.delivery.pieces(
+            job.channel, f"Your scheduled job #{job.number} (due {when:%a %d %b %H:%M} "
+                         f"{job.timezone}) was cut short by a restart; I do not run it again for "
+                         "that time, in case it had already done something."))
+        await self.delivery.send(job.channel, job.chat_id, stored)
 
     async def _missed(self, job: Job, due: datetime, once: bool) -> str:
         """Past its grace: recorded as missed, and the user told (a heartbeat says nothing: the

@@ -65,6 +65,7 @@ class Scheduling:
         for run in await self.store.interrupt_job_runs():
             log.warning("job id %d's run due %s was cut short by a stop; it is not run again",
                         run.job_id, run.due_at.isoformat())
+            await self.runs.interrupted(run)
         self.reminders.start(gateway.remind)
         await self.scheduler.start(self.fire)
         if config is not None:

@@ -4,11 +4,14 @@ late; or the user told it was missed), and a due time never runs twice."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from openclaw.cli.main import main
 from openclaw.config import ConfigError
 from openclaw.daemon import Daemon
 from openclaw.scheduler.book import key_of
@@ -189,3 +192,37 @@ def test_a_bad_config_job_is_a_config_error_naming_its_key(tmp_path):
     with pytest.raises(ConfigError) as raised:
         config(tmp_path, jobs_toml(("b", "@daily", "y"), ("b", "@hourly", "z")))
     assert any("jobs[1].name: 'b' is also jobs[0]'s" in p for p in raised.value.problems)
+
+
+async def test_cli_lists_cancels_and_runs_now_while_the_daemon_runs(tmp_path, capsys):
+    daemon, conn = await started(tmp_path)
+    cfg = str(tmp_path / "openclaw.toml")
+
+    def cli(*argv: str) -> SimpleNamespace:
+        capsys.readouterr()
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    try:
+        job = await daemon.scheduling.jobs.add(OWNER, "local", kind="reminder", schedule="@weekly",
+                                               text="review the week", timezone="UTC")
+        other = await daemon.scheduling.jobs.add(OWNER, "local", kind="reminder",
+                                                 schedule="@daily", text="tidy", timezone="UTC")
+        listed = await asyncio.to_thread(cli, "--config", cfg, "jobs", "list")
+        assert listed.returncode == 0
+        assert "#1    reminder  cron 0 0 * * 0" in listed.stdout and "next 20" in listed.stdout
+        ran = await asyncio.to_thread(cli, "--config", cfg, "jobs", "run-now", OWNER, "1")
+        assert ran.returncode == 0, ran.stderr
+        daemon.scheduling.scheduler.wake()  # as WAKE_S would, sooner
+        await until(lambda: reminders_sent(conn))
+        assert reminders_sent(conn) == ["⏰ Reminder: review the week"]
+        cancelled = await asyncio.to_thread(cli, "--config", cfg, "jobs", "cancel", OWNER, "#2")
+        assert cancelled.returncode == 0 and "cancelled terminal:local's job #2: tidy" in cancelled.stdout
+        await daemon.scheduling.follow_tables()  # as the daemon does every WAKE_S
+        assert daemon.scheduling.scheduler.next_run(key_of(other)) is None
+        assert daemon.scheduling.scheduler.next_run(key_of(job)) is not None
+        missing = await asyncio.to_thread(cli, "--config", cfg, "jobs", "cancel", "telegram:9", "1")
+        assert missing.returncode == 1 and "has no active or paused job #1" in missing.stderr
+    finally:
+        await daemon.stop()
