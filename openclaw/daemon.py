@@ -28,6 +28,8 @@ from openclaw.health import ConnectorWatch, enabled_connectors
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
+from openclaw.scheduler.agent_job import AgentJobs
+from openclaw.scheduler.heartbeat import Heartbeats
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 from openclaw.store.retention import Retention, RetentionTask
@@ -128,6 +130,9 @@ class Daemon:
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
         agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
+        self.agent_jobs = AgentJobs(self.gateway)  # what scheduled jobs run: see openclaw/scheduler
+        self.heartbeats = Heartbeats(self.agent_jobs, self.store)
+        self.gateway.commands.heartbeat = self.heartbeats.command
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()

@@ -378,3 +378,21 @@ class ReminderRow(Base):
     fired_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class HeartbeatRow(Base):
+    """A user's heartbeat (openclaw/scheduler/heartbeat.py): whether it runs, how often, where it
+    speaks, their quiet hours, and the checklist set with /heartbeat edit (None: HEARTBEAT.md)."""
+
+    __tablename__ = "heartbeats"
+
+    user: Mapped[str] = mapped_column("user_key", String(160), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    every_minutes: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    quiet_start: Mapped[str | None] = mapped_column(String(5))  # "22:00", in `timezone`
+    quiet_end: Mapped[str | None] = mapped_column(String(5))
+    timezone: Mapped[str] = mapped_column(String(64))
+    checklist: Mapped[str | None] = mapped_column(FreeText)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
