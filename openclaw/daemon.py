@@ -18,6 +18,7 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
 from openclaw.backends import Backend, open_backend, shown_url
+from openclaw.backends.local import LocalBackend
 from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
@@ -30,6 +31,7 @@ from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outco
 from openclaw.reminders import Reminders
 from openclaw.scheduler.agent_job import AgentJobs
 from openclaw.scheduler.heartbeat import Heartbeats
+from openclaw.scheduler.priority_gate import PriorityGate
 from openclaw.skillset import configured_skills, executor_for
 from openclaw.store import Store
 from openclaw.store.retention import Retention, RetentionTask
@@ -128,7 +130,9 @@ class Daemon:
             self.api = await serve_daemon_model(self.model, cfg.serve)
         self.reminders = Reminders(self.store)
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
-        agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
+        # A remote model's requests are queued by priority here; the engine orders its own.
+        gated = self.model if isinstance(self.model, LocalBackend) else PriorityGate(self.model)
+        agent = Agent(gated, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         self.agent_jobs = AgentJobs(self.gateway)  # what scheduled jobs run: see openclaw/scheduler
         self.heartbeats = Heartbeats(self.agent_jobs, self.store)
