@@ -25,6 +25,7 @@ depends_on: str | None = None
 def upgrade() -> None:
     op.create_table(
         "heartbeats",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
         sa.Column("user_key", sa.String(160), nullable=False),
         sa.Column("enabled", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("every_minutes", sa.Integer(), nullable=False),
@@ -35,7 +36,8 @@ def upgrade() -> None:
         sa.Column("timezone", sa.String(64), nullable=False),
         sa.Column("checklist", sa.Text(), nullable=True),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("user_key", name="pk_heartbeats"),
+        sa.PrimaryKeyConstraint("id", name="pk_heartbeats"),
+        sa.UniqueConstraint("user_key", name="uq_heartbeats_user_key"),
     )
 
 

@@ -66,12 +66,12 @@ class HeartbeatStore:
 
     async def get(self, user: str) -> HeartbeatSettings | None:
         async with self.store.transaction() as session:
-            row = await session.get(HeartbeatRow, user)
+            row = await session.scalar(select(HeartbeatRow).where(HeartbeatRow.user == user))
             return _record(row) if row is not None else None
 
     async def put(self, settings: HeartbeatSettings) -> None:
         async with self.store.transaction() as session:
-            row = await session.get(HeartbeatRow, settings.user)
+            row = await session.scalar(select(HeartbeatRow).where(HeartbeatRow.user == settings.user))
             if row is None:
                 row = HeartbeatRow(user=settings.user)
                 session.add(row)

@@ -385,8 +385,10 @@ class HeartbeatRow(Base):
     speaks, their quiet hours, and the checklist set with /heartbeat edit (None: HEARTBEAT.md)."""
 
     __tablename__ = "heartbeats"
+    __table_args__ = (UniqueConstraint("user_key"),)
 
-    user: Mapped[str] = mapped_column("user_key", String(160), primary_key=True)
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160))
     enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     every_minutes: Mapped[int] = mapped_column(Integer)
     channel: Mapped[str] = mapped_column(String(32))
