@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import SamplingParams
-from engine.tool_parser import StreamingToolParser
+from engine.tool_parser import StreamingToolParser, ToolCall
 from openclaw.agent import Caller, TurnResult
 from openclaw.gateway.approvals import asking_in
 from openclaw.gateway.gateway import Gateway
@@ -98,7 +98,12 @@ class AgentJobs:
     async def _in_lane(self, job: AgentJobRequest, lane: Lane) -> str | None:
         gw, user = self.gateway, job.user
         conversation_id = await gw.lanes.conversation(lane, user, job.chat_id, job.channel)
-        principal = gw.access.policy.principal(user, gw.access.role_name(user))
+        try:
+            principal = gw.access.principal(user)  # the role as the config says now
+        except OSError as exc:  # the role's workspace cannot be created
+            log.error("agent job %s of %s not run: their workspace is not usable (see roles.*."
+                      "workspace): %s", job.name, user, exc)
+            return None
         if not await self._has_tokens(user):
             log.info("agent job %s of %s not run: their tokens for today are spent", job.name, user)
             return None
@@ -148,7 +153,7 @@ class AgentJobs:
         return not limit or await self.gateway.spending.today(user) < limit
 
 
-def verdict_text(calls: list, answer: str, job: AgentJobRequest) -> str | None:
+def verdict_text(calls: list[ToolCall], answer: str, job: AgentJobRequest) -> str | None:
     """The verdict's message to send, or None (silent). A verdict that cannot be read is taken as
     notify with the turn's answer: a check that failed to decide must not hide what it found."""
     call = next((c for c in calls if c.name == VERDICT_TOOL), None)
