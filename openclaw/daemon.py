@@ -4,6 +4,7 @@ together, runs until told to stop, and stops cleanly (drain, then close in rever
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -30,10 +31,11 @@ from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
 from openclaw.scheduler.agent_job import AgentJobs
-from openclaw.scheduler.heartbeat import Heartbeats
+from openclaw.scheduler.heartbeat import Heartbeats, follow_heartbeat
 from openclaw.scheduler.priority_gate import PriorityGate
+from openclaw.scheduler.service import Scheduling, agent_runners
 from openclaw.skillset import configured_skills, executor_for
-from openclaw.store import Store
+from openclaw.store import JobKind, Store
 from openclaw.store.retention import Retention, RetentionTask
 from sandbox import cgroups
 from skills import SkillRegistry
@@ -78,6 +80,7 @@ class Daemon:
         self.admin: AdminServer | None = None
         self.api: APIServer | None = None  # the OpenAI-compatible API, with [serve] enabled
         self.reminders: Reminders | None = None
+        self.scheduling: Scheduling | None = None  # the scheduler, with reminders and jobs on it
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._loop_lag: asyncio.Task | None = None
@@ -128,8 +131,9 @@ class Daemon:
             from openclaw.serve import serve_daemon_model
 
             self.api = await serve_daemon_model(self.model, cfg.serve)
-        self.reminders = Reminders(self.store)
-        executor = executor_for(cfg, skills, self._audit(skills), self.reminders)
+        self.scheduling = Scheduling(self.store, cfg.store.url)
+        self.reminders = self.scheduling.reminders
+        executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.scheduling.jobs)
         # A remote model's requests are queued by priority here; the engine orders its own.
         gated = self.model if isinstance(self.model, LocalBackend) else PriorityGate(self.model)
         agent = Agent(gated, self.store, executor, cfg.agent, metrics=self.metrics)
@@ -137,6 +141,7 @@ class Daemon:
         self.agent_jobs = AgentJobs(self.gateway)  # what scheduled jobs run: see openclaw/scheduler
         self.heartbeats = Heartbeats(self.agent_jobs, self.store)
         self.gateway.commands.heartbeat = self.heartbeats.command
+        self.heartbeats.on_change = functools.partial(follow_heartbeat, self.scheduling.jobs)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
@@ -155,7 +160,9 @@ class Daemon:
         self._watching = asyncio.create_task(self._connector_watch.follow(), name="connector watch")
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
-        self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        # Due ones queue behind recovered turns.
+        await self.scheduling.start(self.gateway, {**agent_runners(self.gateway),
+                                                   JobKind.HEARTBEAT: self.heartbeats.runner})
         self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.
@@ -304,7 +311,8 @@ class Daemon:
             skills = configured_skills(config)
             for line in skills.skipped:
                 log.warning("skill %s", line)
-            executor = executor_for(config, skills, self._audit(skills), self.reminders)
+            executor = executor_for(config, skills, self._audit(skills), self.reminders,
+                                    self.scheduling.jobs)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
             return Outcome(False, problems=exc.problems, source=source)
@@ -343,8 +351,8 @@ class Daemon:
             await self._reload_task
         if self.retention:  # ends after its batch in progress
             await self.retention.stop()
-        if self.reminders:  # what is not yet delivered stays due for the next start
-            await self.reminders.stop()
+        if self.scheduling:  # what is not yet delivered stays due for the next start
+            await self.scheduling.stop(drain_timeout)
         if self.gateway:  # an approval not yet taken up is, at the next start
             await self.gateway.welcomes.stop()
         if self.gateway:  # refuses new messages at once; replies still go out while it drains

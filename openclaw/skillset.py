@@ -13,7 +13,7 @@ from typing import Any
 from openclaw.config import Config, ConfigError, model_file_problems
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, SkillRegistry, load_skills
-from skills.base import ReminderBook
+from skills.base import JobBook, ReminderBook
 from skills.executor import AuditSink
 from skills.zones import one_zone
 
@@ -107,6 +107,6 @@ def sandbox_for(config: Config) -> Sandbox:
 
 
 def executor_for(config: Config, registry: SkillRegistry, audit: AuditSink,
-                 reminders: ReminderBook | None = None) -> Executor:
+                 reminders: ReminderBook | None = None, jobs: JobBook | None = None) -> Executor:
     return Executor(registry, sandbox_for(config), audit, timeout_s=config.agent.tool_timeout_s,
-                    reminders=reminders)
+                    reminders=reminders, jobs=jobs)

@@ -18,7 +18,7 @@ from sandbox.disk_budget import DiskFull
 from sandbox.policy import Principal
 from sandbox.runner import Sandbox
 from sandbox.scope import SandboxUnavailable
-from skills.base import AuditNote, ReminderBook, SkillContext, SkillDenied, SkillError
+from skills.base import AuditNote, JobBook, ReminderBook, SkillContext, SkillDenied, SkillError
 from skills.budget import CAPTURE_BYTES
 from skills.registry import SkillRegistry, check_arguments
 
@@ -59,9 +59,11 @@ async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
 
 class Executor:
     def __init__(self, registry: SkillRegistry, sandbox: Sandbox, audit: AuditSink | None = None,
-                 timeout_s: float = 60.0, reminders: ReminderBook | None = None) -> None:
+                 timeout_s: float = 60.0, reminders: ReminderBook | None = None,
+                 jobs: JobBook | None = None) -> None:
         self.registry, self.sandbox, self._audit, self.timeout_s = registry, sandbox, audit, timeout_s
         self.reminders = reminders
+        self.jobs = jobs
 
     async def record_interrupted(self, principal: Principal, name: str, args: Any,
                                  detail: str) -> None:
@@ -96,7 +98,7 @@ class Executor:
             if verdict is not None:
                 return await self._done(principal, name, args, verdict)
         ctx = SkillContext(principal=capture_bounded(principal), sandbox=self.sandbox, chat_id=chat_id,
-                           settings=self.registry.settings(name), reminders=self.reminders)
+                           settings=self.registry.settings(name), reminders=self.reminders, jobs=self.jobs)
         started = time.monotonic()
         limit = self.timeout_s
         if skill.keeps_wall_clock:  # its own limit is the role's; ours only catches a hang past it

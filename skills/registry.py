@@ -20,6 +20,7 @@ BUILTINS = {
     "files": "skills.builtin.files:FilesSkill",
     "email": "skills.builtin.email:EmailSkill",
     "reminders": "skills.builtin.reminders:RemindersSkill",
+    "schedule": "skills.builtin.schedule:ScheduleSkill",
 }
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 

@@ -18,7 +18,8 @@ from sqlalchemy import select
 
 from openclaw.gateway.contract import InboundMessage
 from openclaw.scheduler.agent_job import AgentJobRequest, AgentJobs
-from openclaw.store import Store
+from openclaw.scheduler.book import Jobs
+from openclaw.store import Job, JobKind, Store
 from openclaw.store.models import HeartbeatRow
 from sandbox.grants import open_folder, writable_folders
 
@@ -119,6 +120,10 @@ class Heartbeats:
             user, settings.channel, settings.chat_id, PROMPT + checklist.strip(),
             only_if_attention=True, name="heartbeat"))
 
+    async def runner(self, job: Job) -> str | None:
+        """The scheduler's runner of heartbeat jobs (openclaw/scheduler/runs.py)."""
+        return await self.run(job.user)
+
     def read_file(self, user: str) -> str:
         """HEARTBEAT.md of the user's workspace, "" when there is none. Opened as the sandbox opens
         files, without following a link: a command of theirs could make it one to a file of the
@@ -181,6 +186,18 @@ class Heartbeats:
         if self.on_change is not None and _schedule(new) != _schedule(now):
             await self.on_change(new)
         return describe(new)
+
+
+async def follow_heartbeat(book: Jobs, s: HeartbeatSettings) -> None:
+    """Keep the user's heartbeat as one job of kind heartbeat in the scheduler's book (their
+    /jobs lists it): the one it had cancelled, and a new one at the interval, in the settings'
+    chat, when it is on. `Heartbeats.on_change`, in the daemon."""
+    for listed in await book.list_for(s.user):
+        if listed.job.kind == JobKind.HEARTBEAT:
+            await book.cancel(s.user, listed.job.number)
+    if s.enabled:
+        await book.add(s.user, s.chat_id, kind=JobKind.HEARTBEAT,
+                       schedule=f"every {s.every_minutes} minutes", text="", timezone=s.timezone)
 
 
 def _schedule(s: HeartbeatSettings) -> tuple:

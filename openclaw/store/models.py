@@ -34,6 +34,8 @@ from sqlalchemy.types import TypeDecorator
 from openclaw.store.records import (
     ConversationStatus,
     InboundStatus,
+    JobKind,
+    JobStatus,
     MessageRole,
     OutboundStatus,
     PairingRefusalReason,
@@ -378,6 +380,46 @@ class ReminderRow(Base):
     fired_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        _one_of("status", JobStatus),
+        _one_of("kind", JobKind),
+        Index("ix_jobs_user_key_status", "user_key", "status"),  # a user's list, their cap
+        UniqueConstraint("user_key", "number"),  # as reminders: two adds take two numbers
+        UniqueConstraint("config_name"),  # a [[jobs]] entry is one job, never two
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    number: Mapped[int] = mapped_column(Integer)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[JobKind] = mapped_column(EnumText(JobKind))
+    schedule: Mapped[str] = mapped_column(String(200))
+    timezone: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(FreeText)
+    options: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    status: Mapped[JobStatus] = mapped_column(EnumText(JobStatus))
+    config_name: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class JobRunRow(Base):
+    __tablename__ = "job_runs"
+    # One run per job and due time: the row is written before the run starts, so a second firing
+    # for the same time (a restart, a crash mid-run) finds it and does nothing.
+    __table_args__ = (UniqueConstraint("job_id", "due_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    outcome: Mapped[str] = mapped_column(String(16))
 
 
 class HeartbeatRow(Base):

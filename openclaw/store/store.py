@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from openclaw.store.base import Clock, calls_run_whole, insert_record, to_record
 from openclaw.store.conversations import ConversationStore
 from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
+from openclaw.store.jobs import JobStore
 from openclaw.store.journal import JournalStore
 from openclaw.store.migrate import current_revision, migrate
 from openclaw.store.models import (
@@ -56,7 +57,7 @@ from openclaw.store.users import UserStore
 
 
 @calls_run_whole
-class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStore):
+class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""

@@ -7,6 +7,7 @@ import json
 from datetime import UTC, datetime
 
 from openclaw.scheduler.agent_job import VERDICT_SYSTEM
+from openclaw.scheduler.book import key_of
 from openclaw.scheduler.heartbeat import HeartbeatSettings, parse_every, parse_quiet
 from tests.helpers.daemon import msg
 from tests.helpers.scripted_model import ScriptedModel
@@ -127,3 +128,26 @@ def test_intervals_and_quiet_hours_are_read_or_refused():
     assert parse_quiet("off") == (None, None, None)
     assert "did not understand" in parse_quiet("25:00-07:00")
     assert "different" in parse_quiet("07:00-07:00")
+
+
+async def test_heartbeat_on_schedules_one_job_whose_run_delivers_and_off_cancels_it(tmp_path):
+    model = ScriptedModel(attentive)
+    daemon, tele = await start(tmp_path, model)
+    try:
+        book, runs = daemon.scheduling.jobs, daemon.scheduling.runs
+        await say(daemon, tele, "/heartbeat on")
+        await say(daemon, tele, "/heartbeat every 2h")  # the job is replaced, never doubled
+        [listed] = await book.list_for(USER)
+        assert (listed.job.kind, listed.job.schedule, listed.job.chat_id) == (
+            "heartbeat", "every 7200s", PLAIN)
+        assert await runs.fire(listed.job.id, daemon.store.now()) == "silent"  # no checklist
+        assert model.prompts == []
+        await say(daemon, tele, "/heartbeat edit - is the build green?")
+        # As the scheduler fires it: a heartbeat is not the schedule skill's (which "user" lacks).
+        await daemon.scheduling.fire(key_of(listed.job), daemon.store.now())
+        await daemon.gateway.outbox.settled("telegram", PLAIN)
+        assert tele.texts(PLAIN)[-1] == "The build broke."
+        await say(daemon, tele, "/heartbeat off")
+        assert await book.list_for(USER) == []
+    finally:
+        await daemon.stop()

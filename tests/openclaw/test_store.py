@@ -51,7 +51,7 @@ from tests.helpers.store import fresh_store, left_at_revision
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "pairing_issued", "pairing_refusals", "conversations", "messages",
           "inbound_events", "outbound_messages", "summaries", "audit_log", "usage", "reminders", "heartbeats",
-          "alembic_version"}
+          "jobs", "job_runs", "alembic_version"}
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
