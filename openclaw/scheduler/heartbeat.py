@@ -163,6 +163,8 @@ class Heartbeats:
         if not word:
             return describe(now)
         if word == "on":
+            if msg.is_group:  # it reads their checklist and tools' findings: not for a group
+                return "A heartbeat speaks only in a private chat: send /heartbeat on to me there."
             new = replace(now, enabled=True, channel=msg.channel, chat_id=msg.chat_id)
         elif word == "off":
             new = replace(now, enabled=False)

@@ -106,6 +106,11 @@ async def test_heartbeat_commands_change_the_schedule_and_bad_input_changes_noth
 
         daemon.heartbeats.on_change = on_change
         assert "off" in await say(daemon, tele, "/heartbeat")
+        await tele.handler(msg("/heartbeat on", user=PLAIN, chat="-500", channel="telegram",
+                               is_group=True))
+        await daemon.gateway.wait_idle()
+        await daemon.gateway.outbox.settled("telegram", "-500")
+        assert "only in a private chat" in tele.texts("-500")[-1]
         await say(daemon, tele, "/heartbeat on")
         assert "every 2h" in await say(daemon, tele, "/heartbeat every 2h")
         assert "did not understand" in await say(daemon, tele, "/heartbeat every 1m")
