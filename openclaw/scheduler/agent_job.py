@@ -6,6 +6,7 @@ text) or stay silent."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -92,8 +93,14 @@ class AgentJobs:
         if not await gw.access.still_allowed(job.user):
             log.info("agent job %s of %s not run: the user is no longer allowed", job.name, job.user)
             return None
-        return await gw.lanes.errand((job.channel, job.chat_id, job.user),
-                                     functools.partial(self._in_lane, job))
+        try:
+            return await gw.lanes.errand((job.channel, job.chat_id, job.user),
+                                         functools.partial(self._in_lane, job))
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # our caller's own cancel
+                raise
+            log.info("agent job %s of %s not run: the daemon is stopping", job.name, job.user)
+            return None  # the lane dropped it as the daemon drains
 
     async def _in_lane(self, job: AgentJobRequest, lane: Lane) -> str | None:
         gw, user = self.gateway, job.user

@@ -145,3 +145,21 @@ async def test_stop_in_the_jobs_chat_stops_it_and_nothing_is_sent(tmp_path):
         assert tele.texts(PLAIN) == ["Stopped."]
     finally:
         await daemon.stop()
+
+
+async def test_a_job_queued_when_the_daemon_starts_draining_is_left_not_run(tmp_path):
+    model = RecordingModel(lambda messages: "an answer")
+    model.gate = asyncio.Event()  # the chat's turn streams one chunk, then waits
+    daemon, tele = await start(tmp_path, model)
+    try:
+        await tele.handler(msg("hello", user=PLAIN, channel="telegram"))
+        await until(lambda: model.generated > 0)
+        queued = asyncio.create_task(AgentJobs(daemon.gateway).run(job("check")))  # behind it
+        await until(lambda: daemon.gateway.lanes.queued() == 1)
+        daemon.gateway.lanes.accepting = False  # as a drain begins
+        model.gate.set()
+        async with asyncio.timeout(60):  # a guard only
+            assert await queued is None
+        assert len(model.prompts) == 1  # the chat's turn only
+    finally:
+        await daemon.stop()
