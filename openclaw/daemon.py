@@ -4,6 +4,7 @@ together, runs until told to stop, and stops cleanly (drain, then close in rever
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -18,6 +19,7 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
 from openclaw.backends import Backend, open_backend, shown_url
+from openclaw.backends.local import LocalBackend
 from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
@@ -28,9 +30,12 @@ from openclaw.health import ConnectorWatch, enabled_connectors
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
-from openclaw.scheduler.service import Scheduling
+from openclaw.scheduler.agent_job import AgentJobs
+from openclaw.scheduler.heartbeat import Heartbeats, follow_heartbeat
+from openclaw.scheduler.priority_gate import PriorityGate
+from openclaw.scheduler.service import Scheduling, agent_runners
 from openclaw.skillset import configured_skills, executor_for
-from openclaw.store import Store
+from openclaw.store import JobKind, Store
 from openclaw.store.retention import Retention, RetentionTask
 from sandbox import cgroups
 from skills import SkillRegistry
@@ -129,8 +134,14 @@ class Daemon:
         self.scheduling = Scheduling(self.store, cfg.store.url)
         self.reminders = self.scheduling.reminders
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.scheduling.jobs)
-        agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics)
+        # A remote model's requests are queued by priority here; the engine orders its own.
+        gated = self.model if isinstance(self.model, LocalBackend) else PriorityGate(self.model)
+        agent = Agent(gated, self.store, executor, cfg.agent, metrics=self.metrics)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
+        self.agent_jobs = AgentJobs(self.gateway)  # what scheduled jobs run: see openclaw/scheduler
+        self.heartbeats = Heartbeats(self.agent_jobs, self.store)
+        self.gateway.commands.heartbeat = self.heartbeats.command
+        self.heartbeats.on_change = functools.partial(follow_heartbeat, self.scheduling.jobs)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
@@ -149,7 +160,9 @@ class Daemon:
         self._watching = asyncio.create_task(self._connector_watch.follow(), name="connector watch")
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
-        await self.scheduling.start(self.gateway, cfg)  # due ones queue behind recovered turns
+        # Due ones queue behind recovered turns.
+        await self.scheduling.start(self.gateway, cfg, {**agent_runners(self.gateway),
+                                                        JobKind.HEARTBEAT: self.heartbeats.runner})
         self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.

@@ -5,7 +5,7 @@ gateway itself, never by the model."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from openclaw.agent import Agent, ChatModel
 from openclaw.gateway.access import REFUSED_HEADING, Access, refusal_line
@@ -33,12 +33,13 @@ HELP = (
     "/jobs - your scheduled jobs, with their next runs; /jobs cancel N\n"
     "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
     "/audit - your last tool calls and how they ended\n"
+    "/heartbeat - a check of your checklist now and then: on, off, every 30m, edit TEXT, quiet\n"
     "/sh COMMAND - run a shell command yourself, as my tool calls run\n"
     "/run SKILL {json} or /run SKILL key=value ... - call a skill yourself\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/jobs", "/pairing", "/audit", *DIRECT_COMMANDS)
+            "/reminders", "/jobs", "/pairing", "/audit", "/heartbeat", *DIRECT_COMMANDS)
 AUDIT_SHOWN = 10  # calls /audit lists
 # The skill each skill command calls, as the person's own call (policy and audit as the model's).
 TYPED_SKILLS = {"/remind": "reminders", "/reminders": "reminders", "/jobs": "schedule"}
@@ -69,6 +70,8 @@ class Commands:
         self.store, self.agent, self.model, self.access = store, agent, model, access
         self.approvals, self.outbox, self.lanes, self.spending = approvals, outbox, lanes, spending
         self.on_approved = on_approved  # a stranger let in: their welcome goes now (welcome.py)
+        # /heartbeat's answer (openclaw/scheduler/heartbeat.py), set by the daemon.
+        self.heartbeat: Callable[[InboundMessage, str], Awaitable[str]] | None = None
 
     async def answer(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
         """Answer `command` in its chat; storing the answer marks the message processed."""
@@ -92,6 +95,9 @@ class Commands:
             text = await self._pairing(msg)
         elif command == "/audit":
             text = await self._audit(msg)
+        elif command == "/heartbeat":
+            text = (await self.heartbeat(msg, argument_of(msg.text)) if self.heartbeat
+                    else "Heartbeats are not available here.")
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:

@@ -6,6 +6,7 @@ text) or stay silent."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import SamplingParams
-from engine.tool_parser import StreamingToolParser
+from engine.tool_parser import StreamingToolParser, ToolCall
 from openclaw.agent import Caller, TurnResult
 from openclaw.gateway.approvals import asking_in
 from openclaw.gateway.gateway import Gateway
@@ -92,13 +93,24 @@ class AgentJobs:
         if not await gw.access.still_allowed(job.user):
             log.info("agent job %s of %s not run: the user is no longer allowed", job.name, job.user)
             return None
-        return await gw.lanes.errand((job.channel, job.chat_id, job.user),
-                                     functools.partial(self._in_lane, job))
+        try:
+            return await gw.lanes.errand((job.channel, job.chat_id, job.user),
+                                         functools.partial(self._in_lane, job))
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # our caller's own cancel
+                raise
+            log.info("agent job %s of %s not run: the daemon is stopping", job.name, job.user)
+            return None  # the lane dropped it as the daemon drains
 
     async def _in_lane(self, job: AgentJobRequest, lane: Lane) -> str | None:
         gw, user = self.gateway, job.user
         conversation_id = await gw.lanes.conversation(lane, user, job.chat_id, job.channel)
-        principal = gw.access.policy.principal(user, gw.access.role_name(user))
+        try:
+            principal = gw.access.principal(user)  # the role as the config says now
+        except OSError as exc:  # the role's workspace cannot be created
+            log.error("agent job %s of %s not run: their workspace is not usable (see roles.*."
+                      "workspace): %s", job.name, user, exc)
+            return None
         if not await self._has_tokens(user):
             log.info("agent job %s of %s not run: their tokens for today are spent", job.name, user)
             return None
@@ -148,7 +160,7 @@ class AgentJobs:
         return not limit or await self.gateway.spending.today(user) < limit
 
 
-def verdict_text(calls: list, answer: str, job: AgentJobRequest) -> str | None:
+def verdict_text(calls: list[ToolCall], answer: str, job: AgentJobRequest) -> str | None:
     """The verdict's message to send, or None (silent). A verdict that cannot be read is taken as
     notify with the turn's answer: a check that failed to decide must not hide what it found."""
     call = next((c for c in calls if c.name == VERDICT_TOOL), None)

@@ -105,7 +105,7 @@ class Scheduling:
         access = self.gateway.access
         if not await access.still_allowed(job.user):
             return f"{job.user} is no longer allowed"
-        if job.config_name is not None:
+        if job.config_name is not None or job.kind == JobKind.HEARTBEAT:  # set by /heartbeat
             return None
         try:
             role = access.role(job.user)

@@ -420,3 +420,23 @@ class JobRunRow(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     outcome: Mapped[str] = mapped_column(String(16))
+
+
+class HeartbeatRow(Base):
+    """A user's heartbeat (openclaw/scheduler/heartbeat.py): whether it runs, how often, where it
+    speaks, their quiet hours, and the checklist set with /heartbeat edit (None: HEARTBEAT.md)."""
+
+    __tablename__ = "heartbeats"
+    __table_args__ = (UniqueConstraint("user_key"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    every_minutes: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    quiet_start: Mapped[str | None] = mapped_column(String(5))  # "22:00", in `timezone`
+    quiet_end: Mapped[str | None] = mapped_column(String(5))
+    timezone: Mapped[str] = mapped_column(String(64))
+    checklist: Mapped[str | None] = mapped_column(FreeText)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

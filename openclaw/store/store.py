@@ -25,6 +25,7 @@ from openclaw.store.migrate import current_revision, migrate
 from openclaw.store.models import (
     AuditRow,
     ConversationRow,
+    HeartbeatRow,
     InboundEventRow,
     MessageRow,
     OutboundMessageRow,
@@ -175,8 +176,8 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
         each kind went (with `dry_run`, how many would; nothing changes): their conversations
         with their messages and summaries, their inbound messages, the replies of those
         conversations, to those messages and to their own chat (pairing codes were sent there),
-        their reminders, pairing codes (and the counts and refusals of them) and usage, and their
-        users row, so they are unknown again.
+        their reminders, heartbeat (its checklist is their words), pairing codes (and the counts
+        and refusals of them) and usage, and their users row, so they are unknown again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -202,6 +203,7 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
                      OutboundMessageRow.chat_id == external_id)), None),
             "inbound messages": (InboundEventRow, InboundEventRow.user == user, None),
             "reminders": (ReminderRow, ReminderRow.user == user, None),
+            "heartbeats": (HeartbeatRow, HeartbeatRow.user == user, None),
             "usage rows": (UsageRow, UsageRow.user == user, None),
             "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
             "pairing codes counted": (PairingIssuedRow, PairingIssuedRow.user == user, None),

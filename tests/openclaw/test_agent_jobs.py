@@ -4,6 +4,7 @@ sends nothing when its verdict says so."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from openclaw.daemon import Daemon
 from openclaw.scheduler.agent_job import BACKGROUND, VERDICT_SYSTEM, AgentJobRequest, AgentJobs
 from tests.helpers.daemon import RecordingConnector, msg
 from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 PLAIN = "102"  # a Telegram user with the built-in role "user": clock, no shell
 CONFIG = """
@@ -125,5 +127,39 @@ async def test_a_job_of_a_user_no_longer_allowed_calls_no_model(tmp_path):
         gone = AgentJobRequest("telegram:999", "telegram", "999", "check")
         assert await AgentJobs(daemon.gateway).run(gone) is None
         assert model.prompts == []
+    finally:
+        await daemon.stop()
+
+
+async def test_stop_in_the_jobs_chat_stops_it_and_nothing_is_sent(tmp_path):
+    model = RecordingModel(lambda messages: "a long look at everything")
+    model.gate = asyncio.Event()  # the job's answer streams one chunk, then waits
+    daemon, tele = await start(tmp_path, model)
+    try:
+        running = asyncio.create_task(AgentJobs(daemon.gateway).run(job("look at everything")))
+        await until(lambda: model.generated > 0)
+        await tele.handler(msg("/stop", user=PLAIN, channel="telegram"))
+        async with asyncio.timeout(60):  # a guard: without the /stop it would wait forever
+            assert await running is None
+        await daemon.gateway.outbox.settled("telegram", PLAIN)
+        assert tele.texts(PLAIN) == ["Stopped."]
+    finally:
+        await daemon.stop()
+
+
+async def test_a_job_queued_when_the_daemon_starts_draining_is_left_not_run(tmp_path):
+    model = RecordingModel(lambda messages: "an answer")
+    model.gate = asyncio.Event()  # the chat's turn streams one chunk, then waits
+    daemon, tele = await start(tmp_path, model)
+    try:
+        await tele.handler(msg("hello", user=PLAIN, channel="telegram"))
+        await until(lambda: model.generated > 0)
+        queued = asyncio.create_task(AgentJobs(daemon.gateway).run(job("check")))  # behind it
+        await until(lambda: daemon.gateway.lanes.queued() == 1)
+        daemon.gateway.lanes.accepting = False  # as a drain begins
+        model.gate.set()
+        async with asyncio.timeout(60):  # a guard only
+            assert await queued is None
+        assert len(model.prompts) == 1  # the chat's turn only
     finally:
         await daemon.stop()

@@ -50,7 +50,7 @@ from tests.helpers.store import fresh_store, left_at_revision
 
 REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "pairing_issued", "pairing_refusals", "conversations", "messages",
-          "inbound_events", "outbound_messages", "summaries", "audit_log", "usage", "reminders",
+          "inbound_events", "outbound_messages", "summaries", "audit_log", "usage", "reminders", "heartbeats",
           "jobs", "job_runs", "alembic_version"}
 
 
@@ -85,7 +85,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0008"
+    assert await store.schema_revision() == head_revision() == "0011"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()

@@ -489,5 +489,5 @@ def test_a_skill_md_skill_may_also_be_listed_in_enabled_and_a_name_nowhere_is_st
     assert registry.origin("recipes").startswith("SKILL.md: ")
     assert problems_of(tmp_path, listed.format(more=', "recipe"')) == [
         "skills.enabled[2] ('recipe'): no such skill; built-ins and installed entry points: clock, "
-        "email, files, reminders, schedule, shell; a SKILL.md skill in skills.dirs; or give a third-party class "
-        'as "module:Class"']
+        "email, files, reminders, schedule, shell; a SKILL.md skill in skills.dirs; or give a "
+        'third-party class as "module:Class"']
