@@ -27,6 +27,8 @@ from openclaw.store.models import (
     ConversationRow,
     HeartbeatRow,
     InboundEventRow,
+    JobRow,
+    JobRunRow,
     MessageRow,
     OutboundMessageRow,
     PairingCodeRow,
@@ -176,8 +178,9 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
         each kind went (with `dry_run`, how many would; nothing changes): their conversations
         with their messages and summaries, their inbound messages, the replies of those
         conversations, to those messages and to their own chat (pairing codes were sent there),
-        their reminders, heartbeat (its checklist is their words), pairing codes (and the counts
-        and refusals of them) and usage, and their users row, so they are unknown again.
+        their reminders, heartbeat (its checklist is their words), scheduled jobs and their runs,
+        pairing codes (and the counts and refusals of them) and usage, and their users row, so
+        they are unknown again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -204,6 +207,9 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
             "inbound messages": (InboundEventRow, InboundEventRow.user == user, None),
             "reminders": (ReminderRow, ReminderRow.user == user, None),
             "heartbeats": (HeartbeatRow, HeartbeatRow.user == user, None),
+            "job runs": (JobRunRow, JobRunRow.job_id.in_(
+                select(JobRow.id).where(JobRow.user == user)), None),
+            "jobs": (JobRow, JobRow.user == user, None),
             "usage rows": (UsageRow, UsageRow.user == user, None),
             "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
             "pairing codes counted": (PairingIssuedRow, PairingIssuedRow.user == user, None),
