@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -45,12 +46,17 @@ def sync_url(url: str | URL) -> URL:
     beside it ("openclaw.db" -> "openclaw-scheduler.db"). Not the store's own file: the job store
     writes from the event loop's thread, and a write of it waiting for SQLite's one write lock,
     held by a store transaction that needs the loop to go on, deadlocked until the busy timeout.
-    An in-memory store gets in-memory triggers."""
+    An in-memory store gets in-memory triggers, and so does PostgreSQL without psycopg."""
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend not in _SYNC_DRIVERS:
         raise ValueError(f"the scheduler cannot keep its triggers in a {backend} database")
     if backend == "postgresql":
+        if importlib.util.find_spec("psycopg") is None:  # not a dependency of ours
+            log.warning("the scheduler keeps its triggers in memory: install psycopg (pip install "
+                        "'psycopg[binary]') to keep them in PostgreSQL; until then a run missed "
+                        "while the daemon is down is not made up for")
+            return make_url("sqlite://")
         return parsed.set(drivername=_SYNC_DRIVERS[backend])
     path = sqlite_file(normalize_url(parsed))
     if path is None:
