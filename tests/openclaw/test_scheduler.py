@@ -10,12 +10,13 @@ from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import pytest
+from apscheduler.triggers.date import DateTrigger
 
 from openclaw.cli.main import main
 from openclaw.config import ConfigError
 from openclaw.daemon import Daemon
 from openclaw.scheduler.book import key_of
-from openclaw.scheduler.core import touch_from_elsewhere
+from openclaw.scheduler.core import WAKE_KEY, JobScheduler, touch_from_elsewhere
 from openclaw.store import JobStatus
 from tests.helpers.daemon import RecordingConnector, config, say
 from tests.helpers.daemon import started as started_with
@@ -226,3 +227,31 @@ async def test_cli_lists_cancels_and_runs_now_while_the_daemon_runs(tmp_path, ca
         assert missing.returncode == 1 and "has no active or paused job #1" in missing.stderr
     finally:
         await daemon.stop()
+
+
+async def test_stop_drains_a_run_in_progress_and_cancels_one_that_outlasts_the_drain(tmp_path):
+    """SIGTERM's stop: nothing more fires, a run in progress is waited for (up to the drain
+    timeout), then cancelled."""
+    scheduler = JobScheduler(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    started, release, finished = asyncio.Event(), asyncio.Event(), []
+
+    async def fire(key: str, due: datetime) -> None:
+        if key != WAKE_KEY:
+            started.set()
+            await release.wait()
+            finished.append(key)
+
+    for drain_s, released in ((30.0, True), (0.05, False)):
+        started.clear()
+        release.clear()
+        await scheduler.start(fire)
+        scheduler.put("job:1", DateTrigger(datetime.now(UTC)))
+        await started.wait()
+        stopping = asyncio.create_task(scheduler.stop(drain_s))
+        if released:
+            await asyncio.wait({stopping}, timeout=0.2)
+            assert not stopping.done()  # waits for the run
+            release.set()
+        await stopping
+        assert not scheduler.running
+    assert finished == ["job:1"]  # the first run ended; the second was cancelled at the drain's end
