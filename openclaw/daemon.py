@@ -4,6 +4,7 @@ together, runs until told to stop, and stops cleanly (drain, then close in rever
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -18,6 +19,7 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
 from openclaw.backends import Backend, open_backend, shown_url
+from openclaw.backends.local import LocalBackend
 from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
@@ -30,8 +32,12 @@ from openclaw.memory_consolidation import Consolidation
 from openclaw.metrics import Metrics, follow_loop_lag
 from openclaw.reload import RELOADABLE, Outcome, asked_early, merge, write_outcome
 from openclaw.reminders import Reminders
+from openclaw.scheduler.agent_job import AgentJobs
+from openclaw.scheduler.heartbeat import Heartbeats, follow_heartbeat
+from openclaw.scheduler.priority_gate import PriorityGate
+from openclaw.scheduler.service import Scheduling, agent_runners
 from openclaw.skillset import add_mcp_tools, configured_skills, executor_for, mcp_for
-from openclaw.store import Store
+from openclaw.store import JobKind, Store
 from openclaw.store.mcp_pins import McpPins
 from openclaw.store.retention import Retention, RetentionTask
 from sandbox import cgroups
@@ -80,6 +86,7 @@ class Daemon:
         self.reminders: Reminders | None = None
         self.mcp: McpServers | None = None  # [mcp.servers.*], their tools in the skills
         self.memory: Memory | None = None
+        self.scheduling: Scheduling | None = None  # the scheduler, with reminders and jobs on it
         self.retention: RetentionTask | None = None
         self._watchdog: asyncio.Task | None = None
         self._loop_lag: asyncio.Task | None = None
@@ -131,13 +138,19 @@ class Daemon:
             from openclaw.serve import serve_daemon_model
 
             self.api = await serve_daemon_model(self.model, cfg.serve)
-        self.reminders = Reminders(self.store)
-        self.memory = Memory(self.store, cfg.memory,
-                             Consolidation(self.store, self.model, cfg.memory).run)
-        executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.memory)
-        agent = Agent(self.model, self.store, executor, cfg.agent, metrics=self.metrics,
-                      memory=self.memory)
+        self.scheduling = Scheduling(self.store, cfg.store.url)
+        self.reminders = self.scheduling.reminders
+        # A remote model's requests are queued by priority here; the engine orders its own.
+        gated = self.model if isinstance(self.model, LocalBackend) else PriorityGate(self.model)
+        self.memory = Memory(self.store, cfg.memory, Consolidation(self.store, gated, cfg.memory).run)
+        executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.scheduling.jobs,
+                                self.memory)
+        agent = Agent(gated, self.store, executor, cfg.agent, metrics=self.metrics, memory=self.memory)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
+        self.agent_jobs = AgentJobs(self.gateway)  # what scheduled jobs run: see openclaw/scheduler
+        self.heartbeats = Heartbeats(self.agent_jobs, self.store)
+        self.gateway.commands.heartbeat = self.heartbeats.command
+        self.heartbeats.on_change = functools.partial(follow_heartbeat, self.scheduling.jobs)
         if not self.hangup_reloads:  # `openclaw reload` refuses a daemon that does not re-read
             self.gateway.access.apply_edit = "restart `openclaw chat`, which runs the daemon in its terminal"
         self._register_gauges()
@@ -156,7 +169,9 @@ class Daemon:
         self._watching = asyncio.create_task(self._connector_watch.follow(), name="connector watch")
         # A reminder due while its channel was away goes as soon as it is back, as replies do.
         self.gateway.outbox.follow_connections(on_back=lambda channel: self.reminders.retry_now())
-        self.reminders.start(self.gateway.remind)  # due ones queue behind recovered turns
+        # Due ones queue behind recovered turns.
+        await self.scheduling.start(self.gateway, cfg, {**agent_runners(self.gateway),
+                                                        JobKind.HEARTBEAT: self.heartbeats.runner})
         self.gateway.welcomes.start()  # strangers approved meanwhile, and from now on
         # After recovery, which reads the rows it must never touch; in the background, a batch
         # at a time: the first run after an upgrade may have months of rows to delete.
@@ -286,8 +301,9 @@ class Daemon:
             write_outcome(self.config.data_dir, outcome)
         except OSError as exc:
             log.warning("could not write the reload's outcome for `openclaw reload`: %s", exc)
-        if outcome.ok:  # after the outcome: the only await, idempotent if reloads overlap
+        if outcome.ok:  # after the outcome: the only awaits, idempotent if reloads overlap
             await self.gateway.access.retire_listed_codes()
+            await self.scheduling.reconcile(self.config)  # [[jobs]] as the file says now
         return outcome
 
     def _reload(self) -> Outcome:
@@ -307,7 +323,8 @@ class Daemon:
                 add_mcp_tools(skills, self.mcp)
             for line in skills.skipped:
                 log.warning("skill %s", line)
-            executor = executor_for(config, skills, self._audit(skills), self.reminders, self.memory)
+            executor = executor_for(config, skills, self._audit(skills), self.reminders,
+                                    self.scheduling.jobs, self.memory)
             self.gateway.agent.reconfigure(executor, config.agent)  # nothing changed if it raises
         except ConfigError as exc:
             return Outcome(False, problems=exc.problems, source=source)
@@ -346,8 +363,8 @@ class Daemon:
             await self._reload_task
         if self.retention:  # ends after its batch in progress
             await self.retention.stop()
-        if self.reminders:  # what is not yet delivered stays due for the next start
-            await self.reminders.stop()
+        if self.scheduling:  # what is not yet delivered stays due for the next start
+            await self.scheduling.stop(drain_timeout)
         if self.memory:  # a consolidation cut short changed nothing
             await self.memory.stop()
         if self.gateway:  # an approval not yet taken up is, at the next start

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from openclaw.config import Config, ConfigError, cross_reference_problems
 
-RELOADABLE = ("access", "agent", "roles", "sandbox", "skills")
+RELOADABLE = ("access", "agent", "roles", "sandbox", "skills", "jobs")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "serve", "telegram", "discord", "mcp",
               "memory")
 

@@ -1,26 +1,28 @@
-"""Reminders: the book the `reminders` skill writes into (the store), and the loop that hands each
-reminder to the gateway when it is due. The store is the only truth: a reminder is active until a
-delivery is recorded, so one that falls due while the daemon is down is sent at the next start
-(saying it is late), and a repeating one then moves to its next time still ahead."""
+"""Reminders: the book the `reminders` skill writes into (the store), fired by the daemon's
+scheduler (openclaw.scheduler): each active reminder has a trigger at its due time, under the key
+"reminder:ID". The store is the only truth: a reminder is active until a delivery is recorded, so
+one that falls due while the daemon is down is sent at the next start (saying it is late), and a
+repeating one then moves to its next time still ahead and gets its next trigger."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from openclaw.store import Reminder, Store
+from apscheduler.triggers.date import DateTrigger
+
+from openclaw.scheduler.core import JobScheduler
+from openclaw.store import Reminder, ReminderStatus, Store
 
 log = logging.getLogger(__name__)
 
 MAX_ACTIVE = 100  # per user: a runaway model loop must not fill the table
-POLL_S = 60.0  # look again at least this often: the wall clock can jump (NTP, suspend), and
-# `openclaw skills run` may add reminders from another process
+POLL_S = 60.0  # a reminder held back (its channel away) is tried again after this, or at retry_now
 LATE_S = 120  # a delivery later than this says so
 REPEATS = ("daily", "weekdays", "weekly")
+KEY_PREFIX = "reminder:"
 
 # Hands one due reminder to whoever sends it: True once it was handled (sent, or dropped because
 # its user is no longer allowed), False to try again later (its channel is not running).
@@ -28,14 +30,12 @@ Deliver = Callable[[Reminder], Awaitable[bool]]
 
 
 class Reminders:
-    def __init__(self, store: Store, *, max_active: int = MAX_ACTIVE, poll_s: float = POLL_S) -> None:
-        self.store, self.max_active, self.poll_s = store, max_active, poll_s
-        self._wake = asyncio.Event()
-        # Set (and replaced) by retry_now: what a due reminder held back for want of its channel
-        # waits on, up to poll_s.
-        self._retry = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._in_flight: dict[int, asyncio.Task] = {}
+    def __init__(self, store: Store, scheduler: JobScheduler | None = None, *,
+                 max_active: int = MAX_ACTIVE, poll_s: float = POLL_S) -> None:
+        self.store, self.scheduler, self.max_active, self.poll_s = store, scheduler, max_active, poll_s
+        self._deliver: Deliver | None = None
+        self.held: set[int] = set()  # ids tried while their channel was away, tried again soon
+        self.firing: set[int] = set()  # ids being delivered now: sync leaves their triggers be
 
     # ---- the book (what the skill calls) ------------------------------------------------------
 
@@ -54,7 +54,8 @@ class Reminders:
         reminder = await self.store.add_reminder(
             user, chat_id, text, due_at.astimezone(UTC), repeat=repeat, timezone=timezone,
             local_time=local.time().isoformat(), max_active=self.max_active)
-        self._wake.set()
+        if reminder is not None:
+            self._schedule(reminder)
         return reminder
 
     async def pending(self, user: str) -> list[Reminder]:
@@ -62,64 +63,75 @@ class Reminders:
 
     async def cancel(self, user: str, number: int) -> Reminder | None:
         """Cancel by the number the user sees (theirs alone), not the internal id."""
-        return await self.store.cancel_reminder(user, number)
+        cancelled = await self.store.cancel_reminder(user, number)
+        if cancelled is not None and self._firing():
+            self.scheduler.remove(f"{KEY_PREFIX}{cancelled.id}")
+        return cancelled
 
     def retry_now(self) -> None:
         """A channel is back (a console attached, a service reachable again): the due reminders
-        held back meanwhile are tried at once, not at the end of their poll_s wait."""
-        self._retry.set()
-        self._retry = asyncio.Event()
+        held back meanwhile are tried at once, not after poll_s."""
+        if self._firing():
+            for reminder_id in list(self.held):
+                self.scheduler.put(f"{KEY_PREFIX}{reminder_id}", DateTrigger(self.now()))
 
-    # ---- the loop -----------------------------------------------------------------------------
+    # ---- firing (the scheduler's calls) -------------------------------------------------------
 
     def start(self, deliver: Deliver) -> None:
-        self._task = asyncio.create_task(self._run(deliver), name="reminders")
+        """Deliver through `deliver` from now on; `sync` schedules what is in the table."""
+        self._deliver = deliver
 
     async def stop(self) -> None:
-        """Stop delivering; what is not yet recorded as delivered stays due for the next start."""
-        tasks = [t for t in (self._task, *self._in_flight.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        """Deliver nothing more; what is not yet recorded as delivered stays due (its trigger
+        too, in the scheduler's table) for the next start."""
+        self._deliver = None
 
-    async def _run(self, deliver: Deliver) -> None:
-        while True:
-            self._wake.clear()
-            try:
-                for reminder in await self.store.active_reminders(due_by=self.now(),
-                                                                  exclude=self._in_flight):
-                    self._in_flight[reminder.id] = asyncio.create_task(
-                        self._deliver(deliver, reminder), name=f"reminder id {reminder.id}")
-                upcoming = await self.store.active_reminders(exclude=self._in_flight, limit=1)
-            except Exception:  # the database went away for a moment: look again later
-                log.exception("reading due reminders failed")
-                upcoming = []
-            delay = self.poll_s
-            if upcoming:
-                delay = min(max((upcoming[0].due_at - self.now()).total_seconds(), 0.0), delay)
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives
-            # as the event is set (a reminder added just before stop()), and stop() then hangs.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._wake.wait()
+    async def sync(self) -> None:
+        """Give each active reminder its trigger at its due time (kept when it has it already,
+        so one missed while down fires at once); drop the triggers of all others."""
+        if not self._firing():
+            return
+        active = await self.store.active_reminders()
+        wanted = {f"{KEY_PREFIX}{r.id}" for r in active}
+        for key in self.scheduler.keys(KEY_PREFIX):
+            if key not in wanted:
+                self.scheduler.remove(key)
+        for reminder in active:
+            if reminder.id not in self.held and reminder.id not in self.firing:
+                self._schedule(reminder)
 
-    async def _deliver(self, deliver: Deliver, reminder: Reminder) -> None:
+    async def fire(self, reminder_id: int) -> None:
+        """The scheduler's call at a reminder's time: delivered (and, repeating, scheduled at its
+        next time), or held back for poll_s when its channel cannot take it now."""
+        reminder = next((r for r in await self.store.active_reminders(due_by=self.now())
+                         if r.id == reminder_id), None)
+        if reminder is None or self._deliver is None:  # cancelled, done, or not yet due
+            await self.sync()
+            return
+        self.firing.add(reminder_id)
         try:
-            try:
-                handled = await deliver(reminder)
-            except Exception:
-                log.exception("delivering reminder id %d failed", reminder.id)
-                handled = False
-            if not handled:  # it stays due: held back until the next poll (or retry_now), not
-                # tried in a tight loop
-                retry = self._retry
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.poll_s):
-                        await retry.wait()
-        finally:  # also when the gateway dropped it (draining) and cancelled what we waited on
-            self._in_flight.pop(reminder.id, None)
-            self._wake.set()
+            handled = await self._deliver(reminder)
+        except Exception:
+            log.exception("delivering reminder id %d failed", reminder.id)
+            handled = False
+        finally:
+            self.firing.discard(reminder_id)
+        if not handled and self._firing():
+            self.held.add(reminder.id)
+            self.scheduler.put(f"{KEY_PREFIX}{reminder.id}",
+                               DateTrigger(self.now() + timedelta(seconds=self.poll_s)))
+            return
+        self.held.discard(reminder.id)
+        after = next((r for r in await self.store.active_reminders() if r.id == reminder_id), None)
+        if after is not None and after.status == ReminderStatus.ACTIVE:
+            self._schedule(after)
+
+    def _firing(self) -> bool:
+        return self.scheduler is not None and self.scheduler.running
+
+    def _schedule(self, reminder: Reminder) -> None:
+        if self._firing():
+            self.scheduler.put(f"{KEY_PREFIX}{reminder.id}", DateTrigger(reminder.due_at))
 
 
 def next_time(reminder: Reminder, now: datetime) -> datetime | None:

@@ -16,7 +16,7 @@ from openclaw.config.mcp import server_specs
 from sandbox.policy import MCP_GRANT, mcp_server_of
 from sandbox.runner import Sandbox
 from skills import Executor, SkillLoadError, SkillRegistry, load_skills
-from skills.base import MemoryBook, ReminderBook
+from skills.base import JobBook, MemoryBook, ReminderBook
 from skills.executor import AuditSink
 
 if TYPE_CHECKING:  # the MCP SDK takes a while to import: only where servers are configured
@@ -176,7 +176,7 @@ def sandbox_for(config: Config) -> Sandbox:
 
 
 def executor_for(config: Config, registry: SkillRegistry, audit: AuditSink,
-                 reminders: ReminderBook | None = None,
+                 reminders: ReminderBook | None = None, jobs: JobBook | None = None,
                  memory: MemoryBook | None = None) -> Executor:
     return Executor(registry, sandbox_for(config), audit, timeout_s=config.agent.tool_timeout_s,
-                    reminders=reminders, memory=memory)
+                    reminders=reminders, jobs=jobs, memory=memory)

@@ -80,7 +80,7 @@ BUILTIN_ROLES = {
                   limits=Limits(cpu_seconds=120, memory_bytes=4 << 30, wall_seconds=300, disk_bytes=0)),
     # Paired users get harmless skills and their own workspace; shell, email and the network are
     # opt-in per role.
-    "user": Role("user", skills=frozenset({"clock", "files", "reminders", "memory"})),
+    "user": Role("user", skills=frozenset({"clock", "files", "reminders", "schedule", "memory"})),
 }
 
 

@@ -50,6 +50,24 @@ class ReminderBook(Protocol):
     async def cancel(self, user: str, number: int) -> Any | None: ...
 
 
+class JobBook(Protocol):
+    """The user's scheduled jobs, kept and fired by the daemon (openclaw.scheduler.book.Jobs).
+    Every call is on the given user's own jobs only; errors in what was asked are ValueError."""
+
+    def now(self) -> datetime: ...
+
+    async def add(self, user: str, chat_id: str, *, kind: str, schedule: str, text: str,
+                  timezone: str, options: dict[str, Any] | None = None) -> Any: ...
+
+    async def list_for(self, user: str) -> list[Any]: ...  # each with .job and .next_run
+
+    async def pause(self, user: str, number: int) -> Any | None: ...
+
+    async def resume(self, user: str, number: int) -> Any | None: ...
+
+    async def cancel(self, user: str, number: int) -> Any | None: ...
+
+
 class MemoryBook(Protocol):
     """The user's long-term memory, kept by the daemon (openclaw.memory): in a private chat the
     user's private entries, in a group the group's, and with both those they keep everywhere.
@@ -79,6 +97,7 @@ class SkillContext:
     settings: dict[str, Any] = field(default_factory=dict)  # this skill's [skills.NAME] table
     audit: AuditNote = field(default_factory=AuditNote)
     reminders: ReminderBook | None = None  # set by a daemon that delivers reminders
+    jobs: JobBook | None = None  # set by a daemon that runs scheduled jobs
     memory: MemoryBook | None = None  # set by a daemon that keeps its users' memory
     in_group: bool | None = None  # whether chat_id is a group chat; None: not known
 

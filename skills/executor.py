@@ -20,6 +20,7 @@ from sandbox.runner import Sandbox
 from sandbox.scope import SandboxUnavailable
 from skills.base import (
     AuditNote,
+    JobBook,
     MemoryBook,
     ReminderBook,
     SkillContext,
@@ -67,9 +68,9 @@ async def never_approve(principal: Principal, skill: str, summary: str) -> bool:
 class Executor:
     def __init__(self, registry: SkillRegistry, sandbox: Sandbox, audit: AuditSink | None = None,
                  timeout_s: float = 60.0, reminders: ReminderBook | None = None,
-                 memory: MemoryBook | None = None) -> None:
+                 jobs: JobBook | None = None, memory: MemoryBook | None = None) -> None:
         self.registry, self.sandbox, self._audit, self.timeout_s = registry, sandbox, audit, timeout_s
-        self.reminders, self.memory = reminders, memory
+        self.reminders, self.jobs, self.memory = reminders, jobs, memory
 
     async def record_interrupted(self, principal: Principal, name: str, args: Any,
                                  detail: str) -> None:
@@ -107,7 +108,7 @@ class Executor:
                 return await self._done(principal, name, args, verdict)
         ctx = SkillContext(principal=capture_bounded(principal), sandbox=self.sandbox, chat_id=chat_id,
                            settings=self.registry.settings(name), reminders=self.reminders,
-                           memory=self.memory, in_group=in_group)
+                           jobs=self.jobs, memory=self.memory, in_group=in_group)
         started = time.monotonic()
         limit = self.timeout_s
         if skill.keeps_wall_clock:  # its own limit is the role's; ours only catches a hang past it

@@ -21,6 +21,7 @@ BUILTINS = {
     "email": "skills.builtin.email:EmailSkill",
     "reminders": "skills.builtin.reminders:RemindersSkill",
     "memory": "skills.builtin.memory:MemorySkill",
+    "schedule": "skills.builtin.schedule:ScheduleSkill",
 }
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 

@@ -57,7 +57,10 @@ def timezone_setting_problems(skill: str, settings: dict[str, Any]) -> list[str]
 
 
 # The model reads the clock to say when a reminder rings ("at 9am"): they must agree on the zone.
-SAME_ZONE = ("clock", "reminders")
+# The `timezone` argument of the skills that read times in the user's zone.
+TIMEZONE_PARAMETER = {"type": "string",
+                      "description": "IANA name, e.g. Europe/Paris; default: the owner's"}
+SAME_ZONE = ("clock", "reminders", "schedule")
 
 
 def one_zone(settings: dict[str, dict[str, Any]], enabled: list[str]) -> list[str]:

@@ -98,6 +98,9 @@ class Caller:
     # Whether the chat is a group: the user's memory there is the group's alone. None (not
     # known): the turn reads and writes no memory, and the memory skill refuses.
     in_group: bool | None = None
+    # The engine's priority of the turn's model calls (lower runs first): a chat's turns 0, a
+    # scheduled job's higher, so a message arriving meanwhile goes first.
+    priority: int = 0
 
     @property
     def user(self) -> str:
@@ -174,7 +177,7 @@ class Agent:
                     result.text = TOKENS_SPENT
                     return result
                 content, calls, errors, out = await self._generate(
-                    prompt, params, tools, f"{run_id}-{step}", sink, meter, caller.user)
+                    prompt, params, tools, f"{run_id}-{step}", sink, meter, caller)
                 # A malformed call is a call too, answered by its id: a tool message answering
                 # none makes strict servers refuse every later request of the conversation.
                 unreadable = [new_call_id() for _ in errors]
@@ -236,7 +239,7 @@ class Agent:
         return message, functools.partial(self.memory.remember_summary, caller.user, scope)
 
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
-                        request_id: str, sink: ReplySink, meter: _TurnMeter, cache_salt: str
+                        request_id: str, sink: ReplySink, meter: _TurnMeter, caller: Caller
                         ) -> tuple[str, list[ToolCall], list[str], ModelOutput | None]:
         parser = StreamingToolParser()
         guard = LoopGuard(self.settings.loop_repeats)
@@ -247,7 +250,8 @@ class Agent:
             # Closed as the loop is left (/stop, an error): the request ends now, not when the
             # stream is collected.
             async with aclosing(self.model.generate(prompt, params, request_id, tools=tools,
-                                                    cache_salt=cache_salt)) as stream:
+                                                    priority=caller.priority,
+                                                    cache_salt=caller.user)) as stream:
                 async for out in stream:
                     if started is not None:
                         self.metrics.observe("openclaw_time_to_first_token_seconds",

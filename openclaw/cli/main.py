@@ -1,6 +1,6 @@
 """The `openclaw` command: its parser, init and run (the service); every other command is a
 group of its own in this package (reload, chat, serve, doctor, db, pairing, users, skills,
-reminders, service)."""
+reminders, jobs, service)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,20 @@ import sys
 from pathlib import Path
 
 from openclaw import __version__
-from openclaw.cli import audit, chat, db, doctor, pairing, reload, reminders, serve, service, skills, users
+from openclaw.cli import (
+    audit,
+    chat,
+    db,
+    doctor,
+    jobs,
+    pairing,
+    reload,
+    reminders,
+    serve,
+    service,
+    skills,
+    users,
+)
 from openclaw.cli import mcp as mcp_commands
 from openclaw.cli.chat import run_daemon
 from openclaw.cli.common import with_later_problems
@@ -31,8 +44,8 @@ from openclaw.gateway.contract import ConnectorStartError
 from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
-COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, audit,
-                  service, mcp_commands)
+COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, jobs,
+                  audit, service, mcp_commands)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Commands that may create files in data_dir (the lock, the database, workspaces, the console).
-WRITES_DATA_DIR = frozenset({"run", "chat", "db", "pairing", "users", "skills", "reminders", "mcp"})
+WRITES_DATA_DIR = frozenset({"run", "chat", "db", "pairing", "users", "skills", "reminders",
+                             "jobs", "mcp"})
 
 
 def _not_as_root(args: argparse.Namespace, argv: list[str]) -> str | None:

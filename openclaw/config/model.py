@@ -20,6 +20,7 @@ from pydantic import (
 from engine.config import EngineConfig
 from openclaw.config.engine import EngineField
 from openclaw.config.fields import LOCAL_USER, ConfigPath, Section
+from openclaw.config.jobs import JobsList
 from openclaw.config.mcp import McpConfig, role_problems, with_mcp_grants
 from openclaw.config.memory import MemoryConfig
 from openclaw.config.secrets import resolve_skill_secrets
@@ -68,6 +69,8 @@ class Config(Section):
     roles: dict[str, RoleConfig] = {}
     """`[roles.NAME]` tables: what each role may do (skills, paths, network, limits)."""
     mcp: McpConfig = Field(default_factory=McpConfig)
+    jobs: JobsList = []
+    """`[[jobs]]` entries: scheduled jobs the admin sets for users (config/jobs.py)."""
 
     _source: Path | None = PrivateAttr(None)
 

@@ -1,11 +1,11 @@
 """Chat commands (/new, /stop, /status, /help, /start, /approve, /deny, /pairing, /remind,
-/reminders, /audit, and /sh and /run, queued on the chat's lane: direct.py): answered by the
+/reminders, /jobs, /audit, and /sh and /run, queued on the chat's lane: direct.py): answered by the
 gateway itself, never by the model."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from openclaw.agent import Agent, ChatModel
 from openclaw.gateway.access import REFUSED_HEADING, Access, refusal_line
@@ -31,17 +31,22 @@ HELP = (
     "/approve N, /deny N - answer a request to run a tool\n"
     "/remind WHEN TEXT - e.g. /remind in 20 minutes stretch, /remind every weekday at 8:00 pills\n"
     "/reminders - your reminders in this chat; /reminders cancel N\n"
+    "/jobs - your scheduled jobs, with their next runs; /jobs cancel N\n"
     "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
     "/audit - your last tool calls and how they ended\n"
     "/remember TEXT - keep TEXT in my memory of you; /memory - what I keep (forget N, off, on)\n"
+    "/heartbeat - a check of your checklist now and then: on, off, every 30m, edit TEXT, quiet\n"
     "/sh COMMAND - run a shell command yourself, as my tool calls run\n"
     "/run SKILL {json} or /run SKILL key=value ... - call a skill yourself\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/pairing", "/audit", *MEMORY_COMMANDS, *DIRECT_COMMANDS)
+            "/reminders", "/jobs", "/pairing", "/audit", "/heartbeat", *MEMORY_COMMANDS,
+            *DIRECT_COMMANDS)
 AUDIT_SHOWN = 10  # calls /audit lists
-# The reminders skill's words for the model, said to the person who typed /remind or /reminders.
+# The skill each skill command calls, as the person's own call (policy and audit as the model's).
+TYPED_SKILLS = {"/remind": "reminders", "/reminders": "reminders", "/jobs": "schedule"}
+# The skills' words for the model, said to the person who typed /remind, /reminders or /jobs.
 TO_THE_PERSON = (("list shows them", "/reminders shows them"),
                  ("ask the user which, then say", "which one? Write"))
 REMIND_NOT_REPEATED = ("I restarted before answering your /remind, so I did not repeat it: see "
@@ -68,6 +73,8 @@ class Commands:
         self.store, self.agent, self.model, self.access = store, agent, model, access
         self.approvals, self.outbox, self.lanes, self.spending = approvals, outbox, lanes, spending
         self.on_approved = on_approved  # a stranger let in: their welcome goes now (welcome.py)
+        # /heartbeat's answer (openclaw/scheduler/heartbeat.py), set by the daemon.
+        self.heartbeat: Callable[[InboundMessage, str], Awaitable[str]] | None = None
 
     async def answer(self, command: str, msg: InboundMessage, event: InboundEvent) -> None:
         """Answer `command` in its chat; storing the answer marks the message processed."""
@@ -85,7 +92,7 @@ class Commands:
         elif command in ("/approve", "/deny"):
             text, settle = self.approvals.answer(msg.user, argument_of(msg.text),
                                                  command == "/approve")
-        elif command in ("/remind", "/reminders"):
+        elif command in TYPED_SKILLS:
             text = await self._reminders(command, msg)
         elif command == "/pairing":
             text = await self._pairing(msg)
@@ -93,6 +100,9 @@ class Commands:
             text = await self._audit(msg)
         elif command in MEMORY_COMMANDS:
             text = await answer_memory(self.agent.memory, command, msg, argument_of(msg.text))
+        elif command == "/heartbeat":
+            text = (await self.heartbeat(msg, argument_of(msg.text)) if self.heartbeat
+                    else "Heartbeats are not available here.")
         elif command == "/start":
             text = "Hello! I'm your OpenClaw assistant. Send me a message.\n\n" + HELP
         else:
@@ -174,30 +184,31 @@ class Commands:
         except OSError as exc:  # as in a turn: the workspace cannot be created
             log.error("cannot prepare the workspace of %s: %s", msg.user, exc)
             return "Sorry, I cannot do that right now (see the daemon's log)."
-        executor = self.agent.executor
-        skill = executor.registry.get("reminders")
-        if skill is None or "reminders" not in executor.available(principal):
-            return self._no_reminders(msg.user, principal.role.name)
-        if principal.needs_approval("reminders"):  # a command cannot wait for an /approve
-            return "Your reminders need approval each time: ask me in a message instead."
+        executor, name = self.agent.executor, TYPED_SKILLS[command]
+        skill = executor.registry.get(name)
+        if skill is None or name not in executor.available(principal):
+            return self._no_reminders(msg.user, principal.role.name, name)
+        if principal.needs_approval(name):  # a command cannot wait for an /approve
+            return f"Your {name} need approval each time: ask me in a message instead."
         args = skill.typed_command(command, argument_of(msg.text))
         if isinstance(args, str):  # not a call: how to write it
             return args
-        outcome = await executor.call("reminders", args, principal, chat_id=msg.chat_id)
+        outcome = await executor.call(name, args, principal, chat_id=msg.chat_id)
         # The skill speaks to the model ("list shows them", "ask the user which"); a person typed
         # a command.
         text = outcome.text.removeprefix("error: ")
         for to_model, to_person in TO_THE_PERSON:
-            text = text.replace(to_model, to_person)
+            text = text.replace(to_model, to_person if name == "reminders" else "/jobs shows them")
         return text
 
-    def _no_reminders(self, user: str, role: str) -> str:
-        """Why /remind is refused: the skill is not enabled (what the owner can do about it), or
-        not the user's role's."""
-        if "reminders" not in self.agent.executor.registry.names:
+    def _no_reminders(self, user: str, role: str, name: str = "reminders") -> str:
+        """Why /remind (or /jobs) is refused: the skill is not enabled (what the owner can do
+        about it), or not the user's role's."""
+        if name not in self.agent.executor.registry.names:
             if self.access.is_owner(user):
-                return ("The reminders skill is not enabled: add \"reminders\" to [skills] enabled "
+                return (f"The {name} skill is not enabled: add \"{name}\" to [skills] enabled "
                         f"in the config, then {self.access.apply_edit}.")
-            return "Reminders are not available to you (the owner can enable the reminders skill)."
-        return (f"Your role ({role}) does not include reminders; the owner can add it to "
+            what = "Reminders are" if name == "reminders" else "Scheduled jobs are"
+            return f"{what} not available to you (the owner can enable the {name} skill)."
+        return (f"Your role ({role}) does not include {name}; the owner can add it to "
                 f"[roles.{role}] skills.")

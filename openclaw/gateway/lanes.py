@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from openclaw.gateway.contract import InboundMessage
 from openclaw.metrics import Metrics
@@ -48,7 +49,16 @@ class ReminderDue:
     done: asyncio.Future[bool]
 
 
-Job = TurnJob | ReminderDue
+@dataclass
+class Errand:
+    """The daemon's own work in a conversation (a scheduled agent job), run between its turns:
+    `run(lane)`'s result goes to `done` (None when /stop stopped it)."""
+
+    run: Callable[[Lane], Awaitable[Any]]
+    done: asyncio.Future[Any]
+
+
+Job = TurnJob | ReminderDue | Errand
 
 
 @dataclass
@@ -115,6 +125,12 @@ class Lanes:
         self.of((reminder.channel, reminder.chat_id, reminder.user)).queue.put_nowait(job)
         return await job.done
 
+    async def errand(self, key: LaneKey, run: Callable[[Lane], Awaitable[Any]]) -> Any:
+        """Run `run(lane)` in the lane of `key`, between its turns; its result."""
+        job = Errand(run, asyncio.get_running_loop().create_future())
+        self.of(key).queue.put_nowait(job)
+        return await job.done
+
     async def conversation(self, lane: Lane, user: str, chat_id: str, channel: str) -> int:
         """The lane's active conversation, looked up in the store when the lane has none."""
         conversation_id = lane.conversation_id
@@ -159,7 +175,7 @@ class Lanes:
         for _ in range(lane.queue.qsize()):
             job = lane.queue.get_nowait()
             lane.queue.task_done()
-            if isinstance(job, ReminderDue):
+            if isinstance(job, ReminderDue | Errand):  # not a request of the user's
                 lane.queue.put_nowait(job)
             else:
                 dropped.append(job.event)
@@ -185,10 +201,12 @@ class Lanes:
                 continue  # something came just as the wait ended
             try:
                 if not self.accepting:  # draining: a message stays 'received', answered after
-                    if isinstance(job, ReminderDue):  # the restart, and a reminder stays due
-                        job.done.cancel()
+                    if isinstance(job, ReminderDue | Errand):  # the restart, and a reminder
+                        job.done.cancel()  # stays due
                 elif isinstance(job, ReminderDue):
                     await self._fire(lane, job)
+                elif isinstance(job, Errand):
+                    await self._errand(lane, job)
                 else:
                     await self._turn(lane, job)
             finally:
@@ -222,6 +240,26 @@ class Lanes:
                 job.done.set_exception(exc)
         finally:
             lane.busy = lane.reminding = False
+
+    async def _errand(self, lane: Lane, job: Errand) -> None:
+        lane.busy = True
+        lane.current = asyncio.create_task(job.run(lane))  # for /stop, as a turn
+        try:
+            result = await lane.current
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
+                lane.current.cancel()
+                job.done.cancel()
+                raise
+            result = None
+        except Exception as exc:
+            if not job.done.done():
+                job.done.set_exception(exc)
+            return
+        finally:
+            lane.busy, lane.current = False, None
+        if not job.done.done():
+            job.done.set_result(result)
 
     async def next_job(self, lane: Lane) -> Job | None:
         """The lane's next job; None when none came for LANE_IDLE_S. A job put as the wait ends

@@ -35,6 +35,8 @@ from openclaw.store.memory_records import MemoryKind
 from openclaw.store.records import (
     ConversationStatus,
     InboundStatus,
+    JobKind,
+    JobStatus,
     MessageRole,
     OutboundStatus,
     PairingRefusalReason,
@@ -408,6 +410,8 @@ class McpToolRow(Base):
     pinned: Mapped[str | None] = mapped_column(String(80))
     seen: Mapped[str | None] = mapped_column(String(80))
     note: Mapped[str | None] = mapped_column(FreeText)
+
+
 class MemoryRow(Base):
     """One entry of a user's long-term memory (openclaw/store/memory.py). Its full-text index
     lives beside it, outside these models: memories_fts (FTS5) on SQLite, a GIN expression index
@@ -447,3 +451,63 @@ def in_models(name: str | None, type_: str, parent_names: dict[str, Any]) -> boo
     """Alembic's `include_name`: the memories' full-text index (memories_fts: FTS5 tables and
     triggers on SQLite, a GIN index on PostgreSQL) is made by migration 0010 outside the models."""
     return not (name or "").startswith("memories_fts")
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        _one_of("status", JobStatus),
+        _one_of("kind", JobKind),
+        Index("ix_jobs_user_key_status", "user_key", "status"),  # a user's list, their cap
+        UniqueConstraint("user_key", "number"),  # as reminders: two adds take two numbers
+        UniqueConstraint("config_name"),  # a [[jobs]] entry is one job, never two
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    number: Mapped[int] = mapped_column(Integer)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[JobKind] = mapped_column(EnumText(JobKind))
+    schedule: Mapped[str] = mapped_column(String(200))
+    timezone: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(FreeText)
+    options: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    status: Mapped[JobStatus] = mapped_column(EnumText(JobStatus))
+    config_name: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class JobRunRow(Base):
+    __tablename__ = "job_runs"
+    # One run per job and due time: the row is written before the run starts, so a second firing
+    # for the same time (a restart, a crash mid-run) finds it and does nothing.
+    __table_args__ = (UniqueConstraint("job_id", "due_at"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Id, ForeignKey("jobs.id", ondelete="CASCADE"))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    outcome: Mapped[str] = mapped_column(String(16))
+
+
+class HeartbeatRow(Base):
+    """A user's heartbeat (openclaw/scheduler/heartbeat.py): whether it runs, how often, where it
+    speaks, their quiet hours, and the checklist set with /heartbeat edit (None: HEARTBEAT.md)."""
+
+    __tablename__ = "heartbeats"
+    __table_args__ = (UniqueConstraint("user_key"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    every_minutes: Mapped[int] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(128))
+    quiet_start: Mapped[str | None] = mapped_column(String(5))  # "22:00", in `timezone`
+    quiet_end: Mapped[str | None] = mapped_column(String(5))
+    timezone: Mapped[str] = mapped_column(String(64))
+    checklist: Mapped[str | None] = mapped_column(FreeText)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -48,6 +48,19 @@ class ReminderStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class JobStatus(StrEnum):
+    ACTIVE = "active"  # scheduled
+    PAUSED = "paused"  # kept, not fired until resumed
+    DONE = "done"  # a one-off that ran
+    CANCELLED = "cancelled"
+
+
+class JobKind(StrEnum):
+    REMINDER = "reminder"  # delivers its text
+    AGENT = "agent"  # runs its text as a prompt, delivers the answer
+    HEARTBEAT = "heartbeat"  # an agent job over the user's checklist
+
+
 class StoreUnavailableError(RuntimeError):
     """The database could not be opened or migrated; the message says which and what to check."""
 
@@ -271,3 +284,36 @@ class Welcome:
     channel: str
     chat_id: str
     event: InboundEvent | None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A scheduled job a user (or the config's [[jobs]]) asked for; the scheduler's job store
+    holds only its trigger."""
+
+    id: int  # internal: the scheduler's key ("job:ID") and the logs'
+    number: int  # what its user sees and types, per user, never reused
+    user: str
+    channel: str
+    chat_id: str
+    kind: JobKind
+    schedule: str  # as openclaw.scheduler.triggers reads it: "once ISO", "cron M H D M W", "every Ns"
+    timezone: str  # IANA name the schedule is meant in
+    text: str  # a reminder's text, an agent job's prompt
+    options: dict[str, Any] | None  # kind-specific (an agent job's "only_if_needed")
+    status: JobStatus
+    config_name: str | None  # a [[jobs]] entry's name: the config owns it, not the user
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One firing of a job for one due time, recorded before it starts."""
+
+    id: int
+    job_id: int
+    due_at: datetime
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str  # "running", then "delivered", "silent", "missed", "failed" or "interrupted"

@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from openclaw.store.base import Clock, calls_run_whole, insert_record, to_record
 from openclaw.store.conversations import ConversationStore
 from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
+from openclaw.store.jobs import JobStore
 from openclaw.store.journal import JournalStore
 from openclaw.store.mcp_pins import McpPinStore
 from openclaw.store.memory import MemoryStore
@@ -26,7 +27,10 @@ from openclaw.store.migrate import current_revision, migrate
 from openclaw.store.models import (
     AuditRow,
     ConversationRow,
+    HeartbeatRow,
     InboundEventRow,
+    JobRow,
+    JobRunRow,
     MemoryRow,
     MemorySettingRow,
     MessageRow,
@@ -59,8 +63,8 @@ from openclaw.store.users import UserStore
 
 
 @calls_run_whole
-class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStore, McpPinStore,
-            MemoryStore):
+class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore,
+            McpPinStore, MemoryStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""
@@ -179,8 +183,9 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
         each kind went (with `dry_run`, how many would; nothing changes): their conversations
         with their messages and summaries, their inbound messages, the replies of those
         conversations, to those messages and to their own chat (pairing codes were sent there),
-        their reminders, pairing codes (and the counts and refusals of them) and usage, and their
-        users row, so they are unknown again.
+        their reminders, heartbeat (its checklist is their words), scheduled jobs and their runs,
+        pairing codes (and the counts and refusals of them) and usage, and their users row, so
+        they are unknown again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -206,6 +211,10 @@ class Store(UserStore, ConversationStore, JournalStore, ReminderStore, UsageStor
                      OutboundMessageRow.chat_id == external_id)), None),
             "inbound messages": (InboundEventRow, InboundEventRow.user == user, None),
             "reminders": (ReminderRow, ReminderRow.user == user, None),
+            "heartbeats": (HeartbeatRow, HeartbeatRow.user == user, None),
+            "job runs": (JobRunRow, JobRunRow.job_id.in_(
+                select(JobRow.id).where(JobRow.user == user)), None),
+            "jobs": (JobRow, JobRow.user == user, None),
             "memory entries": (MemoryRow, MemoryRow.user == user, None),
             "memory settings": (MemorySettingRow, MemorySettingRow.user == user, None),
             "usage rows": (UsageRow, UsageRow.user == user, None),

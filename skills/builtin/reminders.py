@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from skills.base import MAX_REMINDER_NUMBER, ReminderBook, Skill, SkillContext, SkillError, visible
 from skills.builtin.spoken_time import WHEN_HELP, local_time, parse_when, split_repeat, split_request
-from skills.zones import timezone_setting_problems
+from skills.zones import TIMEZONE_PARAMETER, timezone_setting_problems
 from skills.zones import zone_name as zone_name_of
 
 MAX_TEXT_CHARS = 1000
@@ -39,8 +39,7 @@ class RemindersSkill(Skill):
                                                       + WHEN_HELP.removeprefix("use ")},
             "repeat": {"type": "string", "enum": ["none", "daily", "weekdays", "weekly"]},
             "number": {"type": "integer", "description": "cancel: the reminder's number (#N)"},
-            "timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris; "
-                                                          "default: the owner's"},
+            "timezone": TIMEZONE_PARAMETER,
         },
         "required": ["action"],
     }

@@ -48,6 +48,7 @@ import pytest
 
 from openclaw.agent.context import SUMMARY_INSTRUCTIONS
 from openclaw.gateway.approvals import STALE_REQUEST
+from openclaw.scheduler.agent_job import JOB_NOTE
 from skills.base import Skill, SkillContext
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers.scripted_model import ScriptedModel
@@ -95,9 +96,11 @@ def _note(entry: dict) -> None:
 
 
 def _turn_of(messages: list[dict]) -> tuple[str, list[str]]:
-    """The last user message, and the tool results after it."""
+    """The last user message (a scheduled job's prompt without its note), and the tool results
+    after it."""
     at = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    return messages[at]["content"], [m["content"] for m in messages[at + 1:] if m["role"] == "tool"]
+    return (messages[at]["content"].removeprefix(JOB_NOTE),
+            [m["content"] for m in messages[at + 1:] if m["role"] == "tool"])
 
 
 def script(messages: list[dict]) -> str:
@@ -719,3 +722,36 @@ async def test_a_reply_stored_as_its_sender_is_cancelled_is_still_sent(tmp_path,
         assert conn.texts("local") == ["the reply"]
     finally:
         await daemon.stop()
+
+
+# ---- scheduled jobs ---------------------------------------------------------------------------
+
+
+async def test_a_job_killed_during_its_run_is_not_run_again_after_the_restart(tmp_path, fake):
+    """Its run is recorded before it starts: after the kill the restart finds it, marks it
+    interrupted, tells the user, and does not run it a second time for that due time."""
+    from openclaw.store import Store
+
+    daemon = Daemon(tmp_path, fake, skills=("schedule",))
+    try:
+        await _killed_during_a_job(daemon, fake, Store)
+    finally:
+        await daemon.close()
+
+
+async def _killed_during_a_job(daemon: Daemon, fake: CrashingTelegram, Store: Any) -> None:
+    async with await Store.open(f"sqlite+aiosqlite:///{daemon.data / 'openclaw.db'}") as store:
+        due = datetime.now(UTC) + timedelta(seconds=2)
+        await store.add_job(f"telegram:{ADMIN}", str(ADMIN), "agent", f"once {due.isoformat()}",
+                            "tool die-job", timezone="UTC")
+    daemon.proc = _CTX.Process(target=child_main, args=(str(daemon.config), str(daemon.dir)))
+    daemon.proc.start()
+    await daemon.dead()  # the job's tool call killed it, mid-run
+    assert daemon.effects() == ["die-job"]
+    assert daemon.query("SELECT outcome, finished_at FROM job_runs") == [("running", None)]
+
+    await daemon.start()
+    await reply(fake, daemon, "was cut short by a restart")
+    assert daemon.query("SELECT outcome FROM job_runs") == [("interrupted",)]
+    assert daemon.query("SELECT status FROM jobs") == [("done",)]
+    assert daemon.effects() == ["die-job"], "the job ran again after the restart"

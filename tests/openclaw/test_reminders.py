@@ -269,7 +269,7 @@ async def test_a_headless_daemons_reminder_waits_for_a_console_to_attach(tmp_pat
             await console.send_text("local", "anyone?")
         added = await daemon.reminders.add("terminal:local", "local", "call the dentist",
                                            datetime.now(UTC), repeat=None, timezone="UTC")
-        await until(lambda: added.id in daemon.reminders._in_flight)  # tried, and held back
+        await until(lambda: added.id in daemon.reminders.held)  # tried, and held back
         await asyncio.sleep(0.3)
         [waiting] = await daemon.store.active_reminders()
         assert waiting.fired_count == 0 and await daemon.store.list_outbound() == []

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from openclaw.cli import main
 from openclaw.datadir import claim_data_dir
+from openclaw.scheduler.heartbeat import HeartbeatSettings, HeartbeatStore
 from openclaw.store import PairingLimits, Store, UserStatus
 from tests.helpers.store import fresh_store
 
@@ -19,7 +20,8 @@ ADA, BOB = "telegram:1001", "telegram:1002"
 GROUP = "-500"  # a group chat both talk in
 # Each kind forget_user counts, and the table it counts in.
 KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": "outbound_messages",
-         "inbound messages": "inbound_events", "reminders": "reminders", "usage rows": "usage",
+         "inbound messages": "inbound_events", "reminders": "reminders", "heartbeats": "heartbeats",
+         "job runs": "job_runs", "jobs": "jobs", "usage rows": "usage",
          "pairing codes": "pairing_codes", "pairing codes counted": "pairing_issued",
          "pairing refusals": "pairing_refusals", "conversations": "conversations", "users": "users",
          "memory entries": "memories", "memory settings": "memory_off",
@@ -50,6 +52,17 @@ async def chat(store: Store, user: str, chat_id: str, message_id: str, words: st
     return conv, first
 
 
+async def heartbeat(store: Store, user: str, chat_id: str, checklist: str) -> None:
+    await HeartbeatStore(store).put(HeartbeatSettings(user, True, 30, "telegram", chat_id, None,
+                                                      None, "UTC", checklist))
+
+
+async def scheduled(store: Store, user: str, chat_id: str, prompt: str) -> None:
+    """An agent job of theirs, which has run once."""
+    job = await store.add_job(user, chat_id, "agent", "cron 0 8 * * *", prompt, timezone="UTC")
+    await store.start_job_run(job.id, datetime.now(UTC))
+
+
 async def bob_talks(store: Store, n: int) -> None:
     await store.set_user_status("telegram", "1002", UserStatus.ALLOWED)
     conv, first = await chat(store, BOB, "1002", f"b{n}", f"bob's news {n}")
@@ -57,6 +70,8 @@ async def bob_talks(store: Store, n: int) -> None:
     await chat(store, BOB, GROUP, f"bg{n}", f"bob to the group {n}")
     await store.add_reply("telegram", GROUP, [f"a notice to the group {n}"])  # nobody's reply
     await store.add_reminder(BOB, GROUP, f"bob's meeting {n}", datetime.now(UTC) + timedelta(days=1))
+    await heartbeat(store, BOB, "1002", f"- bob's checklist {n}")
+    await scheduled(store, BOB, "1002", f"bob's build {n}")
     await store.add_audit(BOB, "shell", {"command": f"ls {n}"}, "allowed", exit_status=0)
     await store.add_memory(BOB, "private", f"bob's memory {n}")
 
@@ -75,6 +90,8 @@ async def ada_talks(store: Store) -> None:
     due = datetime.now(UTC) + timedelta(days=1)
     await store.add_reminder(ADA, "1001", "pills", due)
     await store.add_reminder(ADA, GROUP, "ada's meeting", due)
+    await heartbeat(store, ADA, "1001", "- my doctor's results")
+    await scheduled(store, ADA, "1001", "read my inbox")
     await store.add_audit(ADA, "shell", {"command": "cat diary.txt"}, "allowed", exit_status=0)
     await store.add_audit(ADA, "email", {"to": "dr@example.org", "body": "my results"}, "rejected",
                           detail="error: the user denied this email call")

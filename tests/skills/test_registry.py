@@ -194,7 +194,7 @@ def test_a_module_class_reference_loads_the_same_class(tmp_path, plugin_package)
 
 @pytest.mark.parametrize("ref, expected", [
     ("wether", "no such skill; built-ins and installed entry points: clock, email, files, memory, "
-               "reminders, shell, weather"),
+               "reminders, schedule, shell, weather"),
     ("weather_plugin:Missing", "cannot import weather_plugin:Missing: AttributeError"),
     ("weather_plugin:NotASkill", "weather_plugin:NotASkill is not a subclass of skills.Skill"),
     ("no_such_module:X", "cannot import no_such_module:X: ModuleNotFoundError"),
@@ -249,8 +249,8 @@ def test_skill_and_role_problems_come_in_one_report(tmp_path):
         skills = ["clock", "nosuch", "email", "shel"]
     """) == [
         "skills.enabled[1] ('shel'): no such skill; built-ins and installed entry points: clock, email, "
-        'files, memory, reminders, shell; a SKILL.md skill in skills.dirs; or give a third-party class as '
-        '"module:Class"',
+        'files, memory, reminders, schedule, shell; a SKILL.md skill in skills.dirs; or give a '
+        'third-party class as "module:Class"',
         "skills.email: settings for a skill that is not enabled (enabled: clock); "
         "add it to [skills] enabled, or remove the [skills.email] table",
         # "shel" is said once, above: the role is checked against what [skills] meant to enable
@@ -489,5 +489,5 @@ def test_a_skill_md_skill_may_also_be_listed_in_enabled_and_a_name_nowhere_is_st
     assert registry.origin("recipes").startswith("SKILL.md: ")
     assert problems_of(tmp_path, listed.format(more=', "recipe"')) == [
         "skills.enabled[2] ('recipe'): no such skill; built-ins and installed entry points: clock, "
-        "email, files, memory, reminders, shell; a SKILL.md skill in skills.dirs; or give a "
+        "email, files, memory, reminders, schedule, shell; a SKILL.md skill in skills.dirs; or give a "
         'third-party class as "module:Class"']
