@@ -1,7 +1,7 @@
 """MCP tool pins: each server's tool definitions as first seen and as the admin trusts them.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-07
 
 A tool list an MCP server sends can change under us (a rug pull: a tool's description turned into
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0007"
+down_revision: str | None = "0008"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -1,7 +1,7 @@
 """Heartbeats: per user, opt-in, an agent job over their checklist at an interval.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 Create Date: 2026-12-07
 
 `heartbeats` holds one row per user who ever set theirs: on or off (off by default), every how
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | None = "0008"
+down_revision: str | None = "0010"
 branch_labels: str | None = None
 depends_on: str | None = None
 
