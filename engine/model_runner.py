@@ -20,6 +20,7 @@ import torch
 from engine.attention import AttentionBackend, AttentionMetadata, TritonAttentionBackend, get_backend
 from engine.config import EngineConfig, ModelConfig
 from engine.layers.linear import pack_linears
+from engine.layers.quant_linear import quantize_linears
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
 from engine.loader import Checkpoint
 from engine.logprobs import StepLogprobs, TokenLogprob
@@ -58,6 +59,9 @@ class ModelRunner:
         self.model = model.to(self.dtype).to_empty(device=self.device).eval()
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)
+        self.quantization = config.resolve_quantization(self.device, ckpt.quantized)
+        if self.quantization:
+            quantize_linears(self.model, self.quantization)
         if self.device.type == "cpu":
             pack_linears(self.model)  # oneDNN, not MKL (engine/layers/linear.py): 1.7x here
         self.backend = get_backend(self.device)
