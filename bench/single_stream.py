@@ -37,6 +37,7 @@ class Row:
     prefill_tps: float
     decode_tps: float
     rss_mib: float | None = None  # after load
+    other_cpu: float | None = None  # the machine's CPU share other processes took meanwhile
     error: str | None = None
 
 
@@ -59,6 +60,7 @@ def make_prompt(tokenizer_encode, n: int, salt: int) -> list[int]:
 def child(quantization: str, prompt_len: int, gen: int, repeats: int, threads: int) -> dict:
     """Load, measure RSS, time prefill and decode; returns the row as a dict (printed as JSON)."""
     import torch
+    from engine_cpu import CpuWatch
 
     from engine import LLM, SamplingParams
 
@@ -84,13 +86,14 @@ def child(quantization: str, prompt_len: int, gen: int, repeats: int, threads: i
         return time.perf_counter() - t
 
     timed(make_prompt(encode, 64, 999), 4)  # warm-up: oneDNN primitives, allocator
-    prefill = min(timed(make_prompt(encode, prompt_len, i), 1) for i in range(repeats))
-    prompt = make_prompt(encode, prompt_len, repeats)
-    timed(prompt, 1)  # cached from here on: T(1) and T(1 + gen) share the prefill
-    t1 = min(timed(prompt, 1) for _ in range(repeats))
-    tn = min(timed(prompt, 1 + gen) for _ in range(repeats))
+    with CpuWatch() as watch:
+        prefill = min(timed(make_prompt(encode, prompt_len, i), 1) for i in range(repeats))
+        prompt = make_prompt(encode, prompt_len, repeats)
+        timed(prompt, 1)  # cached from here on: T(1) and T(1 + gen) share the prefill
+        t1 = min(timed(prompt, 1) for _ in range(repeats))
+        tn = min(timed(prompt, 1 + gen) for _ in range(repeats))
     return {"prefill_tps": prompt_len / prefill, "decode_tps": gen / (tn - t1), "rss_mib": rss,
-            "load_s": load_s}
+            "load_s": load_s, "other_cpu": watch.other_cpu}
 
 
 def run_ours(quantization: str, prompt_len: int, gen: int, repeats: int, threads: int) -> Row:
@@ -107,7 +110,7 @@ def run_ours(quantization: str, prompt_len: int, gen: int, repeats: int, threads
     got = json.loads(lines[-1])
     if "error" in got:
         return Row(name, float("nan"), float("nan"), error=got["error"])
-    return Row(name, got["prefill_tps"], got["decode_tps"], got["rss_mib"])
+    return Row(name, got["prefill_tps"], got["decode_tps"], got["rss_mib"], got["other_cpu"])
 
 
 def run_llamacpp(gguf: str, prompt_len: int, gen: int, threads: int) -> Row | None:
@@ -127,17 +130,20 @@ def run_llamacpp(gguf: str, prompt_len: int, gen: int, threads: int) -> Row | No
 
 def report(rows: list[Row], llama: Row | None, prompt_len: int, gen: int) -> str:
     head = (f"| single stream ({prompt_len}-token prompt, {gen} new tokens) | prefill tok/s | "
-            "decode tok/s | RSS after load (MiB) | prefill / llama.cpp | decode / llama.cpp |")
-    out = [head, "|---|---:|---:|---:|---:|---:|"]
+            "decode tok/s | RSS after load (MiB) | prefill / llama.cpp | decode / llama.cpp | "
+            "CPU taken by other processes |")
+    out = [head, "|---|---:|---:|---:|---:|---:|---:|"]
     ok = llama is not None and llama.error is None
     for r in rows + ([llama] if llama is not None else []):
         if r.error:
-            out.append(f"| {r.system} | - | - | - | - | - |  (failed: {r.error.splitlines()[-1][:120]})")
+            out.append(f"| {r.system} | - | - | - | - | - | - |  (failed: {r.error.splitlines()[-1][:120]})")
             continue
         rss = f"{r.rss_mib:.0f}" if r.rss_mib is not None else "-"
         pr = f"{r.prefill_tps / llama.prefill_tps:.2f}x" if ok else "-"
         dr = f"{r.decode_tps / llama.decode_tps:.2f}x" if ok else "-"
-        out.append(f"| {r.system} | {r.prefill_tps:.1f} | {r.decode_tps:.1f} | {rss} | {pr} | {dr} |")
+        other = f"{r.other_cpu:.0%}" if r.other_cpu is not None else "-"
+        out.append(f"| {r.system} | {r.prefill_tps:.1f} | {r.decode_tps:.1f} | {rss} | {pr} | {dr} "
+                   f"| {other} |")
     auto = next((r for r in rows if r.system.endswith("=auto") and not r.error), None)
     if ok and auto is not None:
         out += ["", "| target (quantization=auto vs llama.cpp) | need | got | verdict |",
