@@ -12,7 +12,12 @@ tokens). Systems, timed in one process after one small warm-up each:
    "paged|eager" or flash for CB, and dropped "paged|sdpa" in 5.23);
 4. batch-1 decode speed of ours and of transformers `generate`: (T(1+n) - T(1)) / n.
 
+Then the single-stream rows (bench/single_stream.py): prefill 512 tokens and decode 128, one
+user, per quantization of ours (each in a fresh process, with its RSS after load), and llama.cpp's
+`llama-batched-bench` on the same GGUF when it is on PATH or built by bench/build_llamacpp.sh.
+
 Run: .venv/bin/python bench/engine_cpu.py [--conversations 16] [--quick] [--profile]
+     [--single-stream only|off] [--quantizations none,auto,int8,int4]
 (--profile runs only our engine, under cProfile, and prints where the time went. The machine may
 be shared: each timing reports the CPU share other processes took meanwhile.)
 """
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from single_stream import QUANTIZATIONS, single_stream
 
 from engine import LLM, SamplingParams
 
@@ -356,7 +362,20 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--page-size", type=int, default=16, help="transformers CB page (block) size")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="weights and activations, for both engines")
+    ap.add_argument("--single-stream", choices=["on", "off", "only"], default="on",
+                    help="the single-stream rows (ours per quantization, llama.cpp): after the "
+                         "agent workload, not at all, or alone")
+    ap.add_argument("--quantizations", default=",".join(QUANTIZATIONS),
+                    help="for the single-stream rows: none (fp32), auto, int8, int4")
     return ap.parse_args()
+
+
+def print_single_stream(args: argparse.Namespace) -> None:
+    prompt, gen = (128, 32) if args.quick else (512, 128)
+    directory, name = model_file()
+    table = single_stream(os.path.join(directory, name), args.quantizations.split(","), prompt, gen,
+                          args.repeats, torch.get_num_threads())
+    print(f"\n{table}")
 
 
 def describe(llm: LLM, work: Workload) -> str:
@@ -421,6 +440,9 @@ def main() -> None:
         n, (lo, hi), decode_n = min(n, 4), (8, 24), 32
     t_start = time.perf_counter()
     print(f"{machine_info()}; dtype {args.dtype}")
+    if args.single_stream == "only":
+        print_single_stream(args)
+        return
     llm = LLM(model=None, dtype=args.dtype, kv_cache_gib=1.0, max_num_seqs=64,
               max_num_batched_tokens=MAX_BATCH_TOKENS)
     work = build_workload(llm, n, lo, hi, args.seed)
@@ -453,6 +475,9 @@ def main() -> None:
     if busy > 0.1:
         print(f"\nWARNING: other processes took up to {busy:.0%} of the CPU during a timing; "
               "rerun when the machine is quiet")
+    if args.single_stream == "on":
+        del llm, model  # the rows run in subprocesses: leave them the memory
+        print_single_stream(args)
     print(f"\ntotal bench time {time.perf_counter() - t_start:.0f}s")
 
 

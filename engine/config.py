@@ -80,6 +80,8 @@ class ModelConfig:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype.itemsize
 
 
+QUANTIZATION_OPTIONS = ("auto", "int8", "int4", "none", None)
+
 # The bounds a field's metadata may state, checked by EngineConfig.__post_init__. pydantic reads the
 # same metadata keys, so the daemon's `[engine]` is held to them too, reported with the key.
 _BOUNDS = {"ge": (operator.ge, ">="), "gt": (operator.gt, ">"), "le": (operator.le, "<=")}
@@ -115,6 +117,10 @@ class EngineConfig:
     """Seed of the shared random generator, used by requests without a seed of their own."""
     enforce_eager: bool = False
     """CUDA: run decode steps eagerly instead of replaying CUDA graphs."""
+    quantization: Literal["auto", "int8", "int4", "none"] | None = "auto"
+    """Weight-only quantized linear layers: "int8" (per output channel), "int4" (groups of 32),
+    "auto" (a quantized GGUF keeps quantized weights: int8 on the CPU, int4 on CUDA; a float
+    checkpoint, or dtype="float32" set explicitly, stays float), None or "none": float weights."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -123,6 +129,19 @@ class EngineConfig:
                 if bound in _BOUNDS and value is not None and not _BOUNDS[bound][0](value, limit):
                     raise ValueError(f"engine config {f.name}={value!r}: must be "
                                      f"{_BOUNDS[bound][1]} {limit}")
+
+        if self.quantization not in QUANTIZATION_OPTIONS:
+            raise ValueError(f"engine config quantization={self.quantization!r}: must be one of "
+                             f"{', '.join(repr(q) for q in QUANTIZATION_OPTIONS)}")
+
+    def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool) -> str | None:
+        """"int8", "int4" or None (float weights) for a model on `device` whose checkpoint stores
+        quantized linear weights or not. CPU "auto" picks int8: no int4 kernel here beats it."""
+        if self.quantization != "auto":
+            return None if self.quantization == "none" else self.quantization
+        if not checkpoint_quantized or self.dtype == "float32":
+            return None
+        return "int4" if device.type == "cuda" else "int8"
 
     def resolve_device(self) -> torch.device:
         import torch

@@ -20,6 +20,7 @@ import torch
 from engine.attention import AttentionBackend, AttentionMetadata, TritonAttentionBackend, get_backend
 from engine.config import EngineConfig, ModelConfig
 from engine.layers.linear import pack_linears
+from engine.layers.quant_linear import quantize_linears
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
 from engine.loader import Checkpoint
 from engine.logprobs import StepLogprobs, TokenLogprob
@@ -58,6 +59,9 @@ class ModelRunner:
         self.model = model.to(self.dtype).to_empty(device=self.device).eval()
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)
+        self.quantization = config.resolve_quantization(self.device, ckpt.quantized)
+        if self.quantization:
+            quantize_linears(self.model, self.quantization)
         if self.device.type == "cpu":
             pack_linears(self.model)  # oneDNN, not MKL (engine/layers/linear.py): 1.7x here
         self.backend = get_backend(self.device)
@@ -258,6 +262,7 @@ class ModelRunner:
             num_decodes=num_decodes,
             num_shared_decode_blocks=shared_prefix_blocks(
                 tables[:num_decodes], context_lens[:num_decodes], bs),
+            block_run_starts=block_run_starts(tables, context_lens, query_start, num_decodes, bs),
         )
         hidden = self.model(
             to_device(torch.tensor(input_ids, dtype=torch.int64), dev),
@@ -278,6 +283,25 @@ def shared_prefix_blocks(tables: list[list[int]], context_lens: list[int], block
     while n < limit and all(t[n] == first[n] for t in tables):
         n += 1
     return n
+
+
+def block_run_starts(tables: list[list[int]], context_lens: list[int], query_start: list[int],
+                     num_decodes: int, block_size: int) -> list[int]:
+    """AttentionMetadata.block_run_starts, for the sequences whose K/V the torch backend would
+    otherwise gather from the pool: a lone decode (a batch of decodes is attended as one tensor)
+    and prefill chunks after earlier context. -1 for the others and where the blocks are not
+    consecutive. A fresh sequence takes consecutive free blocks, so a single chat usually has one
+    run: a view then replaces a copy of its whole context per layer and step."""
+    starts = [-1] * len(tables)
+    for s, (table, ctx) in enumerate(zip(tables, context_lens, strict=True)):
+        new = query_start[s + 1] - query_start[s]
+        if (num_decodes > 1 and s < num_decodes) or (s >= num_decodes and ctx == new):
+            continue
+        n = -(-ctx // block_size)
+        first = table[0]
+        if table[n - 1] - first == n - 1 and table[:n] == list(range(first, first + n)):
+            starts[s] = first
+    return starts
 
 
 # ---- CUDA graphs of decode steps -----------------------------------------------------------------

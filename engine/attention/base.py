@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +26,9 @@ class AttentionMetadata:
     # Leading blocks that every decode sequence shares (same physical blocks, from the prefix
     # cache: a common system prompt). Backends may read them once for all decodes.
     num_shared_decode_blocks: int = 0
+    # Per sequence, the first block id when the blocks holding its context are consecutive ids
+    # (-1 otherwise; empty: not computed). The torch backend then reads them as a view of the pool.
+    block_run_starts: list[int] = field(default_factory=list)
 
     @property
     def num_seqs(self) -> int:

@@ -23,7 +23,7 @@ class TorchAttentionBackend(AttentionBackend):
             if ctx == hi - lo:  # nothing earlier in the pool: attend to this chunk's own K/V
                 ks, vs = k[lo:hi], v[lo:hi]
             else:
-                ks, vs = _gather(k_cache, v_cache, meta.block_tables[s], ctx)
+                ks, vs = _gather(k_cache, v_cache, meta.block_tables[s], ctx, _run_start(meta, s))
             out[lo:hi] = _causal(q[lo:hi], ks, vs, scale)
         return out
 
@@ -35,10 +35,21 @@ def write_kv(k, v, k_cache, v_cache, slot_mapping: torch.Tensor) -> None:
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, v)
 
 
-def _gather(k_cache, v_cache, block_table: torch.Tensor, ctx: int):
-    """The first `ctx` tokens of one sequence, contiguous: [ctx, kv_heads, head_dim] each."""
+def _run_start(meta: AttentionMetadata, s: int) -> int:
+    """Sequence s's first block when its context blocks are consecutive in the pool, else -1."""
+    return meta.block_run_starts[s] if meta.block_run_starts else -1
+
+
+def _gather(k_cache, v_cache, block_table: torch.Tensor, ctx: int, run_start: int = -1):
+    """The first `ctx` tokens of one sequence, contiguous: [ctx, kv_heads, head_dim] each. Blocks
+    that are consecutive in the pool (`run_start` >= 0) are a view of it: the same values in the
+    same layout as the gathered copy, so the attention over them has the same bits."""
     block_size = k_cache.shape[1]
-    blocks = block_table[: (ctx + block_size - 1) // block_size]
+    n = (ctx + block_size - 1) // block_size
+    if run_start >= 0:
+        return (k_cache[run_start : run_start + n].flatten(0, 1)[:ctx],
+                v_cache[run_start : run_start + n].flatten(0, 1)[:ctx])
+    blocks = block_table[:n]
     # index_select on the block dim copies whole blocks; advanced indexing is ~3x slower on CPU
     ks = k_cache.index_select(0, blocks).flatten(0, 1)[:ctx]
     vs = v_cache.index_select(0, blocks).flatten(0, 1)[:ctx]
@@ -97,9 +108,14 @@ def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch
     qg = q.view(d, kv_heads, group, head_dim)
     if longest:
         tail_blocks = (longest + block_size - 1) // block_size
-        tables = meta.block_tables[:d, shared : shared + tail_blocks].flatten()
-        kt = k_cache.index_select(0, tables).view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
-        vt = v_cache.index_select(0, tables).view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
+        first = _run_start(meta, 0) if d == 1 and not shared else -1
+        if first >= 0:  # one sequence on consecutive blocks: a view, not a copy of its context
+            kt, vt = k_cache[first : first + tail_blocks], v_cache[first : first + tail_blocks]
+        else:
+            tables = meta.block_tables[:d, shared : shared + tail_blocks].flatten()
+            kt, vt = k_cache.index_select(0, tables), v_cache.index_select(0, tables)
+        kt = kt.view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
+        vt = vt.view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
         mask = None
         if min(lens_host) != longest:  # ragged tails: hide each row's keys past its own length
             lens = meta.context_lens[:d] - shared * block_size

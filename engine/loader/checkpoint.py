@@ -18,3 +18,4 @@ class Checkpoint:
     weights: Iterator[tuple[str, torch.Tensor]]  # Hugging Face names, float32 or stored dtype
     rope_freq_factors: torch.Tensor | None = None  # GGUF `rope_freqs`
     context_length: int | None = None
+    quantized: bool = False  # the file stores its linear weights quantized (a Q4_1 GGUF, ...)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from engine.config import ModelConfig
@@ -64,7 +64,19 @@ def open_gguf(path: Path) -> Checkpoint:
         weights=_iter_weights(tensors, config, unpermute=arch in ("llama", "mistral")),
         rope_freq_factors=None if freq_factors is None else torch.tensor(_dequant(freq_factors)),
         context_length=fields.get(f"{arch}.context_length"),
+        quantized=stores_quantized_linears(tensors.values()),
     )
+
+
+# Tensor types that are plain floats: a GGUF of these holds an unquantized model.
+_FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16,
+                          GGMLQuantizationType.F64})
+
+
+def stores_quantized_linears(tensors) -> bool:
+    """Whether the file's layer matrices (not norms or the embedding) are block-quantized."""
+    return any(t.name.startswith("blk.") and len(t.shape) == 2 and t.tensor_type not in _FLOAT_TYPES
+               for t in tensors)
 
 
 def _reader(path: Path) -> GGUFReader:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.attention import AttentionMetadata, TorchAttentionBackend
-from engine.model_runner import shared_prefix_blocks
+from engine.model_runner import block_run_starts, shared_prefix_blocks
 
 
 def dense(q, k, v, scale):
@@ -77,3 +77,49 @@ def test_shared_prefix_needs_the_same_physical_blocks_in_every_row():
     assert shared_prefix_blocks([[5, 6, 7], [5, 6, 9]], [12, 12], 4) == 2
     assert shared_prefix_blocks([[5, 6, 7], [5, 6, 7]], [12, 7], 4) == 1  # only full blocks
     assert shared_prefix_blocks([[5, 6, 7]], [12], 4) == 0  # one sequence: nothing to share
+
+
+def test_block_runs_are_found_for_a_lone_decode_and_prefills_after_context_only():
+    bs = 4
+    # a lone decode on blocks 7, 8, 9 (context 10: three blocks), and on 7, 9, 8: not a run
+    assert block_run_starts([[7, 8, 9]], [10], [0, 1], 1, bs) == [7]
+    assert block_run_starts([[7, 9, 8]], [10], [0, 1], 1, bs) == [-1]
+    # only the blocks that hold the context count; a later table entry may be anything
+    assert block_run_starts([[7, 8, 2]], [8], [0, 1], 1, bs) == [7]
+    # a batch of decodes is attended as one tensor: no runs; a fresh prefill needs no pool read
+    assert block_run_starts([[3, 4], [5, 6]], [6, 6], [0, 1, 2], 2, bs) == [-1, -1]
+    assert block_run_starts([[3, 4], [5, 6]], [6, 8], [0, 1, 4], 1, bs) == [3, 5]
+    assert block_run_starts([[3, 4], [5, 6]], [6, 8], [0, 1, 9], 1, bs) == [3, -1]
+    assert block_run_starts([[5, 6]], [8], [0, 8], 0, bs) == [-1]
+
+
+def single_sequence_meta(table, ctx, new, bs, starts):
+    slots = [table[p // bs] * bs + p % bs for p in range(ctx - new, ctx)]
+    return AttentionMetadata(
+        slot_mapping=torch.tensor(slots), block_tables=torch.tensor([table]),
+        context_lens=torch.tensor([ctx]), query_start=[0, new], context_lens_host=[ctx],
+        num_decodes=int(new == 1), block_run_starts=starts)
+
+
+@pytest.mark.parametrize("new", [1, 5])  # a decode; a prefill chunk after earlier context
+def test_consecutive_blocks_are_read_in_place_with_the_bits_of_the_gathered_copy(new):
+    """A lone sequence on consecutive blocks attends over a view of the pool: no index_select
+    copy of its context (per layer and step at batch 1), and exactly the gathered result."""
+    torch.manual_seed(1)
+    bs, kv_heads, heads, dim, ctx = 4, 2, 6, 8, 23
+    k_cache, v_cache = torch.randn(16, bs, kv_heads, dim), torch.randn(16, bs, kv_heads, dim)
+    table = list(range(9, 15))
+    q = torch.randn(new, heads, dim)
+    flat = [table[p // bs] * bs + p % bs for p in range(ctx - new, ctx)]
+    k_new, v_new = k_cache.view(-1, kv_heads, dim)[flat], v_cache.view(-1, kv_heads, dim)[flat]
+    backend = TorchAttentionBackend()
+    starts = block_run_starts([table], [ctx], [0, new], int(new == 1), bs)
+    assert starts == [9]
+    gathered = backend.forward(q, k_new, v_new, k_cache, v_cache,
+                               single_sequence_meta(table, ctx, new, bs, []), dim**-0.5)
+    with torch.profiler.profile() as prof:
+        in_place = backend.forward(q, k_new, v_new, k_cache, v_cache,
+                                   single_sequence_meta(table, ctx, new, bs, starts), dim**-0.5)
+    copies = [e.key for e in prof.key_averages() if e.key in ("aten::index_select", "aten::index")]
+    assert copies == []
+    assert torch.equal(in_place, gathered)

@@ -32,7 +32,7 @@ def reference(smollm_gguf_path):
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM(kv_cache_gib=0.25)
+    return LLM(kv_cache_gib=0.25, quantization=None)  # the exact fp32 path
 
 
 def chat_ids(llm: LLM, text: str) -> list[int]:

@@ -1,0 +1,91 @@
+"""Weight-only quantized linears (engine/layers/quant_linear.py) against float references of the SAME
+quantized weights: int4 near exact (same math, another kernel), int8 within the error of quantizing
+the activations per call; and the option's resolution and errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from engine.config import EngineConfig
+from engine.layers.quant import (
+    dequantize_int4,
+    dequantize_int8,
+    pack_int4,
+    quantize_int4,
+    quantize_int8,
+    unpack_int4,
+)
+from engine.layers.quant_linear import Int4Linear, Int8Linear, quantized_linear
+
+
+def linear(out_f: int, in_f: int, bias: bool = True, seed: int = 0) -> nn.Linear:
+    torch.manual_seed(seed)
+    lin = nn.Linear(in_f, out_f, bias=bias)
+    with torch.no_grad():
+        lin.weight.normal_(0, 0.05)
+        if bias:
+            lin.bias.normal_(0, 0.5)
+    return lin
+
+
+def test_int4_layout_low_nibble_is_the_even_column():
+    q = torch.tensor([[1, 2, 15, 0]], dtype=torch.uint8)
+    packed = pack_int4(q)
+    assert packed.tolist() == [[0x21, 0x0F]]
+    assert torch.equal(unpack_int4(packed), q)
+    w = dequantize_int4(packed, torch.tensor([[2.0]]), torch.tensor([[-1.0]]), group=4)
+    assert w.tolist() == [[1.0, 3.0, 29.0, -1.0]]
+
+
+@pytest.mark.parametrize("group", [32, 128])
+def test_int4_linear_matches_dequantize_then_fp32(group):
+    lin = linear(96, 256)
+    q, scale, offset = quantize_int4(lin.weight.detach(), group)
+    mod = Int4Linear(q, scale, offset, group, lin.bias.detach())
+    x = torch.randn(7, 256)
+    with torch.inference_mode():
+        want = x @ dequantize_int4(q, scale, offset, group).T + lin.bias
+        got = mod(x)
+    assert (got - want).abs().max().item() < 1e-5
+
+
+def test_int8_linear_matches_dequantize_then_fp32_within_activation_rounding():
+    lin = linear(192, 576)
+    q, scale = quantize_int8(lin.weight.detach())
+    mod = Int8Linear(q, scale, lin.bias.detach())
+    x = torch.randn(9, 576)
+    with torch.inference_mode():
+        want = x @ dequantize_int8(q, scale).T + lin.bias
+        got = mod(x)
+    # Activations quantized per call to 8 bits: each product is off by up to half a step of
+    # max|x|/127; over 576 terms of random sign the sum's error is ~sqrt(576) such errors.
+    step = x.abs().max().item() / 127
+    bound = 4 * step / 2 * dequantize_int8(q, scale).abs().max().item() * 576**0.5
+    assert (got - want).abs().max().item() < bound
+    assert (got - want).abs().max().item() < 0.02 * want.abs().max().item()
+    rq, rs = mod.canonical()
+    assert torch.equal(rq, q) and torch.allclose(rs, scale)
+
+
+def test_quantized_linear_int4_needs_whole_groups_else_int8():
+    assert isinstance(quantized_linear(linear(8, 96), "int4"), Int4Linear)
+    assert isinstance(quantized_linear(linear(8, 80), "int4"), Int8Linear)
+
+
+def test_bad_quantization_value_names_the_option():
+    with pytest.raises(ValueError, match="quantization='int3'"):
+        EngineConfig(quantization="int3")
+
+
+def test_auto_keeps_a_quantized_gguf_quantized_and_a_float_checkpoint_float():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    auto = EngineConfig()
+    assert auto.resolve_quantization(cpu, checkpoint_quantized=True) == "int8"
+    assert auto.resolve_quantization(cuda, checkpoint_quantized=True) == "int4"
+    assert auto.resolve_quantization(cpu, checkpoint_quantized=False) is None
+    assert EngineConfig(dtype="float32").resolve_quantization(cpu, checkpoint_quantized=True) is None
+    for off in (None, "none"):
+        assert EngineConfig(quantization=off).resolve_quantization(cpu, True) is None
+    assert EngineConfig(quantization="int4").resolve_quantization(cpu, False) == "int4"
