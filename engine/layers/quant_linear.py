@@ -1,13 +1,14 @@
 """Weight-only quantized linear layers: `Int8Linear` and `Int4Linear`, swapped in for a loaded model's
 `nn.Linear`s by `quantize_linears`. Weights start in the canonical layout of engine/layers/quant.py.
 
-CPU kernels, measured on the embedded model's shapes (docs/engine.md, "Quantization"): fbgemm's
-dynamic int8 linear (`quantized::linear_dynamic`: int8 weights, activations quantized per call,
-int32 accumulation) beat our oneDNN fp32 `PackedLinear` at every row count, by 3-10x at 1-8 rows
-and ~1.6x at 512; oneDNN's `qlinear_pointwise` (with the activation quantized in torch ops), bf16
-weights, `_weight_int8pack_mm` and `_weight_int4pack_mm_for_cpu` were all slower. No int4 kernel
-here beats int8, so int4 on the CPU dequantizes its weights per call (exact against
-`dequantize_int4`, slow: for memory, not speed), and "auto" picks int8 on the CPU.
+Weight-only: activations stay float. fbgemm's dynamic int8 linear (`quantized::linear_dynamic`,
+which also quantizes the activations to 8 bits per call) was the fastest CPU kernel measured, but
+on the embedded model its greedy tokens agreed with fp32 on 4 of 128 positions: its activations
+are heavy-tailed (median |x| 0.01 against a max of 1.3 to 477), so most entries round to 0 or
++-1. No accurate int kernel here beats our oneDNN fp32 path (docs/engine.md, "Quantization"), so
+on the CPU int8 and int4 save memory, not time, and "auto" keeps a GGUF float there. int4 on the
+CPU dequantizes per call: exact against `dequantize_int4` (`_weight_int4pack_mm_for_cpu` was 3x
+slower still).
 
 On CUDA both call the Triton kernels of engine/kernels/quant_matmul.py on the canonical tensors,
 imported on first use (triton raises without a driver)."""
@@ -15,7 +16,6 @@ imported on first use (triton raises without a driver)."""
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -28,86 +28,53 @@ INT4_GROUP = 32
 
 
 @functools.cache
-def fbgemm_mode() -> bool | None:
-    """How fbgemm's dynamic int8 linear runs here: False (full-range activations), True (7-bit
-    activations: CPUs without VNNI saturate u8*s8 pair sums in 16 bits), None when the op is
-    missing or wrong. The probe holds the worst case for saturation (all-max activations and
-    weights) and an ordinary one, against the exact product."""
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
-        return None
-    probe_w = torch.cat([torch.full((2, 64), 127, dtype=torch.int8),
-                         torch.arange(-64, 64, dtype=torch.int8).reshape(2, 64)])
-    scale = torch.tensor([0.01, 0.02, 0.03, 0.04])
-    x = torch.cat([torch.full((1, 64), 2.0), torch.linspace(-1, 2, 64)[None]])
-    want = x @ dequantize_int8(probe_w, scale).T
-    for reduce_range in (False, True):
-        try:
-            with torch.inference_mode():
-                got = torch.ops.quantized.linear_dynamic(x, _prepack(probe_w, scale, None), reduce_range)
-        except (RuntimeError, AttributeError):
-            return None
-        # Activation rounding alone stays within a few per mille of these sums.
-        if torch.allclose(got, want, rtol=2e-2, atol=5e-2):
-            return reduce_range
-    return None
-
-
-def _prepack(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
-    zero = torch.zeros(scale.shape[0], dtype=torch.long)
-    # The qint8 tensor type is deprecated (the probe falls back when it goes); the warning would
-    # repeat for every layer at every load.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", ".*quantized tensor creation functions", UserWarning)
-        qt = torch._make_per_channel_quantized_tensor(qweight, scale.double(), zero, 0)
-    return torch.ops.quantized.linear_prepack(qt, None if bias is None else bias.float())
+def int8pack_available() -> bool:
+    """Whether torch's weight-only int8 GEMV (`_weight_int8pack_mm`) is here and computes
+    x @ (qweight * scale).T; else Int8Linear dequantizes per call."""
+    if not hasattr(torch, "_weight_int8pack_mm"):
+        return False
+    q = torch.arange(-32, 32, dtype=torch.int8).reshape(4, 16)
+    scale = torch.tensor([0.5, 0.25, 1.0, 2.0])
+    x = torch.linspace(-1, 1, 16)[None]
+    try:
+        with torch.inference_mode():
+            got = torch._weight_int8pack_mm(x, q, scale)
+    except (RuntimeError, TypeError):
+        return False
+    return torch.allclose(got, x @ dequantize_int8(q, scale).T, rtol=1e-5, atol=1e-5)
 
 
 class Int8Linear(nn.Module):
-    """y = x @ (qweight * scale[:, None]).T + bias. On the CPU the weight lives only in fbgemm's
-    packed form when fbgemm works here (`fbgemm_mode`), else as int8 for `_weight_int8pack_mm`."""
+    """y = x @ (qweight * scale[:, None]).T + bias, weight-only: the activations stay float (8-bit
+    activations lost greedy agreement on the embedded model; docs/engine.md, "Quantization")."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = qweight.shape
-        self.packed = None
-        self.reduce_range = fbgemm_mode() if qweight.device.type == "cpu" else None
-        if self.reduce_range is not None:
-            self.packed = _prepack(qweight, scale, bias)
-            qweight = scale = bias = None  # held once, packed
         self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", None if scale is None else scale.float())
+        self.register_buffer("scale", scale.float())
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self.packed is not None:
-            out = torch.ops.quantized.linear_dynamic(x2.float(), self.packed, self.reduce_range)
-            out = out.to(x.dtype)
-        elif x.device.type == "cuda":
+        if x.device.type == "cuda":
             from engine.kernels.quant_matmul import int8_weight_matmul
 
             out = int8_weight_matmul(x2, self.qweight, self.scale, self.bias)
-        else:
+            return out.view(*shape, self.out_features)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if x2.shape[0] == 1 and int8pack_available():
+            # One row: the GEMV reads the int8 weight as it is. More rows: its kernel is slow
+            # here (measured 10x F.linear at 8 rows), so the weight is dequantized for the call.
             out = torch._weight_int8pack_mm(x2, self.qweight, self.scale.to(x.dtype))
-            if self.bias is not None:
-                out = out + self.bias.to(out.dtype)
+            out = out if bias is None else out + bias
+        else:
+            out = F.linear(x2, dequantize_int8(self.qweight, self.scale).to(x.dtype), bias)
         return out.view(*shape, self.out_features)
 
-    def canonical(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(qweight, scale) in the canonical layout, whichever form the module holds."""
-        if self.packed is None:
-            return self.qweight, self.scale
-        qt, _ = torch.ops.quantized.linear_unpack(self.packed)
-        return qt.int_repr(), qt.q_per_channel_scales().float()
-
-    def nbytes(self) -> int:
-        bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
-        return self.out_features * (self.in_features + 4) + bias
-
     def extra_repr(self) -> str:
-        kind = "fbgemm" if self.packed is not None else "int8"
-        return f"in_features={self.in_features}, out_features={self.out_features}, {kind}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
 class Int4Linear(nn.Module):
@@ -134,9 +101,6 @@ class Int4Linear(nn.Module):
             w = dequantize_int4(self.qweight, self.scale, self.offset, self.group).to(x.dtype)
             out = F.linear(x2, w, None if self.bias is None else self.bias.to(x.dtype))
         return out.view(*shape, self.out_features)
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.buffers())
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}"
@@ -167,8 +131,6 @@ def quantize_linears(model: nn.Module, mode: str, group: int = INT4_GROUP) -> in
 
 
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of the model's weights: parameters, buffers and the packed quantized weights."""
+    """Bytes of the model's parameters and buffers (a tied tensor counted once)."""
     seen = {id(t): t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers())}
-    packed = sum(m.nbytes() for m in model.modules() if isinstance(m, Int8Linear) and m.packed is not None)
-    return sum(seen.values()) + packed
-
+    return sum(seen.values())
