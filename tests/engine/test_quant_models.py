@@ -15,14 +15,14 @@ PROMPT = [(7 * i) % 383 + 1 for i in range(200)]
 
 
 def dequantized_reference(folder, mode: str):
-    """transformers on the checkpoint with every linear weight (LM head included, a tied one
-    untied) replaced by its quantized-then-dequantized value; the embedding stays exact."""
+    """transformers on the checkpoint with every linear weight (the LM head, a tied one untied, in
+    int8 always) replaced by its quantized-then-dequantized value; the embedding stays exact."""
     model = load_reference(folder)
     with torch.no_grad():
-        for mod in model.modules():
+        for name, mod in model.named_modules():
             if isinstance(mod, nn.Linear):
                 w = mod.weight.detach()
-                dq = (dequantize_int4(*quantize_int4(w, 32), 32) if mode == "int4"
+                dq = (dequantize_int4(*quantize_int4(w, 32), 32) if mode == "int4" and name != "lm_head"
                       else dequantize_int8(*quantize_int8(w)))
                 mod.weight = nn.Parameter(dq)
     return model
