@@ -97,3 +97,10 @@ def test_q4_1_blocks_land_in_the_int4_layout_without_loss(smollm_gguf_path):
             assert torch.equal(dequantize_int4(*quantize_int4(w, 32), 32), w)
             checked += 1
     assert checked == 3
+
+
+def test_the_embedded_gguf_is_seen_as_quantized_and_a_float_folder_is_not(random_folder):
+    from engine.loader import open_checkpoint
+
+    assert open_checkpoint(None).quantized
+    assert not open_checkpoint(random_folder).quantized
