@@ -1,12 +1,14 @@
-"""Weight-only quantized linear layers: `Int8Linear` and `Int4Linear`, swapped in for a loaded model's
-`nn.Linear`s by `quantize_linears`. Weights start in the canonical layout of engine/layers/quant.py.
+"""Weight-only quantized linear layers: `Int8Linear`, `Int4Linear` and, for CPU "auto", `Fp16Linear`,
+swapped in for a loaded model's `nn.Linear`s by `quantize_linears`. int weights start in the
+canonical layout of engine/layers/quant.py.
 
 Weight-only: activations stay float. fbgemm's dynamic int8 linear (`quantized::linear_dynamic`,
 which also quantizes the activations to 8 bits per call) was the fastest CPU kernel measured, but
 on the embedded model its greedy tokens agreed with fp32 on 4 of 128 positions: its activations
 are heavy-tailed (median |x| 0.01 against a max of 1.3 to 477), so most entries round to 0 or
 +-1. No accurate int kernel here beats our oneDNN fp32 path (docs/engine.md, "Quantization"), so
-on the CPU int8 and int4 save memory, not time, and "auto" keeps a GGUF float there. int4 on the
+on the CPU int8 and int4 save memory, not time; "auto" there runs fbgemm's fp16-weight linear,
+near exact and faster at one row. int4 on the
 CPU dequantizes per call: exact against `dequantize_int4` (`_weight_int4pack_mm_for_cpu` was 3x
 slower still).
 
@@ -23,7 +25,7 @@ from torch import nn
 
 from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 
-QUANTIZATIONS = ("int8", "int4")
+QUANTIZATIONS = ("int8", "int4", "fp16")
 INT4_GROUP = 32
 
 
@@ -42,6 +44,42 @@ def int8pack_available() -> bool:
     except (RuntimeError, TypeError):
         return False
     return torch.allclose(got, x @ dequantize_int8(q, scale).T, rtol=1e-5, atol=1e-5)
+
+
+@functools.cache
+def fbgemm_fp16_available() -> bool:
+    """Whether fbgemm's fp16-weight linear (`quantized::linear_dynamic_fp16`: fp16 weights, fp32
+    activations and sums) is here and computes x @ w.T + b with w rounded to fp16."""
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return False
+    w = torch.linspace(-1, 1, 64).reshape(4, 16)
+    b, x = torch.tensor([0.5, -1.0, 0.0, 2.0]), torch.linspace(-2, 2, 32).reshape(2, 16)
+    try:
+        with torch.inference_mode():
+            got = torch.ops.quantized.linear_dynamic_fp16(x, torch.ops.quantized.linear_prepack_fp16(w, b))
+    except (RuntimeError, AttributeError):
+        return False
+    return torch.allclose(got, x @ w.half().float().T + b, rtol=1e-4, atol=1e-4)
+
+
+class Fp16Linear(nn.Module):
+    """y = x @ fp16(w).T + b through fbgemm, the weight held only in its packed fp16 form. Weight-only
+    and near exact (fp16 keeps 11 bits), half the bytes of fp32: measured 2.7x faster than our
+    oneDNN fp32 path at one row, about even at 8 and 512 rows (docs/engine.md, "Quantization")."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features).float()
+        out = torch.ops.quantized.linear_dynamic_fp16(x2, self.packed).to(x.dtype)
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fbgemm fp16"
 
 
 class Int8Linear(nn.Module):
@@ -110,6 +148,8 @@ def quantized_linear(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> n
     """The quantized module for one loaded `nn.Linear` (its weight is not kept). int4 needs
     in_features divisible by `group`; a linear that is not gets int8."""
     with torch.inference_mode():
+        if mode == "fp16":
+            return Fp16Linear(linear)
         w = linear.weight.detach()
         bias = None if linear.bias is None else linear.bias.detach().clone()
         if mode == "int4" and linear.in_features % group == 0:
@@ -126,10 +166,12 @@ def quantize_linears(model: nn.Module, mode: str, group: int = INT4_GROUP) -> in
     nothing."""
     if mode not in QUANTIZATIONS:
         raise ValueError(f"quantization={mode!r}: must be one of {', '.join(QUANTIZATIONS)}")
+    if mode == "fp16" and not fbgemm_fp16_available():
+        return 0  # the float path stays (oneDNN fp32)
     linears = [(parent, name) for parent in model.modules()
                for name, child in parent.named_children() if isinstance(child, nn.Linear)]
     for parent, name in linears:
-        kind = "int8" if name == "lm_head" else mode
+        kind = "int8" if name == "lm_head" and mode == "int4" else mode
         setattr(parent, name, quantized_linear(getattr(parent, name), kind, group))
     return len(linears)
 

@@ -17,7 +17,7 @@ from engine.layers.quant import (
     quantize_int8,
     unpack_int4,
 )
-from engine.layers.quant_linear import Int4Linear, Int8Linear, quantized_linear
+from engine.layers.quant_linear import Fp16Linear, Int4Linear, Int8Linear, quantized_linear
 
 
 def linear(out_f: int, in_f: int, bias: bool = True, seed: int = 0) -> nn.Linear:
@@ -64,6 +64,18 @@ def test_int8_linear_matches_dequantize_then_fp32(rows):
     assert (got - want).abs().max().item() < 1e-4
 
 
+@pytest.mark.parametrize("rows", [1, 9])
+def test_fp16_linear_is_fp32_math_on_fp16_weights(rows):
+    lin = linear(192, 576)
+    mod = quantized_linear(lin, "fp16")
+    assert isinstance(mod, Fp16Linear)
+    x = torch.randn(rows, 576)
+    with torch.inference_mode():
+        want = x @ lin.weight.half().float().T + lin.bias
+        got = mod(x)
+    assert (got - want).abs().max().item() < 1e-4
+
+
 def test_quantized_linear_int4_needs_whole_groups_else_int8():
     assert isinstance(quantized_linear(linear(8, 96), "int4"), Int4Linear)
     assert isinstance(quantized_linear(linear(8, 80), "int4"), Int8Linear)
@@ -79,8 +91,9 @@ def test_auto_keeps_a_quantized_gguf_quantized_on_cuda_only():
     auto = EngineConfig()
     assert auto.resolve_quantization(cuda, checkpoint_quantized=True) == "int4"
     assert auto.resolve_quantization(cuda, checkpoint_quantized=False) is None
-    # No accurate int kernel on the CPU beats fp32 (engine/layers/quant_linear.py).
-    assert auto.resolve_quantization(cpu, checkpoint_quantized=True) is None
+    # No accurate int kernel on the CPU beats fp32; fbgemm's fp16 one does.
+    assert auto.resolve_quantization(cpu, checkpoint_quantized=True) == "fp16"
+    assert auto.resolve_quantization(cpu, checkpoint_quantized=False) is None
     assert EngineConfig(dtype="float32").resolve_quantization(cuda, checkpoint_quantized=True) is None
     for off in (None, "none"):
         assert EngineConfig(quantization=off).resolve_quantization(cpu, True) is None
