@@ -119,8 +119,8 @@ class EngineConfig:
     """CUDA: run decode steps eagerly instead of replaying CUDA graphs."""
     quantization: Literal["auto", "int8", "int4", "none"] | None = "auto"
     """Weight-only quantized linear layers: "int8" (per output channel), "int4" (groups of 32),
-    "auto" (a quantized GGUF keeps quantized weights: int8 on the CPU, int4 on CUDA; a float
-    checkpoint, or dtype="float32" set explicitly, stays float), None or "none": float weights."""
+    "auto" (a quantized GGUF: int4 on CUDA, fp16 weights through fbgemm on the CPU; a float
+    checkpoint, or dtype="float32" set: float weights), None or "none": float weights."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -136,12 +136,13 @@ class EngineConfig:
 
     def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool) -> str | None:
         """"int8", "int4" or None (float weights) for a model on `device` whose checkpoint stores
-        quantized linear weights or not. CPU "auto" picks int8: no int4 kernel here beats it."""
+        quantized linear weights or not ("fp16" too for CPU "auto": no accurate int kernel there
+        beats fp32, fbgemm's fp16 one does; engine/layers/quant_linear.py)."""
         if self.quantization != "auto":
             return None if self.quantization == "none" else self.quantization
         if not checkpoint_quantized or self.dtype == "float32":
             return None
-        return "int4" if device.type == "cuda" else "int8"
+        return "int4" if device.type == "cuda" else "fp16"
 
     def resolve_device(self) -> torch.device:
         import torch

@@ -60,8 +60,8 @@ class ModelRunner:
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)
         self.quantization = config.resolve_quantization(self.device, ckpt.quantized)
-        if self.quantization:
-            quantize_linears(self.model, self.quantization)
+        if self.quantization and not quantize_linears(self.model, self.quantization):
+            self.quantization = None  # no kernel for it here: the float path stays
         if self.device.type == "cpu":
             pack_linears(self.model)  # oneDNN, not MKL (engine/layers/linear.py): 1.7x here
         self.backend = get_backend(self.device)

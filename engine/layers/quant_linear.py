@@ -1,13 +1,16 @@
-"""Weight-only quantized linear layers: `Int8Linear` and `Int4Linear`, swapped in for a loaded model's
-`nn.Linear`s by `quantize_linears`. Weights start in the canonical layout of engine/layers/quant.py.
+"""Weight-only quantized linear layers: `Int8Linear`, `Int4Linear` and, for CPU "auto", `Fp16Linear`,
+swapped in for a loaded model's `nn.Linear`s by `quantize_linears`. int weights start in the
+canonical layout of engine/layers/quant.py.
 
-CPU kernels, measured on the embedded model's shapes (docs/engine.md, "Quantization"): fbgemm's
-dynamic int8 linear (`quantized::linear_dynamic`: int8 weights, activations quantized per call,
-int32 accumulation) beat our oneDNN fp32 `PackedLinear` at every row count, by 3-10x at 1-8 rows
-and ~1.6x at 512; oneDNN's `qlinear_pointwise` (with the activation quantized in torch ops), bf16
-weights, `_weight_int8pack_mm` and `_weight_int4pack_mm_for_cpu` were all slower. No int4 kernel
-here beats int8, so int4 on the CPU dequantizes its weights per call (exact against
-`dequantize_int4`, slow: for memory, not speed), and "auto" picks int8 on the CPU.
+Weight-only: activations stay float. fbgemm's dynamic int8 linear (`quantized::linear_dynamic`,
+which also quantizes the activations to 8 bits per call) was the fastest CPU kernel measured, but
+on the embedded model its greedy tokens agreed with fp32 on 4 of 128 positions: its activations
+are heavy-tailed (median |x| 0.01 against a max of 1.3 to 477), so most entries round to 0 or
++-1. No accurate int kernel here beats our oneDNN fp32 path (docs/engine.md, "Quantization"), so
+on the CPU int8 and int4 save memory, not time; "auto" there runs fbgemm's fp16-weight linear,
+near exact and faster at one row. int4 on the
+CPU dequantizes per call: exact against `dequantize_int4` (`_weight_int4pack_mm_for_cpu` was 3x
+slower still).
 
 On CUDA both call the Triton kernels of engine/kernels/quant_matmul.py on the canonical tensors,
 imported on first use (triton raises without a driver)."""
@@ -15,7 +18,6 @@ imported on first use (triton raises without a driver)."""
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -23,91 +25,94 @@ from torch import nn
 
 from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 
-QUANTIZATIONS = ("int8", "int4")
+QUANTIZATIONS = ("int8", "int4", "fp16")
 INT4_GROUP = 32
 
 
 @functools.cache
-def fbgemm_mode() -> bool | None:
-    """How fbgemm's dynamic int8 linear runs here: False (full-range activations), True (7-bit
-    activations: CPUs without VNNI saturate u8*s8 pair sums in 16 bits), None when the op is
-    missing or wrong. The probe holds the worst case for saturation (all-max activations and
-    weights) and an ordinary one, against the exact product."""
+def int8pack_available() -> bool:
+    """Whether torch's weight-only int8 GEMV (`_weight_int8pack_mm`) is here and computes
+    x @ (qweight * scale).T; else Int8Linear dequantizes per call."""
+    if not hasattr(torch, "_weight_int8pack_mm"):
+        return False
+    q = torch.arange(-32, 32, dtype=torch.int8).reshape(4, 16)
+    scale = torch.tensor([0.5, 0.25, 1.0, 2.0])
+    x = torch.linspace(-1, 1, 16)[None]
+    try:
+        with torch.inference_mode():
+            got = torch._weight_int8pack_mm(x, q, scale)
+    except (RuntimeError, TypeError):
+        return False
+    return torch.allclose(got, x @ dequantize_int8(q, scale).T, rtol=1e-5, atol=1e-5)
+
+
+@functools.cache
+def fbgemm_fp16_available() -> bool:
+    """Whether fbgemm's fp16-weight linear (`quantized::linear_dynamic_fp16`: fp16 weights, fp32
+    activations and sums) is here and computes x @ w.T + b with w rounded to fp16."""
     if "fbgemm" not in torch.backends.quantized.supported_engines:
-        return None
-    probe_w = torch.cat([torch.full((2, 64), 127, dtype=torch.int8),
-                         torch.arange(-64, 64, dtype=torch.int8).reshape(2, 64)])
-    scale = torch.tensor([0.01, 0.02, 0.03, 0.04])
-    x = torch.cat([torch.full((1, 64), 2.0), torch.linspace(-1, 2, 64)[None]])
-    want = x @ dequantize_int8(probe_w, scale).T
-    for reduce_range in (False, True):
-        try:
-            with torch.inference_mode():
-                got = torch.ops.quantized.linear_dynamic(x, _prepack(probe_w, scale, None), reduce_range)
-        except (RuntimeError, AttributeError):
-            return None
-        # Activation rounding alone stays within a few per mille of these sums.
-        if torch.allclose(got, want, rtol=2e-2, atol=5e-2):
-            return reduce_range
-    return None
+        return False
+    w = torch.linspace(-1, 1, 64).reshape(4, 16)
+    b, x = torch.tensor([0.5, -1.0, 0.0, 2.0]), torch.linspace(-2, 2, 32).reshape(2, 16)
+    try:
+        with torch.inference_mode():
+            got = torch.ops.quantized.linear_dynamic_fp16(x, torch.ops.quantized.linear_prepack_fp16(w, b))
+    except (RuntimeError, AttributeError):
+        return False
+    return torch.allclose(got, x @ w.half().float().T + b, rtol=1e-4, atol=1e-4)
 
 
-def _prepack(qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
-    zero = torch.zeros(scale.shape[0], dtype=torch.long)
-    # The qint8 tensor type is deprecated (the probe falls back when it goes); the warning would
-    # repeat for every layer at every load.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", ".*quantized tensor creation functions", UserWarning)
-        qt = torch._make_per_channel_quantized_tensor(qweight, scale.double(), zero, 0)
-    return torch.ops.quantized.linear_prepack(qt, None if bias is None else bias.float())
+class Fp16Linear(nn.Module):
+    """y = x @ fp16(w).T + b through fbgemm, the weight held only in its packed fp16 form. Weight-only
+    and near exact (fp16 keeps 11 bits), half the bytes of fp32: measured 2.7x faster than our
+    oneDNN fp32 path at one row, about even at 8 and 512 rows (docs/engine.md, "Quantization")."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features).float()
+        out = torch.ops.quantized.linear_dynamic_fp16(x2, self.packed).to(x.dtype)
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fbgemm fp16"
 
 
 class Int8Linear(nn.Module):
-    """y = x @ (qweight * scale[:, None]).T + bias. On the CPU the weight lives only in fbgemm's
-    packed form when fbgemm works here (`fbgemm_mode`), else as int8 for `_weight_int8pack_mm`."""
+    """y = x @ (qweight * scale[:, None]).T + bias, weight-only: the activations stay float (8-bit
+    activations lost greedy agreement on the embedded model; docs/engine.md, "Quantization")."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = qweight.shape
-        self.packed = None
-        self.reduce_range = fbgemm_mode() if qweight.device.type == "cpu" else None
-        if self.reduce_range is not None:
-            self.packed = _prepack(qweight, scale, bias)
-            qweight = scale = bias = None  # held once, packed
         self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", None if scale is None else scale.float())
+        self.register_buffer("scale", scale.float())
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if self.packed is not None:
-            out = torch.ops.quantized.linear_dynamic(x2.float(), self.packed, self.reduce_range)
-            out = out.to(x.dtype)
-        elif x.device.type == "cuda":
+        if x.device.type == "cuda":
             from engine.kernels.quant_matmul import int8_weight_matmul
 
             out = int8_weight_matmul(x2, self.qweight, self.scale, self.bias)
-        else:
+            return out.view(*shape, self.out_features)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if x2.shape[0] == 1 and int8pack_available():
+            # One row: the GEMV reads the int8 weight as it is. More rows: its kernel is slow
+            # here (measured 10x F.linear at 8 rows), so the weight is dequantized for the call.
             out = torch._weight_int8pack_mm(x2, self.qweight, self.scale.to(x.dtype))
-            if self.bias is not None:
-                out = out + self.bias.to(out.dtype)
+            out = out if bias is None else out + bias
+        else:
+            out = F.linear(x2, dequantize_int8(self.qweight, self.scale).to(x.dtype), bias)
         return out.view(*shape, self.out_features)
 
-    def canonical(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(qweight, scale) in the canonical layout, whichever form the module holds."""
-        if self.packed is None:
-            return self.qweight, self.scale
-        qt, _ = torch.ops.quantized.linear_unpack(self.packed)
-        return qt.int_repr(), qt.q_per_channel_scales().float()
-
-    def nbytes(self) -> int:
-        bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size()
-        return self.out_features * (self.in_features + 4) + bias
-
     def extra_repr(self) -> str:
-        kind = "fbgemm" if self.packed is not None else "int8"
-        return f"in_features={self.in_features}, out_features={self.out_features}, {kind}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
 class Int4Linear(nn.Module):
@@ -135,9 +140,6 @@ class Int4Linear(nn.Module):
             out = F.linear(x2, w, None if self.bias is None else self.bias.to(x.dtype))
         return out.view(*shape, self.out_features)
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.buffers())
-
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}"
 
@@ -146,6 +148,8 @@ def quantized_linear(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> n
     """The quantized module for one loaded `nn.Linear` (its weight is not kept). int4 needs
     in_features divisible by `group`; a linear that is not gets int8."""
     with torch.inference_mode():
+        if mode == "fp16":
+            return Fp16Linear(linear)
         w = linear.weight.detach()
         bias = None if linear.bias is None else linear.bias.detach().clone()
         if mode == "int4" and linear.in_features % group == 0:
@@ -156,19 +160,23 @@ def quantized_linear(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> n
 def quantize_linears(model: nn.Module, mode: str, group: int = INT4_GROUP) -> int:
     """Replace every `nn.Linear` of a loaded model by its quantized module, one at a time, so only
     one float weight is in flight beyond what the model held; how many were. A tied LM head gets
-    its own quantized copy: the embedding keeps its rows for exact lookups."""
+    its own quantized copy: the embedding keeps its rows for exact lookups. The LM head (`lm_head`)
+    is int8 in int4 mode too: its logits are what sampling sees, and a 4-bit head moved the
+    embedded model's prefill logits by up to 4.7 where its 4-bit layers (Q4_1, lossless) moved
+    nothing."""
     if mode not in QUANTIZATIONS:
         raise ValueError(f"quantization={mode!r}: must be one of {', '.join(QUANTIZATIONS)}")
+    if mode == "fp16" and not fbgemm_fp16_available():
+        return 0  # the float path stays (oneDNN fp32)
     linears = [(parent, name) for parent in model.modules()
                for name, child in parent.named_children() if isinstance(child, nn.Linear)]
     for parent, name in linears:
-        setattr(parent, name, quantized_linear(getattr(parent, name), mode, group))
+        kind = "int8" if name == "lm_head" and mode == "int4" else mode
+        setattr(parent, name, quantized_linear(getattr(parent, name), kind, group))
     return len(linears)
 
 
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of the model's weights: parameters, buffers and the packed quantized weights."""
+    """Bytes of the model's parameters and buffers (a tied tensor counted once)."""
     seen = {id(t): t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers())}
-    packed = sum(m.nbytes() for m in model.modules() if isinstance(m, Int8Linear) and m.packed is not None)
-    return sum(seen.values()) + packed
-
+    return sum(seen.values())
