@@ -47,6 +47,19 @@ from sandbox.to_end import run_to_end
 log = logging.getLogger(__name__)
 
 
+async def sandbox_ready(scope: Scope, bwrap_path: str | None, allow_unsandboxed: bool,
+                        slirp4netns_path: str | None, what: str) -> tuple[bool, bool]:
+    """(isolated, with network) for running `what` ("commands", "programs") in `scope`'s sandbox;
+    SandboxUnavailable, saying how to fix it, when it cannot run as configured."""
+    ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
+    if not ok and not allow_unsandboxed:
+        raise SandboxUnavailable(f"cannot run sandboxed {what}: {why}. {FIX_HINT}")
+    linked = ok and scope.network
+    if linked and (lacking := network.missing(slirp4netns_path)):
+        raise SandboxUnavailable(f"cannot run {what} with network: {lacking}. {network.INSTALL_HINT}")
+    return ok, linked
+
+
 async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path: str | None = None,
                       allow_unsandboxed: bool = False, env: dict[str, str] | None = None,
                       slirp4netns_path: str | None = None, min_free_bytes: int = 0,
@@ -55,12 +68,7 @@ async def run_command(command: str, scope: Scope, limits: Limits, *, bwrap_path:
     `min_free_bytes`: free space to keep on every filesystem it can write and on those of
     `protected` (the daemon's data folder); refused with DiskFull when the workspace is at its
     quota (limits.disk_bytes) or one of them is under that already."""
-    ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
-    if not ok and not allow_unsandboxed:
-        raise SandboxUnavailable(f"cannot run sandboxed commands: {why}. {FIX_HINT}")
-    linked = ok and scope.network
-    if linked and (lacking := network.missing(slirp4netns_path)):
-        raise SandboxUnavailable(f"cannot run commands with network: {lacking}. {network.INSTALL_HINT}")
+    ok, linked = await sandbox_ready(scope, bwrap_path, allow_unsandboxed, slirp4netns_path, "commands")
     # Opened once, and kept open while it runs: handed over, measured and bound as they are now
     # (sandbox.grants), whatever a command running meanwhile renames. Closed if we are cancelled
     # while the thread opens them.

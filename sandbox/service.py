@@ -22,16 +22,14 @@ from typing import IO
 
 from sandbox import cgroups, network, process, seccomp
 from sandbox.bwrap import (
-    FIX_HINT,
     SANDBOX_PATH,
     bound_fds,
     bwrap_argv,
     command_prefix,
     filter_fds,
-    isolation_available,
 )
 from sandbox.grants import hand_over
-from sandbox.runner import open_grants
+from sandbox.runner import open_grants, sandbox_ready
 from sandbox.scope import WORKSPACE_MOUNT, Limits, SandboxUnavailable, Scope
 from sandbox.to_end import run_to_end
 
@@ -74,12 +72,7 @@ async def start_service(argv: list[str], scope: Scope, limits: Limits, *,
                         slirp4netns_path: str | None = None) -> Service:
     """Start `argv` in the sandbox of `scope` with `limits` (wall_seconds unused), its working
     directory /workspace; SandboxUnavailable when it cannot run as configured."""
-    ok, why = await asyncio.to_thread(isolation_available, bwrap_path)
-    if not ok and not allow_unsandboxed:
-        raise SandboxUnavailable(f"cannot run sandboxed programs: {why}. {FIX_HINT}")
-    linked = ok and scope.network
-    if linked and (lacking := network.missing(slirp4netns_path)):
-        raise SandboxUnavailable(f"cannot run programs with network: {lacking}. {network.INSTALL_HINT}")
+    ok, linked = await sandbox_ready(scope, bwrap_path, allow_unsandboxed, slirp4netns_path, "programs")
     stack = contextlib.AsyncExitStack()
     stderr = tempfile.TemporaryFile()
     proc = None
