@@ -6,6 +6,7 @@ said once per interval, and the open-files limit raised at start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -306,7 +307,14 @@ base_file_url = "{fake.base_file_url}"
         await answered("write files", "RESULT")
         assert (tmp_path / "data/workspaces/telegram-1001/flood.txt").read_text() == "written under the flood"
         assert len(fake.calls_to("getUpdates")) > polls  # still polled: each message ended a poll
-        status, _ = await get(port, "/metrics")
+        # At the ceiling the gate may displace a connection whose head it has not read yet (a
+        # real one among them, under load): it promises that a request gets in, as a scraper's
+        # next try does, not that none is ever dropped.
+        status = None
+        for _ in range(3):
+            with contextlib.suppress(IndexError):  # dropped unanswered: nothing came back
+                status, _ = await get(port, "/metrics")
+                break
         assert status == 200
         sampling.cancel()
         numbers.update(opened=flood.opened, refused=flood.refused, most_descriptors=peak[0],
