@@ -262,7 +262,8 @@ class ModelRunner:
             num_decodes=num_decodes,
             num_shared_decode_blocks=shared_prefix_blocks(
                 tables[:num_decodes], context_lens[:num_decodes], bs),
-            block_run_starts=block_run_starts(tables, context_lens, query_start, num_decodes, bs),
+            block_run_starts=(block_run_starts(tables, context_lens, query_start, num_decodes, bs)
+                              if self.backend.reads_block_runs else []),
         )
         hidden = self.model(
             to_device(torch.tensor(input_ids, dtype=torch.int64), dev),

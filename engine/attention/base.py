@@ -38,6 +38,10 @@ class AttentionMetadata:
 class AttentionBackend(ABC):
     """Writes a layer's new K/V into the pool, then attends each query token to its context."""
 
+    # Whether forward reads AttentionMetadata.block_run_starts: the runner computes them per step
+    # only for a backend that does (the torch one), never on the Triton path's hot loop.
+    reads_block_runs: bool = False
+
     @abstractmethod
     def forward(
         self,

@@ -9,6 +9,8 @@ from engine.attention.base import AttentionBackend, AttentionMetadata
 
 
 class TorchAttentionBackend(AttentionBackend):
+    reads_block_runs = True
+
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float):
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         d = meta.num_decodes
