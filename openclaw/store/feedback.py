@@ -96,9 +96,11 @@ class FeedbackStore(StoreBase):
         async with self.transaction() as session:
             return await session.scalar(query)
 
-    async def last_answered_turn(self, channel: str, chat_id: str | int, user: str) -> int | None:
+    async def last_answered_turn(self, channel: str, chat_id: str | int, user: str, *,
+                                 before: int | None = None) -> int | None:
         """The turn of `user`'s whose reply was the last one delivered in this chat (a model's
-        answer, not a command's); None when there is none."""
+        answer, not a command's), of those before inbound event `before` if given; None when
+        there is none."""
         out, inbound = OutboundMessageRow, InboundEventRow
         query = (select(out.inbound_event_id)
                  .join(inbound, inbound.id == out.inbound_event_id)
@@ -106,6 +108,8 @@ class FeedbackStore(StoreBase):
                         out.status == OutboundStatus.SENT, out.conversation_id.is_not(None),
                         inbound.user == user)
                  .order_by(out.id.desc()).limit(1))
+        if before is not None:
+            query = query.where(inbound.id < before)
         async with self.transaction() as session:
             return await session.scalar(query)
 
