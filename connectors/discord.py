@@ -28,6 +28,7 @@ import yarl
 from discord import app_commands
 
 from connectors.attachments import MAX_FILE_BYTES, Writer, media_note, safe_file_name, save_attachment
+from connectors.discord_reactions import add_reaction_intents, deliver_reaction
 from connectors.downloads import DownloadFailed, FileDownloads, reason_for
 from connectors.drafts import DraftStream
 from openclaw.gateway.contract import (
@@ -47,6 +48,7 @@ SLASH_COMMANDS = {
     "status": "Model, queue, KV cache use, tokens used today",
     "help": "What the assistant's commands do",
     "audit": "Your last tool calls and how they ended",
+    "good": "Grade my last reply to you as good", "bad": "Grade my last reply to you as bad",
 }
 # Answers to a tool call waiting for the user's approval; the number is the request's.
 NUMBERED_COMMANDS = {
@@ -423,6 +425,7 @@ class _Client(discord.Client):
         intents.guilds = True  # guild and channel objects, so guild messages resolve properly
         intents.dm_messages = intents.guild_messages = True
         intents.message_content = True  # privileged: enable it in the developer portal
+        add_reaction_intents(intents)  # 👍 / 👎 on a reply grade it
         super().__init__(intents=intents, guild_ready_timeout=0, max_messages=None,
                          max_ratelimit_timeout=connector.max_ratelimit_wait,
                          allowed_mentions=discord.AllowedMentions.none())  # model text pings nobody
@@ -434,6 +437,11 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         self.connector._on_message(self, message)
+
+    async def on_raw_reaction_add(self, event: discord.RawReactionActionEvent) -> None:
+        await deliver_reaction(self, event, self.connector.on_reaction)
+
+    on_raw_reaction_remove = on_raw_reaction_add
 
 
 def _text_for_bot(client: discord.Client, message: discord.Message) -> str | None:

@@ -39,6 +39,7 @@ from connectors.attachments import MAX_FILE_BYTES, Writer, media_note, safe_file
 from connectors.downloads import DOWNLOAD_CHUNK, DownloadFailed, FileDownloads, reason_for
 from connectors.drafts import DraftStream
 from connectors.telegram_html import markdown_to_html
+from connectors.telegram_reactions import ALLOWED_UPDATES, deliver_reactions
 from openclaw.gateway.contract import (
     APPROVAL_ASKED,
     Connector,
@@ -63,6 +64,8 @@ COMMANDS = [
     BotCommand("remind", "Remind you: /remind in 20 minutes stretch"),
     BotCommand("reminders", "Your reminders here; /reminders cancel N"),
     BotCommand("audit", "Your last tool calls and how they ended"),
+    BotCommand("good", "Grade my last reply to you as good"),
+    BotCommand("bad", "Grade my last reply to you as bad"),
     BotCommand("sh", "Run a shell command yourself: /sh ls -la"),
     BotCommand("run", "Call a skill yourself: /run SKILL key=value"),
 ]
@@ -164,7 +167,7 @@ class TelegramConnector(Connector):
         while True:
             try:
                 updates = await self._bot.get_updates(offset=self._offset, timeout=self._poll_timeout,
-                                                      allowed_updates=["message", "callback_query"])
+                                                      allowed_updates=ALLOWED_UPDATES)
             except RetryAfter as exc:
                 await asyncio.sleep(_retry_seconds(exc))
                 continue
@@ -224,6 +227,8 @@ class TelegramConnector(Connector):
     async def _deliver(self, update: Update) -> bool:
         """Hand one update to the gateway. False: not stored (the daemon is stopping, the store
         failed): leave it unconfirmed so Telegram delivers it again."""
+        if update.message_reaction is not None:  # 👍 / 👎 on a reply: feedback, not a turn
+            return await deliver_reactions(update.message_reaction, self.on_reaction)
         if not await self._follow_migration(update):
             return False
         if update.update_id not in self._read:

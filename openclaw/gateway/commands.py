@@ -1,6 +1,6 @@
 """Chat commands (/new, /stop, /status, /help, /start, /approve, /deny, /pairing, /remind,
-/reminders, /jobs, /audit, and /sh and /run, queued on the chat's lane: direct.py): answered by the
-gateway itself, never by the model."""
+/reminders, /jobs, /audit, /good, /bad, and /sh and /run, queued on the chat's lane: direct.py):
+answered by the gateway itself, never by the model."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from openclaw.gateway.approvals import Approvals
 from openclaw.gateway.audit import chat_lines
 from openclaw.gateway.contract import InboundMessage, literal_block
 from openclaw.gateway.direct import DIRECT_COMMANDS
+from openclaw.gateway.feedback import FEEDBACK_COMMANDS, answer_feedback
 from openclaw.gateway.lanes import Lanes, TurnJob, key_of
 from openclaw.gateway.memory_commands import MEMORY_COMMANDS, answer_memory
 from openclaw.gateway.outbox import Outbox
@@ -34,6 +35,7 @@ HELP = (
     "/jobs - your scheduled jobs, with their next runs; /jobs cancel N\n"
     "/pairing - (the owner) who asked for access; /pairing approve CODE, /pairing deny CODE\n"
     "/audit - your last tool calls and how they ended\n"
+    "/good, /bad - grade my last reply to you here (or react to one with 👍 or 👎)\n"
     "/remember TEXT - keep TEXT in my memory of you; /memory - what I keep (forget N, off, on)\n"
     "/heartbeat - a check of your checklist now and then: on, off, every 30m, edit TEXT, quiet\n"
     "/sh COMMAND - run a shell command yourself, as my tool calls run\n"
@@ -41,7 +43,7 @@ HELP = (
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/jobs", "/pairing", "/audit", "/heartbeat", *MEMORY_COMMANDS,
+            "/reminders", "/jobs", "/pairing", "/audit", "/heartbeat", *MEMORY_COMMANDS, *FEEDBACK_COMMANDS,
             *DIRECT_COMMANDS)
 AUDIT_SHOWN = 10  # calls /audit lists
 # The skill each skill command calls, as the person's own call (policy and audit as the model's).
@@ -98,6 +100,8 @@ class Commands:
             text = await self._pairing(msg)
         elif command == "/audit":
             text = await self._audit(msg)
+        elif command in FEEDBACK_COMMANDS:
+            text = await answer_feedback(self.store, command, msg)
         elif command in MEMORY_COMMANDS:
             text = await answer_memory(self.agent.memory, command, msg, argument_of(msg.text))
         elif command == "/heartbeat":

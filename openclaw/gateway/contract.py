@@ -67,9 +67,28 @@ class InboundMessage:
         return f"{self.channel}:{self.user_id}"
 
 
+@dataclass(frozen=True)
+class InboundReaction:
+    """A user's emoji reaction added to (or taken back from) a message in a chat: the gateway
+    takes 👍 / 👎 on one of its replies as a grade of it (gateway/feedback.py), and no more."""
+
+    channel: str
+    user_id: str
+    chat_id: str  # the chat as the service names it (a Telegram forum's, not its topic's)
+    message_id: str  # the service's id of the message reacted to, as send_text returned it
+    emoji: str  # the emoji itself ("👍"), or its name for a custom one
+    added: bool  # False: taken back
+
+    @property
+    def user(self) -> str:
+        return f"{self.channel}:{self.user_id}"
+
+
 # Called by a connector for each message; returns once the message is stored, which is when the
 # connector may acknowledge it to its service.
 Handler = Callable[[InboundMessage], Awaitable[None]]
+# Called by a connector for each reaction; returns once it is recorded (or ignored).
+ReactionHandler = Callable[[InboundReaction], Awaitable[None]]
 # (channel, chat id, the chat's new id): a chat lives on under another id. Returns once what the
 # chat had (conversations, reminders, pending replies) moved; raises if it could not.
 ChatMoved = Callable[[str, str, str], Awaitable[None]]
@@ -127,6 +146,9 @@ class Connector(ABC):
     # Set by the gateway; a connector whose chats can change id (a Telegram group upgraded to a
     # supergroup) awaits it when the service says so, before confirming that update.
     on_chat_moved: ChatMoved | None = None
+    # Set by the gateway; a connector that sees reactions to messages (Telegram, Discord) awaits
+    # it for each one added or taken back.
+    on_reaction: ReactionHandler | None = None
 
     @abstractmethod
     async def start(self, handler: Handler) -> None:

@@ -19,6 +19,7 @@ from openclaw.gateway.commands import REMIND_NOT_REPEATED, Commands, command_of
 from openclaw.gateway.contract import APPROVAL_ASKED, Connector, DeliveryRefused, InboundMessage
 from openclaw.gateway.direct import DIRECT_COMMANDS, NOT_REPEATED, Direct
 from openclaw.gateway.due import Due
+from openclaw.gateway.feedback import Grading
 from openclaw.gateway.lanes import Lane, Lanes, TurnJob
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.turn import Spending, Turns
@@ -50,6 +51,7 @@ class Gateway:
                                  self.lanes, self.spending, on_approved=self.welcomes.wake)
         self.due = Due(store, agent, self.access, self.outbox, self.lanes)
         self.direct = Direct(store, agent, self.access, self.approvals, self.outbox)
+        self.grading = Grading(store, self.access)  # reactions, retries, "that's wrong"
 
     def reconfigure(self, config: Config) -> None:
         """Serve from now on with a reloaded config (its access lists and roles; the agent was
@@ -69,6 +71,7 @@ class Gateway:
     def add_connector(self, connector: Connector) -> None:
         self.connectors[connector.name] = connector
         connector.on_chat_moved = self.chat_moved  # a service whose chats change ids (Telegram)
+        connector.on_reaction = self.grading.reaction  # 👍 / 👎 on a reply (feedback.py)
 
     # ---- inbound ------------------------------------------------------------------------------
 
@@ -99,6 +102,9 @@ class Gateway:
                                     event=event)
         else:
             self.lanes.put(TurnJob(msg, event))
+        # Feedback this message gives (a retry, "that's wrong"): after its turn is queued, so
+        # the reply never waits for it.
+        await self.grading.noticed(msg, event, command)
 
     async def _record(self, msg: InboundMessage) -> tuple[InboundEvent, bool]:
         return await self.store.record_inbound(

@@ -15,6 +15,8 @@ from aiohttp import WSMsgType, web
 # gateway opcodes and the intents this fake honours
 DISPATCH, HEARTBEAT, IDENTIFY, RESUME, INVALID_SESSION, HELLO, HEARTBEAT_ACK = 0, 1, 2, 6, 9, 10, 11
 GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 0, 1 << 9, 1 << 12, 1 << 15
+GUILD_MESSAGE_REACTIONS, DIRECT_MESSAGE_REACTIONS = 1 << 10, 1 << 13
+REACTION_EVENTS = ("MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE")
 
 
 class Service(Protocol):
@@ -166,6 +168,9 @@ class Gateway:
 
 def _wanted(intents: int, event: str, data: dict, bot_id: str) -> dict | None:
     """The event as a session with these intents receives it, or None if it does not."""
+    if event in REACTION_EVENTS:
+        wanted = GUILD_MESSAGE_REACTIONS if "guild_id" in data else DIRECT_MESSAGE_REACTIONS
+        return data if intents & wanted else None
     if event not in ("MESSAGE_CREATE", "MESSAGE_UPDATE"):
         return data
     in_guild = "guild_id" in data

@@ -196,6 +196,22 @@ class FakeDiscord:
         self._store(message)
         return message
 
+    def react(self, user_id: int, message: dict, emoji: str, *, remove: bool = False) -> dict:
+        """`user_id` adds (or with `remove` takes back) the Unicode `emoji` on `message` (any
+        author's); returns the MESSAGE_REACTION_ADD / _REMOVE event as dispatched."""
+        event = {"user_id": str(user_id), "channel_id": message["channel_id"],
+                 "message_id": message["id"], "emoji": {"id": None, "name": emoji},
+                 "burst": False, "type": 0}
+        if "guild_id" in message:
+            event["guild_id"] = message["guild_id"]
+            if not remove:  # Discord sends the member with an add in a guild only
+                event["member"] = {**member_json(), "user": self.user(user_id)}
+        if not remove:
+            event["message_author_id"] = message["author"]["id"]
+        self.gateway.dispatch("MESSAGE_REACTION_REMOVE" if remove else "MESSAGE_REACTION_ADD",
+                              event)
+        return event
+
     def edit_by_user(self, message: dict, content: str) -> dict:
         """The message's author edits it: Discord sends MESSAGE_UPDATE with the whole message."""
         message.update(content=content, edited_timestamp=now())

@@ -29,6 +29,9 @@ from tests.fakes.telegram_api.wire import (
     visible_html,
 )
 
+# Update kinds Telegram sends only to a bot that names them in allowed_updates.
+OPT_IN_UPDATES = ("chat_member", "message_reaction", "message_reaction_count")
+
 
 @dataclass
 class _Poll:
@@ -52,6 +55,10 @@ class FakeTelegram:
         self.blocked_by: set[int] = set()  # chats whose user blocked the bot (or removed it)
         self.migrated: dict[int, int] = {}  # group -> the supergroup it was upgraded to
         self.polls_waiting = 0  # getUpdates requests held open right now
+        # The bot's getUpdates allowed_updates, kept from call to call as Telegram does; None:
+        # every kind but those Telegram sends only when asked (OPT_IN_UPDATES).
+        self.allowed_updates: list[str] | None = None
+        self._reactions: dict[tuple[int, int, int], list[dict]] = {}  # (chat, message, user)
         self.downloads: list[Download] = []  # every GET of /file/bot<token>/...
         self._cuts: list[Cut] = []
         self._failures: dict[str, list[ApiError]] = defaultdict(list)
@@ -173,6 +180,20 @@ class FakeTelegram:
             "from": {"id": user, "is_bot": False, "first_name": first_name},
             "message": self._message_json(chat, sent)}})
 
+    def react(self, chat: int, message_id: int, emoji: str | list[str] | None, user: int = 1001,
+              *, first_name: str = "Ada") -> int:
+        """`user` sets their reactions to message `message_id` of `chat` to `emoji` (one, several
+        as a premium user may, or None: all taken back); Telegram's message_reaction update
+        says what they were and what they are now. Returns the update's id."""
+        new = [{"type": "emoji", "emoji": e}
+               for e in ([] if emoji is None else [emoji] if isinstance(emoji, str) else emoji)]
+        old = self._reactions.get((chat, message_id, user), [])
+        self._reactions[(chat, message_id, user)] = new
+        return self.add_update({"message_reaction": {
+            "chat": chat_json(chat), "message_id": message_id, "date": int(time.time()),
+            "user": {"id": user, "is_bot": False, "first_name": first_name},
+            "old_reaction": old, "new_reaction": new}})
+
     def add_update(self, update: dict) -> int:
         """Queue any update (e.g. {"edited_message": ...}); returns its update_id."""
         update = {"update_id": next(self._update_ids), **update}
@@ -277,10 +298,13 @@ class FakeTelegram:
         return True
 
     async def _m_getUpdates(self, params: dict) -> list[dict]:
+        if params.get("allowed_updates") is not None:
+            self.allowed_updates = list(params["allowed_updates"])
         offset = int(params.get("offset") or 0)
         if offset > 0:  # everything below the offset is confirmed and forgotten
             self.confirmed = max(self.confirmed, offset)
             self.updates = [u for u in self.updates if u["update_id"] >= offset]
+        self.updates = [u for u in self.updates if self._allowed(u)]
         limit = int(params.get("limit") or 100)
         deadline = time.monotonic() + float(params.get("timeout") or 0)
         poll = self._take_over_polling()
@@ -300,7 +324,15 @@ class FakeTelegram:
                                         "that only one bot instance is running")
         finally:
             self.polls_waiting -= 1
+        # Kinds the bot did not ask for are never sent, nor kept for later.
+        self.updates = [u for u in self.updates if self._allowed(u)]
         return self.updates[:limit]
+
+    def _allowed(self, update: dict) -> bool:
+        kind = next(key for key in update if key != "update_id")
+        if self.allowed_updates is None or not self.allowed_updates:  # [] means the default too
+            return kind not in OPT_IN_UPDATES
+        return kind in self.allowed_updates
 
     def _take_over_polling(self) -> _Poll:
         """As Telegram does, a new getUpdates ends the one still waiting (409 Conflict)."""
