@@ -1,7 +1,7 @@
 """Traces: one row per agent turn, kept to grade the turn and to export it for fine-tuning.
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0013
 Create Date: 2026-12-07
 
 `traces` records each agent turn once, after its reply is handed to the outbox: the turn's
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0014"
-down_revision: str | None = "0011"
+down_revision: str | None = "0013"
 branch_labels: str | None = None
 depends_on: str | None = None
 

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from openclaw.store.feedback_records import FeedbackKind, FeedbackSource
 from openclaw.store.memory_records import MemoryKind
 from openclaw.store.records import (
     ConversationStatus,
@@ -290,6 +291,8 @@ class OutboundMessageRow(Base):
         # One chat's replies: its pending ones in order (pending_outbound, move_chat), all of them
         # (forget_user).
         Index("ix_outbound_messages_channel_chat_id_status_id", "channel", "chat_id", "status", "id"),
+        # The turn a reaction names by the id the service gave the reacted piece (feedback.py).
+        Index("ix_outbound_messages_channel_external_message_id", "channel", "external_message_id"),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -544,3 +547,23 @@ class TraceRow(Base):
     last_tool_failed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     reply_chars: Mapped[int] = mapped_column(Integer)
     status: Mapped[TraceStatus] = mapped_column(EnumText(TraceStatus))
+
+
+class FeedbackRow(Base):
+    """A user's grade of the reply to one turn (openclaw/store/feedback.py): a later one from the
+    same source replaces it; it goes with the turn's inbound event."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (
+        UniqueConstraint("user_key", "inbound_event_id", "source"),
+        _one_of("kind", FeedbackKind),
+        _one_of("source", FeedbackSource),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user: Mapped[str] = mapped_column("user_key", String(160))
+    inbound_event_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("inbound_events.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[FeedbackKind] = mapped_column(EnumText(FeedbackKind))
+    source: Mapped[FeedbackSource] = mapped_column(EnumText(FeedbackSource))
+    at: Mapped[datetime] = mapped_column(UTCDateTime())

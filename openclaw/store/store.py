@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from openclaw.store.base import Clock, calls_run_whole, insert_record, to_record
 from openclaw.store.conversations import ConversationStore
 from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
+from openclaw.store.feedback import FeedbackStore
 from openclaw.store.jobs import JobStore
 from openclaw.store.journal import JournalStore
 from openclaw.store.mcp_pins import McpPinStore
@@ -27,6 +28,7 @@ from openclaw.store.migrate import current_revision, migrate
 from openclaw.store.models import (
     AuditRow,
     ConversationRow,
+    FeedbackRow,
     HeartbeatRow,
     InboundEventRow,
     JobRow,
@@ -66,7 +68,7 @@ from openclaw.store.users import UserStore
 
 @calls_run_whole
 class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore,
-            McpPinStore, MemoryStore, TraceStore):
+            McpPinStore, MemoryStore, FeedbackStore, TraceStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""
@@ -185,9 +187,10 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
         each kind went (with `dry_run`, how many would; nothing changes): their conversations
         with their messages and summaries, their inbound messages, the replies of those
         conversations, to those messages and to their own chat (pairing codes were sent there),
-        their reminders, heartbeat (its checklist is their words), scheduled jobs and their runs,
-        pairing codes (and the counts and refusals of them), usage and traces, and their users
-        row, so they are unknown again.
+        their grades of replies (and others' grades of their replies), their reminders, heartbeat
+        (its checklist is their words), scheduled jobs and their runs, pairing codes (and the
+        counts and refusals of them), usage and traces, and their users row, so they are unknown
+        again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -211,6 +214,8 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
                 # a code sent to a Discord user before pairing (nothing else) is not found.
                 and_(OutboundMessageRow.channel == channel,
                      OutboundMessageRow.chat_id == external_id)), None),
+            "feedback": (FeedbackRow, or_(FeedbackRow.user == user,
+                                          FeedbackRow.inbound_event_id.in_(inbound)), None),
             "inbound messages": (InboundEventRow, InboundEventRow.user == user, None),
             "reminders": (ReminderRow, ReminderRow.user == user, None),
             "heartbeats": (HeartbeatRow, HeartbeatRow.user == user, None),

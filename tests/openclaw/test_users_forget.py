@@ -25,7 +25,7 @@ KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": 
          "pairing codes": "pairing_codes", "pairing codes counted": "pairing_issued",
          "pairing refusals": "pairing_refusals", "conversations": "conversations", "users": "users",
          "memory entries": "memories", "memory settings": "memory_off", "traces": "traces",
-         "audit rows blanked": "audit_log"}
+         "feedback": "feedback", "audit rows blanked": "audit_log"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -77,6 +77,14 @@ async def bob_talks(store: Store, n: int) -> None:
     await scheduled(store, BOB, "1002", f"bob's build {n}")
     await store.add_audit(BOB, "shell", {"command": f"ls {n}"}, "allowed", exit_status=0)
     await store.add_memory(BOB, "private", f"bob's memory {n}")
+    await grade(store, BOB, f"b{n}", "1002", "good")  # his own grade of his reply stays
+
+
+async def grade(store: Store, user: str, message_id: str, chat_id: str, kind: str,
+                grader: str | None = None) -> None:
+    """`grader` (else `user`) grades the reply to `user`'s message `message_id`."""
+    event, _ = await store.record_inbound("telegram", message_id, user, chat_id, "")  # it, again
+    await store.grade(grader or user, event.id, kind, "command")
 
 
 async def ada_talks(store: Store) -> None:
@@ -101,6 +109,9 @@ async def ada_talks(store: Store) -> None:
     await store.add_memory(ADA, "private", "my diary is in the blue drawer")
     await store.add_memory(ADA, "group:-500", "ada's group plan")
     await store.set_memory_enabled(ADA, False)
+    await grade(store, ADA, "a2", "1001", "bad")
+    await grade(store, ADA, "ag", GROUP, "good", grader=BOB)  # of her reply: it goes with it
+    await grade(store, BOB, "bg1", GROUP, "bad", grader=ADA)  # hers, of his reply: goes too
 
 
 async def populate(store: Store) -> tuple[dict[str, list[dict]], dict[str, set[int]]]:
