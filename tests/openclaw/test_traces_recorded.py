@@ -61,3 +61,23 @@ async def test_a_scheduled_agent_jobs_turn_is_traced_without_an_inbound_message(
     assert answer == "It is late."
     assert (trace.inbound_event_id, trace.tool_calls, trace.status) == (None, 1, "answered")
     assert messages[0].content.endswith("what time is it?") and messages[-1].content == answer
+
+
+async def test_private_on_keeps_no_trace_and_off_traces_again(tmp_path):
+    daemon, conn = await started(tmp_path, ScriptedModel(call_then_answer(CLOCK)))
+    try:
+        assert (await say(daemon, conn, "/private")).startswith("Private is off")
+        await say(daemon, conn, "before")
+        assert (await say(daemon, conn, "/private on")).startswith("Private is on")
+        assert (await say(daemon, conn, "/private")).startswith("Private is on")
+        await say(daemon, conn, "while private")
+        assert len(await daemon.store.list_traces(include_private=True)) == 1
+        assert await daemon.store.list_traces() == []  # the earlier one is not exportable now
+        assert (await say(daemon, conn, "/private maybe")).startswith("Use /private on")
+        assert (await say(daemon, conn, "/private off")).startswith("Private is off")
+        await say(daemon, conn, "after")
+        traces = await daemon.store.list_traces()
+        firsts = [(await daemon.store.trace_messages([t]))[t.id][0].content for t in traces]
+    finally:
+        await daemon.stop()
+    assert firsts == ["before", "after"]
