@@ -177,6 +177,7 @@ class Turns:
         started, started_at = time.monotonic(), self.store.now()
         result = self.spending.begin(msg.user)
         traced: TraceStatus | None = None  # how the turn ended, once it ran: for its trace
+        ended = started
 
         text: str | None = None  # the message as the turn stores it, once made
 
@@ -225,7 +226,7 @@ class Turns:
                 if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
                     raise
                 self.metrics.inc("openclaw_turns_total", result="stopped")
-                traced = TraceStatus.STOPPED
+                traced, ended = TraceStatus.STOPPED, time.monotonic()
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
                 return
             except ModelUnavailable:  # left unanswered in the store, for the next start
@@ -238,7 +239,7 @@ class Turns:
             self.metrics.inc("openclaw_turns_total", result="refused" if result.refused else
                              "failed" if result.failed else "answered")
             await self._deliver(msg, event, caller, result, conversation_id, sink)
-            traced = None if result.refused else status_of(result)
+            traced, ended = None if result.refused else status_of(result), time.monotonic()
         finally:
             # After the send (the user does not wait for this write), and however the turn
             # ended: stopped, failed, cut by shutdown.
@@ -248,7 +249,7 @@ class Turns:
             if traced is not None:  # the turn's trace: one store call, after the reply is out
                 await record_turn(self.store, self.agent, user=msg.user,
                                   conversation_id=conversation_id, result=result, status=traced,
-                                  started_at=started_at, duration_s=time.monotonic() - started,
+                                  started_at=started_at, duration_s=ended - started,
                                   inbound_event_id=event.id)
 
     async def _deliver(self, msg: InboundMessage, event: InboundEvent, caller: Caller,

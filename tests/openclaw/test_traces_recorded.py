@@ -81,3 +81,30 @@ async def test_private_on_keeps_no_trace_and_off_traces_again(tmp_path):
     finally:
         await daemon.stop()
     assert firsts == ["before", "after"]
+
+
+async def test_the_trace_is_written_after_the_reply_is_in_the_outbox_and_cannot_fail_the_turn(
+        tmp_path):
+    daemon, conn = await started(tmp_path, ScriptedModel(call_then_answer(CLOCK)))
+    store, seen = daemon.store, []
+    recorded = store.add_trace
+
+    async def after_the_reply(**values):
+        async with store.engine.connect() as db:  # the reply to this message, stored already?
+            seen.append((await db.exec_driver_sql(
+                "SELECT count(*) FROM outbound_messages WHERE inbound_event_id = ?",
+                (values["inbound_event_id"],))).scalar())
+        if len(seen) == 2:
+            raise OSError("the disk is full")  # a trace that cannot be written
+        return await recorded(**values)
+
+    store.add_trace = after_the_reply
+    try:
+        assert await say(daemon, conn, "first") == "🔧 clock: UTC — ok\n\nIt is late."
+        assert await say(daemon, conn, "second") == "🔧 clock: UTC — ok\n\nIt is late."
+        assert await say(daemon, conn, "third") == "🔧 clock: UTC — ok\n\nIt is late."
+        traces = await store.list_traces()
+        pending = await store.pending_inbound()
+    finally:
+        await daemon.stop()
+    assert seen == [1, 1, 1] and len(traces) == 2 and pending == []
