@@ -201,8 +201,8 @@ class Agent:
                     return result
                 for call_id, error in zip(unreadable, errors, strict=True):
                     # back to the model, not to the user
-                    await self.context.add(conversation_id, "tool", f"error: {error}",
-                                           tool_call_id=call_id)
+                    result.last_message_id = (await self.context.add(
+                        conversation_id, "tool", f"error: {error}", tool_call_id=call_id)).id
                     meter.tool_ended(ok=False)
                 for call in calls:
                     if not await caller.still_allowed():
