@@ -21,7 +21,7 @@ from openclaw.traces.export import export_traces
 from openclaw.traces.redact import PATH_MARK, SECRET_MARK, Redactor
 
 TOKEN = "123456:TELEGRAM-SECRET-abc"
-SMTP = "smtp-Pa55-w0rd"
+SMTP = 'smtp-Pa55"w0rd\\x'  # a quote and a backslash: JSON escapes both
 DAY1 = datetime(2026, 12, 1, 9, tzinfo=UTC)
 SYSTEM = "You are a test assistant."
 CLOCK_SPEC = {"type": "function", "function": {
@@ -94,6 +94,21 @@ async def fill(store: Store) -> None:
     await store.set_private("telegram:2", True)
 
 
+def strings_in(value) -> list[str]:
+    """Every string in a line, a tool call's arguments read as the JSON they hold too."""
+    if isinstance(value, str):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return [value]
+        return [value, *strings_in(inner)] if isinstance(inner, dict | list) else [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *strings_in(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings_in(v)]
+    return []
+
+
 @pytest.fixture
 def formatter() -> ChatFormatter:
     import gguf
@@ -119,8 +134,10 @@ async def test_the_export_renders_as_the_stored_turn_without_secrets_or_private_
         stored = await store.trace_messages(list(traces.values()))
     assert exported.incomplete == 1 and len(exported.lines) == 3
     text = "\n".join(json.dumps(line, ensure_ascii=False) for line in exported.lines)
+    strings = [s for line in exported.lines for s in strings_in(line)]
     for secret in (TOKEN, SMTP, "/srv/private", str(tmp_path / "data")):
-        assert secret not in text
+        assert secret not in text and json.dumps(secret)[1:-1] not in text
+        assert not any(secret in s for s in strings), secret
     assert SECRET_MARK in text and PATH_MARK in text and "bob" not in text
     first = exported.lines[0]
     assert [m["role"] for m in first["messages"]] == ["system", "user", "assistant", "tool",
