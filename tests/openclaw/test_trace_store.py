@@ -94,3 +94,28 @@ async def test_forgetting_a_user_deletes_their_traces(store: Store):
     counts = await store.forget_user("telegram:1")
     assert counts["traces"] == 1
     assert await store.list_traces(include_private=True) == []
+
+
+async def test_a_trace_outlives_its_journal_row_and_goes_with_its_conversation(store: Store):
+    from openclaw.store import InboundStatus
+    from openclaw.store.retention import Retention, prune
+
+    conv, event, asked, answer = await _turn(store, "telegram:1", 10)
+    await store.add_trace(user="telegram:1", conversation_id=conv, status="answered",
+                          started_at=T0, inbound_event_id=event.id, first_message_id=asked.id,
+                          last_message_id=answer.id)
+    await store.mark_inbound(event.id, InboundStatus.PROCESSED)
+    async with store.engine.begin() as db:
+        await db.exec_driver_sql("UPDATE inbound_events SET processed_at = '2020-01-01 00:00:00'")
+    assert (await prune(store, Retention()))["inbound messages"] == 1
+    [trace] = await store.list_traces()
+    assert trace.inbound_event_id is None  # the journal row went; the trace and its messages stay
+    assert len((await store.trace_messages([trace]))[trace.id]) == 2
+
+    await store.archive_conversation(conv)  # /new, long ago; a newer conversation follows it
+    await store.active_conversation("telegram:1", "1", "telegram")
+    async with store.engine.begin() as db:
+        await db.exec_driver_sql("UPDATE conversations SET archived_at = '2020-01-01 00:00:00' "
+                                 "WHERE archived_at IS NOT NULL")
+    assert (await prune(store, Retention(keep_archived_days=30)))["archived conversations"] == 1
+    assert await store.list_traces(include_private=True) == []
