@@ -60,6 +60,15 @@ class TurnResult:
     completion_tokens: int = 0
     failed: bool = False
     refused: bool = False  # the caller lost access during the turn: nothing is to be delivered
+    # For the turn's trace (openclaw/traces): its calls (a malformed one counts, as an error),
+    # whether the last one failed, ms from the turn's start to the first token, and the ids of
+    # the messages it stored (the first None when its user message was stored before: resumed).
+    tool_calls: int = 0
+    tool_errors: int = 0
+    last_tool_failed: bool = False
+    first_token_ms: int | None = None
+    first_message_id: int | None = None
+    last_message_id: int | None = None
 
 
 async def _always_allowed() -> bool:
@@ -155,7 +164,8 @@ class Agent:
             return result
         if not stored:
             tokens = await self.context.count([{"role": "user", "content": text}])
-            await self.context.add(conversation_id, "user", text, token_count=tokens)
+            result.first_message_id = (await self.context.add(
+                conversation_id, "user", text, token_count=tokens)).id
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
@@ -163,7 +173,7 @@ class Agent:
         untrusted = Untrusted(earlier=in_history((await self.context.history(conversation_id))[1],
                                                  self.executor.registry))
         memory, remember = await self._memory(caller, text)
-        meter = _TurnMeter(result, caller.has_tokens)
+        meter = _TurnMeter(result, caller.has_tokens, started=time.monotonic())
         try:
             for step in range(max_steps):
                 result.steps = step + 1
@@ -181,17 +191,19 @@ class Agent:
                 # A malformed call is a call too, answered by its id: a tool message answering
                 # none makes strict servers refuse every later request of the conversation.
                 unreadable = [new_call_id() for _ in errors]
-                await self.context.add(
+                result.last_message_id = (await self.context.add(
                     conversation_id, "assistant", content,
                     token_count=out.completion_tokens if out is not None else 0,
-                    tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None)
+                    tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None
+                )).id
                 if not calls and not errors:
                     result.text = content if content.strip() else "(no answer)"
                     return result
                 for call_id, error in zip(unreadable, errors, strict=True):
                     # back to the model, not to the user
-                    await self.context.add(conversation_id, "tool", f"error: {error}",
-                                           tool_call_id=call_id)
+                    result.last_message_id = (await self.context.add(
+                        conversation_id, "tool", f"error: {error}", tool_call_id=call_id)).id
+                    meter.tool_ended(ok=False)
                 for call in calls:
                     if not await caller.still_allowed():
                         return _refused(result)
@@ -202,8 +214,9 @@ class Agent:
                         await self.context.add(conversation_id, "tool", STOPPED_CALL,
                                                tool_call_id=call.id)
                         raise
-                    await self.context.add(conversation_id, "tool", outcome.text,
-                                           tool_call_id=call.id)
+                    result.last_message_id = (await self.context.add(
+                        conversation_id, "tool", outcome.text, tool_call_id=call.id)).id
+                    meter.tool_ended(ok=outcome.ok)
                     await sink.tool_ran(call.name, call.arguments, outcome)
                 # Before the next model call (or the step-limit message). The first model call
                 # needs no look: the gateway admitted the caller just before the turn.
@@ -257,6 +270,7 @@ class Agent:
                         self.metrics.observe("openclaw_time_to_first_token_seconds",
                                              time.monotonic() - started)
                         started = None
+                        meter.first_token()
                     if parser.feed(out.delta_text):
                         if guard.looping(parser.shown):  # ends the request: see LoopGuard
                             break
@@ -306,6 +320,16 @@ class _TurnMeter:
     result: TurnResult
     has_tokens: Callable[[], Awaitable[bool]] = _always_allowed
     calls: int = 0
+    started: float = 0.0  # time.monotonic() as the turn began: its trace's first_token_ms
+
+    def first_token(self) -> None:
+        if self.result.first_token_ms is None:
+            self.result.first_token_ms = round((time.monotonic() - self.started) * 1000)
+
+    def tool_ended(self, ok: bool) -> None:
+        self.result.tool_calls += 1
+        self.result.tool_errors += not ok
+        self.result.last_tool_failed = not ok
 
     async def may_call(self) -> bool:
         self.calls += 1

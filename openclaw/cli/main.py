@@ -26,6 +26,7 @@ from openclaw.cli import (
     serve,
     service,
     skills,
+    traces,
     users,
 )
 from openclaw.cli import mcp as mcp_commands
@@ -45,7 +46,7 @@ from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
 COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, jobs,
-                  audit, service, mcp_commands)
+                  audit, service, mcp_commands, traces)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,7 @@ from openclaw.config.sections import (
     StoreConfig,
     TelegramConfig,
 )
+from openclaw.config.traces import TracesConfig
 
 if TYPE_CHECKING:
     from sandbox.policy import Policy
@@ -59,6 +60,7 @@ class Config(Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    traces: TracesConfig = Field(default_factory=TracesConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
     admin: AdminConfig = Field(default_factory=AdminConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)

@@ -17,6 +17,7 @@ from openclaw.gateway.feedback import FEEDBACK_COMMANDS, answer_feedback
 from openclaw.gateway.lanes import Lanes, TurnJob, key_of
 from openclaw.gateway.memory_commands import MEMORY_COMMANDS, answer_memory
 from openclaw.gateway.outbox import Outbox
+from openclaw.gateway.private_commands import PRIVATE_COMMANDS, answer_private
 from openclaw.gateway.turn import Spending
 from openclaw.store import Store
 from openclaw.store.records import InboundEvent
@@ -38,13 +39,14 @@ HELP = (
     "/good, /bad - grade my last reply to you here (or react to one with 👍 or 👎)\n"
     "/remember TEXT - keep TEXT in my memory of you; /memory - what I keep (forget N, off, on)\n"
     "/heartbeat - a check of your checklist now and then: on, off, every 30m, edit TEXT, quiet\n"
+    "/private on|off - keep no trace of your turns for improving me (none exported)\n"
     "/sh COMMAND - run a shell command yourself, as my tool calls run\n"
     "/run SKILL {json} or /run SKILL key=value ... - call a skill yourself\n"
     "/help - this list"
 )
 COMMANDS = ("/new", "/stop", "/status", "/help", "/start", "/approve", "/deny", "/remind",
-            "/reminders", "/jobs", "/pairing", "/audit", "/heartbeat", *MEMORY_COMMANDS, *FEEDBACK_COMMANDS,
-            *DIRECT_COMMANDS)
+            "/reminders", "/jobs", "/pairing", "/audit", "/heartbeat", *MEMORY_COMMANDS,
+            *FEEDBACK_COMMANDS, *PRIVATE_COMMANDS, *DIRECT_COMMANDS)
 AUDIT_SHOWN = 10  # calls /audit lists
 # The skill each skill command calls, as the person's own call (policy and audit as the model's).
 TYPED_SKILLS = {"/remind": "reminders", "/reminders": "reminders", "/jobs": "schedule"}
@@ -104,6 +106,8 @@ class Commands:
             text = await answer_feedback(self.store, command, msg)
         elif command in MEMORY_COMMANDS:
             text = await answer_memory(self.agent.memory, command, msg, argument_of(msg.text))
+        elif command in PRIVATE_COMMANDS:
+            text = await answer_private(self.store, msg, argument_of(msg.text))
         elif command == "/heartbeat":
             text = (await self.heartbeat(msg, argument_of(msg.text)) if self.heartbeat
                     else "Heartbeats are not available here.")

@@ -27,6 +27,8 @@ from openclaw.gateway.tool_lines import tool_line, with_tool_lines
 from openclaw.metrics import Metrics
 from openclaw.store import Store
 from openclaw.store.records import InboundEvent, InboundStatus
+from openclaw.store.trace_records import TraceStatus
+from openclaw.traces.record import record_turn, status_of
 from sandbox.disk_budget import DiskFull, check_room
 from sandbox.grants import UnsafeGrant, open_folder, writable_folders
 from sandbox.policy import Principal
@@ -172,8 +174,10 @@ class Turns:
         stream = (bool(getattr(getattr(config, msg.channel, None), "stream_edits", False))
                   and not msg.is_group) or msg.channel == "terminal"
         sink = Sink(connector, msg.chat_id, stream, config.agent.show_tools)
-        started = time.monotonic()
+        started, started_at = time.monotonic(), self.store.now()
         result = self.spending.begin(msg.user)
+        traced: TraceStatus | None = None  # how the turn ended, once it ran: for its trace
+        ended = started
 
         text: str | None = None  # the message as the turn stores it, once made
 
@@ -222,6 +226,7 @@ class Turns:
                 if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
                     raise
                 self.metrics.inc("openclaw_turns_total", result="stopped")
+                traced, ended = TraceStatus.STOPPED, time.monotonic()
                 await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped by the user")
                 return
             except ModelUnavailable:  # left unanswered in the store, for the next start
@@ -234,12 +239,18 @@ class Turns:
             self.metrics.inc("openclaw_turns_total", result="refused" if result.refused else
                              "failed" if result.failed else "answered")
             await self._deliver(msg, event, caller, result, conversation_id, sink)
+            traced, ended = None if result.refused else status_of(result), time.monotonic()
         finally:
             # After the send (the user does not wait for this write), and however the turn
             # ended: stopped, failed, cut by shutdown.
             self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
             self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
             await self.spending.end(msg.user, result, conversation_id)
+            if traced is not None:  # the turn's trace: one store call, after the reply is out
+                await record_turn(self.store, self.agent, user=msg.user,
+                                  conversation_id=conversation_id, result=result, status=traced,
+                                  started_at=started_at, duration_s=ended - started,
+                                  inbound_event_id=event.id)
 
     async def _deliver(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
                        result: TurnResult, conversation_id: int, sink: Sink) -> None:

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import json
 import logging
+import time
 import uuid
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from openclaw.agent import Caller, TurnResult
 from openclaw.gateway.approvals import asking_in
 from openclaw.gateway.gateway import Gateway
 from openclaw.gateway.lanes import Lane
+from openclaw.traces.record import record_turn, status_of
 from skills.executor import Outcome
 
 log = logging.getLogger(__name__)
@@ -122,9 +124,11 @@ class AgentJobs:
                         priority=self.priority)
         run_id = f"{job.name}-{uuid.uuid4().hex[:8]}"
         result = gw.spending.begin(user)
+        started, started_at, ran = time.monotonic(), gw.store.now(), False
         try:
             await gw.agent.run_turn(conversation_id, caller, JOB_NOTE + job.prompt, QuietSink(),
                                     run_id=run_id, result=result)
+            ran = not result.refused
             if result.refused:
                 return None
             if not job.only_if_attention or result.failed:
@@ -132,6 +136,10 @@ class AgentJobs:
             return await self._verdict(job, result, run_id)
         finally:
             await gw.spending.end(user, result, conversation_id)
+            if ran:  # its trace, as a chat turn's (no inbound message: the scheduler asked)
+                await record_turn(gw.store, gw.agent, user=user, conversation_id=conversation_id,
+                                  result=result, status=status_of(result), started_at=started_at,
+                                  duration_s=time.monotonic() - started)
 
     async def _verdict(self, job: AgentJobRequest, result: TurnResult, run_id: str) -> str | None:
         """Ask the model, constrained to one call of the verdict tool, whether the turn's answer

@@ -44,6 +44,7 @@ from openclaw.store.records import (
     ReminderStatus,
     UserStatus,
 )
+from openclaw.store.trace_records import TraceStatus
 
 # Explicit names keep constraints addressable by later migrations (SQLite batch mode needs them).
 NAMING = {
@@ -171,6 +172,8 @@ class UserRow(Base):
     # An owner (answers pairing requests) by `openclaw pairing approve --admin`; the config's
     # lists decide instead for the users they name (gateway/access.py).
     admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # `/private on`: their turns are not traced (openclaw/traces), so never exported.
+    private: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class PairingCodeRow(Base):
@@ -514,6 +517,36 @@ class HeartbeatRow(Base):
     timezone: Mapped[str] = mapped_column(String(64))
     checklist: Mapped[str | None] = mapped_column(FreeText)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class TraceRow(Base):
+    """One agent turn (openclaw/store/traces.py): what produced it, how it went, and where its
+    messages are (first_message_id..last_message_id of its conversation). Goes with its
+    conversation; outlives the journal row of the message it answered."""
+
+    __tablename__ = "traces"
+    __table_args__ = (_one_of("status", TraceStatus), UniqueConstraint("inbound_event_id"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    inbound_event_id: Mapped[int | None] = mapped_column(
+        Id, ForeignKey("inbound_events.id", ondelete="SET NULL"))
+    user: Mapped[str] = mapped_column("user_key", String(160), index=True)
+    conversation_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("conversations.id", ondelete="CASCADE"), index=True)
+    first_message_id: Mapped[int | None] = mapped_column(Id)
+    last_message_id: Mapped[int | None] = mapped_column(Id)
+    prompt_version: Mapped[str] = mapped_column(String(160))
+    model: Mapped[str] = mapped_column(FreeString(256))
+    sampling: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    duration_ms: Mapped[int] = mapped_column(Integer)
+    first_token_ms: Mapped[int | None] = mapped_column(Integer)
+    steps: Mapped[int] = mapped_column(Integer)
+    tool_calls: Mapped[int] = mapped_column(Integer)
+    tool_errors: Mapped[int] = mapped_column(Integer)
+    last_tool_failed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    reply_chars: Mapped[int] = mapped_column(Integer)
+    status: Mapped[TraceStatus] = mapped_column(EnumText(TraceStatus))
 
 
 class FeedbackRow(Base):

@@ -92,6 +92,7 @@ class User:
     created_at: datetime
     updated_at: datetime
     admin: bool = False  # an owner, by `openclaw pairing approve --admin`
+    private: bool = False  # `/private on`: their turns are not traced (openclaw/traces)
 
     @property
     def key(self) -> str:

@@ -42,6 +42,7 @@ from openclaw.store.models import (
     PairingRefusalRow,
     ReminderRow,
     SummaryRow,
+    TraceRow,
     UsageRow,
     UserRow,
 )
@@ -60,13 +61,14 @@ from openclaw.store.records import (
     user_key,
 )
 from openclaw.store.reminders import ReminderStore, change_chat_reminders
+from openclaw.store.traces import TraceStore
 from openclaw.store.usage import UsageStore
 from openclaw.store.users import UserStore
 
 
 @calls_run_whole
 class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore,
-            McpPinStore, MemoryStore, FeedbackStore):
+            McpPinStore, MemoryStore, FeedbackStore, TraceStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""
@@ -186,9 +188,9 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
         with their messages and summaries, their inbound messages, the replies of those
         conversations, to those messages and to their own chat (pairing codes were sent there),
         their grades of replies (and others' grades of their replies), their reminders, heartbeat
-        (its checklist is their words), scheduled jobs and their runs,
-        pairing codes (and the counts and refusals of them) and usage, and their users row, so
-        they are unknown again.
+        (its checklist is their words), scheduled jobs and their runs, pairing codes (and the
+        counts and refusals of them), usage and traces, and their users row, so they are unknown
+        again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -226,6 +228,8 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
             "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
             "pairing codes counted": (PairingIssuedRow, PairingIssuedRow.user == user, None),
             "pairing refusals": (PairingRefusalRow, PairingRefusalRow.user == user, None),
+            "traces": (TraceRow, or_(TraceRow.user == user,
+                                     TraceRow.conversation_id.in_(conversations)), None),
             "conversations": (ConversationRow, ConversationRow.user_id.in_(user_id), None),
             "users": (UserRow, is_user, None),
             "audit rows blanked": (AuditRow, and_(AuditRow.user == user, or_(

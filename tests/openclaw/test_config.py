@@ -602,7 +602,7 @@ def test_starter_config_commented_defaults_are_the_real_defaults(tmp_path: Path)
 def test_starter_config_documents_every_key():
     text = starter_config()
     sections = ("engine", "agent", "store", "access", "admin", "telegram", "discord", "sandbox", "skills",
-                "memory")
+                "memory", "traces")
     for section in sections:
         assert f"[{section}]" in text
         for key in table_keys(type(getattr(Config(), section))):

@@ -24,7 +24,7 @@ KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": 
          "job runs": "job_runs", "jobs": "jobs", "usage rows": "usage",
          "pairing codes": "pairing_codes", "pairing codes counted": "pairing_issued",
          "pairing refusals": "pairing_refusals", "conversations": "conversations", "users": "users",
-         "memory entries": "memories", "memory settings": "memory_off",
+         "memory entries": "memories", "memory settings": "memory_off", "traces": "traces",
          "feedback": "feedback", "audit rows blanked": "audit_log"}
 
 
@@ -45,7 +45,10 @@ async def chat(store: Store, user: str, chat_id: str, message_id: str, words: st
     event, _ = await store.record_inbound("telegram", message_id, user, chat_id, words)
     conv = await store.active_conversation(user, chat_id)
     first = await store.add_message(conv.id, "user", words)
-    await store.add_message(conv.id, "assistant", f"about {words}")
+    reply = await store.add_message(conv.id, "assistant", f"about {words}")
+    await store.add_trace(user=user, conversation_id=conv.id, status="answered",
+                          started_at=datetime.now(UTC), inbound_event_id=event.id,
+                          first_message_id=first.id, last_message_id=reply.id)
     await store.add_reply("telegram", chat_id, [f"about {words}", "(2/2)"], conversation_id=conv.id,
                           answers=event.id)
     await store.add_usage(user, 10, 5, conversation_id=conv.id)
