@@ -71,18 +71,20 @@ class KVBudget:
 
     def stats(self) -> dict[str, Any]:
         """As LLMEngine.stats() states it (num_blocks is its `kv_blocks`)."""
-        return {"kv_bytes_per_token": self.bytes_per_token, "kv_block_size": self.block_size,
-                "kv_pool_tokens": self.pool_tokens}
+        return {"kv_bytes_per_token": self.bytes_per_token, "kv_pool_tokens": self.pool_tokens}
 
     @classmethod
     def from_stats(cls, stats: dict[str, Any]) -> KVBudget | None:
         """The budget an engine's stats() states, or None where they do not say (a remote server
         that does not publish it)."""
         try:
-            return cls(int(stats["kv_bytes_per_token"]), int(stats["kv_block_size"]),
-                       int(stats["kv_blocks"]))
+            per_token, blocks = int(stats["kv_bytes_per_token"]), int(stats["kv_blocks"])
+            tokens = int(stats["kv_pool_tokens"])
         except (KeyError, TypeError, ValueError):
             return None
+        if per_token < 1 or blocks < 1 or tokens < blocks or tokens % blocks:
+            return None
+        return cls(per_token, tokens // blocks, blocks)
 
 
 def plan(model: ModelConfig, config: EngineConfig, device_type: str) -> KVBudget:
