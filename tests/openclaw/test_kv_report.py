@@ -4,13 +4,16 @@ configured context overflow the pool (and only then)."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 import pytest
 
-from engine import AsyncLLM
+from engine import LLM, AsyncLLM
 from openclaw.backends.local import LocalBackend
 from openclaw.backends.server_stats import parse
+from openclaw.cli.doctor import cmd_doctor
+from openclaw.config import load_config
 from openclaw.metrics import engine_metrics
 from tests.helpers.chat_model import random_chat_model
 from tests.helpers.daemon import say, started
@@ -93,3 +96,33 @@ def test_a_daemon_over_openclaw_serve_reads_the_pool_from_its_metrics(folder):
                {"kv_bytes_per_token": 512, "kv_pool_tokens": 640, "kv_blocks": 40}
     finally:
         model.llm.shutdown()
+
+
+def test_doctor_plans_the_pool_run_would_allocate_and_warns_when_the_batch_overflows_it(
+        tmp_path, folder, capsys):
+    """doctor loads the model with a small pool of its own (a daemon may hold the memory); the
+    pool it states is the one `run` allocates with this config, counted from that engine's tensors."""
+    config = tmp_path / "openclaw.toml"
+    gib = 63 * BLOCK_BYTES / 2**30
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n[engine]\n'
+                      f'model = "{folder}"\ndevice = "cpu"\nkv_cache_gib = {gib!r}\nmax_model_len = 256\n'
+                      "max_num_seqs = 4\n")
+    code = cmd_doctor(argparse.Namespace(config=config, skip_model=False))
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "KV cache:" in x)
+    assert line.startswith("⚠ KV cache: 512 bytes/token; pool 63 blocks of 16 = 1,008 tokens"), line
+    assert "3 conversations of 256 tokens fit at once" in line and "preempts" in line
+    assert "fix: set engine.kv_cache_gib" in out and code in (0, 1)  # other checks may fail here
+    caches = LLM(load_config(config).engine).engine.runner.kv_caches  # what `run` allocates
+    assert sum(t.numel() * t.element_size() for t in caches) == 63 * BLOCK_BYTES
+
+
+def test_doctor_shows_no_warning_where_the_batch_fits(tmp_path, folder, capsys):
+    config = tmp_path / "openclaw.toml"
+    config.write_text(f'data_dir = "{tmp_path}/data"\n[admin]\nenabled = false\n[engine]\n'
+                      f'model = "{folder}"\ndevice = "cpu"\nkv_cache_gib = {64 * BLOCK_BYTES / 2**30!r}\n'
+                      "max_model_len = 256\nmax_num_seqs = 4\n")
+    cmd_doctor(argparse.Namespace(config=config, skip_model=False))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "KV cache:" in x)
+    assert line.startswith("✓ KV cache: 512 bytes/token; pool 64 blocks") and line.endswith(
+        "4 conversations of 256 tokens fit at once"), line
