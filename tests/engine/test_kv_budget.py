@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine import LLM
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_budget import KVBudget, plan
 from tests.helpers.hf_reference import build_tiny_checkpoint
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(scope="module")
@@ -35,16 +38,17 @@ def allocated(llm: LLM) -> tuple[int, int, int]:
             engine.block_manager.num_blocks * engine.block_manager.block_size)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
 @pytest.mark.parametrize("settings", [dict(kv_cache_gib=0.003), dict(kv_cache_gib=0.0021, block_size=8),
                                       dict(kv_cache_gib=0.002, dtype="bfloat16")])
-def test_the_plan_from_the_config_is_the_pool_the_engine_allocates(folders, kind, settings):
-    config = EngineConfig(model=str(folders[kind]), device="cpu", max_model_len=256, **settings)
-    budget = plan(model_config(folders[kind]), config, "cpu")
+def test_the_plan_from_the_config_is_the_pool_the_engine_allocates(folders, kind, settings, device):
+    config = EngineConfig(model=str(folders[kind]), device=device, max_model_len=256, **settings)
+    budget = plan(model_config(folders[kind]), config, device)
     pool_bytes, blocks, tokens = allocated(LLM(config))
     assert (budget.pool_bytes, budget.num_blocks, budget.pool_tokens) == (pool_bytes, blocks, tokens)
     mc = model_config(folders[kind])
-    width = 2 if settings.get("dtype") == "bfloat16" else 4
+    width = 4 if device == "cpu" and "dtype" not in settings else 2
     assert budget.bytes_per_token == 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * width
 
 
@@ -70,6 +74,16 @@ def test_conversations_that_fit_and_when_the_batch_overcommits_the_pool():
     assert not budget.overcommitted(max_num_seqs=10, context_tokens=160)
     assert budget.overcommitted(max_num_seqs=10, context_tokens=161)
     assert budget.gib_for(10, 161) == 10 * 11 * 16_000 / 2**30
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a pool sized from GPU memory needs CUDA")
+def test_a_pool_sized_from_gpu_memory_is_stated_as_allocated(folders):
+    free, total = torch.cuda.mem_get_info()
+    share = (total - free + 256 * 2**20) / total  # about 256 MiB beyond what is in use: a small pool
+    llm = LLM(str(folders["llama"]), device="cuda", max_model_len=256, max_num_seqs=4,
+              max_num_batched_tokens=256, gpu_memory_utilization=share, enforce_eager=True)
+    budget = KVBudget.from_stats(llm.engine.stats())
+    assert (budget.pool_bytes, budget.num_blocks, budget.pool_tokens) == allocated(llm)
 
 
 def test_a_pool_sized_from_gpu_memory_is_not_known_before_the_load(folders):
