@@ -6,6 +6,7 @@ fit in the pool, said by `openclaw doctor`, /status, /metrics and a warning at s
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -53,14 +54,30 @@ def overcommit(budget: KVBudget, max_num_seqs: int, context: int) -> tuple[str, 
     if not budget.overcommitted(max_num_seqs, context):
         return None
     fit = budget.conversations(context)
+    gib = gib_up(budget.gib_for(max_num_seqs, context))
+    if not fit:  # not even one: the engine refuses a prompt over the pool's tokens
+        return (f"one conversation of {context:,} tokens needs {budget.blocks_for(context):,} KV "
+                f"blocks, the pool holds {budget.num_blocks:,}: a prompt of "
+                f"{budget.pool_tokens:,} tokens or more is refused",
+                f"set engine.kv_cache_gib = {gib_up(budget.gib_for(1, context))} at least (for "
+                f"engine.max_num_seqs conversations, {gib}), or lower agent.context_tokens "
+                f"below {budget.pool_tokens:,}")
     need = max_num_seqs * budget.blocks_for(context)
     what = (f"engine.max_num_seqs ({max_num_seqs}) conversations of {context:,} tokens need "
             f"{need:,} KV blocks, the pool holds {budget.num_blocks:,}: when more than {fit} are "
             f"that long at once, the engine preempts (and later recomputes) some of them")
-    fix = (f"set engine.kv_cache_gib = {budget.gib_for(max_num_seqs, context):.1f} (memory "
+    fix = (f"set engine.kv_cache_gib = {gib} (memory "
            f"permitting; on a GPU, or raise engine.gpu_memory_utilization), or lower "
-           f"engine.max_num_seqs to {max(fit or 0, 1)}, or agent.context_tokens")
+           f"engine.max_num_seqs to {fit}, or agent.context_tokens")
     return what, fix
+
+
+def gib_up(gib: float) -> str:
+    """`gib` rounded up, to 0.1 from 1 GiB, else to two significant digits: a kv_cache_gib to write
+    that holds at least that much."""
+    step = 0.1 if gib >= 1 else 10.0 ** (math.floor(math.log10(gib)) - 1)
+    decimals = max(1, -math.floor(math.log10(step)))
+    return f"{math.ceil(round(gib / step, 6)) * step:.{decimals}f}"
 
 
 def status_line(stats: Mapping[str, Any], context: int) -> str:

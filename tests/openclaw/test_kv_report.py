@@ -10,10 +10,12 @@ import logging
 import pytest
 
 from engine import LLM, AsyncLLM
+from engine.kv_budget import KVBudget
 from openclaw.backends.local import LocalBackend
 from openclaw.backends.server_stats import parse
 from openclaw.cli.doctor import cmd_doctor
 from openclaw.config import load_config
+from openclaw.kv_report import overcommit
 from openclaw.metrics import engine_metrics
 from tests.helpers.chat_model import random_chat_model
 from tests.helpers.daemon import say, started
@@ -67,7 +69,7 @@ async def test_a_batch_that_overflows_the_pool_is_warned_of_at_start_with_what_t
         [warning] = [r.getMessage() for r in caplog.records if r.name == "openclaw.kv_report"]
         assert "engine.max_num_seqs (4) conversations of 256 tokens need 64 KV blocks, the pool " \
                "holds 63" in warning and "preempts" in warning
-        assert f"engine.kv_cache_gib = {64 * BLOCK_BYTES / 2**30:.1f}" in warning
+        assert "engine.kv_cache_gib = 0.00049 " in warning  # 64 blocks, 0.000488 GiB, rounded up
         assert "lower engine.max_num_seqs to 3" in warning and "agent.context_tokens" in warning
         assert "3 conversations of 256 tokens fit" in await say(daemon, conn, "/status")
     finally:
@@ -85,6 +87,17 @@ async def test_a_shorter_configured_context_fits_where_the_models_would_not(tmp_
     finally:
         await daemon.stop(drain_timeout=0)
         await model.close()
+
+
+def test_a_context_longer_than_the_whole_pool_is_said_as_such_with_the_size_that_holds_it():
+    budget = KVBudget(bytes_per_token=46_080, block_size=16, num_blocks=100)  # 1,600 tokens
+    what, fix = overcommit(budget, max_num_seqs=4, context=8192)
+    assert what == ("one conversation of 8,192 tokens needs 512 KV blocks, the pool holds 100: "
+                    "a prompt of 1,600 tokens or more is refused")
+    assert fix.startswith("set engine.kv_cache_gib = 0.36 at least (for engine.max_num_seqs "
+                          "conversations, 1.5)")  # 0.352 and 1.406 GiB, rounded up
+    assert "agent.context_tokens below 1,600" in fix
+    assert overcommit(budget, max_num_seqs=4, context=400) is None  # 25 blocks each: 4 fit
 
 
 def test_a_daemon_over_openclaw_serve_reads_the_pool_from_its_metrics(folder):
