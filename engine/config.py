@@ -76,8 +76,9 @@ class ModelConfig:
             qk_norm=family == "qwen3",
         )
 
-    def kv_bytes_per_token(self, dtype: torch.dtype) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype.itemsize
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V of every layer for one token, each element `dtype_bytes` wide."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
 
 
 QUANTIZATION_OPTIONS = ("auto", "int8", "int4", "none", None)
@@ -162,12 +163,16 @@ class EngineConfig:
             dev = torch.device("cuda", torch.cuda.current_device())
         return dev
 
+    def dtype_name(self, device_type: str) -> str:
+        """The dtype of weights and KV cache on a device of `device_type`, by name (no torch)."""
+        if self.dtype == "auto":
+            return "bfloat16" if device_type == "cuda" else "float32"
+        return self.dtype
+
     def resolve_dtype(self, device: torch.device) -> torch.dtype:
         import torch
 
-        if self.dtype == "auto":
-            return torch.bfloat16 if device.type == "cuda" else torch.float32
-        dtype = getattr(torch, self.dtype, None)
+        dtype = getattr(torch, self.dtype_name(device.type), None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"engine config dtype={self.dtype!r}: not a torch floating dtype")
         return dtype

@@ -256,6 +256,7 @@ class LLMEngine:
             "kv_usage": round(bm.usage, 4),
             "kv_blocks_used": bm.num_blocks - bm.num_free_blocks,
             "kv_blocks_cached": bm.num_cached_free_blocks,
+            **self.runner.kv_budget.stats(),  # bytes per token, pool tokens
             "prefix_cache_queries": bm.stats.queries,
             "prefix_cache_hits": bm.stats.hits,
             "prefix_cache_query_tokens": bm.stats.queries,

@@ -19,6 +19,7 @@ import torch
 
 from engine.attention import AttentionBackend, AttentionMetadata, TritonAttentionBackend, get_backend
 from engine.config import EngineConfig, ModelConfig
+from engine.kv_budget import KVBudget, configured_pool_blocks
 from engine.layers.linear import pack_linears
 from engine.layers.quant_linear import quantize_linears
 from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
@@ -29,7 +30,6 @@ from engine.sampler import Sampler, to_device
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledBatch
 
-_DEFAULT_CPU_KV_GIB = 1.0
 # Graph ladder: 1, 2, 4, 8, then every 8 up to max_num_seqs (capped: past a few hundred rows a
 # decode step is long enough that launch overhead no longer matters, and capture takes time).
 _GRAPH_BATCH_STEP = 8
@@ -76,6 +76,12 @@ class ModelRunner:
                                        graph_batch_sizes(config.max_num_seqs),
                                        math.ceil(max_model_len / self.block_size), self.device)
 
+    @property
+    def kv_budget(self) -> KVBudget:
+        """The pool as allocated: what `engine.kv_budget.plan` computes from the config."""
+        return KVBudget(self.model_config.kv_bytes_per_token(self.dtype.itemsize), self.block_size,
+                        self.num_blocks)
+
     def _graphs_wanted(self) -> bool:
         # The torch reference backend sizes its work from host lists, which a graph would freeze;
         # the Triton backend's decode path reads only device tensors and shapes.
@@ -83,12 +89,10 @@ class ModelRunner:
                 and isinstance(self.backend, TritonAttentionBackend))
 
     def _pool_blocks(self) -> int:
-        block_bytes = self.model_config.kv_bytes_per_token(self.dtype) * self.block_size
-        if self.device.type == "cpu":
-            gib = self.config.kv_cache_gib or _DEFAULT_CPU_KV_GIB
-            return max(1, int(gib * 2**30) // block_bytes)
-        if self.config.kv_cache_gib is not None:
-            return max(1, int(self.config.kv_cache_gib * 2**30) // block_bytes)
+        block_bytes = self.model_config.kv_bytes_per_token(self.dtype.itemsize) * self.block_size
+        configured = configured_pool_blocks(self.config, self.device.type, block_bytes)
+        if configured is not None:
+            return configured
         peak_activations = self._profile_peak_step()
         free, total = torch.cuda.mem_get_info(self.device)
         margin = 0 if not self._graphs_wanted() else _GRAPH_MEMORY_MARGIN

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.config import EngineConfig
-from openclaw import systemd
+from openclaw import kv_report, systemd
 from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
@@ -134,6 +134,7 @@ class Daemon:
             self.model = await self._open_model()
             if self.model is None:  # stopped while it waited for the model's server
                 return
+        kv_report.warn_at_start(cfg, self.model)  # max_num_seqs conversations overflow the KV pool
         if cfg.serve.enabled:  # on the model just loaded; a port in use stops the start here
             from openclaw.serve import serve_daemon_model
 
@@ -250,6 +251,8 @@ class Daemon:
         m = self.metrics
         m.gauge("openclaw_queue_length", self.gateway.queue_length, "messages waiting or answering")
         m.add_engine(self.model.stats, since=self.started_at)  # the engine's numbers, at each scrape
+        kv_report.add_gauges(m, self.model.stats, lambda: kv_report.conversation_tokens(
+            self.config.agent, self.model.max_model_len))
         m.histogram("openclaw_time_to_first_token_seconds", help_text="a model call's first token")
         m.histogram("openclaw_turn_seconds", help_text="a message's whole answer, tools included")
         m.histogram("openclaw_tool_seconds", help_text="a tool call's run, after any approval")

@@ -155,6 +155,8 @@ ENGINE_GAUGES = {
     "kv_blocks_cached": ("openclaw_engine_kv_blocks_cached",
                          "free KV cache blocks that still hold a cached prefix"),
     "generated_tokens": ("openclaw_generated_tokens", "tokens generated since start"),
+    "kv_bytes_per_token": ("openclaw_kv_bytes_per_token", "KV cache bytes one token holds"),
+    "kv_pool_tokens": ("openclaw_kv_pool_tokens", "tokens the KV pool holds (blocks x block size)"),
 }
 ENGINE_COUNTERS = {
     "prefix_cache_hit_tokens": ("openclaw_engine_prefix_cache_hit_tokens_total",

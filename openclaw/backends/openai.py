@@ -316,4 +316,6 @@ class OpenAIBackend:
                 "kv_usage": load.get("kv_usage", 0.0),
                 "generated_tokens": c["generated_tokens"],
                 "prefix_cache_queries": c["prompt_tokens"], "prefix_cache_hits": c["prefix_cache_hits"],
-                "requests": c["requests"], "requests_unavailable": c["requests_unavailable"]}
+                "requests": c["requests"], "requests_unavailable": c["requests_unavailable"],
+                # The KV pool, where the server states it (`openclaw serve` does): not ours to guess.
+                **{k: load[k] for k in ("kv_bytes_per_token", "kv_pool_tokens", "kv_blocks") if k in load}}

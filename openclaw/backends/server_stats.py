@@ -22,7 +22,13 @@ NAMES = {"num_running": ("vllm:num_requests_running", "sglang:num_running_reqs",
          "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs",
                          "openclaw_engine_waiting"),
          "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                      "sglang:token_usage", "openclaw_kv_cache_usage")}
+                      "sglang:token_usage", "openclaw_kv_cache_usage"),
+         # The pool itself, as `openclaw serve` states it (engine/kv_budget.py).
+         "kv_bytes_per_token": ("openclaw_kv_bytes_per_token",),
+         "kv_pool_tokens": ("openclaw_kv_pool_tokens",),
+         "kv_blocks": ("openclaw_engine_kv_blocks",)}
+# Per engine, not summed over engines: the fullest share, the widest token.
+LARGEST = ("kv_usage", "kv_bytes_per_token")
 
 
 def parse(text: str) -> dict[str, float]:
@@ -37,7 +43,7 @@ def parse(text: str) -> dict[str, float]:
     for key, names in NAMES.items():
         values = next((found[name] for name in names if name in found), None)
         if values:
-            load[key] = max(values) if key == "kv_usage" else sum(values)
+            load[key] = max(values) if key in LARGEST else sum(values)
     return load
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from openclaw import kv_report
 from openclaw.channels import configured_connectors, disabled_with_token
 from openclaw.cli.common import with_later_problems
 from openclaw.cli.doctor_mcp import check_mcp_servers
@@ -457,13 +458,25 @@ def _check_model(config: Config) -> list[tuple[Mark, str, str]]:
     if isinstance(config.engine, OpenAIEngineConfig):
         from openclaw.backends.probe import check_server
 
-        return asyncio.run(check_server(config.engine))
+        return [*asyncio.run(check_server(config.engine)), (True, f"KV cache: {kv_report.NOT_KNOWN}", "")]
     try:
         from engine import LLM
 
-        llm = LLM(config.engine, kv_cache_gib=0.05)
+        llm = LLM(config.engine, kv_cache_gib=0.05)  # not the configured pool: a daemon may hold it
         out = llm.generate("Hello", None)[0]
         return [(True, f"model: loaded on {llm.engine.device}, generated {len(out.token_ids)} "
-                       "tokens", "")]
+                       "tokens", ""), _check_kv_budget(config, llm.engine)]
     except Exception as exc:
         return [(False, f"model: {exc}", "check engine.model (a HF folder or a .gguf file)")]
+
+
+def _check_kv_budget(config: Config, engine) -> tuple[Mark, str, str]:
+    """The pool `run` would allocate with this config (engine/kv_budget.py), and whether
+    max_num_seqs conversations of the configured context fit in it."""
+    from engine.kv_budget import plan
+
+    budget = plan(engine.model_config, config.engine, engine.device.type)
+    context = kv_report.conversation_tokens(config.agent, engine.max_model_len)
+    what = f"KV cache: {kv_report.pool_text(budget)}; {kv_report.fit_text(budget, context)}"
+    found = kv_report.overcommit(budget, config.engine.max_num_seqs, context)
+    return (True, what, "") if found is None else (WARN, f"{what}; {found[0]}", found[1])

@@ -19,6 +19,8 @@ from openclaw.gateway.memory_commands import MEMORY_COMMANDS, answer_memory
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.private_commands import PRIVATE_COMMANDS, answer_private
 from openclaw.gateway.turn import Spending
+from openclaw.kv_report import conversation_tokens
+from openclaw.kv_report import status_line as kv_status_line
 from openclaw.store import Store
 from openclaw.store.records import InboundEvent
 from skills.base import visible
@@ -137,11 +139,14 @@ class Commands:
         stats = self.model.stats()
         daily = self.access.role(user).daily_tokens
         limit = f" of {daily} a day" if daily else ""
+        kv = kv_status_line(stats, conversation_tokens(self.agent.settings, self.model.max_model_len))
+        kv = f"{kv}\n" if kv else ""
         return (f"Model: {stats.get('model', 'local')} on {stats.get('device', '?')}\n"
                 f"Conversations answering: {self.lanes.answering()}, queued messages: "
                 f"{self.lanes.queued()}\n"
                 f"Engine: {stats.get('num_running', 0)} running, {stats.get('num_waiting', 0)} "
                 f"waiting, KV cache {100 * float(stats.get('kv_usage', 0)):.0f}% used\n"
+                f"{kv}"
                 f"Tokens used today: you {await self.spending.today(user)}{limit}"
                 # What others use is the owner's business, not every user's, nor a group's.
                 + (f", everyone {await self.spending.today()}"

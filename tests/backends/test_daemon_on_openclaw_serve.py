@@ -183,6 +183,10 @@ async def test_a_conversation_with_a_tool_call_counted_as_the_servers_engine_cou
             max_tokens=1, temperature=0)
         assert counted == engine.usage.prompt_tokens
     assert daemon.model.server_count.available
+    # The server's KV pool, as its /metrics states it: the embedded model's 1 GiB CPU pool.
+    await until(lambda: "kv_pool_tokens" in daemon.model.server_load)
+    assert ("KV pool: 46,080 bytes/token; pool 1,456 blocks of 16 = 23,296 tokens (1.00 GiB); "
+            "11 conversations of 2,048 tokens fit at once") in await say(daemon, conn, "/status")
     await client.close()
     await daemon.stop()
 
