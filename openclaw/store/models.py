@@ -252,6 +252,8 @@ class MessageRow(Base):
     tool_call_id: Mapped[str | None] = mapped_column(String(255))
     token_count: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # On assistant messages: the prompt versions it was answered with (openclaw.prompts' label).
+    prompt_version: Mapped[str | None] = mapped_column(String(160))
 
 
 class InboundEventRow(Base):
@@ -511,3 +513,38 @@ class HeartbeatRow(Base):
     timezone: Mapped[str] = mapped_column(String(64))
     checklist: Mapped[str | None] = mapped_column(FreeText)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class PromptVersionRow(Base):
+    """One version of a named prompt (openclaw/store/prompts.py); immutable once stored."""
+
+    __tablename__ = "prompt_versions"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[str] = mapped_column(String(32))
+    text: Mapped[str] = mapped_column(FreeText)
+    author: Mapped[str] = mapped_column(FreeString(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    parent_id: Mapped[int | None] = mapped_column(Id, ForeignKey("prompt_versions.id"))
+
+
+class PromptSettingRow(Base):
+    """A prompt name's active version and, while an A/B test runs, its variants' weights."""
+
+    __tablename__ = "prompt_settings"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    active: Mapped[str | None] = mapped_column(String(32))
+    variants: Mapped[dict[str, int] | None] = mapped_column(Json)
+
+
+class PromptPinRow(Base):
+    """A user given one version of a prompt name, before any A/B split or active version."""
+
+    __tablename__ = "prompt_pins"
+
+    user: Mapped[str] = mapped_column("user_key", String(160), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(32))

@@ -43,6 +43,7 @@ from openclaw.store.models import (
     UsageRow,
     UserRow,
 )
+from openclaw.store.prompts import PromptStore
 from openclaw.store.records import (
     Conversation,
     ConversationStatus,
@@ -64,7 +65,7 @@ from openclaw.store.users import UserStore
 
 @calls_run_whole
 class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore,
-            McpPinStore, MemoryStore):
+            McpPinStore, MemoryStore, PromptStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""

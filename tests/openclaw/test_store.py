@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "pairing_issued", "pairing_refusals", "conversations", "messages",
           "inbound_events", "outbound_messages", "summaries", "audit_log", "usage", "reminders",
           "heartbeats", "jobs", "job_runs", "mcp_servers", "mcp_tools",
+          "prompt_versions", "prompt_settings", "prompt_pins",
           "alembic_version", "memories", "memory_off",
           # FTS5's over memories (migration 0010)
           "memories_fts", "memories_fts_data", "memories_fts_idx", "memories_fts_docsize",
@@ -89,7 +90,7 @@ async def test_migrations_create_everything_from_an_empty_file_and_rerun_as_a_no
     assert not db_file.exists()
 
     store = await Store.open(sqlite_url)
-    assert await store.schema_revision() == head_revision() == "0011"
+    assert await store.schema_revision() == head_revision() == "0012"
     await store.close()
     store = await Store.open(sqlite_url)  # second open: nothing left to apply
     await store.close()
