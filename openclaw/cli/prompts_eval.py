@@ -122,8 +122,9 @@ def eval_cases(args: argparse.Namespace) -> list[Case]:
 def cmd_prompts_eval(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, tokens=False)
-        if args.quick is not None and args.quick < 1:
-            raise ValueError("--quick N needs N of 1 or more")
+        for option, value in (("--quick", args.quick), ("--max-tokens", args.max_tokens)):
+            if value is not None and value < 1:
+                raise ValueError(f"{option} needs a number of 1 or more, not {value}")
         todo = eval_cases(args)
         candidate_text = None
         if args.file is not None:

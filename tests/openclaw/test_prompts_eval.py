@@ -155,7 +155,8 @@ def test_the_command_refuses_what_it_cannot_measure_and_names_it(tmp_path, capsy
     bad.write_text('{"prompt": "x", "expect": "none"}\n{"prompt": "y"}\n')
     for argv, says in ((["eval", "v7"], "system has no version v7 in the library (stored: v1;"),
                        (["eval", "v1", "--cases", str(bad)], f"{bad}:2: expect is None"),
-                       (["eval", "v1", "--only-cases"], "--only-cases needs --cases FILE")):
+                       (["eval", "v1", "--only-cases"], "--only-cases needs --cases FILE"),
+                       (["eval", "v1", "--max-tokens", "0"], "--max-tokens needs a number of 1")):
         args = parse(["--config", str(tmp_path / "openclaw.toml"), *argv])
         assert args.func(args) == 1
         assert says in capsys.readouterr().err
