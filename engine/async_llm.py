@@ -54,9 +54,10 @@ class AsyncLLM:
     def max_model_len(self) -> int:
         return self.engine.max_model_len
 
-    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                    tool_instructions: str | None = None) -> list[int]:
         """The exact prompt ids a chat would use: for token budgets counted by our tokenizer."""
-        return self.engine.encode_chat(messages, tools)
+        return self.engine.encode_chat(messages, tools, tool_instructions)
 
     async def generate(
         self,
@@ -67,19 +68,25 @@ class AsyncLLM:
         tools: list[dict] | None = None,
         priority: int = 0,
         cache_salt: str | None = None,
+        tool_instructions: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Stream outputs (each with the new delta_text) until one has finished=True.
         `prompt` is text, token ids, or chat messages. Leaving the loop early aborts the request.
         `tools`: shown to the model in a chat prompt, and its calls constrained per
         `params.tool_choice` ("auto" by default; "none" shows no tools and constrains nothing).
-        `cache_salt`: the prefix cache serves this request only blocks cached under the same salt."""
+        `cache_salt`: the prefix cache serves this request only blocks cached under the same salt.
+        `tool_instructions`: the template of a chat prompt's tools section (engine.chat); None:
+        the built-in one."""
         if self._closed:
             raise EngineDeadError("the engine is shut down")
         arrival = time.monotonic()  # TTFT counts the wait for the worker thread too
         params = params or SamplingParams()
         tools = offered_tools(tools, params)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-            prompt = self.engine.encode_chat(prompt, tools)
+            prompt = self.engine.encode_chat(prompt, tools, tool_instructions)
+        elif tool_instructions is not None:
+            raise ValueError("tool_instructions applies to chat messages only, not to a prompt "
+                             "given as text or token ids")
         rid = request_id or f"req-{next(self._ids)}"
         if rid in self._streams:
             raise ValueError(f"request id {rid!r} is already in use")
@@ -105,10 +112,12 @@ class AsyncLLM:
 
     async def chat(self, messages: list[dict], params: SamplingParams | None = None,
                    tools: list[dict] | None = None, request_id: str | None = None,
-                   priority: int = 0, cache_salt: str | None = None) -> ChatResponse:
+                   priority: int = 0, cache_salt: str | None = None,
+                   tool_instructions: str | None = None) -> ChatResponse:
         final = None
         async for out in self.generate(messages, params, request_id, tools=tools,
-                                       priority=priority, cache_salt=cache_salt):
+                                       priority=priority, cache_salt=cache_salt,
+                                       tool_instructions=tool_instructions):
             final = out
         assert final is not None
         return to_chat_response(final)

@@ -54,6 +54,10 @@ LLAMA3_TOOLS_FOOTER = (
     "Its result comes back to you in the next message. "
     "When you do not need a function, answer in plain text."
 )
+# The tool-instruction template: `{tools}` marks where the tools' JSON lines go; the text before
+# it stands for TOOLS_HEADER, the text after it for the footer (openclaw prompts "tools").
+TOOLS_PLACEHOLDER = "{tools}"
+BUILTIN_TOOL_INSTRUCTIONS = TOOLS_HEADER + TOOLS_PLACEHOLDER + TOOLS_FOOTER
 
 # Turn-ending tokens worth stopping on when the template writes them.
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>")
@@ -84,14 +88,18 @@ def normalize_messages(
     *,
     tool_role: bool = False,
     dialect: str = HERMES,
+    tool_instructions: str | None = None,
 ) -> list[Turn]:
     """OpenAI-style messages (+ tools) as turns a plain chat template can render.
 
     Tools go into the system turn (one is created if absent); assistant tool calls become calls
     in the `dialect`'s form after the content (`<tool_call>` blocks, or Llama 3's JSON objects);
     tool results become `tool` turns when the template knows that role (`tool_role`), else user
-    turns of `<tool_response>` blocks, consecutive results sharing one turn.
+    turns of `<tool_response>` blocks, consecutive results sharing one turn. `tool_instructions`:
+    the template of the tools' section (tool_prompt_parts), checked even when no tool is offered.
     """
+    if tool_instructions is not None:
+        split_tool_instructions(tool_instructions)
     turns: list[Turn] = []
     tool_turn: Turn | None = None  # the user turn that holds the latest run of tool results
     for i, message in enumerate(messages):
@@ -115,7 +123,7 @@ def normalize_messages(
             parts += _tool_call_parts(message["tool_calls"], i, bool(content), dialect)
         turns.append(Turn(role, parts))
     if tools:
-        tool_parts = tool_prompt_parts(tools, dialect)
+        tool_parts = tool_prompt_parts(tools, dialect, tool_instructions)
         if turns and turns[0].role == "system":
             sep = [Part("\n\n", True)] if turns[0].content else []
             turns[0].parts += sep + tool_parts
@@ -124,9 +132,36 @@ def normalize_messages(
     return turns
 
 
-def tool_prompt_parts(tools: Sequence[dict[str, Any]], dialect: str = HERMES) -> list[Part]:
-    """The system-prompt section that lists the tools and says how to call them (in `dialect`)."""
-    parts = [Part(TOOLS_HEADER, True)]
+def split_tool_instructions(template: str) -> tuple[str, str]:
+    """The (header, footer) of a tool-instruction template: the text before and after its one
+    `{tools}`. ValueError, naming the template and the fix, when it has none or several."""
+    if not isinstance(template, str):
+        raise ValueError(f"tool_instructions must be a text, got {type(template).__name__}")
+    count = template.count(TOOLS_PLACEHOLDER)
+    if count != 1:
+        found = "has no" if count == 0 else f"has {count} times the"
+        raise ValueError(
+            f"tool_instructions: the template {found} placeholder {TOOLS_PLACEHOLDER}: write it "
+            "exactly once, where the tools' JSON lines go (the text before it replaces the "
+            "built-in header, the text after it the footer)")
+    header, footer = template.split(TOOLS_PLACEHOLDER)
+    return header, footer
+
+
+def tool_prompt_parts(tools: Sequence[dict[str, Any]], dialect: str = HERMES,
+                      instructions: str | None = None) -> list[Part]:
+    """The system-prompt section that lists the tools and says how to call them (in `dialect`).
+
+    `instructions`: a tool-instruction template (split_tool_instructions) in place of the
+    built-in header and footer; the worked examples stay. None, or the built-in text itself:
+    the dialect's built-in section. A template is the admin's, like the system prompt, so it is
+    encoded as ordinary text: a token's name written in it stays text, never a role marker."""
+    footer: list[Part] | None = None  # None: the dialect's built-in one
+    if instructions is None or instructions == BUILTIN_TOOL_INSTRUCTIONS:
+        parts = [Part(TOOLS_HEADER, True)]
+    else:
+        head, foot = split_tool_instructions(instructions)
+        parts, footer = [Part(head)] if head else [], [Part(foot)] if foot else []
     for i, tool in enumerate(tools):
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
@@ -141,6 +176,8 @@ def tool_prompt_parts(tools: Sequence[dict[str, Any]], dialect: str = HERMES) ->
         }
         # Names, descriptions and schemas may come from outside (plugins, MCP servers): untrusted.
         parts += [Part(json.dumps(spec, ensure_ascii=False)), Part("\n", True)]
+    if footer is not None:
+        return parts + footer + ([] if dialect == LLAMA3 else example_parts(tools))
     if dialect == LLAMA3:
         return parts + [Part(LLAMA3_TOOLS_FOOTER, True)]
     return parts + [Part(TOOLS_FOOTER, True), *example_parts(tools)]
@@ -292,10 +329,11 @@ class ChatFormatter:
         messages: list[dict],
         tools: list[dict] | None = None,
         add_generation_prompt: bool = True,
+        tool_instructions: str | None = None,
     ) -> str:
         """The prompt as text, for display and debugging (encode() is what the model sees)."""
         turns = normalize_messages(messages, tools, tool_role=self.tool_role,
-                                   dialect=self.tool_dialect)
+                                   dialect=self.tool_dialect, tool_instructions=tool_instructions)
         return self._render(turns, add_generation_prompt, lambda text: text, _now())
 
     def encode(
@@ -303,10 +341,12 @@ class ChatFormatter:
         messages: list[dict],
         tools: list[dict] | None = None,
         add_generation_prompt: bool = True,
+        tool_instructions: str | None = None,
     ) -> list[int]:
-        """Prompt token ids in which only the template's scaffolding can produce special tokens."""
+        """Prompt token ids in which only the template's scaffolding can produce special tokens.
+        `tool_instructions`: the tools' section's template (tool_prompt_parts); None: built-in."""
         turns = normalize_messages(messages, tools, tool_role=self.tool_role,
-                                   dialect=self.tool_dialect)
+                                   dialect=self.tool_dialect, tool_instructions=tool_instructions)
         now = _now()  # one clock for both renderings, so a date in the template cannot differ
         reference = self._render(turns, add_generation_prompt, lambda text: text, now)
         nonce = secrets.token_hex(8)

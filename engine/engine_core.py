@@ -90,10 +90,12 @@ class LLMEngine:
             raise ValueError(f"the prompt has token ids outside the vocabulary [0, {vocab})")
         return ids
 
-    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                    tool_instructions: str | None = None) -> list[int]:
         if self.chat_formatter is None:
             raise ValueError("this model has no tokenizer, so it cannot take chat messages")
-        return self.chat_formatter.encode(messages, tools=tools)
+        return self.chat_formatter.encode(messages, tools=tools,
+                                          tool_instructions=tool_instructions)
 
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
                     priority: int = 0, tools: list[dict] | None = None,

@@ -54,15 +54,17 @@ class LLM:
         messages: list[dict] | list[list[dict]],
         sampling_params: SamplingParams | None = None,
         tools: list[dict] | None = None,
+        tool_instructions: str | None = None,
     ) -> ChatResponse | list[ChatResponse]:
         """Apply the chat template (and our tool prompt), generate, and parse tool calls.
         One conversation gives one ChatResponse; a list of conversations gives a list.
         `sampling_params.tool_choice` decides how tool calls are constrained ("none": the tools
-        are not offered at all)."""
+        are not offered at all). `tool_instructions`: the template of the tools' section of the
+        system prompt, `{tools}` where their JSON lines go (engine.chat); None: the built-in one."""
         single = bool(messages) and isinstance(messages[0], dict)
         convs = [messages] if single else messages
         tools = offered_tools(tools, sampling_params)
-        prompts = [self.engine.encode_chat(conv, tools) for conv in convs]
+        prompts = [self.engine.encode_chat(conv, tools, tool_instructions) for conv in convs]
         outs = self.generate(prompts, sampling_params, tools=tools)
         responses = [to_chat_response(o) for o in outs]
         return responses[0] if single else responses

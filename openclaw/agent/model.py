@@ -34,14 +34,20 @@ class ChatModel(Protocol):
 
     def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                  request_id: str | None = None, *, tools: list[dict] | None = None,
-                 priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[ModelOutput]:
+                 priority: int = 0, cache_salt: str | None = None,
+                 tool_instructions: str | None = None) -> AsyncIterator[ModelOutput]:
         """Stream the answer to the chat `prompt`. Leaving the loop early (or cancelling) aborts
-        the request. `cache_salt`: the user's; prefix caches are shared only within it."""
+        the request. `cache_salt`: the user's; prefix caches are shared only within it.
+        `tool_instructions`: the template of the tools' section of the system prompt, `{tools}`
+        where their JSON lines go (engine.chat.BUILTIN_TOOL_INSTRUCTIONS is the built-in one);
+        None: the built-in one. A server other than `openclaw serve` renders its own."""
 
     async def abort(self, request_id: str) -> None: ...
 
-    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        """The tokens of the prompt these messages (and tools) make, as the model counts them."""
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                         tool_instructions: str | None = None) -> int:
+        """The tokens of the prompt these messages (and tools, under `tool_instructions`) make,
+        as the model counts them."""
 
     def stats(self) -> dict[str, Any]:
         """For /status and /metrics: `model`, `device`, and the engine's counters."""

@@ -24,13 +24,17 @@ class ServerCount:
         self.client, self.model, self.wait = client, model, wait
         self.available: bool | None = None  # not known until asked
 
-    async def count(self, messages: list[dict], tools: list[dict] | None) -> int | None:
-        """The count, or None when the server cannot count. ModelUnavailable when it is down."""
+    async def count(self, messages: list[dict], tools: list[dict] | None,
+                    tool_instructions: str | None = None) -> int | None:
+        """The count, or None when the server cannot count. ModelUnavailable when it is down.
+        `tool_instructions` is sent as the chat request sends it (`openclaw serve` reads it)."""
         if self.available is False:
             return None
         body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         if tools:
             body["tools"] = tools
+            if tool_instructions is not None:
+                body["tool_instructions"] = tool_instructions
         try:
             answer = await self.client.post_json(f"{self.client.root}/tokenize", body, wait=self.wait)
         except ServerRefused as exc:
@@ -62,8 +66,9 @@ class LocalCount:
 
         self.formatter = ChatFormatter(Tokenizer.from_hf_folder(folder))
 
-    def count(self, messages: list[dict], tools: list[dict] | None) -> int:
-        return len(self.formatter.encode(messages, tools))
+    def count(self, messages: list[dict], tools: list[dict] | None,
+              tool_instructions: str | None = None) -> int:
+        return len(self.formatter.encode(messages, tools, tool_instructions=tool_instructions))
 
 
 class UsageEstimate:

@@ -34,11 +34,12 @@ class LocalBackend:
 
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
-                       priority: int = 0, cache_salt: str | None = None
-                       ) -> AsyncIterator[ModelOutput]:
+                       priority: int = 0, cache_salt: str | None = None,
+                       tool_instructions: str | None = None) -> AsyncIterator[ModelOutput]:
         # Closed with this one, so that leaving the loop aborts the engine's request at once.
         async with aclosing(self.llm.generate(prompt, params, request_id, tools=tools,
-                                              priority=priority, cache_salt=cache_salt)) as outs:
+                                              priority=priority, cache_salt=cache_salt,
+                                              tool_instructions=tool_instructions)) as outs:
             async for out in outs:
                 yield ModelOutput(out.delta_text, out.text, len(out.prompt_token_ids),
                                   len(out.token_ids), out.finished, out.finish_reason)
@@ -46,9 +47,10 @@ class LocalBackend:
     async def abort(self, request_id: str) -> None:
         await self.llm.abort(request_id)
 
-    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                         tool_instructions: str | None = None) -> int:
         # In the loop, as before: a prompt encodes in a few milliseconds.
-        return len(self.llm.encode_chat(messages, tools))
+        return len(self.llm.encode_chat(messages, tools, tool_instructions))
 
     def stats(self) -> dict[str, Any]:
         return self.llm.stats()

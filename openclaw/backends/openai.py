@@ -166,23 +166,29 @@ class OpenAIBackend:
 
     # ---- ChatModel ------------------------------------------------------------------------
 
-    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        count = await self.server_count.count(messages, tools)
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                         tool_instructions: str | None = None) -> int:
+        """As the server counts (`openclaw serve` with the tool instructions, where set), else
+        as the local tokenizer does, else estimated (a server's own tool prompt, not ours)."""
+        if "tool_instructions" in self.refused_fields:
+            tool_instructions = None  # this server renders its own tool prompt
+        count = await self.server_count.count(messages, tools, tool_instructions)
         if count is not None:
             return count
         if self.local_count is not None:
-            return self.local_count.count(messages, tools)
+            return self.local_count.count(messages, tools, tool_instructions)
         return self.estimate.count(messages, tools)
 
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
-                       priority: int = 0, cache_salt: str | None = None
-                       ) -> AsyncIterator[ModelOutput]:
+                       priority: int = 0, cache_salt: str | None = None,
+                       tool_instructions: str | None = None) -> AsyncIterator[ModelOutput]:
         """Stream the answer. `priority` is the local engine's alone: not sent. Cancelling (or
         leaving the loop) closes the connection, which is how a server hears of an abort."""
         cfg, where = self.config, self.client.shown
         rid = request_id or f"req-{next(self._ids)}"
-        body = self.chat_body(prompt, params or SamplingParams(), tools, cache_salt)
+        body = self.chat_body(prompt, params or SamplingParams(), tools, cache_salt,
+                              tool_instructions)
         self._counters["requests"] += 1
         completion = Completion()
         prompt_tokens = self.estimate.count(prompt, tools)  # until the usage says
@@ -258,10 +264,11 @@ class OpenAIBackend:
             return answer
 
     def chat_body(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
-                  cache_salt: str | None) -> dict[str, Any]:
+                  cache_salt: str | None, tool_instructions: str | None = None) -> dict[str, Any]:
         """The request: the agent's sampling settings in OpenAI's names (vLLM's for the rest,
         sent only when set), and the user's id as `user` and vLLM's `cache_salt`, so a shared
-        server keeps each user's cached prefixes apart."""
+        server keeps each user's cached prefixes apart. `tool_instructions` (with tools only):
+        an extra field `openclaw serve` renders the tools' section with; others ignore it."""
         body: dict[str, Any] = {
             "model": self.model, "messages": prompt, "stream": True,
             "stream_options": {"include_usage": True},
@@ -270,6 +277,8 @@ class OpenAIBackend:
             body["max_tokens"] = params.max_tokens
         if tools and params.tool_choice != "none":
             body["tools"], body["tool_choice"] = tools, params.tool_choice
+            if tool_instructions is not None:
+                body["tool_instructions"] = tool_instructions
         extras = {"stop": params.stop, "seed": params.seed, "top_k": params.top_k or None,
                   "min_p": params.min_p or None, "presence_penalty": params.presence_penalty or None,
                   "frequency_penalty": params.frequency_penalty or None,

@@ -17,7 +17,7 @@ from openclaw.backends.http import ServerRefused
 # A field we may send -> what it becomes where refused: None, left out; a name, sent under it.
 ADAPTABLE: dict[str, str | None] = {
     "cache_salt": None, "user": None, "top_k": None, "min_p": None, "repetition_penalty": None,
-    "stream_options": None, "max_tokens": "max_completion_tokens",
+    "stream_options": None, "max_tokens": "max_completion_tokens", "tool_instructions": None,
 }
 # What doing without it costs, for the log's one line.
 COST = {
@@ -25,6 +25,7 @@ COST = {
     "user": "the server is not told which user a request is for",
     "stream_options": "an answer's tokens are estimated, as its stream brings no usage",
     "max_tokens": "the reply's limit is sent as max_completion_tokens",
+    "tool_instructions": "the server writes its own tool prompt, not the tool instructions set",
 }
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"

@@ -30,10 +30,12 @@ class PriorityGate:
 
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
-                       priority: int = 0, cache_salt: str | None = None
-                       ) -> AsyncIterator[ModelOutput]:
+                       priority: int = 0, cache_salt: str | None = None,
+                       tool_instructions: str | None = None) -> AsyncIterator[ModelOutput]:
+        # Passed on only when set: a model need not take what it is never given.
+        extra = {} if tool_instructions is None else {"tool_instructions": tool_instructions}
         stream = self.model.generate(prompt, params, request_id, tools=tools, priority=priority,
-                                     cache_salt=cache_salt)
+                                     cache_salt=cache_salt, **extra)
         if priority > 0:
             async with self._background:
                 async with self._quiet:
@@ -56,8 +58,11 @@ class PriorityGate:
     async def abort(self, request_id: str) -> None:
         await self.model.abort(request_id)
 
-    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        return await self.model.count_chat(messages, tools)
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                         tool_instructions: str | None = None) -> int:
+        if tool_instructions is None:
+            return await self.model.count_chat(messages, tools)
+        return await self.model.count_chat(messages, tools, tool_instructions)
 
     def stats(self) -> dict[str, Any]:
         return self.model.stats()

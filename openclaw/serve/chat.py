@@ -24,7 +24,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state.check_model(body.model)
     tools = body.engine_tools()
     try:
-        prompt = state.llm.encode_chat([m.engine_dict() for m in body.messages], tools)
+        prompt = state.llm.encode_chat([m.engine_dict() for m in body.messages], tools,
+                                       body.tool_instructions)
     except ValueError as exc:  # a template that refuses the conversation, a bad tool call in it
         raise bad_request(f"messages: {exc}", "messages") from None
     check_context(state, len(prompt), body.max_new_tokens, "messages", body.max_tokens_field)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from engine.chat import split_tool_instructions
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams, StructuredOutputs
 from openclaw.serve.errors import APIError, bad_request, from_validation_error
 
@@ -177,9 +178,12 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool | None = None  # null as a client may send it: no logprobs
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     response_format: dict[str, Any] | None = None
+    # Ours: the template of the tools' section of the system prompt (engine.chat), None: built-in.
+    tool_instructions: str | None = None
 
     def check(self) -> None:
         super().check()
+        check_tool_instructions(self.tool_instructions)
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs: needs logprobs: true", "top_logprobs")
         check_response_format(self.response_format)
@@ -305,11 +309,22 @@ class TokenizeRequest(Body):
     add_special_tokens: bool | None = None
     add_generation_prompt: bool = True
     return_token_strs: bool = False
+    tool_instructions: str | None = None  # as ChatCompletionRequest's
 
     def check(self) -> None:
+        check_tool_instructions(self.tool_instructions)
         if (self.prompt is None) == (self.messages is None):
             raise bad_request("give either prompt (a completion's text) or messages (a chat)",
                               "prompt" if self.prompt is None else "messages")
+
+
+def check_tool_instructions(template: str | None) -> None:
+    """A 400 naming `tool_instructions` for a template without its one `{tools}`."""
+    if template is not None:
+        try:
+            split_tool_instructions(template)
+        except ValueError as exc:
+            raise bad_request(str(exc), "tool_instructions") from None
 
 
 class DetokenizeRequest(Body):

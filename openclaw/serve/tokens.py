@@ -22,7 +22,8 @@ async def tokenize(request: web.Request) -> web.Response:
         tools = [t.model_dump(exclude_none=True) for t in body.tools or []] or None
         try:
             ids = engine.chat_formatter.encode([m.engine_dict() for m in body.messages], tools,
-                                               add_generation_prompt=body.add_generation_prompt)
+                                               add_generation_prompt=body.add_generation_prompt,
+                                               tool_instructions=body.tool_instructions)
         except ValueError as exc:
             raise bad_request(f"messages: {exc}", "messages") from None
     elif body.add_special_tokens is False:

@@ -76,7 +76,8 @@ class ConversationStore(StoreBase):
 
     async def add_message(self, conversation_id: int, role: MessageRole | str, content: str,
                           tool_calls: Any | None = None, tool_call_id: str | None = None,
-                          token_count: int | None = None) -> Message:
+                          token_count: int | None = None,
+                          prompt_version: str | None = None) -> Message:
         role = MessageRole(role)
         try:
             async with self.transaction() as session:
@@ -85,7 +86,7 @@ class ConversationStore(StoreBase):
                 return await insert_record(
                     session, MessageRow, Message, conversation_id=conversation_id, role=role,
                     content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
-                    token_count=token_count, created_at=self.now())
+                    token_count=token_count, created_at=self.now(), prompt_version=prompt_version)
         except IntegrityError as err:
             raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
 

@@ -18,8 +18,9 @@ from sqlalchemy import column, delete, func, literal_column, select, table, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, to_record
+from openclaw.store.columns import storable
 from openclaw.store.memory_records import MemoryEntry, MemoryFull, MemoryKind
-from openclaw.store.models import MemoryRow, MemorySettingRow, storable
+from openclaw.store.models import MemoryRow, MemorySettingRow
 
 SEARCH_TERMS = 12  # words of a query looked up, the longest first (rarer, so cheaper and surer)
 # Entries a SQLite search ranks at most: bm25 costs tens of microseconds per entry that holds a

@@ -6,31 +6,32 @@ These classes stay inside `openclaw.store`: the Store turns rows into the frozen
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    CheckConstraint,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
     MetaData,
     String,
-    Text,
     UniqueConstraint,
     false,
     text,
 )
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
 
+from openclaw.store.columns import (
+    EnumText,
+    FreeString,
+    FreeText,
+    Id,
+    Json,
+    UTCDateTime,
+    one_of,
+)
 from openclaw.store.feedback_records import FeedbackKind, FeedbackSource
 from openclaw.store.memory_records import MemoryKind
 from openclaw.store.records import (
@@ -55,100 +56,7 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-# SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets 64-bit ids.
-Id = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes in and out. SQLite keeps no zone, so it stores naive UTC text."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r} given to the store; pass an aware (UTC) one")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class EnumText(TypeDecorator[StrEnum]):
-    """A StrEnum stored as its plain string value (a CHECK constraint guards the column)."""
-
-    impl = String(16)
-    cache_ok = True
-
-    def __init__(self, enum: type[StrEnum]):
-        super().__init__()
-        self.enum = enum
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        return None if value is None else self.enum(value).value
-
-    def process_result_value(self, value: str | None, dialect: Dialect) -> StrEnum | None:
-        return None if value is None else self.enum(value)
-
-
-def _one_of(column: str, enum: type[StrEnum]) -> CheckConstraint:
-    values = ", ".join(f"'{e.value}'" for e in enum)
-    return CheckConstraint(f"{column} IN ({values})", name=column)
-
-
-# U+0000, which PostgreSQL's text and jsonb refuse, and lone surrogates (U+D800-U+DFFF), which
-# no UTF-8 encoder takes (SQLite's neither): a str holds one after json.loads of a "\ud800"
-# escape, or decoding with errors="surrogateescape".
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable(value: Any) -> Any:
-    """`value` with what no backend can store made U+FFFD, in strings and inside JSON, so that
-    such a character (a command's binary output, a name) cannot fail a write, and both backends
-    keep the same text."""
-    if isinstance(value, str):
-        return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
-    if isinstance(value, dict):
-        return {storable(k): storable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [storable(v) for v in value]
-    return value
-
-
-class FreeText(TypeDecorator[str]):
-    """Text from people, models and programs (see storable)."""
-
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        return storable(value)
-
-
-class FreeString(FreeText):
-    """A bounded FreeText: FreeString(256)."""
-
-    impl = String
-    cache_ok = True
-
-
-class FreeJson(FreeText):
-    """JSON of free text (see storable)."""
-
-    impl = JSON
-    cache_ok = True
-
-
 AUDIT_SKILL_CHARS = 128  # the audit's skill column: Store.add_audit cuts a longer name to it
-
-# JSON columns keep Python None as SQL NULL, not the JSON text 'null'.
-Json = FreeJson(none_as_null=True)
-
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
@@ -158,7 +66,7 @@ class UserRow(Base):
     __tablename__ = "users"
     __table_args__ = (
         UniqueConstraint("channel", "external_id"),
-        _one_of("status", UserStatus),
+        one_of("status", UserStatus),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -209,7 +117,7 @@ class PairingRefusalRow(Base):
     how many rows and for how long)."""
 
     __tablename__ = "pairing_refusals"
-    __table_args__ = (_one_of("reason", PairingRefusalReason),)
+    __table_args__ = (one_of("reason", PairingRefusalReason),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     user: Mapped[str] = mapped_column("user_key", String(160), unique=True)
@@ -222,7 +130,7 @@ class PairingRefusalRow(Base):
 class ConversationRow(Base):
     __tablename__ = "conversations"
     __table_args__ = (
-        _one_of("status", ConversationStatus),
+        one_of("status", ConversationStatus),
         Index("ix_conversations_user_id_chat_id", "user_id", "chat_id"),
         # At most one active conversation per (user, channel, chat); the Store also checks first.
         Index(
@@ -244,7 +152,7 @@ class ConversationRow(Base):
 class MessageRow(Base):
     __tablename__ = "messages"
     __table_args__ = (
-        _one_of("role", MessageRole),
+        one_of("role", MessageRole),
         Index("ix_messages_conversation_id_id", "conversation_id", "id"),
     )
 
@@ -256,6 +164,8 @@ class MessageRow(Base):
     tool_call_id: Mapped[str | None] = mapped_column(String(255))
     token_count: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # On assistant messages: the prompt versions it was answered with (openclaw.prompts' label).
+    prompt_version: Mapped[str | None] = mapped_column(String(160))
 
 
 class InboundEventRow(Base):
@@ -263,7 +173,7 @@ class InboundEventRow(Base):
     __table_args__ = (
         # The dedupe key: a redelivered update must not be answered twice.
         UniqueConstraint("channel", "message_id"),
-        _one_of("status", InboundStatus),
+        one_of("status", InboundStatus),
         Index("ix_inbound_events_status_id", "status", "id"),
         Index("ix_inbound_events_status_processed_at", "status", "processed_at"),  # retention.py's age limit
         Index("ix_inbound_events_user_key", "user_key"),  # forget_user
@@ -285,7 +195,7 @@ class InboundEventRow(Base):
 class OutboundMessageRow(Base):
     __tablename__ = "outbound_messages"
     __table_args__ = (
-        _one_of("status", OutboundStatus),
+        one_of("status", OutboundStatus),
         Index("ix_outbound_messages_status_id", "status", "id"),
         Index("ix_outbound_messages_status_updated_at", "status", "updated_at"),  # retention.py's age limit
         # One chat's replies: its pending ones in order (pending_outbound, move_chat), all of them
@@ -366,7 +276,7 @@ class UsageRow(Base):
 class ReminderRow(Base):
     __tablename__ = "reminders"
     __table_args__ = (
-        _one_of("status", ReminderStatus),
+        one_of("status", ReminderStatus),
         Index("ix_reminders_status_due_at", "status", "due_at"),  # the scheduler's next-due query
         Index("ix_reminders_user_key_status", "user_key", "status"),  # a user's list
         # Two adds at once for one user must not both take the next number.
@@ -425,7 +335,7 @@ class MemoryRow(Base):
 
     __tablename__ = "memories"
     __table_args__ = (
-        _one_of("kind", MemoryKind),
+        one_of("kind", MemoryKind),
         Index("ix_memories_user_key_scope_digest", "user_key", "scope", "digest"),  # duplicates
         Index("ix_memories_user_key_pinned_created_at", "user_key", "pinned", "created_at"),
         UniqueConstraint("user_key", "number"),
@@ -462,8 +372,8 @@ def in_models(name: str | None, type_: str, parent_names: dict[str, Any]) -> boo
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
-        _one_of("status", JobStatus),
-        _one_of("kind", JobKind),
+        one_of("status", JobStatus),
+        one_of("kind", JobKind),
         Index("ix_jobs_user_key_status", "user_key", "status"),  # a user's list, their cap
         UniqueConstraint("user_key", "number"),  # as reminders: two adds take two numbers
         UniqueConstraint("config_name"),  # a [[jobs]] entry is one job, never two
@@ -525,7 +435,7 @@ class TraceRow(Base):
     conversation; outlives the journal row of the message it answered."""
 
     __tablename__ = "traces"
-    __table_args__ = (_one_of("status", TraceStatus), UniqueConstraint("inbound_event_id"))
+    __table_args__ = (one_of("status", TraceStatus), UniqueConstraint("inbound_event_id"))
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     inbound_event_id: Mapped[int | None] = mapped_column(
@@ -556,8 +466,8 @@ class FeedbackRow(Base):
     __tablename__ = "feedback"
     __table_args__ = (
         UniqueConstraint("user_key", "inbound_event_id", "source"),
-        _one_of("kind", FeedbackKind),
-        _one_of("source", FeedbackSource),
+        one_of("kind", FeedbackKind),
+        one_of("source", FeedbackSource),
     )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
@@ -567,3 +477,36 @@ class FeedbackRow(Base):
     kind: Mapped[FeedbackKind] = mapped_column(EnumText(FeedbackKind))
     source: Mapped[FeedbackSource] = mapped_column(EnumText(FeedbackSource))
     at: Mapped[datetime] = mapped_column(UTCDateTime())
+class PromptVersionRow(Base):
+    """One version of a named prompt (openclaw/store/prompts.py); immutable once stored."""
+
+    __tablename__ = "prompt_versions"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[str] = mapped_column(String(32))
+    text: Mapped[str] = mapped_column(FreeText)
+    author: Mapped[str] = mapped_column(FreeString(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    parent_id: Mapped[int | None] = mapped_column(Id, ForeignKey("prompt_versions.id"))
+
+
+class PromptSettingRow(Base):
+    """A prompt name's active version and, while an A/B test runs, its variants' weights."""
+
+    __tablename__ = "prompt_settings"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    active: Mapped[str | None] = mapped_column(String(32))
+    variants: Mapped[dict[str, int] | None] = mapped_column(Json)
+
+
+class PromptPinRow(Base):
+    """A user given one version of a prompt name, before any A/B split or active version."""
+
+    __tablename__ = "prompt_pins"
+
+    user: Mapped[str] = mapped_column("user_key", String(160), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(32))

@@ -181,6 +181,7 @@ class Message:
     tool_call_id: str | None
     token_count: int | None
     created_at: datetime
+    prompt_version: str | None = None  # on assistant messages: see openclaw.prompts' labels
 
     def as_chat(self) -> dict[str, Any]:
         """The OpenAI-style message dict the chat template takes."""

@@ -46,6 +46,7 @@ from openclaw.store.models import (
     UsageRow,
     UserRow,
 )
+from openclaw.store.prompts import PromptStore
 from openclaw.store.records import (
     Conversation,
     ConversationStatus,
@@ -68,7 +69,7 @@ from openclaw.store.users import UserStore
 
 @calls_run_whole
 class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore,
-            McpPinStore, MemoryStore, FeedbackStore, TraceStore):
+            McpPinStore, MemoryStore, FeedbackStore, TraceStore, PromptStore):
     """Open with `await Store.open(url)` (applies migrations); close with `await store.close()`.
     Each public coroutine method runs whole (base.run_whole): a cancel reaches its caller only
     once the call has committed or rolled back."""

@@ -15,7 +15,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, to_record
-from openclaw.store.models import InboundEventRow, PairingCodeRow, PairingRefusalRow, UserRow, storable
+from openclaw.store.columns import storable
+from openclaw.store.models import InboundEventRow, PairingCodeRow, PairingRefusalRow, UserRow
 from openclaw.store.pairing import count_issued, make_room, record_refusal, why_refused
 from openclaw.store.records import (
     PairingCode,

@@ -119,8 +119,8 @@ def a_call_first(monkeypatch):
     sent: list[dict] = []
     chat_body = OpenAIBackend.chat_body
 
-    def steered(self, prompt, params, tools, cache_salt):
-        body = chat_body(self, prompt, params, tools, cache_salt)
+    def steered(self, prompt, params, tools, cache_salt, *rest):
+        body = chat_body(self, prompt, params, tools, cache_salt, *rest)
         if plan and "tools" in body:
             body["tool_choice"] = plan.pop(0)
         sent.append(body)

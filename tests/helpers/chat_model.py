@@ -12,7 +12,7 @@ import torch
 EOS = 2  # SmolLM2's <|im_end|>
 
 
-def random_chat_model(folder: Path, seed: int = 0) -> Path:
+def random_chat_model(folder: Path, seed: int = 0, positions: int = 1024) -> Path:
     import gguf
     import transformers as tf
 
@@ -24,7 +24,7 @@ def random_chat_model(folder: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     cfg = tf.LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, initializer_range=0.25,
+                         max_position_embeddings=positions, initializer_range=0.25,
                          tie_word_embeddings=True)
     tf.LlamaForCausalLM(cfg).save_pretrained(folder, safe_serialization=True)
     tokenizer.backend.save(str(folder / "tokenizer.json"))

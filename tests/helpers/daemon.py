@@ -9,40 +9,25 @@ import itertools
 
 from openclaw.config import load_config
 from openclaw.daemon import Daemon
-from openclaw.gateway.contract import Connector, InboundMessage
+from openclaw.gateway.contract import InboundMessage
+from openclaw.prompts.eval_run import EvalConnector
 
 _ids = itertools.count()
 
 
-class RecordingConnector(Connector):
+class RecordingConnector(EvalConnector):
     """A connector that records what the daemon sends, per chat. The terminal's (by default) has
     one user, the console's owner "local"; stand-ins for everyone else come through a remote
     channel, `RecordingConnector("telegram")`, named by numeric id as Telegram names them."""
 
-    max_message_len = 4096
-
     def __init__(self, name: str = "terminal") -> None:
-        self.name = name
-        self.sent: list[tuple[str, str]] = []
-        self.handler = None
+        super().__init__(name)
         self.new_message = asyncio.Event()
 
-    async def start(self, handler) -> None:
-        self.handler = handler
-
-    async def stop(self) -> None:
-        pass
-
     async def send_text(self, chat_id: str, text: str) -> str:
-        self.sent.append((chat_id, text))
+        sent = await super().send_text(chat_id, text)
         self.new_message.set()
-        return str(len(self.sent))
-
-    async def typing(self, chat_id: str) -> None:
-        pass
-
-    async def edit_text(self, chat_id: str, message_id: str, text: str) -> None:
-        pass
+        return sent
 
     def texts(self, chat_id: str | None = None) -> list[str]:
         return [t for c, t in self.sent if chat_id is None or c == chat_id]

@@ -22,6 +22,7 @@ class ScriptedModel:
         self.chunk, self.delay = chunk, delay
         self.prompts: list[list[dict]] = []  # every prompt it was given, in order
         self.cache_salts: list[str | None] = []  # and the cache_salt of each
+        self.tool_instructions: list[str | None] = []  # and the tool_instructions of each
         self.spent: list[tuple[int, int]] = []  # (prompt, output) tokens each call streamed
         self.aborted: list[str] = []
         self.gate: asyncio.Event | None = None  # when set, streams wait for it after one chunk
@@ -32,14 +33,17 @@ class ScriptedModel:
         words = sum(len(str(m.get("content", "")).split()) + 4 for m in messages)
         return [0] * (words + (20 * len(tools) if tools else 0))
 
-    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                         tool_instructions: str | None = None) -> int:
         return len(self.encode_chat(messages, tools))
 
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
-                       priority: int = 0, cache_salt: str | None = None) -> AsyncIterator[ModelOutput]:
+                       priority: int = 0, cache_salt: str | None = None,
+                       tool_instructions: str | None = None) -> AsyncIterator[ModelOutput]:
         self.prompts.append(prompt)
         self.cache_salts.append(cache_salt)
+        self.tool_instructions.append(tool_instructions)
         text = self.reply(prompt)
         ids = self.encode_chat(prompt, tools)
         sent = ""

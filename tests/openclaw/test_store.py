@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 TABLES = {"users", "pairing_codes", "pairing_issued", "pairing_refusals", "conversations", "messages",
           "inbound_events", "outbound_messages", "summaries", "audit_log", "usage", "reminders",
           "heartbeats", "jobs", "job_runs", "mcp_servers", "mcp_tools", "traces", "feedback",
+          "prompt_versions", "prompt_settings", "prompt_pins",
           "alembic_version", "memories", "memory_off",
           # FTS5's over memories (migration 0010)
           "memories_fts", "memories_fts_data", "memories_fts_idx", "memories_fts_docsize",
