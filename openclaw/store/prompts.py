@@ -207,7 +207,7 @@ class PromptStore(StoreBase):
             if named:
                 rows = await session.execute(
                     select(PromptVersionRow.name, PromptVersionRow.version, PromptVersionRow.text)
-                    .where(tuple_(PromptVersionRow.name, PromptVersionRow.version).in_(named)))
+                    .where(tuple_(PromptVersionRow.name, PromptVersionRow.version).in_(sorted(named))))
                 texts = {(n, v): t for n, v, t in rows}
         snapshot = PromptSnapshot(settings, pins, texts)
         self._prompt_snapshot, self._prompt_read_at = snapshot, read_at

@@ -134,6 +134,9 @@ async def test_activating_ends_the_split_and_keeps_the_pins(store: Store):
     assert before == PromptSetting("system", "v1", {"v1": 1, "v2": 3})
     assert (await store.prompt_settings())["system"] == PromptSetting("system", "v2")
     assert await store.prompt_pins() == {(ADA, "system"): "v2"}
+    snapshot = await store.prompt_snapshot(max_age_s=0)  # on either backend
+    assert snapshot.texts == {("system", "v2"): "two"}  # only the version in use
+    assert snapshot.pins == {(ADA, "system"): "v2"}
     assert await store.pin_prompt(ADA, "system", "v1") == "v2"
     assert await store.unpin_prompt(ADA, "system") is True
     assert await store.unpin_prompt(ADA, "system") is False
