@@ -71,18 +71,13 @@ def _when_read() -> str:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from openclaw.prompts.library import (
-        PromptImportError,
-        default_author,
-        import_prompts,
-        read_prompt_dir,
-    )
+    from openclaw.prompts.library import default_author, import_prompts, read_prompt_dir
 
     try:
         read_prompt_dir(args.dir)  # checked before a database is made for it
         imported = with_store(args, lambda store: import_prompts(
             store, args.dir, args.author or default_author()))
-    except PromptImportError as exc:
+    except ValueError as exc:  # a file (PromptImportError), the author
         return _fail("import", exc)
     parents = {i.stored.id: i.stored.version for i in imported}
     for item in imported:

@@ -98,6 +98,13 @@ async def test_names_and_versions_a_label_cannot_hold_are_refused(store: Store, 
     assert await store.prompt_versions() == []
 
 
+@pytest.mark.parametrize("author", ["", "a" * 129])
+async def test_an_author_the_column_cannot_hold_is_refused(store: Store, author: str):
+    with pytest.raises(ValueError, match="author is 1 to 128 characters"):
+        await store.add_prompt_versions([("system", "v1", "text")], author=author)
+    assert await store.prompt_versions() == []
+
+
 def test_natural_version_order():
     assert sorted(["v10", "v9", "v1b", "v1", "beta"], key=version_key) == \
         ["beta", "v1", "v1b", "v9", "v10"]

@@ -80,6 +80,11 @@ def test_a_changed_file_under_a_stored_version_is_refused(admin: Admin, capsys):
         ["Be brief.", "Be brief.\nBe kind."]
 
 
+def test_an_author_too_long_is_refused_in_a_line(admin: Admin, capsys):
+    assert admin.cli("import", str(admin.folder), "--author", "a" * 129) == 1
+    assert "author is 1 to 128 characters" in capsys.readouterr().err
+
+
 def test_a_folder_that_is_not_a_prompt_folder_makes_no_database(admin: Admin, capsys):
     admin.write("sytem/v3.md", "typo")
     assert admin.cli("import", str(admin.folder)) == 1
