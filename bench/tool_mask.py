@@ -33,10 +33,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from engine.constrained import CallGrammar, CallMasks, TokenVocab, ToolCallMatcher, tool_specs
-from engine.constrained.grammar import FREE, NUMBER, STRING
+from engine.constrained.grammar import FREE, NUMBER, STRING, CallGrammar, tool_specs
 from engine.constrained.json_schema import JSON_MAX_WS, JsonMatcher
-from engine.constrained.masks import mask_row
+from engine.constrained.masks import CallMasks, ToolCallMatcher, mask_row
+from engine.constrained.vocab import TokenVocab
 from engine.tokenizer import Tokenizer
 
 EOS = 2  # SmolLM2's <|im_end|>

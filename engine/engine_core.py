@@ -14,8 +14,8 @@ import torch
 from engine.block_manager import BlockManager, salt_key
 from engine.chat import ChatFormatter
 from engine.config import EngineConfig
-from engine.constrained import ToolCallMatcher, ToolConstraints, constrains
 from engine.constrained.json_schema import JsonConstraints, JsonMatcher
+from engine.constrained.masks import ToolCallMatcher, ToolConstraints, constrains
 from engine.detokenizer import IncrementalDetokenizer
 from engine.loader import Checkpoint, open_checkpoint
 from engine.logprobs import TokenLogprob

@@ -1,8 +1,3 @@
-"""Constrained decoding of Hermes tool calls: a byte automaton, vocabulary bytes, token masks."""
-
-from engine.constrained.grammar import CallGrammar, ToolSpec, tool_specs
-from engine.constrained.masks import CallMasks, ToolCallMatcher, ToolConstraints, constrains
-from engine.constrained.vocab import TokenVocab
-
-__all__ = ["CallGrammar", "CallMasks", "TokenVocab", "ToolCallMatcher", "ToolConstraints",
-           "ToolSpec", "constrains", "tool_specs"]
+"""Constrained decoding of Hermes tool calls: a byte automaton (grammar.py), vocabulary bytes
+(vocab.py), token masks (masks.py). Import from those modules: this package imports nothing, so
+the chat layer can use the grammar without loading torch."""

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.config import ModelConfig
 from engine.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # torch loads with the weights, not with a look at a model's config
+    import torch
 
 
 @dataclass

@@ -12,9 +12,9 @@ import torch
 
 from engine import LLM, SamplingParams
 from engine.chat import CHATML_TEMPLATE, ChatFormatter
-from engine.constrained import CallGrammar, CallMasks, TokenVocab, ToolConstraints, tool_specs
-from engine.constrained.grammar import HERMES, LLAMA3, MAX_WS, tool_dialect
-from engine.constrained.masks import ToolCallMatcher
+from engine.constrained.grammar import HERMES, LLAMA3, MAX_WS, CallGrammar, tool_dialect, tool_specs
+from engine.constrained.masks import CallMasks, ToolCallMatcher, ToolConstraints
+from engine.constrained.vocab import TokenVocab
 from engine.tokenizer import Tokenizer
 from engine.tool_parser import parse_tool_calls
 from tests.helpers.llama3_tokenizer import END_TOKENS, TEMPLATE, tokenizer_folder

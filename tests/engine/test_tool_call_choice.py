@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
-from engine.constrained import ToolConstraints
 from engine.constrained.choice import opener_ids
 from engine.constrained.grammar import OPEN_TAG
+from engine.constrained.masks import ToolConstraints
 from engine.engine_core import LLMEngine
 from engine.tool_parser import parse_tool_calls
 from tests.helpers.engine_steps import run_requests

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine import SamplingParams
-from engine.constrained import CallGrammar, CallMasks, TokenVocab, ToolConstraints, tool_specs
-from engine.constrained.grammar import MAX_WS
+from engine.constrained.grammar import MAX_WS, CallGrammar, tool_specs
+from engine.constrained.masks import CallMasks, ToolConstraints
+from engine.constrained.vocab import TokenVocab
 
 EOS = 2  # SmolLM2's <|im_end|>
 TOOLS = [

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from engine.constrained import CallMasks, TokenVocab, ToolConstraints, tool_specs
 from engine.constrained.grammar import (
     ARGS,
     END,
@@ -52,8 +51,10 @@ from engine.constrained.grammar import (
     VALUE,
     WS,
     CallGrammar,
+    tool_specs,
 )
-from engine.constrained.masks import ToolCallMatcher
+from engine.constrained.masks import CallMasks, ToolCallMatcher, ToolConstraints
+from engine.constrained.vocab import TokenVocab
 from engine.tokenizer import Tokenizer
 from engine.tool_parser import StreamingToolParser, parse_tool_calls
 from tests.helpers.json_schema_check import schema_errors
