@@ -146,7 +146,8 @@ class Daemon:
         self.memory = Memory(self.store, cfg.memory, Consolidation(self.store, gated, cfg.memory).run)
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.scheduling.jobs,
                                 self.memory)
-        agent = Agent(gated, self.store, executor, cfg.agent, metrics=self.metrics, memory=self.memory)
+        agent = Agent(gated, self.store, executor, cfg.agent, metrics=self.metrics, memory=self.memory,
+                      prompts=self.store)
         self.gateway = Gateway(cfg, self.store, agent, self.model, self.metrics)
         self.agent_jobs = AgentJobs(self.gateway)  # what scheduled jobs run: see openclaw/scheduler
         self.heartbeats = Heartbeats(self.agent_jobs, self.store)
@@ -341,6 +342,7 @@ class Daemon:
             applied = sorted([*applied, "skills"], key=RELOADABLE.index)
         self.config = config
         self.gateway.reconfigure(config)
+        self.store.forget_prompt_snapshot()  # the prompt library is re-read too, at the next turn
         return Outcome(True, applied, waiting, source=source)
 
     async def wait_stop_requested(self) -> None:

@@ -1,7 +1,7 @@
 """Feedback: a user's grade of one reply of ours (issue 29's data flywheel).
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-07
 
 `feedback` holds one row per (grader, turn, source): the turn is the inbound event whose reply is
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | None = "0011"
+down_revision: str | None = "0012"
 branch_labels: str | None = None
 depends_on: str | None = None
 

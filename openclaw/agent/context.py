@@ -29,7 +29,8 @@ class HistoryStore(Protocol):
 
     async def add_message(self, conversation_id: int, role: str, content: str, *,
                           tool_calls: Any | None = None, tool_call_id: str | None = None,
-                          token_count: int | None = None) -> Message: ...
+                          token_count: int | None = None,
+                          prompt_version: str | None = None) -> Message: ...
 
     async def list_messages(self, conversation_id: int, after_id: int | None = None) -> list[Message]: ...
 
@@ -124,15 +125,18 @@ class ContextBuilder:
 
     async def build(self, conversation_id: int, tools: list[dict] | None,
                     cache_salt: str | None = None, meter: Meter | None = None,
-                    memory: dict | None = None, remember: Remember | None = None) -> list[dict]:
+                    memory: dict | None = None, remember: Remember | None = None,
+                    system: str | None = None) -> list[dict]:
         """The prompt for the conversation's next model call, older turns compacted into a summary
         where they no longer fit. `cache_salt`: the user's, for the summarising calls too;
         `meter`: each summarising call is asked of it first (TokensSpent when refused) and told to
         it after. `memory`: the user's memory message (agent.memory); `remember`: given each
-        summary stored (its text, "summary:ID"), to keep it in the user's memory."""
+        summary stored (its text, "summary:ID"), to keep it in the user's memory. `system`: the
+        turn's system prompt (its user's version: openclaw.prompts), else `system_prompt`."""
         while True:
             summary, history = await self.history(conversation_id)
-            prompt = with_memory(self._prompt(summary.content if summary else None, history), memory)
+            prompt = with_memory(self._prompt(summary.content if summary else None, history,
+                                              system), memory)
             if await self.count(prompt, tools) <= self.budget.prompt_tokens:
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
@@ -167,8 +171,10 @@ class ContextBuilder:
                     return prompt
         return None
 
-    def _prompt(self, summary: str | None, history: list[Message]) -> list[dict]:
-        system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
+    def _prompt(self, summary: str | None, history: list[Message],
+                system: str | None = None) -> list[dict]:
+        system = (system if system is not None else self.system_prompt) + (
+            SUMMARY_HEADER + summary if summary else "")
         return [{"role": "system", "content": system}, *_answered(history)]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Message],

@@ -30,7 +30,10 @@ from openclaw.agent.sampling import reply_params, summary_params
 from openclaw.agent.untrusted import Untrusted, explained, in_history, requiring_approval
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
+from openclaw.prompts import CONFIG, PromptChoice, PromptSource, choose, decide
+from openclaw.prompts.choice import SYSTEM
 from openclaw.store.memory_records import chat_scope
+from openclaw.store.prompts import PromptSnapshot
 from sandbox.policy import Principal
 from skills import Executor
 from skills.executor import Approver, Outcome, never_approve
@@ -69,6 +72,7 @@ class TurnResult:
     first_token_ms: int | None = None
     first_message_id: int | None = None
     last_message_id: int | None = None
+    prompt_version: str = ""  # the label of the prompt versions it was answered with
 
 
 async def _always_allowed() -> bool:
@@ -119,10 +123,11 @@ class Caller:
 class Agent:
     def __init__(self, model: ChatModel, store: HistoryStore, executor: Executor,
                  settings: AgentConfig, metrics: Metrics | None = None,
-                 memory: MemorySource | None = None) -> None:
+                 memory: MemorySource | None = None, prompts: PromptSource | None = None) -> None:
         self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
         self.memory = memory
+        self.prompts = prompts  # the prompt library (None: the config's system prompt)
         self.context = ContextBuilder(model, store, settings.system_prompt, self._budget(settings))
         self.context.summary_params = summary_params(settings, self.context.budget.summary_tokens)
 
@@ -154,7 +159,12 @@ class Agent:
         the turn goes, so its caller still has the tokens spent when the turn is cancelled."""
         tools = self.executor.registry.tool_specs(self.executor.available(caller.principal)) or None
         result = result if result is not None else TurnResult(text="", steps=0)
-        alone = [{"role": "system", "content": self.settings.system_prompt},
+        # The user's prompt versions, once per turn (cached by the store: no round trip).
+        choice = await self._prompt_choice(caller)
+        result.prompt_version = choice.label
+        # A library version holds for the whole turn; the config's follows a reload at each step.
+        system = None if choice.versions[SYSTEM] == CONFIG else choice.system
+        alone = [{"role": "system", "content": choice.system},
                  {"role": "user", "content": text}]
         if await self.context.count(alone, tools) > self.context.budget.prompt_tokens:
             # Never stored: a message that cannot fit would break every later turn of the chat.
@@ -182,7 +192,7 @@ class Agent:
                 # Each user's prompts share cached prefixes only with their own: by timing theirs,
                 # one user could otherwise tell what another's conversation holds.
                 prompt = await self.context.build(conversation_id, tools, caller.user, meter,
-                                                  memory, remember)
+                                                  memory, remember, system=system)
                 if not await meter.may_call():
                     result.text = TOKENS_SPENT
                     return result
@@ -194,8 +204,8 @@ class Agent:
                 result.last_message_id = (await self.context.add(
                     conversation_id, "assistant", content,
                     token_count=out.completion_tokens if out is not None else 0,
-                    tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None
-                )).id
+                    tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None,
+                    prompt_version=choice.label)).id
                 if not calls and not errors:
                     result.text = content if content.strip() else "(no answer)"
                     return result
@@ -237,6 +247,11 @@ class Agent:
             log.exception("turn %s failed", run_id)
             result.text, result.failed = APOLOGY, True
             return result
+
+    async def _prompt_choice(self, caller: Caller) -> PromptChoice:
+        if self.prompts is None:
+            return decide(PromptSnapshot(), caller.user, self.settings.system_prompt)
+        return await choose(self.prompts, caller.user, self.settings.system_prompt)
 
     async def _memory(self, caller: Caller, text: str) -> tuple[dict | None, Remember | None]:
         """The turn's memory message (recalled for its message, within [agent] memory_tokens),

@@ -1,6 +1,6 @@
 """The `openclaw` command: its parser, init and run (the service); every other command is a
 group of its own in this package (reload, chat, serve, doctor, db, pairing, users, skills,
-reminders, jobs, service)."""
+reminders, jobs, service, mcp, prompts)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from openclaw.cli import (
     users,
 )
 from openclaw.cli import mcp as mcp_commands
+from openclaw.cli import prompts as prompt_commands
 from openclaw.cli.chat import run_daemon
 from openclaw.cli.common import with_later_problems
 from openclaw.config import (
@@ -46,7 +47,7 @@ from openclaw.reload import keep_early_reloads
 
 # The command groups, in the order `openclaw --help` lists them (after init and run).
 COMMAND_GROUPS = (reload, chat, serve, doctor, db, pairing, users, skills, reminders, jobs,
-                  audit, service, mcp_commands, traces)
+                  audit, service, mcp_commands, traces, prompt_commands)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # Commands that may create files in data_dir (the lock, the database, workspaces, the console).
 WRITES_DATA_DIR = frozenset({"run", "chat", "db", "pairing", "users", "skills", "reminders",
-                             "jobs", "mcp"})
+                             "jobs", "mcp", "prompts"})
 
 
 def _not_as_root(args: argparse.Namespace, argv: list[str]) -> str | None:

@@ -24,6 +24,7 @@ VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 # How old a snapshot a turn may use: the CLI writes from another process, whose change is seen
 # within this many seconds (a turn within it reads nothing from the store).
 SNAPSHOT_MAX_AGE_S = 5.0
+AUTHOR_CHARS = 128  # the column's width
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class PromptStore(StoreBase):
         latest stored version of its name before it in natural order (v2 before v10)."""
         for name, version, _ in entries:
             check_name(name), check_version(version)
+        if not 0 < len(author) <= AUTHOR_CHARS:
+            raise ValueError(f"a prompt's author is 1 to {AUTHOR_CHARS} characters: {author!r}")
 
         async def op(session: AsyncSession) -> list[tuple[PromptVersion, bool]]:
             names = {name for name, _, _ in entries}
@@ -207,7 +210,7 @@ class PromptStore(StoreBase):
             if named:
                 rows = await session.execute(
                     select(PromptVersionRow.name, PromptVersionRow.version, PromptVersionRow.text)
-                    .where(tuple_(PromptVersionRow.name, PromptVersionRow.version).in_(named)))
+                    .where(tuple_(PromptVersionRow.name, PromptVersionRow.version).in_(sorted(named))))
                 texts = {(n, v): t for n, v, t in rows}
         snapshot = PromptSnapshot(settings, pins, texts)
         self._prompt_snapshot, self._prompt_read_at = snapshot, read_at

@@ -46,8 +46,7 @@ async def record_turn(store: Store, agent: Agent, *, user: str, conversation_id:
             user=user, conversation_id=conversation_id, status=status, started_at=started_at,
             inbound_event_id=inbound_event_id, first_message_id=result.first_message_id,
             last_message_id=result.last_message_id,
-            # Set by the prompt library (issue 29); "" until a turn says which versions it used.
-            prompt_version=getattr(result, "prompt_version", "") or "",
+            prompt_version=result.prompt_version,
             model=model_name(agent), sampling=sampling_of(agent),
             duration_ms=round(duration_s * 1000), first_token_ms=result.first_token_ms,
             steps=result.steps, tool_calls=result.tool_calls, tool_errors=result.tool_errors,

@@ -24,7 +24,7 @@ print(sorted(m for m in ("torch", "numpy", "triton", "transformers", "discord", 
 
 
 @pytest.mark.parametrize("argv", [["users"], ["pairing", "list"], ["skills", "list"], ["audit"],
-                                  ["jobs"], ["mcp", "list"],
+                                  ["jobs"], ["mcp", "list"], ["prompts", "list"],
                                   ["traces", "export", "--since", "2026-12-01"]])
 def test_admin_commands_load_no_engine_and_no_connector(tmp_path, argv):
     config = tmp_path / "c.toml"

@@ -98,6 +98,13 @@ async def test_names_and_versions_a_label_cannot_hold_are_refused(store: Store, 
     assert await store.prompt_versions() == []
 
 
+@pytest.mark.parametrize("author", ["", "a" * 129])
+async def test_an_author_the_column_cannot_hold_is_refused(store: Store, author: str):
+    with pytest.raises(ValueError, match="author is 1 to 128 characters"):
+        await store.add_prompt_versions([("system", "v1", "text")], author=author)
+    assert await store.prompt_versions() == []
+
+
 def test_natural_version_order():
     assert sorted(["v10", "v9", "v1b", "v1", "beta"], key=version_key) == \
         ["beta", "v1", "v1b", "v9", "v10"]
@@ -134,6 +141,9 @@ async def test_activating_ends_the_split_and_keeps_the_pins(store: Store):
     assert before == PromptSetting("system", "v1", {"v1": 1, "v2": 3})
     assert (await store.prompt_settings())["system"] == PromptSetting("system", "v2")
     assert await store.prompt_pins() == {(ADA, "system"): "v2"}
+    snapshot = await store.prompt_snapshot(max_age_s=0)  # on either backend
+    assert snapshot.texts == {("system", "v2"): "two"}  # only the version in use
+    assert snapshot.pins == {(ADA, "system"): "v2"}
     assert await store.pin_prompt(ADA, "system", "v1") == "v2"
     assert await store.unpin_prompt(ADA, "system") is True
     assert await store.unpin_prompt(ADA, "system") is False
