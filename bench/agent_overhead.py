@@ -57,15 +57,16 @@ def scripted_reply(messages: list[dict]) -> str:
 
 
 class TokenizerCounted(ScriptedModel):
-    """The scripted model, counting prompts as the embedded engine does (its tokenizer and chat
-    template), so prompt building costs what it costs in the daemon."""
+    """The scripted model, counting prompts for the agent as the embedded engine does (its
+    tokenizer and chat template), so prompt building costs what it costs in the daemon. Its own
+    answers count words: the engine encoding the prompt it was given is the model's time."""
 
     def __init__(self, encode, **kwargs) -> None:
         super().__init__(scripted_reply, **kwargs)
         self.encode = encode
 
-    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        return self.encode(messages, tools)
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        return len(self.encode(messages, tools))
 
 
 async def prefill(daemon: Daemon, count: int) -> None:
