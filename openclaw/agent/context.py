@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from engine import SamplingParams
+from openclaw.agent.counting import PromptCounter
 from openclaw.agent.memory import with_memory
 from openclaw.agent.model import ChatModel
 from openclaw.store.records import Message, Summary
@@ -73,6 +74,16 @@ class PromptTooLong(Exception):
 
 
 @dataclass
+class _Counted:
+    """A cached history's tokens: those of its first `messages` messages, and whether a sum was
+    checked against the model's count of the whole prompt yet (once per conversation read)."""
+
+    messages: int
+    tokens: int
+    checked: bool = False
+
+
+@dataclass
 class Budget:
     prompt_tokens: int  # the model's context minus what is reserved for the reply
     keep_messages: int  # the newest messages are never compacted
@@ -93,16 +104,33 @@ class ContextBuilder:
         # budget's summary_tokens.
         self.summary_params = SamplingParams(temperature=0.0, max_tokens=budget.summary_tokens)
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
+        self._counted: dict[int, _Counted] = {}  # beside _cache, for the same conversations
+        self.counter = PromptCounter(self.count)
 
     async def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
         return await self.model.count_chat(messages, tools)
+
+    async def fits_alone(self, text: str, tools: list[dict] | None) -> bool:
+        """Whether the system prompt and the user's `text` alone fit the prompt budget: summed
+        from cached counts where that says so, else counted whole."""
+        system = {"role": "system", "content": self.system_prompt}
+        user = {"role": "user", "content": text}
+        budget = self.budget.prompt_tokens
+        if self.counter.summing and (await self.counter.head(system, tools)
+                                     + await self.counter.message(user)) <= budget:
+            return True
+        return await self.count([system, user], tools) <= budget
+
+    def _forget(self, conversation_id: int) -> None:
+        self._cache.pop(conversation_id, None)
+        self._counted.pop(conversation_id, None)
 
     async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Message:
         """Store a message, and keep the cached history in step with the store."""
         try:
             message = await self.store.add_message(conversation_id, role, content, **fields)
         except BaseException:  # cancelled mid-commit: the row may be stored; re-read next time
-            self._cache.pop(conversation_id, None)
+            self._forget(conversation_id)
             raise
         cached = self._cache.get(conversation_id)
         if cached is not None:
@@ -117,8 +145,9 @@ class ContextBuilder:
             after = summary.up_to_message_id if summary else None
             cached = (summary, await self.store.list_messages(conversation_id, after_id=after))
             self._cache[conversation_id] = cached
+            self._counted.pop(conversation_id, None)
             if len(self._cache) > self.MAX_CACHED:
-                self._cache.popitem(last=False)
+                self._counted.pop(self._cache.popitem(last=False)[0], None)
         self._cache.move_to_end(conversation_id)
         return cached
 
@@ -133,7 +162,7 @@ class ContextBuilder:
         while True:
             summary, history = await self.history(conversation_id)
             prompt = with_memory(self._prompt(summary.content if summary else None, history), memory)
-            if await self.count(prompt, tools) <= self.budget.prompt_tokens:
+            if await self._fits(conversation_id, prompt, history, memory, tools):
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
             if cut == 0 and memory is not None:  # the turn itself comes before the user's memory
@@ -147,7 +176,48 @@ class ContextBuilder:
                     f"context ({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut],
                                 cache_salt, meter, remember)
-            self._cache.pop(conversation_id, None)  # re-read from the new summary on
+            self._forget(conversation_id)  # re-read from the new summary on
+
+    async def _fits(self, conversation_id: int, prompt: list[dict], history: list[Message],
+                    memory: dict | None, tools: list[dict] | None) -> bool:
+        """Whether `prompt` fits the budget. Its count is summed from cached counts (the messages
+        stored since the last call counted, each alone) where that is known to work for this
+        model (agent.counting); the whole prompt is counted once per conversation read from the
+        store, to know its history's tokens and check a sum, and whenever a sum says no."""
+        budget, counter = self.budget.prompt_tokens, self.counter
+        counted = self._counted.get(conversation_id) if counter.summing else None
+        if counted is not None:
+            for message in history[counted.messages:]:
+                counted.tokens += await counter.message(message.as_chat())
+            counted.messages = len(history)
+            summed = await self._summed(prompt, history, memory, tools, counted.tokens)
+            if counted.checked and summed <= budget:
+                return True
+        exact = await self.count(prompt, tools)
+        if counted is not None:
+            counter.check(summed, exact)
+            # Anchored to the whole count: a sum a little over it (a template that joins
+            # messages) does not drift further with each message.
+            counted.tokens += exact - summed
+            counted.checked = True
+        elif counter.summing and conversation_id in self._cache:
+            # The history's share of this count, for the sums of the next calls.
+            tokens = exact - await self._summed(prompt, history, memory, tools, 0)
+            self._counted[conversation_id] = _Counted(len(history), tokens)
+        return exact <= budget
+
+    async def _summed(self, prompt: list[dict], history: list[Message], memory: dict | None,
+                      tools: list[dict] | None, history_tokens: int) -> int:
+        """The prompt's count as the sum of its system message's (with the tools), the history's
+        (given), the memory message's and those of the results that say a call was not run."""
+        total = await self.counter.head(prompt[0], tools) + history_tokens
+        if memory is not None:
+            total += await self.counter.message(memory)
+        if len(prompt) > 1 + len(history) + (memory is not None):
+            for chat in prompt[1:]:
+                if chat.get("content") == NOT_RUN and chat["role"] == "tool":
+                    total += await self.counter.message(chat)
+        return total
 
     async def _shorten_tool_results(self, prompt: list[dict],
                                     tools: list[dict] | None) -> list[dict] | None:
@@ -246,9 +316,11 @@ def _answered(history: list[Message]) -> list[dict]:
     return out
 
 
+NOT_RUN = "error: not run: the turn was stopped before this call ran"
+
+
 def _not_run(call_id: str) -> dict:
-    return {"role": "tool", "tool_call_id": call_id,
-            "content": "error: not run: the turn was stopped before this call ran"}
+    return {"role": "tool", "tool_call_id": call_id, "content": NOT_RUN}
 
 
 def _compaction_cut(history: list[Message], keep: int) -> int:

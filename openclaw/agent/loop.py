@@ -145,9 +145,7 @@ class Agent:
         the turn goes, so its caller still has the tokens spent when the turn is cancelled."""
         tools = self.executor.registry.tool_specs(self.executor.available(caller.principal)) or None
         result = result if result is not None else TurnResult(text="", steps=0)
-        alone = [{"role": "system", "content": self.settings.system_prompt},
-                 {"role": "user", "content": text}]
-        if await self.context.count(alone, tools) > self.context.budget.prompt_tokens:
+        if not await self.context.fits_alone(text, tools):
             # Never stored: a message that cannot fit would break every later turn of the chat.
             result.text, result.failed = (
                 f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "

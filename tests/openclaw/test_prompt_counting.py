@@ -1,0 +1,92 @@
+"""A prompt's tokens are summed from counts kept per message (agent.counting): a long conversation
+is not counted whole at every model call, and a model whose template does not count by sums is
+found out and counted whole again."""
+
+from __future__ import annotations
+
+from openclaw.agent.context import Budget, ContextBuilder
+from openclaw.store import Store
+from tests.helpers.scripted_model import ScriptedModel
+
+
+class CountingModel(ScriptedModel):
+    """Records how many messages each prompt it counts has; `joined` tokens more for each message
+    after the second (a template that does not count by sums: say, one that joins messages)."""
+
+    def __init__(self, joined: int = 0) -> None:
+        super().__init__(lambda m: "Summary.", max_model_len=100_000)
+        self.joined = joined
+        self.counted: list[int] = []
+
+    async def count_chat(self, messages, tools=None) -> int:
+        self.counted.append(len(messages))
+        return await super().count_chat(messages, tools) + self.joined * max(0, len(messages) - 2)
+
+
+async def _conversation(tmp_path, messages: int) -> tuple[Store, int]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}")
+    await store.ensure_user("terminal", "local")
+    conversation = await store.active_conversation("terminal:local", "local", "terminal")
+    for i in range(messages):
+        await store.add_message(conversation.id, "user" if i % 2 == 0 else "assistant", f"line {i}")
+    return store, conversation.id
+
+
+async def test_a_long_conversation_is_not_counted_whole_at_every_model_call(tmp_path):
+    store, conversation = await _conversation(tmp_path, 300)
+    model = CountingModel()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        first = await context.build(conversation, None)
+        assert max(model.counted) == len(first)  # read from the store: counted whole once
+        for turn in range(3):
+            model.counted.clear()
+            await context.add(conversation, "user", f"question {turn}")
+            prompt = await context.build(conversation, None)
+            await context.add(conversation, "assistant", f"answer {turn}")
+            # The second build checks a sum against the whole count; after it, only the new
+            # messages are counted, each alone.
+            if turn > 0:
+                assert model.counted and max(model.counted) <= 2, model.counted
+            assert await model.count_chat(prompt) <= 90_000
+    finally:
+        await store.close()
+
+
+async def test_a_model_that_does_not_count_by_sums_is_counted_whole_again(tmp_path):
+    store, conversation = await _conversation(tmp_path, 20)
+    model = CountingModel(joined=5)
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        await context.build(conversation, None)
+        for turn in range(3):
+            await context.add(conversation, "user", f"question {turn}")
+            model.counted.clear()
+            prompt = await context.build(conversation, None)
+            assert max(model.counted) == len(prompt)  # whole, every time
+        assert not context.counter.summing
+    finally:
+        await store.close()
+
+
+async def test_a_sum_over_the_budget_is_decided_by_the_whole_count(tmp_path):
+    """Sums only ever say "fits": a prompt a sum puts over the budget (here the template counts
+    5 tokens less for each message than the message alone) is counted whole, and compacted only
+    if that count is over too."""
+    store, conversation = await _conversation(tmp_path, 10)
+    model = CountingModel(joined=-5)
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=2))
+    try:
+        await context.build(conversation, None)
+        await context.add(conversation, "user", "question")
+        prompt = await context.build(conversation, None)  # the sum checked: it was more
+        await context.add(conversation, "assistant", "answer")
+        # Exactly at the budget, by the model's count of the next prompt: fits.
+        context.budget.prompt_tokens = await model.count_chat(
+            [*prompt, {"role": "assistant", "content": "answer"}])
+        model.counted.clear()
+        prompt = await context.build(conversation, None)
+        assert max(model.counted) == len(prompt) == 13  # counted whole: nothing compacted
+        assert model.generated == 0 and context.counter.summing
+    finally:
+        await store.close()
