@@ -105,6 +105,7 @@ class ContextBuilder:
         self.summary_params = SamplingParams(temperature=0.0, max_tokens=budget.summary_tokens)
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
         self._counted: dict[int, _Counted] = {}  # beside _cache, for the same conversations
+        self._answered: dict[int, _Answered] = {}  # likewise
         self.counter = PromptCounter(self.count)
 
     async def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
@@ -124,6 +125,7 @@ class ContextBuilder:
     def _forget(self, conversation_id: int) -> None:
         self._cache.pop(conversation_id, None)
         self._counted.pop(conversation_id, None)
+        self._answered.pop(conversation_id, None)
 
     async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Message:
         """Store a message, and keep the cached history in step with the store."""
@@ -147,7 +149,7 @@ class ContextBuilder:
             self._cache[conversation_id] = cached
             self._counted.pop(conversation_id, None)
             if len(self._cache) > self.MAX_CACHED:
-                self._counted.pop(self._cache.popitem(last=False)[0], None)
+                self._forget(next(iter(self._cache)))
         self._cache.move_to_end(conversation_id)
         return cached
 
@@ -161,7 +163,8 @@ class ContextBuilder:
         summary stored (its text, "summary:ID"), to keep it in the user's memory."""
         while True:
             summary, history = await self.history(conversation_id)
-            prompt = with_memory(self._prompt(summary.content if summary else None, history), memory)
+            prompt = with_memory(self._prompt(conversation_id, summary.content if summary else None,
+                                              history), memory)
             if await self._fits(conversation_id, prompt, history, memory, tools):
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
@@ -237,9 +240,13 @@ class ContextBuilder:
                     return prompt
         return None
 
-    def _prompt(self, summary: str | None, history: list[Message]) -> list[dict]:
+    def _prompt(self, conversation_id: int, summary: str | None,
+                history: list[Message]) -> list[dict]:
         system = self.system_prompt + (SUMMARY_HEADER + summary if summary else "")
-        return [{"role": "system", "content": system}, *_answered(history)]
+        answered = self._answered.get(conversation_id)
+        if answered is None or answered.history is not history:
+            answered = self._answered[conversation_id] = _Answered(history)
+        return [{"role": "system", "content": system}, *answered.chats_now()]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Message],
                        cache_salt: str | None, meter: Meter | None,
@@ -297,23 +304,31 @@ def _args(call: dict) -> str:
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
-def _answered(history: list[Message]) -> list[dict]:
-    """The history as chat messages, every tool call followed by a result. A turn stopped between
+class _Answered:
+    """A history as chat messages, every tool call followed by a result. A turn stopped between
     a call and its result (/stop, access withdrawn, a crash before the result was stored) left
-    none; a model shown a call without one may take it as done, or make a result up."""
-    out: list[dict] = []
-    unanswered: list[str] = []  # ids of the latest assistant message's calls with no result yet
-    for message in history:
-        if message.role != "tool":
-            out.extend(_not_run(call_id) for call_id in unanswered)
-            unanswered = []
-        out.append(message.as_chat())
-        if message.role == "assistant" and message.tool_calls:
-            unanswered = [call["id"] for call in message.tool_calls if call.get("id")]
-        elif message.role == "tool" and message.tool_call_id in unanswered:
-            unanswered.remove(message.tool_call_id)
-    out.extend(_not_run(call_id) for call_id in unanswered)
-    return out
+    none; a model shown a call without one may take it as done, or make a result up.
+    Kept per cached history, in step with it: a model call turns only the messages added since
+    the last into chat messages, not the whole conversation again."""
+
+    def __init__(self, history: list[Message]) -> None:
+        self.history = history  # the cached list this follows (a new one is read afresh)
+        self.read = 0
+        self.chats: list[dict] = []
+        self.unanswered: list[str] = []  # ids of the latest assistant message's calls with no result yet
+
+    def chats_now(self) -> list[dict]:
+        for message in self.history[self.read:]:
+            if message.role != "tool":
+                self.chats.extend(_not_run(call_id) for call_id in self.unanswered)
+                self.unanswered = []
+            self.chats.append(message.as_chat())
+            if message.role == "assistant" and message.tool_calls:
+                self.unanswered = [call["id"] for call in message.tool_calls if call.get("id")]
+            elif message.role == "tool" and message.tool_call_id in self.unanswered:
+                self.unanswered.remove(message.tool_call_id)
+        self.read = len(self.history)
+        return [*self.chats, *(_not_run(call_id) for call_id in self.unanswered)]
 
 
 NOT_RUN = "error: not run: the turn was stopped before this call ran"

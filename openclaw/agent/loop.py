@@ -27,7 +27,7 @@ from openclaw.agent.memory import MemorySource, entry_line, fitted
 from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
 from openclaw.agent.repetition import LoopGuard
 from openclaw.agent.sampling import reply_params, summary_params
-from openclaw.agent.untrusted import Untrusted, explained, in_history, requiring_approval
+from openclaw.agent.untrusted import EarlierSources, Untrusted, explained, requiring_approval
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
 from openclaw.store.memory_records import chat_scope
@@ -114,6 +114,7 @@ class Agent:
         self.model, self.store, self.executor, self.settings = model, store, executor, settings
         self.metrics = metrics or Metrics()
         self.memory = memory
+        self._earlier = EarlierSources()
         self.context = ContextBuilder(model, store, settings.system_prompt, self._budget(settings))
         self.context.summary_params = summary_params(settings, self.context.budget.summary_tokens)
 
@@ -158,8 +159,9 @@ class Agent:
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
         # What earlier turns left in the prompt counts as this turn's own reading.
-        untrusted = Untrusted(earlier=in_history((await self.context.history(conversation_id))[1],
-                                                 self.executor.registry))
+        untrusted = Untrusted(earlier=self._earlier.of(
+            conversation_id, (await self.context.history(conversation_id))[1],
+            self.executor.registry))
         memory, remember = await self._memory(caller, text)
         meter = _TurnMeter(result, caller.has_tokens)
         try:

@@ -90,3 +90,28 @@ async def test_a_sum_over_the_budget_is_decided_by_the_whole_count(tmp_path):
         assert model.generated == 0 and context.counter.summing
     finally:
         await store.close()
+
+
+async def test_a_model_call_turns_only_the_new_messages_into_chat_messages(tmp_path):
+    """The prompt's history is kept as chat messages between model calls (the old ones are the
+    same objects), and equals the prompt built from the store afresh: calls left without a
+    result read "not run", wherever they are."""
+    store, conversation = await _conversation(tmp_path, 40)
+    model = CountingModel()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        first = await context.build(conversation, None)
+        call = {"id": "c1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
+        await context.add(conversation, "user", "what time is it?")
+        await context.add(conversation, "assistant", "", tool_calls=[call])
+        second = await context.build(conversation, None)  # the call has no result yet
+        assert all(a is b for a, b in zip(first, second[:len(first)], strict=False)
+                   if a["role"] != "system")
+        assert second[-1]["content"].startswith("error: not run")
+        await context.add(conversation, "user", "never mind")  # the call stays without one
+        third = await context.build(conversation, None)
+        afresh = ContextBuilder(model, store, "You help.", context.budget)
+        assert third == await afresh.build(conversation, None)
+        assert [m["role"] for m in third[-4:]] == ["user", "assistant", "tool", "user"]
+    finally:
+        await store.close()
