@@ -152,9 +152,17 @@ class Agent:
                 f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
                 "tokens at most, with my instructions). Please shorten it or split it."), True
             return result
-        if not stored:
-            tokens = await self.context.count([{"role": "user", "content": text}])
-            await self.context.add(conversation_id, "user", text, token_count=tokens)
+        # The memory is recalled while the message is stored: two store calls at once, not one
+        # after the other (the recall reads only the memory, never the conversation).
+        recalling = asyncio.ensure_future(self._memory(caller, text))
+        try:
+            if not stored:
+                tokens = await self.context.count([{"role": "user", "content": text}])
+                await self.context.add(conversation_id, "user", text, token_count=tokens)
+        except BaseException:
+            recalling.cancel()
+            await asyncio.gather(recalling, return_exceptions=True)
+            raise
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
@@ -162,7 +170,7 @@ class Agent:
         untrusted = Untrusted(earlier=self._earlier.of(
             conversation_id, (await self.context.history(conversation_id))[1],
             self.executor.registry))
-        memory, remember = await self._memory(caller, text)
+        memory, remember = await recalling
         meter = _TurnMeter(result, caller.has_tokens)
         try:
             for step in range(max_steps):
