@@ -13,7 +13,8 @@ Half the turns make one tool call (clock), as an agent's would. The peer, measur
 run, is the embedded engine's time to first token for a short chat prompt.
 
     .venv/bin/python bench/agent_overhead.py [--turns 200] [--quick] [--profile]
-        [--history 10,500] [--count engine|words] [--store-url postgresql+asyncpg://...]
+        [--history 10,500] [--count engine|words]
+        [--store-url postgresql+asyncpg://USER@HOST:PORT/openclaw_{history}]
 Targets (issue 30): p50 until the reply is handed to the connector < 1 ms and at most 0.02 of the
 engine's TTFT; p99 < 5 ms; no growth with the history. `--profile` prints where a turn's time goes
 (bench/overhead_profile.py): each site's calls and time per turn, loop iterations, driver trips.
@@ -83,7 +84,7 @@ async def measure_overhead(turns: int, history: int, encode, store_url: str | No
                            profile: Profile | None) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
-        store = f'[store]\nurl = "{store_url}"\n' if store_url else ""
+        store = f'[store]\nurl = "{store_url.format(history=history)}"\n' if store_url else ""
         # A context that holds the 500 messages and the turns after them: no compaction midway
         # (a summary every few turns would measure the model's summary, not the bookkeeping).
         cfg.write_text(f'data_dir = "{tmp}"\n[admin]\nenabled = false\n{store}'
@@ -149,7 +150,8 @@ def main() -> None:
     parser.add_argument("--count", choices=("engine", "words"), default="engine",
                         help="count prompts with the engine's tokenizer, or the scripted words")
     parser.add_argument("--store-url", default=None, help="a PostgreSQL store, say (default: a "
-                        "SQLite file in a temporary folder)")
+                        "SQLite file in a temporary folder); {history} in it is replaced by the "
+                        "history size, an empty database for each")
     parser.add_argument("--profile", action="store_true", help="where a turn's time goes")
     args = parser.parse_args()
     turns = 50 if args.quick else args.turns
