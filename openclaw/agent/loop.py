@@ -146,22 +146,22 @@ class Agent:
         the turn goes, so its caller still has the tokens spent when the turn is cancelled."""
         tools = self.executor.registry.tool_specs(self.executor.available(caller.principal)) or None
         result = result if result is not None else TurnResult(text="", steps=0)
-        if not await self.context.fits_alone(text, tools):
-            # Never stored: a message that cannot fit would break every later turn of the chat.
-            result.text, result.failed = (
-                f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
-                "tokens at most, with my instructions). Please shorten it or split it."), True
-            return result
-        # The memory is recalled while the message is stored: two store calls at once, not one
-        # after the other (the recall reads only the memory, never the conversation).
+        # The memory is recalled from the start, while the message is checked and stored: store
+        # calls at once, not one after the other (the recall reads only the memory table).
         recalling = asyncio.ensure_future(self._memory(caller, text))
         try:
+            if not await self.context.fits_alone(text, tools):
+                # Never stored: a message that cannot fit would break every later turn of the chat.
+                result.text, result.failed = (
+                    f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
+                    "tokens at most, with my instructions). Please shorten it or split it."), True
+                await _cancelled(recalling)
+                return result
             if not stored:
                 tokens = await self.context.count([{"role": "user", "content": text}])
                 await self.context.add(conversation_id, "user", text, token_count=tokens)
         except BaseException:
-            recalling.cancel()
-            await asyncio.gather(recalling, return_exceptions=True)
+            await _cancelled(recalling)
             raise
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
@@ -322,6 +322,12 @@ class _TurnMeter:
     def spent(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.result.prompt_tokens += prompt_tokens
         self.result.completion_tokens += completion_tokens
+
+
+async def _cancelled(task: asyncio.Future) -> None:
+    """Cancel `task` and wait until it ended (its error, if any, is not the caller's)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _refused(result: TurnResult) -> TurnResult:
