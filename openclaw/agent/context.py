@@ -66,6 +66,7 @@ SUMMARY_INSTRUCTIONS = (
 )
 SUMMARY_HEADER = "\n\nSummary of the earlier conversation:\n"
 SUMMARY_MESSAGE_CHARS = 2000  # of each message, in the transcript the model summarises
+SUM_MARGIN = 64  # tokens: a message alone is counted whole when its sum comes this near the budget
 SHORTENED_RESULT_CHARS = 300  # of a tool result left out of a turn that outgrew the context
 
 
@@ -117,8 +118,12 @@ class ContextBuilder:
         system = {"role": "system", "content": self.system_prompt}
         user = {"role": "user", "content": text}
         budget = self.budget.prompt_tokens
-        if self.counter.summing and (await self.counter.head(system, tools)
-                                     + await self.counter.message(user)) <= budget:
+        # Summed only once a sum held against a whole count (this check has none of its own),
+        # and only well within the budget: scaffolding a template adds to a prompt as a whole
+        # (a date line, say) is in no message's count.
+        if self.counter.summing and self.counter.checked and (
+                await self.counter.head(system, tools) + await self.counter.message(user)
+                + SUM_MARGIN) <= budget:
             return True
         return await self.count([system, user], tools) <= budget
 

@@ -37,6 +37,7 @@ class PromptCounter:
         self._messages: OrderedDict[tuple, int] = OrderedDict()
         self._heads: OrderedDict[tuple[str, str], int] = OrderedDict()
         self.summing = True  # False once a sum was found below the model's count
+        self.checked = False  # a sum was checked against the model's count, and held
 
     async def exact(self, messages: list[dict], tools: list[dict] | None = None) -> int:
         return await self._count(messages, tools)
@@ -67,7 +68,9 @@ class PromptCounter:
 
     def check(self, summed: int, exact: int) -> None:
         """A sum against the model's count of the same prompt: sums stop if it was less."""
-        if self.summing and summed < exact:
+        if self.summing and summed >= exact:
+            self.checked = True
+        elif self.summing:
             self.summing = False
             log.warning("this model's chat template does not count a prompt as the sum of its "
                         "messages (%d summed, %d counted): prompts are counted whole from now on",

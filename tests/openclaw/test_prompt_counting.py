@@ -115,3 +115,30 @@ async def test_a_model_call_turns_only_the_new_messages_into_chat_messages(tmp_p
         assert [m["role"] for m in third[-4:]] == ["user", "assistant", "tool", "user"]
     finally:
         await store.close()
+
+
+class SystemJoinsUser(ScriptedModel):
+    """50 tokens more for a prompt holding the system prompt and a user message together than
+    for either apart: a message's count alone does not show them."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda m: "An answer.", max_model_len=100_000)
+
+    async def count_chat(self, messages, tools=None) -> int:
+        joined = (any(m["role"] == "system" and m["content"] != "." for m in messages)
+                  and any(m["role"] == "user" for m in messages))
+        return await super().count_chat(messages, tools) + (50 if joined else 0)
+
+
+async def test_a_message_is_checked_whole_against_the_budget_until_a_sum_held(tmp_path):
+    store, _ = await _conversation(tmp_path, 0)
+    model = SystemJoinsUser()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        text = "word " * 100
+        whole = await model.count_chat([{"role": "system", "content": "You help."},
+                                        {"role": "user", "content": text}])
+        context.budget.prompt_tokens = whole - 10  # the sum (40 under it) would say it fits
+        assert not await context.fits_alone(text, None)
+    finally:
+        await store.close()
