@@ -1,25 +1,31 @@
 """Time the daemon spends per turn outside the model: gateway, store, prompt building, parsing.
 
 The headline figure is the time until the reply is handed to the connector (what the user waits);
-the bookkeeping after it (delivery status, usage, marking the message processed) is shown apart.
+the whole turn adds the bookkeeping after it (delivery status, usage). Both are measured in a
+conversation that holds 10 stored messages, then in one that holds 500, to show whether a turn's
+cost grows with the history.
 
 A scripted model answers instantly (one streamed chunk), so a turn's wall time is all overhead:
-access check, inbound insert (dedupe), the serial lane, prompt assembly from SQLite with token
-counting, tool-call parsing, three message/usage/outbound writes, delivery. Half the turns make one
-tool call (clock), as an agent's would. The peer, measured in the same run, is the embedded
-engine's time to first token for a short chat prompt: the overhead should be a small fraction of it.
+access check, inbound insert (dedupe), the serial lane, memory recall, prompt assembly with token
+counting (by the embedded engine's own tokenizer, as the daemon counts; `--count words` for the
+scripted model's word count), tool-call parsing, the message, reply and usage writes, delivery.
+Half the turns make one tool call (clock), as an agent's would. The peer, measured in the same
+run, is the embedded engine's time to first token for a short chat prompt.
 
-    .venv/bin/python bench/agent_overhead.py [--turns 400] [--quick] [--store-calls]
-Target: p50 under 5 ms. `--store-calls` also prints each Store method's share of a turn (wall time
-while it was awaited: where the store, usually most of the overhead, spends it).
+    .venv/bin/python bench/agent_overhead.py [--turns 200] [--quick] [--profile]
+        [--history 10,500] [--count engine|words]
+        [--store-url postgresql+asyncpg://USER@HOST:PORT/openclaw_{history}]
+Targets (issue 30): p50 until the reply is handed to the connector < 1 ms and at most 0.02 of the
+engine's TTFT; p99 < 5 ms; no growth with the history. `--profile` prints where a turn's time goes
+(bench/overhead_profile.py): each site's calls and time per turn, loop iterations, driver trips.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import itertools
+import os
 import platform
 import statistics
 import sys
@@ -29,11 +35,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.overhead_profile import Profile  # noqa: E402
 from openclaw.config import load_config  # noqa: E402
 from openclaw.daemon import Daemon  # noqa: E402
 from openclaw.gateway.contract import InboundMessage  # noqa: E402
 from tests.helpers.daemon import RecordingConnector  # noqa: E402
 from tests.helpers.scripted_model import ScriptedModel  # noqa: E402
+
+QUESTION = "please answer question number {}"
+ANSWER = "Here is a short answer to your question, with a few words in it."
+WARM_UP = 10  # turns not measured: lazy imports, caches filled
 
 
 def scripted_reply(messages: list[dict]) -> str:
@@ -43,18 +54,48 @@ def scripted_reply(messages: list[dict]) -> str:
     wants_tool = last["role"] == "user" and int(last["content"].split()[-1]) % 2 == 0
     if wants_tool:
         return '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
-    return "Here is a short answer to your question, with a few words in it."
+    return ANSWER
 
 
-async def measure_overhead(turns: int) -> list[float]:
+class TokenizerCounted(ScriptedModel):
+    """The scripted model, counting prompts for the agent as the embedded engine does (its
+    tokenizer and chat template), so prompt building costs what it costs in the daemon. Its own
+    answers count words: the engine encoding the prompt it was given is the model's time."""
+
+    def __init__(self, encode, **kwargs) -> None:
+        super().__init__(scripted_reply, **kwargs)
+        self.encode = encode
+
+    async def count_chat(self, messages: list[dict], tools: list[dict] | None = None) -> int:
+        return len(self.encode(messages, tools))
+
+
+async def prefill(daemon: Daemon, count: int) -> None:
+    """`count` stored messages (questions and answers) in the console's conversation."""
+    store = daemon.store
+    await store.ensure_user("terminal", "local")  # as the gateway's admission would
+    conversation = await store.active_conversation("terminal:local", "local", "terminal")
+    for i in range(count):
+        role, text = ("user", QUESTION.format(-1 - i)) if i % 2 == 0 else ("assistant", ANSWER)
+        await store.add_message(conversation.id, role, text, token_count=12)
+
+
+async def measure_overhead(turns: int, history: int, encode, store_url: str | None,
+                           profile: Profile | None) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
-        cfg.write_text(f'data_dir = "{tmp}"\n[admin]\nenabled = false\n'
+        store = f'[store]\nurl = "{store_url.format(history=history)}"\n' if store_url else ""
+        # A context that holds the 500 messages and the turns after them: no compaction midway
+        # (a summary every few turns would measure the model's summary, not the bookkeeping).
+        cfg.write_text(f'data_dir = "{tmp}"\n[admin]\nenabled = false\n{store}'
                        "[agent]\ncompaction_keep_messages = 8\n")
-        model = ScriptedModel(scripted_reply, max_model_len=8192, chunk=1 << 20)
+        model_args = {"max_model_len": 65536, "chunk": 1 << 20}
+        model = (TokenizerCounted(encode, **model_args) if encode is not None
+                 else ScriptedModel(scripted_reply, **model_args))
         conn = RecordingConnector()
         daemon = Daemon(load_config(cfg), model=model, connectors=[conn])
         await daemon.start()
+        await prefill(daemon, history)
         ids = itertools.count()
         sent_at: list[float] = []
         send = conn.send_text
@@ -65,27 +106,28 @@ async def measure_overhead(turns: int) -> list[float]:
 
         conn.send_text = timed_send
         to_reply, whole = [], []
-        for i in range(turns):
-            msg = InboundMessage("terminal", "local", "local", f"m{next(ids)}",
-                                 f"please answer question number {i}")
+        for i in range(turns + WARM_UP):
+            if i == WARM_UP and profile is not None:
+                profile.reset()
+            msg = InboundMessage("terminal", "local", "local", f"m{next(ids)}", QUESTION.format(i))
             start = time.perf_counter()
             await conn.handler(msg)
             await daemon.gateway.wait_idle()
             whole.append(time.perf_counter() - start)
             to_reply.append(sent_at[-1] - start)
+        if profile is not None:
+            profile.turns = turns
         await daemon.stop()
-        return to_reply, whole
+        return to_reply[WARM_UP:], whole[WARM_UP:]
 
 
-def measure_engine_ttft(repeats: int) -> float:
-    from engine import LLM, SamplingParams
+def measure_engine_ttft(llm, repeats: int) -> float:
+    from engine import SamplingParams
 
-    llm = LLM(kv_cache_gib=0.25)
     messages = [{"role": "system", "content": "You are OpenClaw, a helpful personal assistant."},
                 {"role": "user", "content": "What is the capital of France?"}]
     params = SamplingParams(temperature=0.0, max_tokens=1)
     llm.chat(messages, params)  # warm-up
-    llm.engine.block_manager.reset_prefix_cache()
     samples = []
     for _ in range(repeats):
         llm.engine.block_manager.reset_prefix_cache()  # a fresh prompt each time, as a new user's
@@ -95,29 +137,6 @@ def measure_engine_ttft(repeats: int) -> float:
     return statistics.median(samples)
 
 
-def time_store_calls() -> dict[str, list[float]]:
-    """Wrap each public coroutine method of Store with a timer; returns {name: [seconds, calls]}."""
-    from openclaw.store import Store
-
-    spent: dict[str, list[float]] = {}
-
-    def timed(name: str, method):
-        async def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return await method(*args, **kwargs)
-            finally:
-                entry = spent.setdefault(name, [0.0, 0])
-                entry[0] += time.perf_counter() - start
-                entry[1] += 1
-        return wrapper
-
-    for name, method in list(vars(Store).items()):
-        if not name.startswith("_") and inspect.iscoroutinefunction(method):
-            setattr(Store, name, timed(name, method))
-    return spent
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -125,33 +144,65 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--turns", type=int, default=200, help="measured turns per history size")
     parser.add_argument("--quick", action="store_true", help="50 turns, for a smoke run")
-    parser.add_argument("--store-calls", action="store_true", help="time each Store method too")
+    parser.add_argument("--history", default="10,500", help="stored messages before the turns")
+    parser.add_argument("--count", choices=("engine", "words"), default="engine",
+                        help="count prompts with the engine's tokenizer, or the scripted words")
+    parser.add_argument("--store-url", default=None, help="a PostgreSQL store, say (default: a "
+                        "SQLite file in a temporary folder); {history} in it is replaced by the "
+                        "history size, an empty database for each")
+    parser.add_argument("--profile", action="store_true", help="where a turn's time goes")
     args = parser.parse_args()
     turns = 50 if args.quick else args.turns
-    store_calls = time_store_calls() if args.store_calls else None
-    to_reply, whole = asyncio.run(measure_overhead(turns))
-    to_reply, whole = to_reply[10:], whole[10:]  # the first turns include lazy imports, warm-up
-    p50, p99 = percentile(to_reply, 0.5) * 1e3, percentile(to_reply, 0.99) * 1e3
-    ttft = measure_engine_ttft(5) * 1e3
-    print(f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}")
-    print(f"turns: {len(to_reply)} measured (half with one tool call)\n")
-    print("| what | ms |")
-    print("|---|---|")
-    print(f"| agent overhead until the reply is sent, p50 | {p50:.2f} |")
-    print(f"| agent overhead until the reply is sent, p99 | {p99:.2f} |")
-    print(f"| whole turn incl. bookkeeping after the send, p50 | {percentile(whole, 0.5) * 1e3:.2f} |")
-    print(f"| whole turn incl. bookkeeping after the send, p99 | {percentile(whole, 0.99) * 1e3:.2f} |")
-    print(f"| peer: engine time to first token (embedded model, CPU) | {ttft:.1f} |")
-    print(f"\noverhead p50 / engine TTFT = {p50 / ttft:.3f}")
-    print(f"target p50 < 5 ms: {'PASS' if p50 < 5 else 'FAIL'}")
-    if store_calls:
-        print(f"\nStore calls over the {turns} turns (start-up included), by wall time while awaited:\n")
-        print("| Store method | calls | ms per turn | us per call |")
-        print("|---|---:|---:|---:|")
-        for name, (seconds, calls) in sorted(store_calls.items(), key=lambda kv: -kv[1][0]):
-            print(f"| {name} | {calls} | {seconds / turns * 1e3:.3f} | {seconds / calls * 1e6:.0f} |")
+    sizes = [int(n) for n in args.history.split(",")]
+
+    from engine import LLM
+
+    llm = LLM(kv_cache_gib=0.25)
+    ttft = measure_engine_ttft(llm, 5) * 1e3
+    encode = llm.engine.encode_chat if args.count == "engine" else None
+    profile = Profile() if args.profile else None
+    rows, tables = [], []
+    for size in sizes:
+        if profile is not None:
+            profile.install(TokenizerCounted if encode is not None else ScriptedModel)
+        to_reply, whole = asyncio.run(_with_loop_count(
+            measure_overhead(turns, size, encode, args.store_url, profile), profile))
+        rows.append((size, to_reply, whole))
+        if profile is not None:
+            tables.append((size, profile.table()))
+            profile = Profile()  # a fresh one per size, patched over the last (each counts its own)
+    load = os.getloadavg()
+    store = "PostgreSQL" if args.store_url else "SQLite (WAL, a file)"
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"python {platform.python_version()}; load average {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f}; store: {store}; counting: {args.count}")
+    print(f"turns: {turns} measured per history size (half with one tool call), after "
+          f"{WARM_UP} warm-up turns\n")
+    print("| stored messages | to reply p50 | to reply p99 | whole turn p50 | whole turn p99 | "
+          "p50 / engine TTFT |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for size, to_reply, whole in rows:
+        p50 = percentile(to_reply, 0.5) * 1e3
+        print(f"| {size} | {p50:.2f} | {percentile(to_reply, 0.99) * 1e3:.2f} | "
+              f"{percentile(whole, 0.5) * 1e3:.2f} | {percentile(whole, 0.99) * 1e3:.2f} | "
+              f"{p50 / ttft:.3f} |")
+    print(f"\npeer: engine time to first token (embedded model, CPU), median of 5: {ttft:.1f} ms")
+    p50s = [percentile(r, 0.5) * 1e3 for _, r, _ in rows]
+    p99s = [percentile(r, 0.99) * 1e3 for _, r, _ in rows]
+    print(f"targets: p50 < 1 ms: {'PASS' if max(p50s) < 1 else 'FAIL'}; p50 <= 0.02 TTFT: "
+          f"{'PASS' if max(p50s) <= 0.02 * ttft else 'FAIL'}; p99 < 5 ms: "
+          f"{'PASS' if max(p99s) < 5 else 'FAIL'}")
+    for size, table in tables:
+        print(f"\nWhere a turn's time goes, {size} stored messages (inclusive times):\n")
+        print(table)
+
+
+async def _with_loop_count(run, profile: Profile | None):
+    if profile is not None:
+        profile.count_loop(asyncio.get_running_loop())
+    return await run
 
 
 if __name__ == "__main__":

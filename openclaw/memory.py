@@ -37,6 +37,13 @@ class Memory:
         # Whether each user's memory is on, as the store says: read at every turn, changed only
         # by /memory off|on here (the daemon is the store's only writer while it runs).
         self._on: dict[str, bool] = {}
+        # Users known to have no entry at all, whose turns then recall nothing without asking the
+        # store (most users, most turns); `keep`, the one way in for an entry, takes them off
+        # before it stores one. Counted once per user: one found to have entries is not counted
+        # again. `_kept` numbers each user's keeps, so a count that raced one is not believed.
+        self._none: set[str] = set()
+        self._counted: set[str] = set()
+        self._kept: dict[str, int] = {}
 
     async def enabled(self, user: str) -> bool:
         if not self.config.enabled:
@@ -54,10 +61,16 @@ class Memory:
     # -- for the agent (agent.memory.MemorySource) ------------------------------------------------
 
     async def recall(self, user: str, scope: str, query: str) -> list[MemoryEntry]:
-        if not await self.enabled(user):
+        if not await self.enabled(user) or user in self._none:
             return []
-        return await self.store.recall(user, visible_scopes(scope), query,
-                                       limit=self.config.recall_entries)
+        found = await self.store.recall(user, visible_scopes(scope), query,
+                                        limit=self.config.recall_entries)
+        if not found and user not in self._counted:
+            self._counted.add(user)
+            kept = self._kept.get(user, 0)
+            if not await self.store.count_memories(user) and self._kept.get(user, 0) == kept:
+                self._none.add(user)
+        return found
 
     async def remember_summary(self, user: str, scope: str, text: str, source: str) -> None:
         """A compaction's summary, cut to `max_chars` (the conversation keeps it whole)."""
@@ -105,6 +118,8 @@ class Memory:
         """Store an entry within the bounds; None when memory is off for the user."""
         if not await self.enabled(user):
             return None
+        self._kept[user] = self._kept.get(user, 0) + 1  # before it is stored: see recall
+        self._none.discard(user)
         kept = await self.store.add_memory(user, scope, text, kind=kind, source=source,
                                            pinned=pinned, max_entries=self.config.max_entries,
                                            max_chars=self.config.max_chars)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from engine import SamplingParams
+from openclaw.agent.counting import PromptCounter
 from openclaw.agent.memory import with_memory
 from openclaw.agent.model import ChatModel
 from openclaw.store.records import Message, Summary
@@ -66,11 +67,22 @@ SUMMARY_INSTRUCTIONS = (
 )
 SUMMARY_HEADER = "\n\nSummary of the earlier conversation:\n"
 SUMMARY_MESSAGE_CHARS = 2000  # of each message, in the transcript the model summarises
+SUM_MARGIN = 64  # tokens: a message alone is counted whole when its sum comes this near the budget
 SHORTENED_RESULT_CHARS = 300  # of a tool result left out of a turn that outgrew the context
 
 
 class PromptTooLong(Exception):
     """Even the newest message alone does not fit the context budget."""
+
+
+@dataclass
+class _Counted:
+    """A cached history's tokens: those of its first `messages` messages, and whether a sum was
+    checked against the model's count of the whole prompt yet (once per conversation read)."""
+
+    messages: int
+    tokens: int
+    checked: bool = False
 
 
 @dataclass
@@ -94,16 +106,45 @@ class ContextBuilder:
         # budget's summary_tokens.
         self.summary_params = SamplingParams(temperature=0.0, max_tokens=budget.summary_tokens)
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
+        self._counted: dict[int, _Counted] = {}  # beside _cache, for the same conversations
+        self._answered: dict[int, _Answered] = {}  # likewise
+        self.counter = PromptCounter(self.count)
 
-    async def count(self, messages: list[dict], tools: list[dict] | None = None) -> int:
-        return await self.model.count_chat(messages, tools)
+    async def count(self, messages: list[dict], tools: list[dict] | None = None,
+                    instructions: str | None = None) -> int:
+        """`messages` with `tools` counted as the model counts them; `instructions`: the tool
+        section's template (openclaw.prompts "tools"), None for the model's built-in one."""
+        if instructions is None:  # a model without the prompt library's templates takes none
+            return await self.model.count_chat(messages, tools)
+        return await self.model.count_chat(messages, tools, tool_instructions=instructions)
+
+    async def fits_alone(self, text: str, tools: list[dict] | None, system: str | None = None,
+                         instructions: str | None = None) -> bool:
+        """Whether the system prompt (`system`, else `system_prompt`) and the user's `text` alone
+        fit the prompt budget: summed from cached counts where that says so, else counted whole."""
+        system = {"role": "system", "content": self.system_prompt if system is None else system}
+        user = {"role": "user", "content": text}
+        budget = self.budget.prompt_tokens
+        # Summed only once a sum held against a whole count (this check has none of its own),
+        # and only well within the budget: scaffolding a template adds to a prompt as a whole
+        # (a date line, say) is in no message's count.
+        if self.counter.summing and self.counter.checked and (
+                await self.counter.head(system, tools, instructions)
+                + await self.counter.message(user) + SUM_MARGIN) <= budget:
+            return True
+        return await self.count([system, user], tools, instructions) <= budget
+
+    def _forget(self, conversation_id: int) -> None:
+        self._cache.pop(conversation_id, None)
+        self._counted.pop(conversation_id, None)
+        self._answered.pop(conversation_id, None)
 
     async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Message:
         """Store a message, and keep the cached history in step with the store."""
         try:
             message = await self.store.add_message(conversation_id, role, content, **fields)
         except BaseException:  # cancelled mid-commit: the row may be stored; re-read next time
-            self._cache.pop(conversation_id, None)
+            self._forget(conversation_id)
             raise
         cached = self._cache.get(conversation_id)
         if cached is not None:
@@ -118,43 +159,90 @@ class ContextBuilder:
             after = summary.up_to_message_id if summary else None
             cached = (summary, await self.store.list_messages(conversation_id, after_id=after))
             self._cache[conversation_id] = cached
+            self._counted.pop(conversation_id, None)
             if len(self._cache) > self.MAX_CACHED:
-                self._cache.popitem(last=False)
+                self._forget(next(iter(self._cache)))
         self._cache.move_to_end(conversation_id)
         return cached
 
     async def build(self, conversation_id: int, tools: list[dict] | None,
                     cache_salt: str | None = None, meter: Meter | None = None,
                     memory: dict | None = None, remember: Remember | None = None,
-                    system: str | None = None) -> list[dict]:
+                    system: str | None = None, instructions: str | None = None) -> list[dict]:
         """The prompt for the conversation's next model call, older turns compacted into a summary
         where they no longer fit. `cache_salt`: the user's, for the summarising calls too;
         `meter`: each summarising call is asked of it first (TokensSpent when refused) and told to
         it after. `memory`: the user's memory message (agent.memory); `remember`: given each
         summary stored (its text, "summary:ID"), to keep it in the user's memory. `system`: the
-        turn's system prompt (its user's version: openclaw.prompts), else `system_prompt`."""
+        turn's system prompt (its user's version: openclaw.prompts), else `system_prompt`;
+        `instructions`: the turn's tool-instruction template (None: the model's own)."""
         while True:
             summary, history = await self.history(conversation_id)
-            prompt = with_memory(self._prompt(summary.content if summary else None, history,
-                                              system), memory)
-            if await self.count(prompt, tools) <= self.budget.prompt_tokens:
+            prompt = with_memory(self._prompt(conversation_id, summary.content if summary else None,
+                                              history, system), memory)
+            if await self._fits(conversation_id, prompt, history, memory, tools, instructions):
                 return prompt
             cut = _compaction_cut(history, self.budget.keep_messages)
             if cut == 0 and memory is not None:  # the turn itself comes before the user's memory
                 memory = None
                 continue
             if cut == 0:  # only the current turn is left: its own tool results outgrew it
-                if (shortened := await self._shorten_tool_results(prompt, tools)) is not None:
+                shortened = await self._shorten_tool_results(prompt, tools, instructions)
+                if shortened is not None:
                     return shortened
                 raise PromptTooLong(
                     f"the newest message and the results of its tools do not fit the model's "
                     f"context ({self.budget.prompt_tokens} tokens for the prompt)")
             await self._compact(conversation_id, summary.content if summary else None, history[:cut],
                                 cache_salt, meter, remember)
-            self._cache.pop(conversation_id, None)  # re-read from the new summary on
+            self._forget(conversation_id)  # re-read from the new summary on
 
-    async def _shorten_tool_results(self, prompt: list[dict],
-                                    tools: list[dict] | None) -> list[dict] | None:
+    async def _fits(self, conversation_id: int, prompt: list[dict], history: list[Message],
+                    memory: dict | None, tools: list[dict] | None,
+                    instructions: str | None = None) -> bool:
+        """Whether `prompt` fits the budget. Its count is summed from cached counts (the messages
+        stored since the last call counted, each alone) where that is known to work for this
+        model (agent.counting); the whole prompt is counted once per conversation read from the
+        store, to know its history's tokens and check a sum, and whenever a sum says no."""
+        budget, counter = self.budget.prompt_tokens, self.counter
+        counted = self._counted.get(conversation_id) if counter.summing else None
+        if counted is not None:
+            for message in history[counted.messages:]:
+                counted.tokens += await counter.message(message.as_chat())
+            counted.messages = len(history)
+            summed = await self._summed(prompt, history, memory, tools, instructions,
+                                        counted.tokens)
+            if counted.checked and summed <= budget:
+                return True
+        exact = await self.count(prompt, tools, instructions)
+        if counted is not None:
+            counter.check(summed, exact)
+            # Anchored to the whole count: a sum a little over it (a template that joins
+            # messages) does not drift further with each message.
+            counted.tokens += exact - summed
+            counted.checked = True
+        elif counter.summing and conversation_id in self._cache:
+            # The history's share of this count, for the sums of the next calls.
+            tokens = exact - await self._summed(prompt, history, memory, tools, instructions, 0)
+            self._counted[conversation_id] = _Counted(len(history), tokens)
+        return exact <= budget
+
+    async def _summed(self, prompt: list[dict], history: list[Message], memory: dict | None,
+                      tools: list[dict] | None, instructions: str | None,
+                      history_tokens: int) -> int:
+        """The prompt's count as the sum of its system message's (with the tools), the history's
+        (given), the memory message's and those of the results that say a call was not run."""
+        total = await self.counter.head(prompt[0], tools, instructions) + history_tokens
+        if memory is not None:
+            total += await self.counter.message(memory)
+        if len(prompt) > 1 + len(history) + (memory is not None):
+            for chat in prompt[1:]:
+                if chat.get("content") == NOT_RUN and chat["role"] == "tool":
+                    total += await self.counter.message(chat)
+        return total
+
+    async def _shorten_tool_results(self, prompt: list[dict], tools: list[dict] | None,
+                                    instructions: str | None) -> list[dict] | None:
         """The prompt with the turn's older tool results cut to their start, oldest first, until
         it fits (None if it never does). Only the prompt: the store keeps them whole, and every
         call keeps a result. The newest result is left whole: it is what the model reads now."""
@@ -167,15 +255,18 @@ class ContextBuilder:
                     text[:SHORTENED_RESULT_CHARS] + f" [... the rest of this result ({len(text)} "
                     "characters in all) was left out to fit the context; call the tool again for "
                     "a part of it if needed]")
-                if await self.count(prompt, tools) <= self.budget.prompt_tokens:
+                if await self.count(prompt, tools, instructions) <= self.budget.prompt_tokens:
                     return prompt
         return None
 
-    def _prompt(self, summary: str | None, history: list[Message],
+    def _prompt(self, conversation_id: int, summary: str | None, history: list[Message],
                 system: str | None = None) -> list[dict]:
         system = (system if system is not None else self.system_prompt) + (
             SUMMARY_HEADER + summary if summary else "")
-        return [{"role": "system", "content": system}, *_answered(history)]
+        answered = self._answered.get(conversation_id)
+        if answered is None or answered.history is not history:
+            answered = self._answered[conversation_id] = _Answered(history)
+        return [{"role": "system", "content": system}, *answered.chats_now()]
 
     async def _compact(self, conversation_id: int, previous: str | None, old: list[Message],
                        cache_salt: str | None, meter: Meter | None,
@@ -233,28 +324,38 @@ def _args(call: dict) -> str:
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
-def _answered(history: list[Message]) -> list[dict]:
-    """The history as chat messages, every tool call followed by a result. A turn stopped between
+class _Answered:
+    """A history as chat messages, every tool call followed by a result. A turn stopped between
     a call and its result (/stop, access withdrawn, a crash before the result was stored) left
-    none; a model shown a call without one may take it as done, or make a result up."""
-    out: list[dict] = []
-    unanswered: list[str] = []  # ids of the latest assistant message's calls with no result yet
-    for message in history:
-        if message.role != "tool":
-            out.extend(_not_run(call_id) for call_id in unanswered)
-            unanswered = []
-        out.append(message.as_chat())
-        if message.role == "assistant" and message.tool_calls:
-            unanswered = [call["id"] for call in message.tool_calls if call.get("id")]
-        elif message.role == "tool" and message.tool_call_id in unanswered:
-            unanswered.remove(message.tool_call_id)
-    out.extend(_not_run(call_id) for call_id in unanswered)
-    return out
+    none; a model shown a call without one may take it as done, or make a result up.
+    Kept per cached history, in step with it: a model call turns only the messages added since
+    the last into chat messages, not the whole conversation again."""
+
+    def __init__(self, history: list[Message]) -> None:
+        self.history = history  # the cached list this follows (a new one is read afresh)
+        self.read = 0
+        self.chats: list[dict] = []
+        self.unanswered: list[str] = []  # ids of the latest assistant message's calls with no result yet
+
+    def chats_now(self) -> list[dict]:
+        for message in self.history[self.read:]:
+            if message.role != "tool":
+                self.chats.extend(_not_run(call_id) for call_id in self.unanswered)
+                self.unanswered = []
+            self.chats.append(message.as_chat())
+            if message.role == "assistant" and message.tool_calls:
+                self.unanswered = [call["id"] for call in message.tool_calls if call.get("id")]
+            elif message.role == "tool" and message.tool_call_id in self.unanswered:
+                self.unanswered.remove(message.tool_call_id)
+        self.read = len(self.history)
+        return [*self.chats, *(_not_run(call_id) for call_id in self.unanswered)]
+
+
+NOT_RUN = "error: not run: the turn was stopped before this call ran"
 
 
 def _not_run(call_id: str) -> dict:
-    return {"role": "tool", "tool_call_id": call_id,
-            "content": "error: not run: the turn was stopped before this call ran"}
+    return {"role": "tool", "tool_call_id": call_id, "content": NOT_RUN}
 
 
 def _compaction_cut(history: list[Message], keep: int) -> int:

@@ -27,7 +27,7 @@ from openclaw.agent.memory import MemorySource, entry_line, fitted
 from openclaw.agent.model import ChatModel, ModelOutput, ModelUnavailable
 from openclaw.agent.repetition import LoopGuard
 from openclaw.agent.sampling import reply_params, summary_params
-from openclaw.agent.untrusted import Untrusted, explained, in_history, requiring_approval
+from openclaw.agent.untrusted import EarlierSources, Untrusted, explained, requiring_approval
 from openclaw.config import AgentConfig
 from openclaw.metrics import Metrics
 from openclaw.prompts import CONFIG, PromptChoice, PromptSource, choose, decide
@@ -128,6 +128,7 @@ class Agent:
         self.metrics = metrics or Metrics()
         self.memory = memory
         self.prompts = prompts  # the prompt library (None: the config's system prompt)
+        self._earlier = EarlierSources()
         self.context = ContextBuilder(model, store, settings.system_prompt, self._budget(settings))
         self.context.summary_params = summary_params(settings, self.context.budget.summary_tokens)
 
@@ -164,25 +165,32 @@ class Agent:
         result.prompt_version = choice.label
         # A library version holds for the whole turn; the config's follows a reload at each step.
         system = None if choice.versions[SYSTEM] == CONFIG else choice.system
-        alone = [{"role": "system", "content": choice.system},
-                 {"role": "user", "content": text}]
-        if await self.context.count(alone, tools) > self.context.budget.prompt_tokens:
-            # Never stored: a message that cannot fit would break every later turn of the chat.
-            result.text, result.failed = (
-                f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
-                "tokens at most, with my instructions). Please shorten it or split it."), True
-            return result
-        if not stored:
-            tokens = await self.context.count([{"role": "user", "content": text}])
-            result.first_message_id = (await self.context.add(
-                conversation_id, "user", text, token_count=tokens)).id
+        # The memory is recalled from the start, while the message is checked and stored: store
+        # calls at once, not one after the other (the recall reads only the memory table).
+        recalling = asyncio.ensure_future(self._memory(caller, text))
+        try:
+            if not await self.context.fits_alone(text, tools, system, choice.tools):
+                # Never stored: a message that cannot fit would break every later turn of the chat.
+                result.text, result.failed = (
+                    f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
+                    "tokens at most, with my instructions). Please shorten it or split it."), True
+                await _cancelled(recalling)
+                return result
+            if not stored:
+                tokens = await self.context.count([{"role": "user", "content": text}])
+                result.first_message_id = (await self.context.add(
+                    conversation_id, "user", text, token_count=tokens)).id
+        except BaseException:
+            await _cancelled(recalling)
+            raise
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it
         # What earlier turns left in the prompt counts as this turn's own reading.
-        untrusted = Untrusted(earlier=in_history((await self.context.history(conversation_id))[1],
-                                                 self.executor.registry))
-        memory, remember = await self._memory(caller, text)
+        untrusted = Untrusted(earlier=self._earlier.of(
+            conversation_id, (await self.context.history(conversation_id))[1],
+            self.executor.registry))
+        memory, remember = await recalling
         meter = _TurnMeter(result, caller.has_tokens, started=time.monotonic())
         try:
             for step in range(max_steps):
@@ -192,12 +200,13 @@ class Agent:
                 # Each user's prompts share cached prefixes only with their own: by timing theirs,
                 # one user could otherwise tell what another's conversation holds.
                 prompt = await self.context.build(conversation_id, tools, caller.user, meter,
-                                                  memory, remember, system=system)
+                                                  memory, remember, system=system,
+                                                  instructions=choice.tools)
                 if not await meter.may_call():
                     result.text = TOKENS_SPENT
                     return result
                 content, calls, errors, out = await self._generate(
-                    prompt, params, tools, f"{run_id}-{step}", sink, meter, caller)
+                    prompt, params, tools, f"{run_id}-{step}", sink, meter, caller, choice.tools)
                 # A malformed call is a call too, answered by its id: a tool message answering
                 # none makes strict servers refuse every later request of the conversation.
                 unreadable = [new_call_id() for _ in errors]
@@ -267,19 +276,23 @@ class Agent:
         return message, functools.partial(self.memory.remember_summary, caller.user, scope)
 
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
-                        request_id: str, sink: ReplySink, meter: _TurnMeter, caller: Caller
+                        request_id: str, sink: ReplySink, meter: _TurnMeter, caller: Caller,
+                        instructions: str | None = None
                         ) -> tuple[str, list[ToolCall], list[str], ModelOutput | None]:
         parser = StreamingToolParser()
         guard = LoopGuard(self.settings.loop_repeats)
         out: ModelOutput | None = None
         await sink.typing()
         started = time.monotonic()
+        # The user's tool-instruction template, when the library gives one (a model without the
+        # library's templates is never handed the keyword).
+        template = {} if instructions is None else {"tool_instructions": instructions}
         try:
             # Closed as the loop is left (/stop, an error): the request ends now, not when the
             # stream is collected.
             async with aclosing(self.model.generate(prompt, params, request_id, tools=tools,
                                                     priority=caller.priority,
-                                                    cache_salt=caller.user)) as stream:
+                                                    cache_salt=caller.user, **template)) as stream:
                 async for out in stream:
                     if started is not None:
                         self.metrics.observe("openclaw_time_to_first_token_seconds",
@@ -353,6 +366,12 @@ class _TurnMeter:
     def spent(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.result.prompt_tokens += prompt_tokens
         self.result.completion_tokens += completion_tokens
+
+
+async def _cancelled(task: asyncio.Future) -> None:
+    """Cancel `task` and wait until it ended (its error, if any, is not the caller's)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _refused(result: TurnResult) -> TurnResult:

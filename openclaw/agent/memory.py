@@ -59,5 +59,7 @@ def with_memory(prompt: list[dict], memory: dict | None) -> list[dict]:
     """`prompt` with the memory message before its last user message (see the module's note)."""
     if memory is None:
         return prompt
-    last_user = max((i for i, m in enumerate(prompt) if m["role"] == "user"), default=len(prompt))
+    # From the end: the last user message is near it, and a long history is not walked.
+    last_user = next((i for i in range(len(prompt) - 1, -1, -1) if prompt[i]["role"] == "user"),
+                     len(prompt))
     return [*prompt[:last_user], memory, *prompt[last_user:]]

@@ -41,12 +41,35 @@ class Untrusted:
         return None
 
 
-def in_history(messages: Iterable[Any], registry: SkillRegistry) -> list[str]:
-    """The untrusted sources among stored tool results (Message rows): a call's result is taken as
-    its skill declares. A refusal (the call never ran) is not told apart from a result here, so it
-    counts too: a file could begin with the same words. A skill no longer enabled counts."""
-    calls: dict[str, tuple[str, dict]] = {}
-    sources: list[str] = []
+class EarlierSources:
+    """The untrusted sources among a conversation's stored tool results (Message rows, its cached
+    history: agent.context): a call's result is taken as its skill declares. A refusal (the call
+    never ran) is not told apart from a result here, so it counts too: a file could begin with the
+    same words. A skill no longer enabled counts.
+    Kept between turns: only the messages added since the last look are read, so a turn's look
+    does not grow with the conversation. Read afresh when the history was (re-read from the store,
+    compacted) or the skills were (a reload)."""
+
+    MAX_KEPT = 256
+
+    def __init__(self) -> None:
+        # conversation: (the history list looked at, the registry, messages read, calls, sources)
+        self._kept: dict[int, tuple[list, SkillRegistry, int, dict, list[str]]] = {}
+
+    def of(self, conversation_id: int, history: list, registry: SkillRegistry) -> list[str]:
+        kept = self._kept.pop(conversation_id, None)
+        if kept is None or kept[0] is not history or kept[1] is not registry:
+            kept = (history, registry, 0, {}, [])
+        _, _, read, calls, sources = kept
+        _scan(history[read:], registry, calls, sources)
+        self._kept[conversation_id] = (history, registry, len(history), calls, sources)
+        if len(self._kept) > self.MAX_KEPT:
+            del self._kept[next(iter(self._kept))]
+        return list(sources)
+
+
+def _scan(messages: Iterable[Any], registry: SkillRegistry, calls: dict[str, tuple[str, dict]],
+          sources: list[str]) -> None:
     for message in messages:
         if message.role == "assistant" and message.tool_calls:
             for call in message.tool_calls:
@@ -59,7 +82,6 @@ def in_history(messages: Iterable[Any], registry: SkillRegistry) -> list[str]:
             source = skill.untrusted_source(args) if skill is not None else f"{name} output"
             if source is not None and source not in sources:
                 sources.append(source)
-    return sources
 
 
 def requiring_approval(principal: Principal, skill: str) -> Principal:

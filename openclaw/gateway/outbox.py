@@ -275,7 +275,7 @@ class Outbox:
                         "sending to %s:%s failed (will retry): %s", item.channel, item.chat_id, exc)
                 await self.store.mark_outbound(item.id, OutboundStatus.PENDING, error=str(exc)[:500])
                 return exc.seconds if isinstance(exc, RetryLater) else 0.0
-            await self.store.mark_outbound(item.id, OutboundStatus.SENT, external_message_id=external_id)
+            await self.store.mark_sent(item.id, external_id)
             self.metrics.inc("openclaw_outbound_messages_total", channel=item.channel)
         return None
 

@@ -131,14 +131,9 @@ class JournalStore(StoreBase):
 
         `pending` means "try again"; `sent` is final and sets sent_at.
         """
-        status, now = OutboundStatus(status), self.now()
+        status = OutboundStatus(status)
+        values = self._attempt(status, external_message_id, error)
         row_cls = OutboundMessageRow
-        values: dict[Any, Any] = {row_cls.status: status, row_cls.attempts: row_cls.attempts + 1,
-                                  row_cls.error: error, row_cls.updated_at: now}
-        if external_message_id is not None:
-            values[row_cls.external_message_id] = str(external_message_id)
-        if status is OutboundStatus.SENT:
-            values[row_cls.sent_at] = now
         every_column = [column.label(key) for key, column in row_cls.__mapper__.columns.items()]
         async with self.transaction() as session:
             # The WHERE keeps a sent message's status final. Then the row is read back: not by
@@ -154,6 +149,34 @@ class JournalStore(StoreBase):
             if changed.rowcount != 1:
                 raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
             return to_record(OutboundMessage, row)
+
+    async def mark_sent(self, outbound_id: int, external_message_id: str | int | None) -> None:
+        """`mark_outbound(outbound_id, "sent", external_message_id)` without reading the row back:
+        the outbox's call after each piece it sends, one statement where that is two. The row is
+        read only to say what is wrong (LookupError, ValueError) when the UPDATE changed none."""
+        row_cls = OutboundMessageRow
+        async with self.transaction() as session:
+            changed = await session.execute(
+                update(row_cls.__table__)
+                .where(row_cls.id == outbound_id, row_cls.status != OutboundStatus.SENT)
+                .values(self._attempt(OutboundStatus.SENT, external_message_id, None)))
+            if changed.rowcount == 1:
+                return
+            if await session.scalar(select(row_cls.id).where(row_cls.id == outbound_id)) is None:
+                raise LookupError(f"outbound message {outbound_id} does not exist")
+            raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
+
+    def _attempt(self, status: OutboundStatus, external_message_id: str | int | None,
+                 error: str | None) -> dict[Any, Any]:
+        """The columns one delivery attempt sets (mark_outbound, mark_sent)."""
+        row_cls, now = OutboundMessageRow, self.now()
+        values: dict[Any, Any] = {row_cls.status: status, row_cls.attempts: row_cls.attempts + 1,
+                                  row_cls.error: error, row_cls.updated_at: now}
+        if external_message_id is not None:
+            values[row_cls.external_message_id] = str(external_message_id)
+        if status is OutboundStatus.SENT:
+            values[row_cls.sent_at] = now
+        return values
 
     async def fail_unsent(self, outbound_ids: Iterable[int], error: str) -> int:
         """Give up those of `outbound_ids` still pending (pieces that lost their meaning before

@@ -87,3 +87,45 @@ async def test_a_pinned_user_gets_their_version_in_every_model_call_of_the_turn(
             ["system=v2;tools=builtin"] * 2
     finally:
         await daemon.stop()
+
+
+class CountingModel(ScriptedModel):
+    """A scripted model that also keeps the template each prompt count was asked under."""
+
+    def __init__(self, reply) -> None:
+        super().__init__(reply)
+        self.counted_under: list[str | None] = []
+
+    async def count_chat(self, messages, tools=None, tool_instructions=None) -> int:
+        self.counted_under.append(tool_instructions)
+        return await super().count_chat(messages, tools, tool_instructions)
+
+
+async def test_a_users_tools_version_is_the_template_of_every_model_call_and_count(tmp_path):
+    def reply(messages: list[dict]) -> str:  # a tool call first, then the answer
+        if messages[-1]["role"] == "user":
+            return '<tool_call>{"name": "clock", "arguments": {}}</tool_call>'
+        return "done"
+
+    model = CountingModel(reply)
+    daemon, conn = await started(tmp_path, model)
+    try:
+        template = "Call one of these:\n{tools}\nThat is all."
+        await daemon.store.add_prompt_versions([("tools", "v1", template)], "ada")
+        await daemon.store.pin_prompt(OWNER, "tools", "v1")
+        assert (await say(daemon, conn, "what time is it?")).endswith("done")
+        assert model.tool_instructions == [template, template]
+        # The prompt budget is counted under the same template (a sum of cached counts may
+        # skip some counts, never take one under another template).
+        assert model.counted_under and all(
+            t == template for t in model.counted_under if t is not None)
+        assert template in model.counted_under
+        assert [label for _, label in await assistant_messages(daemon.store)] == \
+            ["system=config;tools=v1"] * 2
+
+        await daemon.store.unpin_prompt(OWNER, "tools")
+        daemon.store.forget_prompt_snapshot()
+        await say(daemon, conn, "and now?")
+        assert model.tool_instructions[2:] == [None, None]  # the built-in one: no keyword sent
+    finally:
+        await daemon.stop()

@@ -1,0 +1,80 @@
+"""A prompt's token count as the sum of its pieces' counts, each piece counted once.
+
+Counting a prompt as the model does (ChatModel.count_chat) renders and encodes all of it: with the
+engine's tokenizer that is milliseconds for a short conversation and tens of them for a long one,
+several times a turn. Here each message is counted once, as the tokens it adds after a fixed
+system message, and the system prompt with the tools once per (text, tools); a prompt's count is
+then the sum. That sum equals the model's count for templates that render each message on its own
+(ChatML, Llama 3); where a template joins messages (grouped tool results) it is more. It is
+checked against the model's count whenever that is taken, and if it was ever less, sums are no
+longer used: every prompt is counted whole again, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+# (messages, tools, the tool section's template or None): ContextBuilder.count
+CountChat = Callable[[list[dict], list[dict] | None, str | None], Awaitable[int]]
+
+# What each message is counted after: a system message, so that a template which adds a default
+# one when the prompt has none does not add it to every message's count.
+ANCHOR = {"role": "system", "content": "."}
+
+
+class PromptCounter:
+    MAX_HEADS = 64  # (system text, tools) pairs kept: prompts and role tool sets change rarely
+
+    MAX_MESSAGES = 16  # the latest messages' counts: the turn's message is asked for twice
+
+    def __init__(self, count: CountChat) -> None:
+        self._count = count
+        self._anchor: int | None = None
+        self._messages: OrderedDict[tuple, int] = OrderedDict()
+        self._heads: OrderedDict[tuple[str, str, str | None], int] = OrderedDict()
+        self.summing = True  # False once a sum was found below the model's count
+        self.checked = False  # a sum was checked against the model's count, and held
+
+    async def exact(self, messages: list[dict], tools: list[dict] | None = None,
+                    instructions: str | None = None) -> int:
+        return await self._count(messages, tools, instructions)
+
+    async def message(self, chat: dict) -> int:
+        """The tokens `chat` adds to a prompt (after a system message)."""
+        key = (chat["role"], chat.get("content"), chat.get("tool_call_id"),
+               json.dumps(chat["tool_calls"]) if chat.get("tool_calls") else None)
+        found = self._messages.get(key)
+        if found is None:
+            if self._anchor is None:
+                self._anchor = await self._count([ANCHOR], None, None)
+            found = self._messages[key] = await self._count([ANCHOR, chat], None, None) - self._anchor
+            if len(self._messages) > self.MAX_MESSAGES:
+                self._messages.popitem(last=False)
+        return found
+
+    async def head(self, system: dict, tools: list[dict] | None,
+                   instructions: str | None = None) -> int:
+        """The count of a prompt of `system` alone, with `tools` (under `instructions`)."""
+        key = (system["content"], json.dumps(tools, sort_keys=True) if tools else "", instructions)
+        found = self._heads.get(key)
+        if found is None:
+            found = self._heads[key] = await self._count([system], tools, instructions)
+            if len(self._heads) > self.MAX_HEADS:
+                self._heads.popitem(last=False)
+        self._heads.move_to_end(key)
+        return found
+
+    def check(self, summed: int, exact: int) -> None:
+        """A sum against the model's count of the same prompt: sums stop if it was less."""
+        if self.summing and summed >= exact:
+            self.checked = True
+        elif self.summing:
+            self.summing = False
+            log.warning("this model's chat template does not count a prompt as the sum of its "
+                        "messages (%d summed, %d counted): prompts are counted whole from now on",
+                        summed, exact)

@@ -1,0 +1,144 @@
+"""A prompt's tokens are summed from counts kept per message (agent.counting): a long conversation
+is not counted whole at every model call, and a model whose template does not count by sums is
+found out and counted whole again."""
+
+from __future__ import annotations
+
+from openclaw.agent.context import Budget, ContextBuilder
+from openclaw.store import Store
+from tests.helpers.scripted_model import ScriptedModel
+
+
+class CountingModel(ScriptedModel):
+    """Records how many messages each prompt it counts has; `joined` tokens more for each message
+    after the second (a template that does not count by sums: say, one that joins messages)."""
+
+    def __init__(self, joined: int = 0) -> None:
+        super().__init__(lambda m: "Summary.", max_model_len=100_000)
+        self.joined = joined
+        self.counted: list[int] = []
+
+    async def count_chat(self, messages, tools=None) -> int:
+        self.counted.append(len(messages))
+        return await super().count_chat(messages, tools) + self.joined * max(0, len(messages) - 2)
+
+
+async def _conversation(tmp_path, messages: int) -> tuple[Store, int]:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'openclaw.db'}")
+    await store.ensure_user("terminal", "local")
+    conversation = await store.active_conversation("terminal:local", "local", "terminal")
+    for i in range(messages):
+        await store.add_message(conversation.id, "user" if i % 2 == 0 else "assistant", f"line {i}")
+    return store, conversation.id
+
+
+async def test_a_long_conversation_is_not_counted_whole_at_every_model_call(tmp_path):
+    store, conversation = await _conversation(tmp_path, 300)
+    model = CountingModel()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        first = await context.build(conversation, None)
+        assert max(model.counted) == len(first)  # read from the store: counted whole once
+        for turn in range(3):
+            model.counted.clear()
+            await context.add(conversation, "user", f"question {turn}")
+            prompt = await context.build(conversation, None)
+            await context.add(conversation, "assistant", f"answer {turn}")
+            # The second build checks a sum against the whole count; after it, only the new
+            # messages are counted, each alone.
+            if turn > 0:
+                assert model.counted and max(model.counted) <= 2, model.counted
+            assert await model.count_chat(prompt) <= 90_000
+    finally:
+        await store.close()
+
+
+async def test_a_model_that_does_not_count_by_sums_is_counted_whole_again(tmp_path):
+    store, conversation = await _conversation(tmp_path, 20)
+    model = CountingModel(joined=5)
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        await context.build(conversation, None)
+        for turn in range(3):
+            await context.add(conversation, "user", f"question {turn}")
+            model.counted.clear()
+            prompt = await context.build(conversation, None)
+            assert max(model.counted) == len(prompt)  # whole, every time
+        assert not context.counter.summing
+    finally:
+        await store.close()
+
+
+async def test_a_sum_over_the_budget_is_decided_by_the_whole_count(tmp_path):
+    """Sums only ever say "fits": a prompt a sum puts over the budget (here the template counts
+    5 tokens less for each message than the message alone) is counted whole, and compacted only
+    if that count is over too."""
+    store, conversation = await _conversation(tmp_path, 10)
+    model = CountingModel(joined=-5)
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=2))
+    try:
+        await context.build(conversation, None)
+        await context.add(conversation, "user", "question")
+        prompt = await context.build(conversation, None)  # the sum checked: it was more
+        await context.add(conversation, "assistant", "answer")
+        # Exactly at the budget, by the model's count of the next prompt: fits.
+        context.budget.prompt_tokens = await model.count_chat(
+            [*prompt, {"role": "assistant", "content": "answer"}])
+        model.counted.clear()
+        prompt = await context.build(conversation, None)
+        assert max(model.counted) == len(prompt) == 13  # counted whole: nothing compacted
+        assert model.generated == 0 and context.counter.summing
+    finally:
+        await store.close()
+
+
+async def test_a_model_call_turns_only_the_new_messages_into_chat_messages(tmp_path):
+    """The prompt's history is kept as chat messages between model calls (the old ones are the
+    same objects), and equals the prompt built from the store afresh: calls left without a
+    result read "not run", wherever they are."""
+    store, conversation = await _conversation(tmp_path, 40)
+    model = CountingModel()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        first = await context.build(conversation, None)
+        call = {"id": "c1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
+        await context.add(conversation, "user", "what time is it?")
+        await context.add(conversation, "assistant", "", tool_calls=[call])
+        second = await context.build(conversation, None)  # the call has no result yet
+        assert all(a is b for a, b in zip(first, second[:len(first)], strict=False)
+                   if a["role"] != "system")
+        assert second[-1]["content"].startswith("error: not run")
+        await context.add(conversation, "user", "never mind")  # the call stays without one
+        third = await context.build(conversation, None)
+        afresh = ContextBuilder(model, store, "You help.", context.budget)
+        assert third == await afresh.build(conversation, None)
+        assert [m["role"] for m in third[-4:]] == ["user", "assistant", "tool", "user"]
+    finally:
+        await store.close()
+
+
+class SystemJoinsUser(ScriptedModel):
+    """50 tokens more for a prompt holding the system prompt and a user message together than
+    for either apart: a message's count alone does not show them."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda m: "An answer.", max_model_len=100_000)
+
+    async def count_chat(self, messages, tools=None) -> int:
+        joined = (any(m["role"] == "system" and m["content"] != "." for m in messages)
+                  and any(m["role"] == "user" for m in messages))
+        return await super().count_chat(messages, tools) + (50 if joined else 0)
+
+
+async def test_a_message_is_checked_whole_against_the_budget_until_a_sum_held(tmp_path):
+    store, _ = await _conversation(tmp_path, 0)
+    model = SystemJoinsUser()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    try:
+        text = "word " * 100
+        whole = await model.count_chat([{"role": "system", "content": "You help."},
+                                        {"role": "user", "content": text}])
+        context.budget.prompt_tokens = whole - 10  # the sum (40 under it) would say it fits
+        assert not await context.fits_alone(text, None)
+    finally:
+        await store.close()
