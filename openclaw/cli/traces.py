@@ -15,6 +15,8 @@ import sys
 from datetime import UTC, date, datetime, time, timedelta
 
 from openclaw.config import load_config
+from openclaw.prompts.choice import SYSTEM
+from openclaw.prompts.labels import parse_label
 
 FORMATS = ("jsonl",)
 
@@ -61,6 +63,16 @@ def day_end(value: str) -> datetime:
     return moment + timedelta(days=1) if bare else moment
 
 
+def answered_under(label: str, texts: dict[str, str], configured: str) -> str:
+    """The system prompt a turn labelled `label` was answered with: its library version's text,
+    else (the config's, or a label from before the library) the configured one."""
+    try:
+        version = parse_label(label).get(SYSTEM)
+    except ValueError:
+        version = None
+    return texts.get(version or "", configured)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from openclaw.skillset import configured_skills
     from openclaw.store import Store
@@ -78,12 +90,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         tools = configured_skills(config, secrets=False).tool_specs() or None
     except Exception:  # a skill that does not load: the lines go without their tools
         tools = None
-    system = config.agent.system_prompt
 
     async def run():
         store = await Store.open(config.store.url)
         try:
-            return await export_traces(store, redactor, system=lambda t: system,
+            texts = {v.version: v.text for v in await store.prompt_versions(SYSTEM)}
+            return await export_traces(store, redactor, system=lambda t: answered_under(
+                                           t.prompt_version, texts, config.agent.system_prompt),
                                        since=args.since, until=args.until, grade=args.grade,
                                        tools=lambda t: tools)
         finally:

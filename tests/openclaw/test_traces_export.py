@@ -15,6 +15,7 @@ import pytest
 
 from engine.chat import ChatFormatter
 from openclaw.cli.main import main
+from openclaw.cli.traces import answered_under
 from openclaw.config import load_config
 from openclaw.store import Store, UserStatus
 from openclaw.traces.export import export_traces
@@ -203,3 +204,27 @@ def test_the_command_writes_a_private_file_and_refuses_when_a_secret_is_unreadab
     with pytest.raises(SystemExit):  # argparse's error, which names the form
         main(["--config", str(config_path), "traces", "export", "--since", "yesterday"])
     assert "is not a date (YYYY-MM-DD)" in capsys.readouterr().err
+
+
+def test_each_turn_is_exported_with_the_system_prompt_it_was_answered_with(
+        tmp_path: Path, config_path: Path):
+    import asyncio
+
+    async def filled() -> None:
+        async with await Store.open(load_config(config_path).store.url) as store:
+            await turn(store, "telegram:1", 0, "under v3", answer="three")  # labelled system=v3
+            await store.add_prompt_versions([("system", "v3", "You answer as version three.")],
+                                            "ada")
+
+    asyncio.run(filled())
+    out = tmp_path / "all.jsonl"
+    assert main(["--config", str(config_path), "traces", "export", "--since", "2026-12-01",
+                 "--output", str(out)]) == 0
+    [line] = map(json.loads, out.read_text().splitlines())
+    assert line["messages"][0] == {"role": "system", "content": "You answer as version three."}
+    # A label naming no stored version (the config's, one from before the library, a damaged
+    # one) is exported with the configured prompt.
+    texts = {"v3": "three"}
+    assert [answered_under(label, texts, SYSTEM) for label in (
+        "system=v3;tools=v1", "system=config;tools=builtin", "", "not a label", "system=v9")] == [
+        "three", SYSTEM, SYSTEM, SYSTEM, SYSTEM]
