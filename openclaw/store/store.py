@@ -29,6 +29,7 @@ from openclaw.store.models import (
     AuditRow,
     ConversationRow,
     FeedbackRow,
+    PromptPinRow,
     HeartbeatRow,
     InboundEventRow,
     JobRow,
@@ -190,8 +191,8 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
         conversations, to those messages and to their own chat (pairing codes were sent there),
         their grades of replies (and others' grades of their replies), their reminders, heartbeat
         (its checklist is their words), scheduled jobs and their runs, pairing codes (and the
-        counts and refusals of them), usage and traces, and their users row, so they are unknown
-        again.
+        counts and refusals of them), usage, traces and prompt pins, and their users row, so they
+        are unknown again.
         Their audit rows stay, the admin's record of what ran, with the arguments and detail
         (their words: commands, mail, file contents) blanked; "audit rows blanked" counts those.
 
@@ -229,6 +230,7 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
             "pairing codes": (PairingCodeRow, PairingCodeRow.user_id.in_(user_id), None),
             "pairing codes counted": (PairingIssuedRow, PairingIssuedRow.user == user, None),
             "pairing refusals": (PairingRefusalRow, PairingRefusalRow.user == user, None),
+            "prompt pins": (PromptPinRow, PromptPinRow.user == user, None),
             "traces": (TraceRow, or_(TraceRow.user == user,
                                      TraceRow.conversation_id.in_(conversations)), None),
             "conversations": (ConversationRow, ConversationRow.user_id.in_(user_id), None),

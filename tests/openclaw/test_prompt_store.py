@@ -221,3 +221,12 @@ async def test_upgrade_to_0012_keeps_the_messages_and_a_downgrade_removes_the_li
             assert conn.exec_driver_sql("SELECT content FROM messages").all() == [("an old answer",)]
     finally:
         engine.dispose()
+
+
+async def test_forgetting_a_user_takes_their_pins_and_no_one_elses(store: Store):
+    await store.add_prompt_versions([("system", "v1", "One."), ("system", "v2", "Two.")], "ada")
+    for user in (ADA, "telegram:1002"):
+        await store.pin_prompt(user, "system", "v2")
+    assert (await store.forget_user(ADA, dry_run=True))["prompt pins"] == 1
+    assert (await store.forget_user(ADA))["prompt pins"] == 1
+    assert await store.prompt_pins() == {("telegram:1002", "system"): "v2"}

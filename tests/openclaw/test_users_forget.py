@@ -25,7 +25,9 @@ KINDS = {"messages": "messages", "summaries": "summaries", "outbound messages": 
          "pairing codes": "pairing_codes", "pairing codes counted": "pairing_issued",
          "pairing refusals": "pairing_refusals", "conversations": "conversations", "users": "users",
          "memory entries": "memories", "memory settings": "memory_off", "traces": "traces",
-         "feedback": "feedback", "audit rows blanked": "audit_log"}
+         "feedback": "feedback", "prompt pins": "prompt_pins", "audit rows blanked": "audit_log"}
+# A table keyed by its columns, not an id: its key, as an id to compare rows by.
+KEYS = {"prompt_pins": "user_key || '/' || name"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -37,7 +39,9 @@ async def store(request, tmp_path):
 async def snapshot(store: Store) -> dict[str, list[dict]]:
     async with store.engine.connect() as conn:
         return {table: [dict(row._mapping) for row in await conn.execute(
-            text(f"SELECT * FROM {table} ORDER BY id"))] for table in KINDS.values()}
+            text(f"SELECT {KEYS[table] + ' AS id, ' if table in KEYS else ''}* FROM {table} "
+                 "ORDER BY id"))]
+            for table in KINDS.values()}
 
 
 async def chat(store: Store, user: str, chat_id: str, message_id: str, words: str):
@@ -78,6 +82,7 @@ async def bob_talks(store: Store, n: int) -> None:
     await store.add_audit(BOB, "shell", {"command": f"ls {n}"}, "allowed", exit_status=0)
     await store.add_memory(BOB, "private", f"bob's memory {n}")
     await grade(store, BOB, f"b{n}", "1002", "good")  # his own grade of his reply stays
+    await pinned(store, BOB)
 
 
 async def grade(store: Store, user: str, message_id: str, chat_id: str, kind: str,
@@ -85,6 +90,12 @@ async def grade(store: Store, user: str, message_id: str, chat_id: str, kind: st
     """`grader` (else `user`) grades the reply to `user`'s message `message_id`."""
     event, _ = await store.record_inbound("telegram", message_id, user, chat_id, "")  # it, again
     await store.grade(grader or user, event.id, kind, "command")
+
+
+async def pinned(store: Store, user: str) -> None:
+    """`user` given a version of the system prompt (the same text again stores nothing new)."""
+    await store.add_prompt_versions([("system", "v1", "One.")], "admin")
+    await store.pin_prompt(user, "system", "v1")
 
 
 async def ada_talks(store: Store) -> None:
@@ -110,6 +121,7 @@ async def ada_talks(store: Store) -> None:
     await store.add_memory(ADA, "group:-500", "ada's group plan")
     await store.set_memory_enabled(ADA, False)
     await grade(store, ADA, "a2", "1001", "bad")
+    await pinned(store, ADA)
     await grade(store, ADA, "ag", GROUP, "good", grader=BOB)  # of her reply: it goes with it
     await grade(store, BOB, "bg1", GROUP, "bad", grader=ADA)  # hers, of his reply: goes too
 
