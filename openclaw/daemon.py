@@ -134,7 +134,8 @@ class Daemon:
             self.model = await self._open_model()
             if self.model is None:  # stopped while it waited for the model's server
                 return
-        kv_report.warn_at_start(cfg, self.model)  # max_num_seqs conversations overflow the KV pool
+        # max_num_seqs conversations overflow the KV pool
+        kv_report.warn_at_start(cfg, self.model, (c.name for c in self.connectors))
         if cfg.serve.enabled:  # on the model just loaded; a port in use stops the start here
             from openclaw.serve import serve_daemon_model
 

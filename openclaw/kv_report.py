@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from engine.config import EngineConfig
@@ -88,22 +88,27 @@ def status_line(stats: Mapping[str, Any], context: int) -> str:
     return f"KV pool: {pool_text(budget)}; {fit_text(budget, context)}"
 
 
-def warn_if_overcommitted(stats: Mapping[str, Any], max_num_seqs: int, context: int) -> bool:
+def warn_if_overcommitted(stats: Mapping[str, Any], max_num_seqs: int, context: int,
+                          level: int = logging.WARNING) -> bool:
     """The warning at start, logged when the loaded engine's pool is too small for its batch."""
     budget = budget_of(stats)
     found = overcommit(budget, max_num_seqs, context) if budget else None
     if found is None:
         return False
-    log.warning("KV cache: %s (%s). To change it: %s", found[0], pool_text(budget), found[1])
+    log.log(level, "KV cache: %s (%s). To change it: %s", found[0], pool_text(budget), found[1])
     return True
 
 
-def warn_at_start(config: Config, model: ChatModel) -> bool:
-    """warn_if_overcommitted for the engine in this process; a server's pool and batch are its own."""
+def warn_at_start(config: Config, model: ChatModel, channels: Iterable[str]) -> bool:
+    """warn_if_overcommitted for the engine in this process; a server's pool and batch are its own.
+    With the console as the only channel (`channels`: the connectors' names) one person talks,
+    a conversation at a time: the batch cannot fill the pool, so it is said at INFO, not as a
+    warning on every `openclaw chat` of the defaults (64 x 8,192 tokens in 1 GiB on the CPU)."""
     if not isinstance(config.engine, EngineConfig):
         return False
+    level = logging.INFO if set(channels) <= {"terminal"} else logging.WARNING
     return warn_if_overcommitted(model.stats(), config.engine.max_num_seqs,
-                                 conversation_tokens(config.agent, model.max_model_len))
+                                 conversation_tokens(config.agent, model.max_model_len), level)
 
 
 def add_gauges(metrics: Metrics, stats: Callable[[], Mapping[str, Any]],

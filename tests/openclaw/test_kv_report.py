@@ -18,7 +18,7 @@ from openclaw.config import load_config
 from openclaw.kv_report import overcommit
 from openclaw.metrics import engine_metrics
 from tests.helpers.chat_model import random_chat_model
-from tests.helpers.daemon import say, started
+from tests.helpers.daemon import RecordingConnector, say, started
 
 BLOCK_BYTES = 2 * 2 * 2 * 16 * 4 * 16  # K and V x 2 layers x 2 KV heads x 16 dims x fp32, 16 tokens
 
@@ -64,7 +64,8 @@ async def test_a_batch_that_overflows_the_pool_is_warned_of_at_start_with_what_t
         tmp_path, folder, caplog):
     model = engine(folder, blocks=63, max_num_seqs=4)  # one block short of 4 x 256 tokens
     caplog.set_level(logging.WARNING, logger="openclaw.kv_report")
-    daemon, conn = await started(tmp_path, model, settings(4))
+    # A messaging app connected: many people may talk at once.
+    daemon, conn = await started(tmp_path, model, settings(4), also=(RecordingConnector("telegram"),))
     try:
         [warning] = [r.getMessage() for r in caplog.records if r.name == "openclaw.kv_report"]
         assert "engine.max_num_seqs (4) conversations of 256 tokens need 64 KV blocks, the pool " \
@@ -72,6 +73,20 @@ async def test_a_batch_that_overflows_the_pool_is_warned_of_at_start_with_what_t
         assert "engine.kv_cache_gib = 0.00049 " in warning  # 64 blocks, 0.000488 GiB, rounded up
         assert "lower engine.max_num_seqs to 3" in warning and "agent.context_tokens" in warning
         assert "3 conversations of 256 tokens fit" in await say(daemon, conn, "/status")
+    finally:
+        await daemon.stop(drain_timeout=0)
+        await model.close()
+
+
+async def test_with_the_console_alone_the_overflow_is_a_note_not_a_warning(tmp_path, folder, caplog):
+    """One person at the terminal has one conversation at a time: the defaults' 64 x 8,192 tokens
+    in 1 GiB must not greet every `openclaw chat` with a warning."""
+    model = engine(folder, blocks=63, max_num_seqs=4)
+    caplog.set_level(logging.INFO, logger="openclaw.kv_report")
+    daemon, _ = await started(tmp_path, model, settings(4))
+    try:
+        [note] = [r for r in caplog.records if r.name == "openclaw.kv_report"]
+        assert note.levelno == logging.INFO and "the pool holds 63" in note.getMessage()
     finally:
         await daemon.stop(drain_timeout=0)
         await model.close()
