@@ -48,6 +48,10 @@ SLASH_COMMANDS = {
     "status": "Model, queue, KV cache use, tokens used today",
     "help": "What the assistant's commands do",
     "audit": "Your last tool calls and how they ended",
+    "jobs": "Your scheduled jobs (type /jobs cancel N to cancel one)",
+    "memory": "What I keep of you (type /memory forget N, off or on)",
+    "heartbeat": "Your heartbeat (type /heartbeat on, off, every 30m, ...)",
+    "private": "Whether I keep traces of your turns (type /private on or off)",
     "good": "Grade my last reply to you as good", "bad": "Grade my last reply to you as bad",
 }
 # Answers to a tool call waiting for the user's approval; the number is the request's.

@@ -354,8 +354,8 @@ async def test_slash_commands_are_registered_and_answered_in_their_interaction(f
     model = ScriptedModel(history_echo)
     await daemon_with(model)
     assert sorted(c["name"] for c in fake.commands) == [
-        "approve", "audit", "bad", "deny", "good", "help", "new", "remind", "reminders", "run", "sh",
-        "status", "stop"]
+        "approve", "audit", "bad", "deny", "good", "heartbeat", "help", "jobs", "memory", "new",
+        "private", "remind", "reminders", "run", "sh", "status", "stop"]
     channel = fake.dm_channel_id(ADA)
     await dm(fake, ADA, "one")
     new = fake.slash(ADA, "new")

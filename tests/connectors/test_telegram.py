@@ -68,9 +68,9 @@ async def test_a_dm_conversation_over_two_turns_is_remembered(env, fake):
     fake.send("what is my name?")
     assert (await env.replies(ADA, 2))[1] == "you said 2 things: my name is Ada | what is my name?"
     assert (ADA, "typing") in fake.actions
-    assert [c["command"] for c in fake.commands] == ["new", "stop", "status", "help", "approve", "deny",
-                                                     "remind", "reminders", "audit", "good", "bad",
-                                                     "sh", "run"]
+    assert [c["command"] for c in fake.commands] == [
+        "new", "stop", "status", "help", "approve", "deny", "remind", "reminders", "jobs",
+        "heartbeat", "remember", "memory", "audit", "good", "bad", "private", "sh", "run"]
     assert all(c["description"] for c in fake.commands)
 
 
