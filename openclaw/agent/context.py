@@ -128,11 +128,17 @@ class ContextBuilder:
         # Summed only once a sum held against a whole count (this check has none of its own),
         # and only well within the budget: scaffolding a template adds to a prompt as a whole
         # (a date line, say) is in no message's count.
-        if self.counter.summing and self.counter.checked and (
+        if self._summing() and self.counter.checked and (
                 await self.counter.head(system, tools, instructions)
                 + await self.counter.message(user) + SUM_MARGIN) <= budget:
             return True
         return await self.count([system, user], tools, instructions) <= budget
+
+    def _summing(self) -> bool:
+        """Whether prompts may be counted as sums of cached counts: only for a model whose count
+        of the same messages never changes (an estimate that learns from usage reports would
+        leave every cached count stale), and while no sum was found short (agent.counting)."""
+        return self.counter.summing and getattr(self.model, "fixed_counts", False)
 
     def _forget(self, conversation_id: int) -> None:
         self._cache.pop(conversation_id, None)
@@ -205,7 +211,7 @@ class ContextBuilder:
         model (agent.counting); the whole prompt is counted once per conversation read from the
         store, to know its history's tokens and check a sum, and whenever a sum says no."""
         budget, counter = self.budget.prompt_tokens, self.counter
-        counted = self._counted.get(conversation_id) if counter.summing else None
+        counted = self._counted.get(conversation_id) if self._summing() else None
         if counted is not None:
             for message in history[counted.messages:]:
                 counted.tokens += await counter.message(message.as_chat())
@@ -221,7 +227,7 @@ class ContextBuilder:
             # messages) does not drift further with each message.
             counted.tokens += exact - summed
             counted.checked = True
-        elif counter.summing and conversation_id in self._cache:
+        elif self._summing() and conversation_id in self._cache:
             # The history's share of this count, for the sums of the next calls.
             tokens = exact - await self._summed(prompt, history, memory, tools, instructions, 0)
             self._counted[conversation_id] = _Counted(len(history), tokens)

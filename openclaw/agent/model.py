@@ -31,6 +31,10 @@ class ModelUnavailable(Exception):
 
 class ChatModel(Protocol):
     max_model_len: int  # the model's context, in tokens
+    # Whether count_chat gives the same count for the same messages at every call (a tokenizer:
+    # the engine's, a server's /tokenize, a local copy), so the agent may keep counts per message
+    # (agent.counting); False, or absent, for an estimate that changes: prompts counted whole.
+    fixed_counts: bool
 
     def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                  request_id: str | None = None, *, tools: list[dict] | None = None,

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 
 class LocalBackend:
+    fixed_counts = True  # the engine's own tokenizer and template
+
     def __init__(self, llm: AsyncLLM) -> None:
         self.llm = llm
 

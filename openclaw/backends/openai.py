@@ -166,6 +166,13 @@ class OpenAIBackend:
 
     # ---- ChatModel ------------------------------------------------------------------------
 
+    @property
+    def fixed_counts(self) -> bool:
+        """Counted by a tokenizer (the server's /tokenize, else a local one), not estimated from
+        usage reports (which change the estimate as they come): see ChatModel.fixed_counts."""
+        available = self.server_count.available
+        return available is True or (available is False and self.local_count is not None)
+
     async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
                          tool_instructions: str | None = None) -> int:
         """As the server counts (`openclaw serve` with the tool instructions, where set), else

@@ -73,6 +73,10 @@ class RecordingModel:
     def max_model_len(self) -> int:
         return self.inner.max_model_len
 
+    @property
+    def fixed_counts(self) -> bool:
+        return getattr(self.inner, "fixed_counts", False)
+
     def _extra(self) -> dict[str, Any]:
         # Passed on only when set: a model need not take what it is never given.
         return {} if self.tool_instructions is None else {"tool_instructions": self.tool_instructions}

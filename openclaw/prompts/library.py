@@ -5,6 +5,7 @@ is stored, and all are stored in one transaction: a bad file stores none."""
 from __future__ import annotations
 
 import getpass
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -60,6 +61,7 @@ def read_prompt_dir(folder: Path) -> list[PromptFile]:
         raise PromptImportError(f"{folder} is not a folder (expected {_layout(folder)})")
     files: list[PromptFile] = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        _not_a_link(sub, folder)
         if sub.name not in PROMPT_NAMES:
             raise PromptImportError(
                 f"{sub}: not a prompt name; the library has {' and '.join(PROMPT_NAMES)} "
@@ -91,6 +93,7 @@ def _read_versions(sub: Path) -> list[PromptFile]:
     for path in sorted(sub.iterdir()):
         if path.name.startswith("."):
             continue
+        _not_a_link(path, sub.parent)
         if not path.is_file() or path.suffix not in SUFFIXES:
             raise PromptImportError(
                 f"{path}: not a prompt file; expected <version>.md or <version>.txt here")
@@ -105,10 +108,23 @@ def _read_versions(sub: Path) -> list[PromptFile]:
     return list(files.values())
 
 
+def _not_a_link(path: Path, folder: Path) -> None:
+    """A prompt folder may come from someone else (a cloned repository): a link in it could make
+    any file the admin can read (a token, a key) a system prompt the model repeats on request."""
+    if path.is_symlink():
+        raise PromptImportError(f"{path}: a symbolic link; prompts are read only from files and "
+                                f"folders inside {folder} itself; nothing was imported")
+
+
 def _read_text(path: Path, name: str) -> str:
-    raw = path.read_bytes()
+    try:  # O_NOFOLLOW: also a link put in place after the look above is not followed
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise PromptImportError(f"{path}: cannot read it ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as file:
+        raw = file.read(MAX_PROMPT_BYTES + 1)
     if len(raw) > MAX_PROMPT_BYTES:
-        raise PromptImportError(f"{path}: {len(raw)} bytes; a prompt is at most "
+        raise PromptImportError(f"{path}: over {MAX_PROMPT_BYTES} bytes; a prompt is at most "
                                 f"{MAX_PROMPT_BYTES}")
     try:
         # Trailing blank lines and the editor's final newline are not part of the prompt.

@@ -28,6 +28,10 @@ class PriorityGate:
     def max_model_len(self) -> int:
         return self.model.max_model_len
 
+    @property
+    def fixed_counts(self) -> bool:
+        return getattr(self.model, "fixed_counts", False)
+
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
                        priority: int = 0, cache_salt: str | None = None,

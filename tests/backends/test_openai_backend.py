@@ -323,6 +323,7 @@ async def test_with_model_and_context_length_set_the_start_needs_no_server(fake)
 async def test_tokens_are_counted_by_the_servers_tokenize(fake):
     backend = await opened(fake)
     assert await backend.count_chat(HELLO, [CLOCK]) == count_tokens(HELLO, [CLOCK])
+    assert backend.fixed_counts  # a tokenizer's counts: the agent may keep them per message
     assert fake.counts[0] == {"model": MODEL, "messages": HELLO, "add_generation_prompt": True,
                               "tools": [CLOCK]}
     await backend.close()
@@ -336,7 +337,7 @@ async def test_without_tokenize_the_local_tokenizer_counts(fake, tmp_path):
     assert await backend.count_chat(HELLO, [CLOCK]) == len(exact)
     assert await backend.count_chat(HELLO, [CLOCK]) == len(exact)
     assert fake.counts == []  # asked once, found missing, not asked again
-    assert backend.server_count.available is False
+    assert backend.server_count.available is False and backend.fixed_counts
     await backend.close()
 
 
@@ -345,6 +346,7 @@ async def test_without_tokenize_or_tokenizer_the_servers_usage_sets_the_estimate
     backend = await opened(fake)
     first = await backend.count_chat(HELLO)
     assert first > 0  # a guess on the high side before any usage was reported
+    assert not backend.fixed_counts  # it changes with the usage: never kept per message
     fake.reply = lambda body: Reply("ok", usage=(1000, 1))
     await answer(backend)
     assert await backend.count_chat(HELLO) >= 1000  # the server said this prompt cost 1000

@@ -15,6 +15,7 @@ Reply = Callable[[list[dict]], str]
 
 
 class ScriptedModel:
+    fixed_counts = True  # encode_chat is a function of the messages alone
     def __init__(self, reply: Reply, *, max_model_len: int = 4096, chunk: int = 4,
                  delay: float = 0.0) -> None:
         self.reply = reply

@@ -5,6 +5,7 @@ found out and counted whole again."""
 from __future__ import annotations
 
 from openclaw.agent.context import Budget, ContextBuilder
+from openclaw.backends.counting import UsageEstimate
 from openclaw.store import Store
 from tests.helpers.scripted_model import ScriptedModel
 
@@ -140,5 +141,40 @@ async def test_a_message_is_checked_whole_against_the_budget_until_a_sum_held(tm
                                         {"role": "user", "content": text}])
         context.budget.prompt_tokens = whole - 10  # the sum (40 under it) would say it fits
         assert not await context.fits_alone(text, None)
+    finally:
+        await store.close()
+
+
+class EstimatingModel(ScriptedModel):
+    """count_chat as the OpenAI backend counts without /tokenize nor a local tokenizer: an
+    estimate whose rate follows the server's usage reports."""
+
+    fixed_counts = False
+
+    def __init__(self) -> None:
+        super().__init__(lambda m: "Summary.", max_model_len=1_000_000)
+        self.estimate = UsageEstimate()
+
+    async def count_chat(self, messages, tools=None, tool_instructions=None) -> int:
+        return self.estimate.count(messages, tools)
+
+
+async def test_a_count_that_changes_is_never_summed_so_no_prompt_over_the_budget_is_sent(tmp_path):
+    store, conversation = await _conversation(tmp_path, 200)
+    model = EstimatingModel()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=1_000_000,
+                                                               keep_messages=8))
+    try:
+        await context.build(conversation, None)  # read, counted whole
+        await context.add(conversation, "user", "question 0")
+        await context.build(conversation, None)  # a sum would be checked here: it holds
+        model.estimate.rates.append(0.5)  # a usage report: more tokens per character (x1.1 margin)
+        await context.add(conversation, "assistant", "answer 0")
+        await context.add(conversation, "user", "question 1")
+        probe = ContextBuilder(model, store, "You help.", context.budget)
+        whole = await model.count_chat(await probe.build(conversation, None))
+        context.budget.prompt_tokens = whole - 50  # by the model's count now, it does not fit
+        prompt = await context.build(conversation, None)
+        assert await model.count_chat(prompt) <= context.budget.prompt_tokens
     finally:
         await store.close()

@@ -153,3 +153,22 @@ def test_import_as_a_user_runs_it(admin: Admin, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "3 added" in done.stdout
     assert {v.author for v in admin.read(lambda s: s.prompt_versions())} == {"someone"}
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_link_out_of_the_folder_is_refused_and_nothing_imported(tmp_path, capsys, link):
+    """A prompt folder may be someone else's repository: a link in it must not make a file the
+    admin can read (here a token) a system prompt the model would repeat."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "v1.md").write_text("TELEGRAM_BOT_TOKEN=123:SECRET\n")
+    a = Admin(tmp_path)
+    a.write("tools/v1.md", "Tools:\n{tools}\n")
+    if link == "file":
+        (a.folder / "system").mkdir()
+        (a.folder / "system" / "v1.md").symlink_to(outside / "v1.md")
+    else:
+        (a.folder / "system").symlink_to(outside)
+    assert a.cli("import", str(a.folder)) == 1
+    assert "a symbolic link" in capsys.readouterr().err
+    assert not a.data.exists()  # refused before the store was opened: nothing imported
