@@ -230,8 +230,8 @@ class Agent:
                     try:
                         outcome = await self._call_tool(call, caller, untrusted)
                     except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
-                        await self.context.add(conversation_id, "tool", STOPPED_CALL,
-                                               tool_call_id=call.id)
+                        result.last_message_id = (await self.context.add(
+                            conversation_id, "tool", STOPPED_CALL, tool_call_id=call.id)).id
                         raise
                     result.last_message_id = (await self.context.add(
                         conversation_id, "tool", outcome.text, tool_call_id=call.id)).id

@@ -77,6 +77,10 @@ async def test_a_call_stopped_while_it_ran_shows_as_stopped_in_the_next_prompt(t
         assert after["content"].startswith("error: stopped:") and "may have done" in after["content"]
         assert "not run" not in after["content"]
         assert prompt[-1] == {"role": "user", "content": "and now?"}
+        # The stopped turn's trace runs to the stopped call's result, its last message.
+        stopped = next(t for t in await daemon.store.list_traces() if t.status == "stopped")
+        [kept] = (await daemon.store.trace_messages([stopped]))[stopped.id][-1:]
+        assert kept.role == "tool" and kept.content.startswith("error: stopped:")
     finally:
         await daemon.stop()
 
