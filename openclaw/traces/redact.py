@@ -25,6 +25,12 @@ PATH_MARK = "[PATH]"
 # the config's own pattern, and an Authorization header's name.
 CREDENTIAL_KEY = re.compile(SECRET_KEY.pattern + "|auth", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"://[^:/@\s]*:([^@\s]+)@")
+# A credential in a URL's query string: ?api_key=..., &token=...
+_URL_QUERY = re.compile(r"[?&]([^=&#\s]+)=([^&#\s]+)")
+# An MCP server's env values are taken as credentials whatever their names (GH_PAT, ...) from
+# this length on; shorter ones ("1", "true", "en") are settings, and hiding them everywhere
+# would garble the export.
+ENV_SECRET_CHARS = 8
 # Where a path ends in running text: whitespace, quotes, brackets and the like.
 _PATH_REST = r"[^\s\"'`<>()\[\]{},;]*"
 
@@ -59,11 +65,15 @@ def config_secrets(config: Config) -> set[str]:
         elif isinstance(value, str):
             if credentials or CREDENTIAL_KEY.search(key):
                 add(value)
-            elif (match := _URL_PASSWORD.search(value)) is not None:
-                found.add(match.group(1))
+            else:
+                found.update(_URL_PASSWORD.findall(value))
+                found.update(v for k, v in _URL_QUERY.findall(value) if CREDENTIAL_KEY.search(k))
         elif isinstance(value, BaseModel):  # a typed field's credential is a Secret
             for name in type(value).model_fields:
-                walk(getattr(value, name), "", name == "headers")
+                field = getattr(value, name)
+                if name == "env" and isinstance(field, dict):  # an MCP server's: see above
+                    field = {k: v for k, v in field.items() if len(str(v)) >= ENV_SECRET_CHARS}
+                walk(field, "", name in ("headers", "env"))
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             for field in dataclasses.fields(value):
                 walk(getattr(value, field.name))

@@ -19,7 +19,7 @@ from openclaw.cli.traces import answered_under
 from openclaw.config import load_config
 from openclaw.store import Store, UserStatus
 from openclaw.traces.export import export_traces
-from openclaw.traces.redact import PATH_MARK, SECRET_MARK, Redactor
+from openclaw.traces.redact import PATH_MARK, SECRET_MARK, Redactor, config_secrets
 
 TOKEN = "123456:TELEGRAM-SECRET-abc"
 SMTP = 'smtp-Pa55"w0rd\\x'  # a quote and a backslash: JSON escapes both
@@ -228,3 +228,19 @@ def test_each_turn_is_exported_with_the_system_prompt_it_was_answered_with(
     assert [answered_under(label, texts, SYSTEM) for label in (
         "system=v3;tools=v1", "system=config;tools=builtin", "", "not a label", "system=v9")] == [
         "three", SYSTEM, SYSTEM, SYSTEM, SYSTEM]
+
+
+def test_credentials_named_otherwise_in_mcp_env_and_urls_are_collected(tmp_path: Path):
+    """An MCP server's env holds credentials under any name (GH_PAT); a URL may carry a token in
+    its query string, and one string may hold two URLs with passwords."""
+    path = tmp_path / "openclaw.toml"
+    path.write_text(f'''data_dir = "{tmp_path / 'data'}"
+[mcp.servers.gh]
+command = ["gh-mcp", "--remote", "https://a:first-pass@git.example/x https://b:second-pass@y.example/"]
+env = {{ GH_PAT = "ghp_0123456789abcdef", LANG = "en" }}
+[mcp.servers.search]
+url = "https://search.example/mcp?api_key=sk-live-42xyz&lang=en"
+''')
+    found = config_secrets(load_config(path))
+    assert {"ghp_0123456789abcdef", "first-pass", "second-pass", "sk-live-42xyz"} <= found
+    assert not found & {"en", "gh-mcp"}  # a short setting and plain words are not secrets
