@@ -19,7 +19,8 @@ from pathlib import Path
 
 from openclaw.config import Config, ConfigError, cross_reference_problems
 
-RELOADABLE = ("access", "agent", "roles", "sandbox", "skills", "jobs")
+# "traces" is read by `openclaw traces export` from the file, each time: a change applies at once.
+RELOADABLE = ("access", "agent", "roles", "sandbox", "skills", "jobs", "traces")
 AT_RESTART = ("data_dir", "engine", "store", "admin", "serve", "telegram", "discord", "mcp",
               "memory")
 
