@@ -7,10 +7,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, insert_record, insert_values, to_record
 from openclaw.store.models import AUDIT_SKILL_CHARS, AuditRow, UsageRow
 from openclaw.store.records import AuditEntry
+
+
+async def insert_audit(session: AsyncSession, *, skill: str, **values: Any) -> AuditEntry:
+    """One audit row (add_audit's, or one stored with a tool call's result: add_message)."""
+    skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
+    return await insert_record(session, AuditRow, AuditEntry, skill=skill, **values)
 
 
 class UsageStore(StoreBase):
@@ -21,12 +28,11 @@ class UsageStore(StoreBase):
     async def add_audit(self, user: str, skill: str, arguments: Any | None, decision: str, *,
                         exit_status: int | None = None, duration_ms: int | None = None,
                         output_bytes: int | None = None, detail: str | None = None) -> AuditEntry:
-        skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
         async with self.transaction() as session:
-            return await insert_record(
-                session, AuditRow, AuditEntry, at=self.now(), user=user, skill=skill,
-                arguments=arguments, decision=decision, exit_status=exit_status,
-                duration_ms=duration_ms, output_bytes=output_bytes, detail=detail)
+            return await insert_audit(
+                session, at=self.now(), user=user, skill=skill, arguments=arguments,
+                decision=decision, exit_status=exit_status, duration_ms=duration_ms,
+                output_bytes=output_bytes, detail=detail)
 
     async def list_audit(self, limit: int = 100, user: str | None = None, *,
                          skill: str | None = None, since: datetime | None = None,
