@@ -91,7 +91,8 @@ class ConversationStore(StoreBase):
                 # One INSERT, on the hot path of every turn; the conversation's foreign key (not a
                 # separate look-up) rejects a message for a conversation that does not exist.
                 return await insert_record(
-                    session, MessageRow, Message, conversation_id=conversation_id, role=role,
+                    session, MessageRow, Message, last=True, conversation_id=conversation_id,
+                    role=role,
                     content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
                     token_count=token_count, created_at=now, prompt_version=prompt_version)
         except IntegrityError as err:

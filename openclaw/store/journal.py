@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, insert_record, to_record
+from openclaw.store.base import StoreBase, commits_next, insert_record, to_record
 from openclaw.store.models import InboundEventRow, OutboundMessageRow, ReminderRow
 from openclaw.store.records import (
     InboundEvent,
@@ -39,7 +39,8 @@ class JournalStore(StoreBase):
         try:
             async with self.transaction() as session:
                 event = await insert_record(
-                    session, InboundEventRow, InboundEvent, channel=channel, message_id=message_id,
+                    session, InboundEventRow, InboundEvent, last=True, channel=channel,
+                    message_id=message_id,
                     user=user, chat_id=chat_id, text=text, payload=payload,
                     status=InboundStatus.RECEIVED, error=None, received_at=self.now(),
                     processed_at=None)
@@ -87,7 +88,7 @@ class JournalStore(StoreBase):
                     .values(status=InboundStatus.PROCESSED, processed_at=self.now(), error=None)
                     .execution_options(synchronize_session=False))
             return await self._add_outbound(session, channel, chat_id, pieces, conversation_id,
-                                            answers)
+                                            answers, last=True)
 
     async def fire_reminder(self, reminder_id: int, due_at: datetime, next_due: datetime | None,
                             pieces: list[str], *, conversation_id: int | None = None
@@ -113,16 +114,18 @@ class JournalStore(StoreBase):
 
     async def _add_outbound(self, session: AsyncSession, channel: str, chat_id: str | int,
                             pieces: list[str], conversation_id: int | None,
-                            answers: int | None) -> list[OutboundMessage]:
+                            answers: int | None, last: bool = False) -> list[OutboundMessage]:
+        """`last`: these INSERTs end the transaction (the last commits it: base.commits_next)."""
         now = self.now()
         # One INSERT per piece, in order: the ids keep the order the pieces are sent in.
         return [await insert_record(session, OutboundMessageRow, OutboundMessage,
+                                    last and i == len(pieces) - 1,
                                     conversation_id=conversation_id, inbound_event_id=answers,
                                     channel=channel, chat_id=str(chat_id), text=piece,
                                     status=OutboundStatus.PENDING, attempts=0,
                                     external_message_id=None, error=None, created_at=now,
                                     updated_at=now, sent_at=None)
-                for piece in pieces]
+                for i, piece in enumerate(pieces)]
 
     async def mark_outbound(self, outbound_id: int, status: OutboundStatus | str,
                             external_message_id: str | int | None = None,
@@ -156,6 +159,7 @@ class JournalStore(StoreBase):
         read only to say what is wrong (LookupError, ValueError) when the UPDATE changed none."""
         row_cls = OutboundMessageRow
         async with self.transaction() as session:
+            await commits_next(session)  # the read below is only for the error
             changed = await session.execute(
                 update(row_cls.__table__)
                 .where(row_cls.id == outbound_id, row_cls.status != OutboundStatus.SENT)

@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, insert_values, to_record
+from openclaw.store.base import StoreBase, commits_next, insert_values, to_record
 from openclaw.store.models import MessageRow, TraceRow, UsageRow, UserRow
 from openclaw.store.records import Message, MessageRole, parse_user_key, user_key
 from openclaw.store.trace_records import Trace, TraceStatus
@@ -79,6 +79,7 @@ class TraceStore(StoreBase):
             # A second trace of the message is not stored: ON CONFLICT, not a savepoint, so the
             # usage row above stays and no SAVEPOINT / RELEASE round trips are made.
             insert = (sqlite_insert if self.dialect == "sqlite" else postgresql_insert)(TraceRow)
+            await commits_next(session)
             result = await session.execute(insert.values(
                 inbound_event_id=inbound_event_id, user=user,
                 conversation_id=conversation_id, first_message_id=first_message_id,

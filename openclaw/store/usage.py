@@ -14,10 +14,11 @@ from openclaw.store.models import AUDIT_SKILL_CHARS, AuditRow, UsageRow
 from openclaw.store.records import AuditEntry
 
 
-async def insert_audit(session: AsyncSession, *, skill: str, **values: Any) -> AuditEntry:
+async def insert_audit(session: AsyncSession, *, skill: str, last: bool = False,
+                       **values: Any) -> AuditEntry:
     """One audit row (add_audit's, or one stored with a tool call's result: add_message)."""
     skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
-    return await insert_record(session, AuditRow, AuditEntry, skill=skill, **values)
+    return await insert_record(session, AuditRow, AuditEntry, last, skill=skill, **values)
 
 
 class UsageStore(StoreBase):
@@ -30,7 +31,7 @@ class UsageStore(StoreBase):
                         output_bytes: int | None = None, detail: str | None = None) -> AuditEntry:
         async with self.transaction() as session:
             return await insert_audit(
-                session, at=self.now(), user=user, skill=skill, arguments=arguments,
+                session, last=True, at=self.now(), user=user, skill=skill, arguments=arguments,
                 decision=decision, exit_status=exit_status, duration_ms=duration_ms,
                 output_bytes=output_bytes, detail=detail)
 
@@ -55,7 +56,7 @@ class UsageStore(StoreBase):
     async def add_usage(self, user: str, prompt_tokens: int, completion_tokens: int,
                         conversation_id: int | None = None) -> None:
         async with self.transaction() as session:
-            await insert_values(session, UsageRow, at=self.now(), user=user,
+            await insert_values(session, UsageRow, last=True, at=self.now(), user=user,
                                 conversation_id=conversation_id, prompt_tokens=prompt_tokens,
                                 completion_tokens=completion_tokens)
 
