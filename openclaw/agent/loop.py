@@ -177,7 +177,8 @@ class Agent:
                 await _cancelled(recalling)
                 return result
             if not stored:
-                tokens = await self.context.count([{"role": "user", "content": text}])
+                # Its count alone, from the count the prompt's sum takes of it (one count).
+                tokens = await self.context.counter.alone({"role": "user", "content": text})
                 result.first_message_id = (await self.context.add(
                     conversation_id, "user", text, token_count=tokens)).id
         except BaseException:
