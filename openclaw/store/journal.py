@@ -5,11 +5,12 @@ runs a turn or fires a reminder twice."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +24,16 @@ from openclaw.store.records import (
     ReminderStatus,
     parse_user_key,
 )
+
+
+@functools.cache
+def _answered() -> Any:
+    """The UPDATE that marks an inbound message answered (add_reply, before every reply is sent):
+    built once, its values as parameters (construction cost more than the statement)."""
+    table = InboundEventRow.__table__
+    return (update(table).where(table.c.id == bindparam("event_id"))
+            .values(status=InboundStatus.PROCESSED, processed_at=bindparam("processed"),
+                    error=None))
 
 
 class JournalStore(StoreBase):
@@ -83,10 +94,8 @@ class JournalStore(StoreBase):
         never run a second time."""
         async with self.transaction() as session:
             if answers is not None:
-                await session.execute(
-                    update(InboundEventRow).where(InboundEventRow.id == answers)
-                    .values(status=InboundStatus.PROCESSED, processed_at=self.now(), error=None)
-                    .execution_options(synchronize_session=False))
+                await session.execute(_answered(), {"event_id": answers,
+                                                    "processed": self.now()})
             return await self._add_outbound(session, channel, chat_id, pieces, conversation_id,
                                             answers, last=True)
 
