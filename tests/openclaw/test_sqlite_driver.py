@@ -2,8 +2,9 @@
 
 What it promises: one trip to aiosqlite's thread per statement (plus one per commit; none where
 the store has the last statement commit, base.commits_next, nor for a transaction that only
-read), and otherwise the behaviour of a DB-API cursor that SQLAlchemy relies on: rows, rowcount, lastrowid, executemany,
-streamed results, errors translated, and a failed transaction rolled back.
+read), and otherwise the behaviour of a DB-API cursor that SQLAlchemy relies on: rows,
+rowcount, lastrowid, executemany, streamed results, errors translated, and a failed transaction
+rolled back.
 """
 
 from __future__ import annotations
