@@ -42,9 +42,18 @@ from openclaw.gateway.contract import InboundMessage  # noqa: E402
 from tests.helpers.daemon import RecordingConnector  # noqa: E402
 from tests.helpers.scripted_model import ScriptedModel  # noqa: E402
 
-QUESTION = "please answer question number {}"
+# Asked in turn: each unlike the one before, as a user's messages are. One question again and
+# again (a number apart) reads as a retry to the feedback check (openclaw/gateway/feedback.py),
+# which then grades the previous turn on every message: two store calls no ordinary turn makes.
+QUESTIONS = ("please answer question number {}", "what is the weather in town {}",
+             "tell me a fact about item {}", "how long does it take to cook recipe {}",
+             "please summarise chapter {}")
 ANSWER = "Here is a short answer to your question, with a few words in it."
 WARM_UP = 10  # turns not measured: lazy imports, caches filled
+
+
+def question(i: int) -> str:
+    return QUESTIONS[i % len(QUESTIONS)].format(i)
 
 
 def scripted_reply(messages: list[dict]) -> str:
@@ -76,7 +85,7 @@ async def prefill(daemon: Daemon, count: int) -> None:
     await store.ensure_user("terminal", "local")  # as the gateway's admission would
     conversation = await store.active_conversation("terminal:local", "local", "terminal")
     for i in range(count):
-        role, text = ("user", QUESTION.format(-1 - i)) if i % 2 == 0 else ("assistant", ANSWER)
+        role, text = ("user", question(-1 - i)) if i % 2 == 0 else ("assistant", ANSWER)
         await store.add_message(conversation.id, role, text, token_count=12)
 
 
@@ -109,7 +118,7 @@ async def measure_overhead(turns: int, history: int, encode, store_url: str | No
         for i in range(turns + WARM_UP):
             if i == WARM_UP and profile is not None:
                 profile.reset()
-            msg = InboundMessage("terminal", "local", "local", f"m{next(ids)}", QUESTION.format(i))
+            msg = InboundMessage("terminal", "local", "local", f"m{next(ids)}", question(i))
             start = time.perf_counter()
             await conn.handler(msg)
             await daemon.gateway.wait_idle()

@@ -260,15 +260,20 @@ class Daemon:
         m.histogram("openclaw_tool_seconds", help_text="a tool call's run, after any approval")
 
     def _audit(self, registry: SkillRegistry) -> AuditSink:
-        """The executor's audit: the store's row, and the tool-call metrics."""
-        async def audit(user: str, skill: str, arguments: Any, decision: str, **fields: Any) -> Any:
+        """The executor's audit: the store's row, and the tool-call metrics (alone: `counted`,
+        for a row its caller stores with the call's result, skills.executor keep_audit)."""
+        def counted(user: str, skill: str, arguments: Any, decision: str, **fields: Any) -> None:
             # The model names the skill: a label takes only the enabled ones, or it is unbounded.
             known = skill if skill in registry.names else "(unknown)"
             self.metrics.inc("openclaw_tool_calls_total", skill=known, decision=decision)
             if fields.get("duration_ms") is not None:
                 self.metrics.observe("openclaw_tool_seconds", fields["duration_ms"] / 1000)
+
+        async def audit(user: str, skill: str, arguments: Any, decision: str, **fields: Any) -> Any:
+            counted(user, skill, arguments, decision, **fields)
             return await self.store.add_audit(user, skill, arguments, decision, **fields)
 
+        audit.counted = counted  # type: ignore[attr-defined]
         return audit
 
     def request_stop(self) -> None:

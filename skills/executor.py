@@ -49,6 +49,9 @@ class Outcome:
     ok: bool
     decision: str  # one of AUDIT_DECISIONS but "interrupted", which only the audit row says
     exit_status: int | None = None  # of the program it ran, if it ran one
+    # The audit row, when the caller asked to write it itself (Executor.call keep_audit): the
+    # audit sink's keyword arguments, for one transaction with what the caller stores of the call.
+    audit: dict[str, Any] | None = None
 
 
 # What an audit row's decision can be: "allowed" (it ran, whatever its exit), "interrupted" (the
@@ -84,28 +87,32 @@ class Executor:
         return [name for name in self.registry.names if principal.may_use(name)]
 
     async def call(self, name: str, args: Any, principal: Principal, *, chat_id: str = "",
-                   approver: Approver = never_approve, in_group: bool | None = None) -> Outcome:
+                   approver: Approver = never_approve, in_group: bool | None = None,
+                   keep_audit: bool = False) -> Outcome:
         """`in_group`: whether `chat_id` is a group chat (None: not known; the memory skill
-        then refuses, rather than guess a private chat)."""
+        then refuses, rather than guess a private chat). `keep_audit`: the audit row of a call
+        that ends is not written but handed back in `Outcome.audit`, for the caller to store
+        with the call's result in one transaction, where the sink can count a call without
+        writing its row (its `counted`); a call cut short by a cancel is still audited here."""
         skill = self.registry.get(name)
         if skill is None or not principal.may_use(name):
             available = ", ".join(self.available(principal)) or "none"
             if skill is None:
-                return await self._done(principal, name, args, Outcome(
+                return await self._done(principal, name, args, keep_audit, Outcome(
                     f"error: there is no tool named {name!r}; available tools: {available}",
                     False, "unknown"))
-            return await self._done(principal, name, args, Outcome(
+            return await self._done(principal, name, args, keep_audit, Outcome(
                 f"error: denied: the role {principal.role.name!r} of {principal.user} may not use "
                 f"{name!r} (it may use: {available}); the owner can add it to "
                 f"[roles.{principal.role.name}] skills", False, "denied"))
         problems = check_arguments(skill.parameters, args)
         if problems:
-            return await self._done(principal, name, args, Outcome(
+            return await self._done(principal, name, args, keep_audit, Outcome(
                 f"error: bad arguments for {name}: " + "; ".join(problems), False, "invalid"))
         if principal.needs_approval(name):
             verdict = await self._ask(approver, principal, name, skill.describe(args))
             if verdict is not None:
-                return await self._done(principal, name, args, verdict)
+                return await self._done(principal, name, args, keep_audit, verdict)
         ctx = SkillContext(principal=capture_bounded(principal), sandbox=self.sandbox, chat_id=chat_id,
                            settings=self.registry.settings(name), reminders=self.reminders,
                            jobs=self.jobs, memory=self.memory, in_group=in_group)
@@ -139,7 +146,8 @@ class Executor:
             outcome = Outcome(text, False, "allowed")
         except asyncio.CancelledError:
             ctx.audit.detail = "cancelled (/stop or shutdown)"
-            await self._done(principal, name, args, Outcome("", False, "allowed"), ctx.audit, started)
+            await self._done(principal, name, args, False, Outcome("", False, "allowed"), ctx.audit,
+                             started)
             raise
         except Exception as exc:  # a broken skill must not end the conversation
             log.exception("skill %s failed", name)
@@ -147,7 +155,7 @@ class Executor:
         if not outcome.ok and ctx.audit.detail is None and outcome.text.startswith("error"):
             ctx.audit.detail = outcome.text[:500]
         outcome.exit_status = ctx.audit.exit_status
-        return await self._done(principal, name, args, outcome, ctx.audit, started)
+        return await self._done(principal, name, args, keep_audit, outcome, ctx.audit, started)
 
     async def _ask(self, approver: Approver, principal: Principal, name: str,
                    summary: str) -> Outcome | None:
@@ -166,18 +174,27 @@ class Executor:
             return Outcome(f"error: the user denied this {name} call; it did not run", False, "rejected")
         return None
 
-    async def _done(self, principal: Principal, name: str, args: Any, outcome: Outcome,
-                    note: AuditNote | None = None, started: float | None = None) -> Outcome:
+    async def _done(self, principal: Principal, name: str, args: Any, keep_audit: bool,
+                    outcome: Outcome, note: AuditNote | None = None,
+                    started: float | None = None) -> Outcome:
         if len(outcome.text) > MAX_RESULT_CHARS:
             outcome.text = (outcome.text[:MAX_RESULT_CHARS]
                             + f"\n[cut: {len(outcome.text)} characters in all]")
         if self._audit is not None:
             note = note or AuditNote(detail=None if outcome.ok else outcome.text[:500])
             duration = None if started is None else int((time.monotonic() - started) * 1000)
+            row = {"user": principal.user, "skill": name, "arguments": audit_arguments(args),
+                   "decision": outcome.decision, "exit_status": note.exit_status,
+                   "duration_ms": duration, "output_bytes": len(outcome.text.encode()),
+                   "detail": note.detail}
+            # Only with a sink that can count a call whose row it does not write (the daemon's).
+            if keep_audit and (counted := getattr(self._audit, "counted", None)) is not None:
+                counted(**row)
+                outcome.audit = row
+                return outcome
             try:
-                await self._audit(principal.user, name, audit_arguments(args),
-                                  outcome.decision, exit_status=note.exit_status, duration_ms=duration,
-                                  output_bytes=len(outcome.text.encode()), detail=note.detail)
+                first = [row.pop(key) for key in ("user", "skill", "arguments", "decision")]
+                await self._audit(*first, **row)
             except Exception:  # the audit must not turn a finished action into a crash
                 log.exception("could not write the audit row for %s", name)
         return outcome

@@ -31,7 +31,8 @@ class HistoryStore(Protocol):
     async def add_message(self, conversation_id: int, role: str, content: str, *,
                           tool_calls: Any | None = None, tool_call_id: str | None = None,
                           token_count: int | None = None,
-                          prompt_version: str | None = None) -> Message: ...
+                          prompt_version: str | None = None,
+                          audit: dict[str, Any] | None = None) -> Message: ...
 
     async def list_messages(self, conversation_id: int, after_id: int | None = None) -> list[Message]: ...
 

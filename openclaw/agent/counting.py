@@ -39,6 +39,9 @@ class PromptCounter:
         self._heads: OrderedDict[tuple[str, str, str | None], int] = OrderedDict()
         self.summing = True  # False once a sum was found below the model's count
         self.checked = False  # a sum was checked against the model's count, and held
+        # Per role: a prompt of one message counts this many tokens more than the message adds
+        # after a system message (a default system prompt, the generation prompt).
+        self._alone: dict[str, int] = {}
 
     async def exact(self, messages: list[dict], tools: list[dict] | None = None,
                     instructions: str | None = None) -> int:
@@ -56,6 +59,19 @@ class PromptCounter:
             if len(self._messages) > self.MAX_MESSAGES:
                 self._messages.popitem(last=False)
         return found
+
+    async def alone(self, chat: dict) -> int:
+        """The count of a prompt of `chat` alone (as the model counts [chat]: a user message's
+        stored token_count), from its `message` count, which the prompt's sums take anyway, once
+        sums held against the model's counts; else counted. Exact for templates that render each
+        message on its own, as the sums are."""
+        role = chat["role"]
+        if self.summing and self.checked and role in self._alone:
+            return await self.message(chat) + self._alone[role]
+        exact = await self._count([chat], None, None)
+        if self.summing:
+            self._alone[role] = exact - await self.message(chat)
+        return exact
 
     async def head(self, system: dict, tools: list[dict] | None,
                    instructions: str | None = None) -> int:

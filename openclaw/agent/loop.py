@@ -177,7 +177,8 @@ class Agent:
                 await _cancelled(recalling)
                 return result
             if not stored:
-                tokens = await self.context.count([{"role": "user", "content": text}])
+                # Its count alone, from the count the prompt's sum takes of it (one count).
+                tokens = await self.context.counter.alone({"role": "user", "content": text})
                 result.first_message_id = (await self.context.add(
                     conversation_id, "user", text, token_count=tokens)).id
         except BaseException:
@@ -233,8 +234,10 @@ class Agent:
                         result.last_message_id = (await self.context.add(
                             conversation_id, "tool", STOPPED_CALL, tool_call_id=call.id)).id
                         raise
+                    # Its audit row with it, one transaction: no row without its result.
                     result.last_message_id = (await self.context.add(
-                        conversation_id, "tool", outcome.text, tool_call_id=call.id)).id
+                        conversation_id, "tool", outcome.text, tool_call_id=call.id,
+                        audit=outcome.audit)).id
                     meter.tool_ended(ok=outcome.ok)
                     await sink.tool_ran(call.name, call.arguments, outcome)
                 # Before the next model call (or the step-limit message). The first model call
@@ -332,7 +335,7 @@ class Agent:
             approver = explained(approver, why)  # also where the role asks anyway
         outcome = await self.executor.call(call.name, call.arguments, principal,
                                            chat_id=caller.chat_id, approver=approver,
-                                           in_group=caller.in_group)
+                                           in_group=caller.in_group, keep_audit=True)
         if (outcome.decision == "allowed" and skill is not None
                 and (source := skill.untrusted_source(args)) is not None):
             untrusted.note(source)

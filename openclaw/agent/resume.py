@@ -58,7 +58,8 @@ async def take_up(context: ContextBuilder, executor: Executor, principal: Princi
 
     With the model's final answer stored (a crash between it and the reply), that answer. Else the
     one call that may have been running gets INTERRUPTED, and the audit row its end would have
-    written. (A crash in the moment between that row and the call's result leaves two rows.)"""
+    written (a call's row is stored with its result, so an ended call whose result is missing
+    has no row yet)."""
     _, history = await context.history(conversation_id)
     starts = [i for i, m in enumerate(history) if m.role == "user"]
     # This message's turn stored it after it came: an equal one stored before (a repeated "yes")

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,17 @@ class Spending:
         self.running.setdefault(user, []).append(result)
         return result
 
-    async def end(self, user: str, result: TurnResult, conversation_id: int) -> None:
-        """Write what the turn spent to the store, and stop counting it as running."""
+    async def end(self, user: str, result: TurnResult, conversation_id: int,
+                  together: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Write what the turn spent to the store, and stop counting it as running. `together`:
+        a write that stores the usage with what else it stores (the turn's trace), in one
+        transaction; whether it did (if not, the usage is written alone)."""
         async with self._lock:
             try:  # a store call ends whole even if the turn is cancelled meanwhile
-                await self.store.add_usage(user, result.prompt_tokens, result.completion_tokens,
-                                           conversation_id=conversation_id)
+                if together is None or not await together():
+                    await self.store.add_usage(user, result.prompt_tokens,
+                                               result.completion_tokens,
+                                               conversation_id=conversation_id)
             finally:  # in the store now (or lost with it): no longer counted as running
                 spending = self.running.get(user, [])
                 spending[:] = [r for r in spending if r is not result]  # this one, not an equal
@@ -245,12 +251,13 @@ class Turns:
             # ended: stopped, failed, cut by shutdown.
             self.metrics.inc("openclaw_completion_tokens_total", result.completion_tokens)
             self.metrics.inc("openclaw_prompt_tokens_total", result.prompt_tokens)
-            await self.spending.end(msg.user, result, conversation_id)
-            if traced is not None:  # the turn's trace: one store call, after the reply is out
-                await record_turn(self.store, self.agent, user=msg.user,
-                                  conversation_id=conversation_id, result=result, status=traced,
-                                  started_at=started_at, duration_s=ended - started,
-                                  inbound_event_id=event.id)
+            # The turn's trace with its usage: one transaction, after the reply is out.
+            trace = None if traced is None else functools.partial(
+                record_turn, self.store, self.agent, user=msg.user,
+                conversation_id=conversation_id, result=result, status=traced,
+                started_at=started_at, duration_s=ended - started, inbound_event_id=event.id,
+                with_usage=True)
+            await self.spending.end(msg.user, result, conversation_id, together=trace)
 
     async def _deliver(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
                        result: TurnResult, conversation_id: int, sink: Sink) -> None:

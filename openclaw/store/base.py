@@ -18,6 +18,7 @@ from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from openclaw.store.sqlite_driver import OneTripConnection
 from sandbox.to_end import run_to_end
 
 CLOSE_WAIT_S = 15.0  # close waits this long at most for calls still running
@@ -37,16 +38,33 @@ def to_record(cls: type[R], row: Any, **extra: Any) -> R:
     return cls(**values, **extra)
 
 
-async def insert_values(session: AsyncSession, model: type, **values: Any) -> Any:
+async def commits_next(session: AsyncSession) -> None:
+    """The session's next statement is its transaction's last: on SQLite it commits the
+    transaction itself, on the driver's thread in the same trip, and the session's commit costs
+    none (sqlite_driver). Only where nothing after that statement can fail and roll back: what it
+    wrote is committed as it returns. Nothing on PostgreSQL."""
+    if session.bind.dialect.name != "sqlite":
+        return
+    driver = (await (await session.connection()).get_raw_connection()).driver_connection
+    if isinstance(driver, OneTripConnection):
+        driver.commit_next = True
+
+
+async def insert_values(session: AsyncSession, model: type, last: bool = False,
+                        **values: Any) -> Any:
     """INSERT one row as a plain statement; the result. For rows written on every turn: the ORM's
-    unit of work (add, flush, identity map) costs more than the statement itself."""
+    unit of work (add, flush, identity map) costs more than the statement itself. `last`: the
+    transaction's last statement (commits_next)."""
+    if last:
+        await commits_next(session)
     return await session.execute(_insert_statement(model), _parameters(model, values))
 
 
-async def insert_record(session: AsyncSession, model: type, record: type[R], **values: Any) -> R:
+async def insert_record(session: AsyncSession, model: type, record: type[R], last: bool = False,
+                        **values: Any) -> R:
     """`insert_values`, returned as `record` (`values` plus the new id: SQLite gives it from the
     cursor, PostgreSQL by RETURNING)."""
-    result = await insert_values(session, model, **values)
+    result = await insert_values(session, model, last, **values)
     return record(id=result.inserted_primary_key[0], **values)
 
 

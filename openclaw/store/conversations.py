@@ -19,6 +19,7 @@ from openclaw.store.records import (
     Summary,
     parse_user_key,
 )
+from openclaw.store.usage import insert_audit
 from openclaw.store.users import require_user
 
 
@@ -77,16 +78,23 @@ class ConversationStore(StoreBase):
     async def add_message(self, conversation_id: int, role: MessageRole | str, content: str,
                           tool_calls: Any | None = None, tool_call_id: str | None = None,
                           token_count: int | None = None,
-                          prompt_version: str | None = None) -> Message:
+                          prompt_version: str | None = None,
+                          audit: dict[str, Any] | None = None) -> Message:
+        """`audit`: a tool call's audit row (add_audit's arguments), stored in the same
+        transaction as its result, this message: a crash leaves both or neither."""
         role = MessageRole(role)
         try:
             async with self.transaction() as session:
+                now = self.now()
+                if audit is not None:
+                    await insert_audit(session, at=now, **audit)
                 # One INSERT, on the hot path of every turn; the conversation's foreign key (not a
                 # separate look-up) rejects a message for a conversation that does not exist.
                 return await insert_record(
-                    session, MessageRow, Message, conversation_id=conversation_id, role=role,
+                    session, MessageRow, Message, last=True, conversation_id=conversation_id,
+                    role=role,
                     content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
-                    token_count=token_count, created_at=self.now(), prompt_version=prompt_version)
+                    token_count=token_count, created_at=now, prompt_version=prompt_version)
         except IntegrityError as err:
             raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
 

@@ -5,15 +5,16 @@ runs a turn or fires a reminder twice."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, insert_record, to_record
+from openclaw.store.base import StoreBase, commits_next, insert_record, to_record
 from openclaw.store.models import InboundEventRow, OutboundMessageRow, ReminderRow
 from openclaw.store.records import (
     InboundEvent,
@@ -23,6 +24,30 @@ from openclaw.store.records import (
     ReminderStatus,
     parse_user_key,
 )
+
+
+@functools.cache
+def _answered() -> Any:
+    """The UPDATE that marks an inbound message answered (add_reply, before every reply is sent):
+    built once, its values as parameters (construction cost more than the statement)."""
+    table = InboundEventRow.__table__
+    return (update(table).where(table.c.id == bindparam("event_id"))
+            .values(status=InboundStatus.PROCESSED, processed_at=bindparam("processed"),
+                    error=None))
+
+
+@functools.cache
+def _sent(with_external_id: bool) -> Any:
+    """mark_sent's UPDATE (after every piece sent), built once: the columns _attempt sets for a
+    sent piece, its values as parameters; the id the service gave, where it gave one."""
+    table = OutboundMessageRow.__table__
+    values: dict[str, Any] = {"status": OutboundStatus.SENT, "attempts": table.c.attempts + 1,
+                              "error": None, "updated_at": bindparam("now"),
+                              "sent_at": bindparam("now")}
+    if with_external_id:
+        values["external_message_id"] = bindparam("external_id")
+    return (update(table).where(table.c.id == bindparam("outbound_id"),
+                                table.c.status != OutboundStatus.SENT).values(values))
 
 
 class JournalStore(StoreBase):
@@ -39,7 +64,8 @@ class JournalStore(StoreBase):
         try:
             async with self.transaction() as session:
                 event = await insert_record(
-                    session, InboundEventRow, InboundEvent, channel=channel, message_id=message_id,
+                    session, InboundEventRow, InboundEvent, last=True, channel=channel,
+                    message_id=message_id,
                     user=user, chat_id=chat_id, text=text, payload=payload,
                     status=InboundStatus.RECEIVED, error=None, received_at=self.now(),
                     processed_at=None)
@@ -82,12 +108,10 @@ class JournalStore(StoreBase):
         never run a second time."""
         async with self.transaction() as session:
             if answers is not None:
-                await session.execute(
-                    update(InboundEventRow).where(InboundEventRow.id == answers)
-                    .values(status=InboundStatus.PROCESSED, processed_at=self.now(), error=None)
-                    .execution_options(synchronize_session=False))
+                await session.execute(_answered(), {"event_id": answers,
+                                                    "processed": self.now()})
             return await self._add_outbound(session, channel, chat_id, pieces, conversation_id,
-                                            answers)
+                                            answers, last=True)
 
     async def fire_reminder(self, reminder_id: int, due_at: datetime, next_due: datetime | None,
                             pieces: list[str], *, conversation_id: int | None = None
@@ -113,16 +137,18 @@ class JournalStore(StoreBase):
 
     async def _add_outbound(self, session: AsyncSession, channel: str, chat_id: str | int,
                             pieces: list[str], conversation_id: int | None,
-                            answers: int | None) -> list[OutboundMessage]:
+                            answers: int | None, last: bool = False) -> list[OutboundMessage]:
+        """`last`: these INSERTs end the transaction (the last commits it: base.commits_next)."""
         now = self.now()
         # One INSERT per piece, in order: the ids keep the order the pieces are sent in.
         return [await insert_record(session, OutboundMessageRow, OutboundMessage,
+                                    last and i == len(pieces) - 1,
                                     conversation_id=conversation_id, inbound_event_id=answers,
                                     channel=channel, chat_id=str(chat_id), text=piece,
                                     status=OutboundStatus.PENDING, attempts=0,
                                     external_message_id=None, error=None, created_at=now,
                                     updated_at=now, sent_at=None)
-                for piece in pieces]
+                for i, piece in enumerate(pieces)]
 
     async def mark_outbound(self, outbound_id: int, status: OutboundStatus | str,
                             external_message_id: str | int | None = None,
@@ -156,10 +182,12 @@ class JournalStore(StoreBase):
         read only to say what is wrong (LookupError, ValueError) when the UPDATE changed none."""
         row_cls = OutboundMessageRow
         async with self.transaction() as session:
-            changed = await session.execute(
-                update(row_cls.__table__)
-                .where(row_cls.id == outbound_id, row_cls.status != OutboundStatus.SENT)
-                .values(self._attempt(OutboundStatus.SENT, external_message_id, None)))
+            await commits_next(session)  # the read below is only for the error
+            now = self.now()
+            parameters = {"outbound_id": outbound_id, "now": now}
+            if external_message_id is not None:
+                parameters["external_id"] = str(external_message_id)
+            changed = await session.execute(_sent(external_message_id is not None), parameters)
             if changed.rowcount == 1:
                 return
             if await session.scalar(select(row_cls.id).where(row_cls.id == outbound_id)) is None:

@@ -23,9 +23,10 @@ from typing import Any
 import aiosqlite
 
 
-def _run_on_thread(connection: aiosqlite.Connection, many: bool, sql: str,
-                   parameters: Any) -> tuple[list[Any], Any, int, int | None]:
-    """One statement from start to end on aiosqlite's thread: rows and the cursor's attributes."""
+def _run_on_thread(connection: aiosqlite.Connection, many: bool, sql: str, parameters: Any,
+                   commit: bool) -> tuple[list[Any], Any, int, int | None]:
+    """One statement from start to end on aiosqlite's thread: rows and the cursor's attributes;
+    with `commit`, the transaction committed after it, in the same trip."""
     cursor = connection._conn.cursor()
     try:
         if many:
@@ -33,6 +34,8 @@ def _run_on_thread(connection: aiosqlite.Connection, many: bool, sql: str,
         else:
             cursor.execute(sql, parameters)
         rows = cursor.fetchall() if cursor.description is not None else []
+        if commit:
+            connection._conn.commit()
         return rows, cursor.description, cursor.rowcount, cursor.lastrowid
     finally:
         cursor.close()
@@ -55,8 +58,10 @@ class OneTripCursor:
         return self
 
     async def _run(self, many: bool, sql: str, parameters: Any) -> OneTripCursor:
-        rows, self.description, self.rowcount, self.lastrowid = await self._connection._execute(
-            _run_on_thread, self._connection, many, sql, parameters)
+        connection = self._connection
+        commit, connection.commit_next = connection.commit_next, False
+        rows, self.description, self.rowcount, self.lastrowid = await connection._execute(
+            _run_on_thread, connection, many, sql, parameters, commit)
         self._rows = deque(rows)
         return self
 
@@ -83,8 +88,23 @@ class OneTripCursor:
 
 
 class OneTripConnection(aiosqlite.Connection):
+    # Set by the store (base.commits_next) for the last statement of a transaction: it commits
+    # on the thread, in its own trip, and the commit that follows finds nothing left to do.
+    commit_next = False
+
     def cursor(self) -> OneTripCursor:  # type: ignore[override]  # no trip: nothing made on the thread yet
         return OneTripCursor(self)
+
+    # No trip when no transaction is open: one committed by its last statement, or one that
+    # only read (the driver begins a transaction only before a write). The flag is read here,
+    # off the thread, only while no statement of this connection runs (each is awaited).
+    async def commit(self) -> None:
+        if self._conn.in_transaction:
+            await super().commit()
+
+    async def rollback(self) -> None:
+        if self._conn.in_transaction:
+            await super().rollback()
 
 
 def connect(database: str, **kwargs: Any) -> OneTripConnection:

@@ -4,16 +4,18 @@ and a trace of theirs from before is never listed for export."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, to_record
-from openclaw.store.models import MessageRow, TraceRow, UserRow
+from openclaw.store.base import StoreBase, commits_next, insert_values, to_record
+from openclaw.store.models import MessageRow, TraceRow, UsageRow, UserRow
 from openclaw.store.records import Message, MessageRole, parse_user_key, user_key
 from openclaw.store.trace_records import Trace, TraceStatus
 
@@ -22,6 +24,14 @@ async def _is_private(session: AsyncSession, user: str) -> bool:
     channel, external_id = parse_user_key(user)
     return bool(await session.scalar(select(UserRow.private).where(
         UserRow.channel == channel, UserRow.external_id == external_id)))
+
+
+@functools.cache
+def _insert_once(dialect: str) -> Any:
+    """The trace INSERT that stores nothing for a message traced already, built once (a
+    statement made per call costs more in construction than the INSERT); values as parameters."""
+    insert = sqlite_insert if dialect == "sqlite" else postgresql_insert
+    return insert(TraceRow.__table__).on_conflict_do_nothing()
 
 
 class TraceStore(StoreBase):
@@ -56,12 +66,18 @@ class TraceStore(StoreBase):
                         sampling: dict[str, Any] | None = None, duration_ms: int = 0,
                         first_token_ms: int | None = None, steps: int = 0, tool_calls: int = 0,
                         tool_errors: int = 0, last_tool_failed: bool = False,
-                        reply_chars: int = 0) -> int | None:
-        """Record one turn, in one transaction; its id. None, and nothing stored, when the user is
-        private or the message already has a trace (a turn taken up again after a restart).
+                        reply_chars: int = 0, usage: tuple[int, int] | None = None) -> int | None:
+        """Record one turn, in one transaction; its id. None, and no trace stored, when the user
+        is private or the message already has a trace (a turn taken up again after a restart).
         `first_message_id` None: the conversation's last user message up to `last_message_id`
-        (a turn taken up again stored its user message in the run before)."""
+        (a turn taken up again stored its user message in the run before). `usage`: the turn's
+        (prompt, completion) tokens, stored in the same transaction as `add_usage` would store
+        them (stored also when no trace is), so that the turn's writes after its reply are one."""
         async with self.transaction() as session:
+            if usage is not None:
+                await insert_values(session, UsageRow, at=self.now(), user=user,
+                                    conversation_id=conversation_id, prompt_tokens=usage[0],
+                                    completion_tokens=usage[1])
             if await _is_private(session, user):
                 return None
             if first_message_id is None and last_message_id is not None:
@@ -69,18 +85,22 @@ class TraceStore(StoreBase):
                     select(func.max(MessageRow.id)).where(
                         MessageRow.conversation_id == conversation_id,
                         MessageRow.role == MessageRole.USER, MessageRow.id <= last_message_id))
-            try:
-                async with session.begin_nested():
-                    result = await session.execute(insert(TraceRow).values(
-                        inbound_event_id=inbound_event_id, user=user,
-                        conversation_id=conversation_id, first_message_id=first_message_id,
-                        last_message_id=last_message_id, prompt_version=prompt_version[:160],
-                        model=model[:256], sampling=sampling, started_at=started_at,
-                        duration_ms=duration_ms, first_token_ms=first_token_ms, steps=steps,
-                        tool_calls=tool_calls, tool_errors=tool_errors,
-                        last_tool_failed=last_tool_failed, reply_chars=reply_chars,
-                        status=TraceStatus(status)))
-            except IntegrityError:
+            # A second trace of the message is not stored: ON CONFLICT, not a savepoint, so the
+            # usage row above stays and no SAVEPOINT / RELEASE round trips are made.
+            await commits_next(session)
+            values = dict(
+                inbound_event_id=inbound_event_id, user=user,
+                conversation_id=conversation_id, first_message_id=first_message_id,
+                last_message_id=last_message_id, prompt_version=prompt_version[:160],
+                model=model[:256], sampling=sampling, started_at=started_at,
+                duration_ms=duration_ms, first_token_ms=first_token_ms, steps=steps,
+                tool_calls=tool_calls, tool_errors=tool_errors,
+                last_tool_failed=last_tool_failed, reply_chars=reply_chars,
+                status=TraceStatus(status))
+            columns = TraceRow.__mapper__.columns  # by attribute: TraceRow.user is "user_key"
+            result = await session.execute(_insert_once(self.dialect),
+                                           {columns[key].key: value for key, value in values.items()})
+            if result.rowcount != 1:
                 return None
             return result.inserted_primary_key[0]
 

@@ -7,10 +7,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from openclaw.store.base import StoreBase, insert_record, insert_values, to_record
 from openclaw.store.models import AUDIT_SKILL_CHARS, AuditRow, UsageRow
 from openclaw.store.records import AuditEntry
+
+
+async def insert_audit(session: AsyncSession, *, skill: str, last: bool = False,
+                       **values: Any) -> AuditEntry:
+    """One audit row (add_audit's, or one stored with a tool call's result: add_message)."""
+    skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
+    return await insert_record(session, AuditRow, AuditEntry, last, skill=skill, **values)
 
 
 class UsageStore(StoreBase):
@@ -21,12 +29,11 @@ class UsageStore(StoreBase):
     async def add_audit(self, user: str, skill: str, arguments: Any | None, decision: str, *,
                         exit_status: int | None = None, duration_ms: int | None = None,
                         output_bytes: int | None = None, detail: str | None = None) -> AuditEntry:
-        skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
         async with self.transaction() as session:
-            return await insert_record(
-                session, AuditRow, AuditEntry, at=self.now(), user=user, skill=skill,
-                arguments=arguments, decision=decision, exit_status=exit_status,
-                duration_ms=duration_ms, output_bytes=output_bytes, detail=detail)
+            return await insert_audit(
+                session, last=True, at=self.now(), user=user, skill=skill, arguments=arguments,
+                decision=decision, exit_status=exit_status, duration_ms=duration_ms,
+                output_bytes=output_bytes, detail=detail)
 
     async def list_audit(self, limit: int = 100, user: str | None = None, *,
                          skill: str | None = None, since: datetime | None = None,
@@ -49,7 +56,7 @@ class UsageStore(StoreBase):
     async def add_usage(self, user: str, prompt_tokens: int, completion_tokens: int,
                         conversation_id: int | None = None) -> None:
         async with self.transaction() as session:
-            await insert_values(session, UsageRow, at=self.now(), user=user,
+            await insert_values(session, UsageRow, last=True, at=self.now(), user=user,
                                 conversation_id=conversation_id, prompt_tokens=prompt_tokens,
                                 completion_tokens=completion_tokens)
 

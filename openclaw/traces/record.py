@@ -36,11 +36,15 @@ def status_of(result: TurnResult) -> TraceStatus:
 
 async def record_turn(store: Store, agent: Agent, *, user: str, conversation_id: int,
                       result: TurnResult, status: TraceStatus, started_at: datetime,
-                      duration_s: float, inbound_event_id: int | None = None) -> None:
-    """Store the trace of a turn that ran (nothing for a user who is private: see add_trace).
-    A store error is logged, not raised: the reply is out, and the turn must end as it did."""
+                      duration_s: float, inbound_event_id: int | None = None,
+                      with_usage: bool = False) -> bool:
+    """Store the trace of a turn that ran (nothing for a user who is private: see add_trace);
+    `with_usage`: the tokens it spent in the same transaction. Whether that was stored (False:
+    the model never ran, or the store failed; the caller writes the usage alone). A store error
+    is logged, not raised: the reply is out, and the turn must end as it did."""
     if result.steps == 0 and result.last_message_id is None:  # the model never ran
-        return
+        return False
+    usage = (result.prompt_tokens, result.completion_tokens) if with_usage else None
     try:
         await store.add_trace(
             user=user, conversation_id=conversation_id, status=status, started_at=started_at,
@@ -50,6 +54,8 @@ async def record_turn(store: Store, agent: Agent, *, user: str, conversation_id:
             model=model_name(agent), sampling=sampling_of(agent),
             duration_ms=round(duration_s * 1000), first_token_ms=result.first_token_ms,
             steps=result.steps, tool_calls=result.tool_calls, tool_errors=result.tool_errors,
-            last_tool_failed=result.last_tool_failed, reply_chars=len(result.text))
+            last_tool_failed=result.last_tool_failed, reply_chars=len(result.text), usage=usage)
     except Exception:
         log.warning("the trace of a turn of %s was not stored", user, exc_info=True)
+        return False
+    return True

@@ -195,6 +195,15 @@ def child_main(config: str, test_dir: str) -> None:
         return await add_reply(self, channel, chat_id, pieces, **kw)
 
     Store.add_reply = add_reply_or_die
+    add_message = Store.add_message
+
+    async def add_message_or_die(self, conversation_id, role, content, *args, **kw):
+        # A call ended ("late" tags); the daemon dies as its result is to be stored.
+        if role == "tool" and content.startswith("did late"):
+            crash_once("result-late")
+        return await add_message(self, conversation_id, role, content, *args, **kw)
+
+    Store.add_message = add_message_or_die
     if (Path(test_dir) / "crash-in-migration").exists():  # the first start dies as it makes tables
         from alembic.operations import Operations
 
@@ -502,6 +511,21 @@ async def test_a_tool_call_that_ran_before_the_crash_is_not_run_again_unknowingl
     assert [t for t in texts(fake) if t.startswith("done")] == [answer, "done res-1: did res-1"]
     assert daemon.query("SELECT content FROM messages WHERE role = 'user' ORDER BY id") == [
         ("tool die-1",), ("tool res-1",), ("still there?",)]
+
+
+async def test_a_call_that_ended_as_the_daemon_died_has_one_audit_row_not_two(daemon, fake):
+    # The call did its work and ended; the daemon died as its result was to be stored. Its audit
+    # row goes in that transaction, so the row the next start writes (interrupted) is its only
+    # one: never "allowed" and "interrupted" for one call.
+    await daemon.start()
+    fake.send("tool late-1")
+    await daemon.dead()
+    assert daemon.effects() == ["late-1"]
+    await daemon.start()
+    await reply(fake, daemon, "done late-1: error: interrupted")
+    assert daemon.effects() == ["late-1"], "the call ran again after the restart"
+    assert daemon.query("SELECT decision FROM audit_log WHERE skill = 'sidefx'") == [
+        ("interrupted",)]
 
 
 async def test_a_message_with_a_file_is_taken_up_as_it_was_stored(daemon, fake):

@@ -4,9 +4,13 @@ found out and counted whole again."""
 
 from __future__ import annotations
 
+from engine.chat import ChatFormatter
+from engine.tokenizer import Tokenizer
 from openclaw.agent.context import Budget, ContextBuilder
+from openclaw.agent.counting import PromptCounter
 from openclaw.backends.counting import UsageEstimate
 from openclaw.store import Store
+from tests.helpers.llama3_tokenizer import tokenizer_folder
 from tests.helpers.scripted_model import ScriptedModel
 
 
@@ -178,3 +182,26 @@ async def test_a_count_that_changes_is_never_summed_so_no_prompt_over_the_budget
         assert await model.count_chat(prompt) <= context.budget.prompt_tokens
     finally:
         await store.close()
+async def test_a_message_alone_is_counted_once_and_as_the_template_counts_it(tmp_path):
+    # A user message's stored token_count is its count alone; once sums held, it comes from the
+    # count the prompt's sum takes of it: the message is encoded once, not a second time alone.
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    tokenizer_folder(folder)  # Llama 3's template: a date line in every prompt, a default system
+    formatter = ChatFormatter(Tokenizer.from_hf_folder(folder))
+    encoded: list[int] = []
+
+    async def count(messages, tools, instructions) -> int:
+        encoded.append(len(messages))
+        return len(formatter.encode(messages, tools=tools))
+
+    counter = PromptCounter(count)
+    first = {"role": "user", "content": "hello there"}
+    assert await counter.alone(first) == len(formatter.encode([first]))
+    counter.check(10, 10)  # a sum held against a whole count
+    for text in ("what time is it?", "  spaces and\nnewlines ", "émoji ✓ and <|eot_id|> typed"):
+        chat = {"role": "user", "content": text}
+        encoded.clear()
+        await counter.message(chat)  # as the budget check and the prompt's sum take it
+        assert await counter.alone(chat) == len(formatter.encode([chat])), text
+        assert encoded == [2], encoded  # after the anchor, once; not again alone

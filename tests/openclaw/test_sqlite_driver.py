@@ -1,8 +1,10 @@
 """The store's SQLite driver (openclaw/store/sqlite_driver.py) under SQLAlchemy, on real files.
 
-What it promises: one trip to aiosqlite's thread per statement (plus one per commit), and otherwise
-the behaviour of a DB-API cursor that SQLAlchemy relies on: rows, rowcount, lastrowid, executemany,
-streamed results, errors translated, and a failed transaction rolled back.
+What it promises: one trip to aiosqlite's thread per statement (plus one per commit; none where
+the store has the last statement commit, base.commits_next, nor for a transaction that only
+read), and otherwise the behaviour of a DB-API cursor that SQLAlchemy relies on: rows,
+rowcount, lastrowid, executemany, streamed results, errors translated, and a failed transaction
+rolled back.
 """
 
 from __future__ import annotations
@@ -56,16 +58,38 @@ async def test_an_insert_transaction_costs_one_trip_for_the_statement_and_one_fo
     assert trips == ["_run_on_thread", "commit"]
 
 
-async def test_a_store_message_insert_costs_two_trips(tmp_path: Path, trips: list[str]):
+async def test_a_store_message_insert_costs_one_trip_its_commit_in_it(tmp_path: Path,
+                                                                      trips: list[str]):
     async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         await store.ensure_user("telegram", "1001")
         conv = await store.active_conversation("telegram:1001", "1001")
         trips.clear()
         first = await store.add_message(conv.id, "user", "hello", token_count=2)
         second = await store.add_message(conv.id, "assistant", "hi", token_count=1)
-        assert trips == ["_run_on_thread", "commit"] * 2
+        assert trips == ["_run_on_thread"] * 2
         assert second.id == first.id + 1
+        trips.clear()
         assert [m.content for m in await store.list_messages(conv.id)] == ["hello", "hi"]
+        assert trips == ["_run_on_thread"]  # a read: no transaction was opened, none to commit
+    # Committed: another connection (a new start) reads them.
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as again:
+        assert [m.content for m in await again.list_messages(conv.id)] == ["hello", "hi"]
+
+
+async def test_a_last_statement_that_fails_commits_nothing_and_the_next_transaction_is_clean(
+        tmp_path: Path):
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+        event, new = await store.record_inbound("telegram", 7, "telegram:1", "1", "hi")
+        again, new_again = await store.record_inbound("telegram", 7, "telegram:1", "1", "hi")
+        assert (new, new_again, again.id) == (True, False, event.id)  # the unique index refused
+        with pytest.raises(LookupError):  # the foreign key refuses the last statement
+            await store.add_message(999, "user", "nobody's")
+        await store.ensure_user("telegram", "1")
+        conv = await store.active_conversation("telegram:1", "1")
+        await store.add_message(conv.id, "user", "kept")
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as again_opened:
+        assert [m.content for m in await again_opened.list_messages(conv.id)] == ["kept"]
+        assert len(await again_opened.pending_inbound()) == 1
 
 
 async def test_rows_rowcount_and_lastrowid_come_back_as_a_cursor_would_give_them(engine):

@@ -108,3 +108,31 @@ async def test_the_trace_is_written_after_the_reply_is_in_the_outbox_and_cannot_
     finally:
         await daemon.stop()
     assert seen == [1, 1, 1] and len(traces) == 2 and pending == []
+
+
+async def test_a_turns_usage_is_counted_once_with_its_trace_without_one_and_when_it_fails(
+        tmp_path):
+    # The usage goes in the trace's transaction: a private user's turn (no trace) and a trace the
+    # store refuses still count what the turn spent, and a traced turn counts it once.
+    daemon, conn = await started(tmp_path, ScriptedModel(call_then_answer(CLOCK)))
+    store, spent = daemon.store, []
+    recorded = store.add_trace
+
+    async def failing_second(**values):
+        if len(spent) == 1:
+            raise OSError("the disk is full")
+        return await recorded(**values)
+
+    store.add_trace = failing_second
+    try:
+        for text in ("traced", "not traced: the store refuses", "/private on", "private"):
+            await say(daemon, conn, text)
+            if not text.startswith("/"):
+                spent.append(await store.tokens_today("terminal:local"))
+        traces = await store.list_traces(include_private=True)
+        async with store.engine.connect() as db:
+            rows = (await db.exec_driver_sql("SELECT count(*) FROM usage")).scalar()
+    finally:
+        await daemon.stop()
+    assert len(traces) == 1 and 0 < spent[0] < spent[1] < spent[2]
+    assert rows == 3  # one per turn: none lost, none twice
