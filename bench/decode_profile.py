@@ -2,6 +2,8 @@
 
     python bench/decode_profile.py [--quantization auto] [--prompt 512] [--gen 128] [--runs 5]
 
+    python bench/decode_profile.py --threads 1 --clock cpu   # on a machine shared with other jobs
+
 Loads `LLM(quantization=...)` on the embedded model, prefills one prompt, then decodes `gen`
 tokens `runs` times (the prompt cached); each part's time is summed over a run's decode steps and
 divided by their count, and the table prints the median over the runs. The timers wrap the
@@ -25,29 +27,30 @@ LINEAR_KINDS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 
 
 class Timers:
-    def __init__(self) -> None:
+    def __init__(self, clock=time.perf_counter) -> None:
         self.total: dict[str, float] = defaultdict(float)
+        self.clock = clock
 
     def wrap(self, obj, attr: str, key: str) -> None:
         """Time every call of obj.attr (an instance attribute shadows the class's method)."""
         fn = getattr(obj, attr)
-        total = self.total
+        total, clock = self.total, self.clock
 
         def timed(*args, **kwargs):
-            t = time.perf_counter()
+            t = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                total[key] += time.perf_counter() - t
+                total[key] += clock() - t
 
         setattr(obj, attr, timed)
 
 
-def instrument(llm) -> Timers:
+def instrument(llm, clock) -> Timers:
     from engine.layers.norm import RMSNorm
     from engine.layers.rotary import RotaryEmbedding
 
-    timers = Timers()
+    timers = Timers(clock)
     engine = llm.engine
     runner = engine.runner
     model = runner.model
@@ -60,6 +63,8 @@ def instrument(llm) -> Timers:
         elif isinstance(module, RotaryEmbedding):
             timers.wrap(module, "forward", "RoPE")
             timers.wrap(module, "rows", "RoPE")
+            if hasattr(module, "rotate_heads"):  # q and k as one tensor (an engine before: no)
+                timers.wrap(module, "rotate_heads", "RoPE")
     timers.wrap(runner.backend, "forward", "attention (KV write + SDPA)")
     timers.wrap(model, "forward", "_model")
     timers.wrap(runner, "_forward", "_runner_forward")
@@ -78,11 +83,12 @@ class _CallWrapper:
         self.obj, self.timers, self.key = obj, timers, key
 
     def __call__(self, *args, **kwargs):
-        t = time.perf_counter()
+        clock = self.timers.clock
+        t = clock()
         try:
             return self.obj(*args, **kwargs)
         finally:
-            self.timers.total[self.key] += time.perf_counter() - t
+            self.timers.total[self.key] += clock() - t
 
 
 def wrap_detokenizers(engine, timers: Timers) -> None:
@@ -136,6 +142,10 @@ def main() -> None:
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the main thread's CPU time (time.thread_time), which other processes "
+                         "on a shared machine do not inflate; use it with --threads 1, so that all "
+                         "the work runs on that thread")
     args = ap.parse_args()
 
     import torch
@@ -147,14 +157,14 @@ def main() -> None:
     llm = LLM(model=None, quantization=quant, kv_cache_gib=0.25, max_num_seqs=4)
     prompt = make_prompt(llm.engine.tokenizer.encode, args.prompt, 0)
     llm.generate([prompt], [SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)])  # warm
-    timers = instrument(llm)
+    timers = instrument(llm, time.thread_time if args.clock == "cpu" else time.perf_counter)
     runs = [profile_run(llm, timers, prompt, args.gen)[0] for _ in range(args.runs)]
     per_run = [table(r) for r in runs]
     names = [name for name, _ in per_run[0]]
     med = {n: statistics.median(dict(r)[n] for r in per_run) for n in names}
     whole = med["whole step"]
     print(f"quantization={args.quantization}, {args.prompt}-token prompt, {args.gen} decode steps, "
-          f"median of {args.runs} runs, {args.threads} threads; linear runtime "
+          f"median of {args.runs} runs, {args.threads} threads, {args.clock} clock; linear runtime "
           f"{llm.engine.runner.quantization or 'float'}")
     print("| part | ms per step | share |")
     print("|---|---:|---:|")
