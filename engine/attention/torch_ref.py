@@ -2,67 +2,30 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from engine.attention.base import AttentionBackend, AttentionMetadata
 
-# Gathers up to this size reuse a kept buffer; a larger one (a big decode batch) is allocated per call
-# rather than pinned in memory for the engine's lifetime.
-GATHER_REUSE_BYTES = 64 * 2**20
-
-
-class GatherBuffers:
-    """Reused outputs of the per-layer `index_select` gathers of K/V blocks out of the pool.
-
-    A fresh output per gather (two per layer and step) cost more than the copy itself: the memory
-    of a gather of a few hundred KB is new pages each time, and faulting them in was ~85% of the
-    call (measured: 133 us a fresh gather of 33 blocks against 17 us into a warm buffer). The
-    values and the layout (contiguous, offset 0) are the fresh gather's, so attention over them
-    has the same bits. A view stays valid until the same key is gathered again: within one
-    layer's attention call."""
-
-    def __init__(self) -> None:
-        self._bufs: dict[str, torch.Tensor] = {}
-
-    def index_select(self, key: str, src: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        shape = (index.numel(), *src.shape[1:])
-        numel = math.prod(shape)
-        if numel * src.element_size() > GATHER_REUSE_BYTES:
-            return src.index_select(0, index)
-        buf = self._bufs.get(key)
-        if buf is None or buf.numel() < numel or buf.dtype != src.dtype or buf.device != src.device:
-            # Twice the need: a growing context re-faults a new buffer once per doubling, not
-            # once per block.
-            cap = min(2 * numel, GATHER_REUSE_BYTES // src.element_size())
-            buf = self._bufs[key] = torch.empty(cap, dtype=src.dtype, device=src.device)
-        return torch.index_select(src, 0, index, out=buf[:numel].view(shape))
-
 
 class TorchAttentionBackend(AttentionBackend):
     reads_block_runs = True
-
-    def __init__(self) -> None:
-        self.buffers = GatherBuffers()
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float):
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         d = meta.num_decodes
         if d == meta.num_seqs:  # a decode-only step: its output needs no placing among prefills
-            return _decode(q, k_cache, v_cache, meta, scale, self.buffers)
+            return _decode(q, k_cache, v_cache, meta, scale)
         out = torch.empty_like(q)
         if d:
-            out[:d] = _decode(q[:d], k_cache, v_cache, meta, scale, self.buffers)
+            out[:d] = _decode(q[:d], k_cache, v_cache, meta, scale)
         for s in range(d, meta.num_seqs):
             lo, hi = meta.query_start[s], meta.query_start[s + 1]
             ctx = meta.context_lens_host[s]
             if ctx == hi - lo:  # nothing earlier in the pool: attend to this chunk's own K/V
                 ks, vs = k[lo:hi], v[lo:hi]
             else:
-                ks, vs = _gather(k_cache, v_cache, meta.block_tables[s], ctx, _run_start(meta, s),
-                                 self.buffers)
+                ks, vs = _gather(k_cache, v_cache, meta.block_tables[s], ctx, _run_start(meta, s))
             out[lo:hi] = _causal(q[lo:hi], ks, vs, scale)
         return out
 
@@ -79,8 +42,7 @@ def _run_start(meta: AttentionMetadata, s: int) -> int:
     return meta.block_run_starts[s] if meta.block_run_starts else -1
 
 
-def _gather(k_cache, v_cache, block_table: torch.Tensor, ctx: int, run_start: int = -1,
-            buffers: GatherBuffers | None = None):
+def _gather(k_cache, v_cache, block_table: torch.Tensor, ctx: int, run_start: int = -1):
     """The first `ctx` tokens of one sequence, contiguous: [ctx, kv_heads, head_dim] each. Blocks
     that are consecutive in the pool (`run_start` >= 0) are a view of it: the same values in the
     same layout as the gathered copy, so the attention over them has the same bits."""
@@ -90,10 +52,9 @@ def _gather(k_cache, v_cache, block_table: torch.Tensor, ctx: int, run_start: in
         return (k_cache[run_start : run_start + n].flatten(0, 1)[:ctx],
                 v_cache[run_start : run_start + n].flatten(0, 1)[:ctx])
     blocks = block_table[:n]
-    buffers = buffers or GatherBuffers()
     # index_select on the block dim copies whole blocks; advanced indexing is ~3x slower on CPU
-    ks = buffers.index_select("k", k_cache, blocks).flatten(0, 1)[:ctx]
-    vs = buffers.index_select("v", v_cache, blocks).flatten(0, 1)[:ctx]
+    ks = k_cache.index_select(0, blocks).flatten(0, 1)[:ctx]
+    vs = v_cache.index_select(0, blocks).flatten(0, 1)[:ctx]
     return ks, vs
 
 
@@ -128,8 +89,7 @@ def _attend(q, k, v, mask: torch.Tensor | None, scale: float) -> tuple[torch.Ten
     return out, lse
 
 
-def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float,
-            buffers: GatherBuffers) -> torch.Tensor:
+def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """All single-token queries at once. Keys of the blocks every sequence shares are read once
     for the whole batch (cascade attention); only each sequence's own tail is gathered per row.
     The two parts are attended separately and merged by their log-sum-exp, so the result is
@@ -155,7 +115,7 @@ def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float,
             kt, vt = k_cache[first : first + tail_blocks], v_cache[first : first + tail_blocks]
         else:
             tables = meta.block_tables[:d, shared : shared + tail_blocks].flatten()
-            kt, vt = buffers.index_select("k", k_cache, tables), buffers.index_select("v", v_cache, tables)
+            kt, vt = k_cache.index_select(0, tables), v_cache.index_select(0, tables)
         kt = kt.view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
         vt = vt.view(d, -1, kv_heads, head_dim)[:, :longest].transpose(1, 2)
         mask = None
@@ -169,9 +129,8 @@ def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float,
             return out.reshape(d, heads, head_dim)
     # The shared blocks: all d * group query rows of a KV head against them in one call.
     blocks = meta.block_tables[0, :shared]
-    # Own keys: the tail's gathers above are still in use.
-    ks = buffers.index_select("shared k", k_cache, blocks).flatten(0, 1).transpose(0, 1)[None]
-    vs = buffers.index_select("shared v", v_cache, blocks).flatten(0, 1).transpose(0, 1)[None]
+    ks = k_cache.index_select(0, blocks).flatten(0, 1).transpose(0, 1)[None]  # [1, kv, tokens, dim]
+    vs = v_cache.index_select(0, blocks).flatten(0, 1).transpose(0, 1)[None]
     qs = qg.transpose(0, 1).reshape(1, kv_heads, d * group, head_dim)
     out_s, lse_s = _attend(qs, ks, vs, None, scale)
     out_s = out_s.view(kv_heads, d, group, head_dim).transpose(0, 1)

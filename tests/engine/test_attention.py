@@ -123,33 +123,3 @@ def test_consecutive_blocks_are_read_in_place_with_the_bits_of_the_gathered_copy
     copies = [e.key for e in prof.key_averages() if e.key in ("aten::index_select", "aten::index")]
     assert copies == []
     assert torch.equal(in_place, gathered)
-
-
-def test_decode_gathers_reuse_one_buffer_and_keep_the_bits_of_a_fresh_gather():
-    """Batch-1 decode after a prefix-cache hit gathers its context per layer and step: the gather
-    goes into a kept buffer (a fresh one faulted in new pages each call), with the bits of a fresh
-    gather, as the context grows past the buffer and after a shorter context reuses it."""
-    torch.manual_seed(2)
-    bs, kv_heads, heads, dim = 4, 2, 6, 8
-    k_cache, v_cache = torch.randn(64, bs, kv_heads, dim), torch.randn(64, bs, kv_heads, dim)
-    table = [40, 3, 17, 8, 30, 2, 55, 21, 9, 12]  # not a run: gathered
-    backend = TorchAttentionBackend()
-    pointers = set()
-    for ctx in (5, 7, 23, 39, 6):
-        q = torch.randn(1, heads, dim)
-        meta = single_sequence_meta(table, ctx, 1, bs, [-1])
-        slot = meta.slot_mapping
-        k_new = k_cache.view(-1, kv_heads, dim)[slot]
-        v_new = v_cache.view(-1, kv_heads, dim)[slot]
-        got = backend.forward(q, k_new, v_new, k_cache, v_cache, meta, dim**-0.5)
-        fresh = TorchAttentionBackend().forward(q, k_new, v_new, k_cache, v_cache, meta, dim**-0.5)
-        assert torch.equal(got, fresh), ctx
-        n = -(-ctx // bs)
-        blocks = torch.tensor(table[:n])
-        kt = backend.buffers.index_select("k", k_cache, blocks)
-        assert torch.equal(kt, k_cache.index_select(0, blocks))
-        pointers.add(kt.data_ptr())
-        assert torch.allclose(got[0], dense(q, k_cache[table].flatten(0, 1)[:ctx],
-                                            v_cache[table].flatten(0, 1)[:ctx], dim**-0.5)[0], atol=1e-5)
-    # 5 contexts, 2 to 10 blocks: the buffer grew twice (2 -> 4 -> 10 blocks' worth), not per step
-    assert len(pointers) <= 3
