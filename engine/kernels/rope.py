@@ -43,6 +43,13 @@ def rope_torch(
     return _rotate(q, cos_p, sin_p), _rotate(k, cos_p, sin_p)
 
 
+def rotate_heads(x: torch.Tensor, rows: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The torch reference's rotation of x [N, any heads, head_dim] at the rows rope_rows gave: q
+    and k heads side by side rotate in one set of kernels, with the bits of rope_torch's two
+    (elementwise math)."""
+    return _rotate(x, *rows)
+
+
 def rope_rows(
     positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.kernels.rope import apply_rope, rope_rows
+from engine.kernels.rope import apply_rope, rope_rows, rotate_heads
 
 
 def rope_inv_freq(
@@ -58,6 +58,11 @@ class RotaryEmbedding(nn.Module):
         all its layers (they rotate at the same positions); None on CUDA, where the kernel reads
         the tables itself."""
         return None if positions.is_cuda else rope_rows(positions, self.cos, self.sin)
+
+    def rotate_heads(self, x: torch.Tensor, rows: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """The torch path for q and k heads as one tensor [N, heads + kv_heads, head_dim] (adjacent
+        in the fused qkv output): half the small kernels of forward, the same bits."""
+        return rotate_heads(x, rows)
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,

@@ -34,13 +34,21 @@ class Attention(nn.Module):
 
     def forward(self, positions, rope_rows, x, kv_cache, meta: AttentionMetadata,
                 backend: AttentionBackend):
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k, rope_rows)
+        qkv = self.qkv_proj(x)
+        qk_size = self.q_size + self.kv_size
+        if rope_rows is not None and self.q_norm is None:
+            # The torch path (CPU): q and k heads sit side by side in qkv and rotate as one tensor.
+            qk = qkv[:, :qk_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+            q, k = self.rotary.rotate_heads(qk, rope_rows).split([self.num_heads, self.num_kv_heads], 1)
+            v = qkv[:, qk_size:].view(-1, self.num_kv_heads, self.head_dim)
+        else:
+            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q = q.view(-1, self.num_heads, self.head_dim)
+            k = k.view(-1, self.num_kv_heads, self.head_dim)
+            v = v.view(-1, self.num_kv_heads, self.head_dim)
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = self.rotary(positions, q, k, rope_rows)
         o = backend.forward(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
         return self.o_proj(o.flatten(1))
 
