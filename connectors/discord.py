@@ -28,6 +28,7 @@ import yarl
 from discord import app_commands
 
 from connectors.attachments import MAX_FILE_BYTES, Writer, media_note, safe_file_name, save_attachment
+from connectors.discord_commands import slash_commands
 from connectors.discord_reactions import add_reaction_intents, deliver_reaction
 from connectors.downloads import DownloadFailed, FileDownloads, reason_for
 from connectors.drafts import DraftStream
@@ -42,23 +43,6 @@ from openclaw.gateway.contract import (
 
 log = logging.getLogger(__name__)
 
-SLASH_COMMANDS = {
-    "new": "Archive this conversation and start a fresh one",
-    "stop": "Stop the answer being generated (and any running tool)",
-    "status": "Model, queue, KV cache use, tokens used today",
-    "help": "What the assistant's commands do",
-    "audit": "Your last tool calls and how they ended",
-    "jobs": "Your scheduled jobs (type /jobs cancel N to cancel one)",
-    "memory": "What I keep of you (type /memory forget N, off or on)",
-    "heartbeat": "Your heartbeat (type /heartbeat on, off, every 30m, ...)",
-    "private": "Whether I keep traces of your turns (type /private on or off)",
-    "good": "Grade my last reply to you as good", "bad": "Grade my last reply to you as bad",
-}
-# Answers to a tool call waiting for the user's approval; the number is the request's.
-NUMBERED_COMMANDS = {
-    "approve": "Allow the tool call with this number to run",
-    "deny": "Refuse the tool call with this number",
-}
 DRAFT_EDIT_INTERVAL = 1.0  # seconds between edits of a streamed draft (Discord allows ~5 per 5 s)
 HAND_OVER_AT_STOP_S = 10.0  # stop() waits this long at most for messages still to hand over
 # Discord's JSON error codes: an unknown channel or message; a user who closed their DMs or
@@ -191,14 +175,8 @@ class DiscordConnector(Connector):
 
     async def _login(self, client: _Client) -> None:
         await client.login(self._token)  # GET /users/@me (401: LoginFailure), application info
-        for name, description in SLASH_COMMANDS.items():
-            client.tree.add_command(self._slash_command(name, description))
-        for name, description in NUMBERED_COMMANDS.items():
-            client.tree.add_command(self._numbered_command(name, description))
-        client.tree.add_command(self._remind_command())
-        client.tree.add_command(self._reminders_command())
-        client.tree.add_command(self._sh_command())
-        client.tree.add_command(self._run_command())
+        for command in slash_commands(self._on_slash):
+            client.tree.add_command(command)
         try:
             await client.tree.sync()  # one bulk overwrite; unchanged commands cost Discord nothing
         except discord.HTTPException as exc:  # the text forms still work: not worth failing for
@@ -254,48 +232,6 @@ class DiscordConnector(Connector):
         return await save_attachment(folder, file["name"], download, size=file["size"],
                                      max_bytes=self.max_file_bytes, channel=self.name,
                                      errors=(DownloadFailed, OSError), why=reason_for)
-
-    def _slash_command(self, name: str, description: str) -> app_commands.Command:
-        async def callback(interaction: discord.Interaction) -> None:
-            await self._on_slash(interaction, f"/{name}")
-
-        return app_commands.Command(name=name, description=description, callback=callback)
-
-    def _numbered_command(self, name: str, description: str) -> app_commands.Command:
-        async def callback(interaction: discord.Interaction, number: int) -> None:
-            await self._on_slash(interaction, f"/{name} {number}")
-
-        return app_commands.Command(name=name, description=description, callback=callback)
-
-    def _remind_command(self) -> app_commands.Command:
-        async def callback(interaction: discord.Interaction, what: str) -> None:
-            await self._on_slash(interaction, f"/remind {what}")
-
-        return app_commands.Command(
-            name="remind", description="Remind you, e.g. in 20 minutes stretch", callback=callback)
-
-    def _reminders_command(self) -> app_commands.Command:
-        async def callback(interaction: discord.Interaction, cancel: int | None = None) -> None:
-            await self._on_slash(interaction, "/reminders" + (f" cancel {cancel}" if cancel else ""))
-
-        return app_commands.Command(
-            name="reminders", description="Your reminders in this channel; cancel: the one to cancel",
-            callback=callback)
-
-    def _sh_command(self) -> app_commands.Command:
-        async def callback(interaction: discord.Interaction, command: str) -> None:
-            await self._on_slash(interaction, f"/sh {command}")
-
-        return app_commands.Command(name="sh", description="Run a shell command yourself",
-                                    callback=callback)
-
-    def _run_command(self) -> app_commands.Command:
-        async def callback(interaction: discord.Interaction, skill: str, arguments: str = "") -> None:
-            await self._on_slash(interaction, f"/run {skill} {arguments}".rstrip())
-
-        return app_commands.Command(
-            name="run", description='Call a skill yourself; arguments: {"key": "value"} or key=value',
-            callback=callback)
 
     async def _on_slash(self, interaction: discord.Interaction, text: str) -> None:
         """Acknowledge at once (Discord allows 3 s) with "thinking..."; the gateway's answer then
