@@ -253,8 +253,8 @@ class Daemon:
         m = self.metrics
         m.gauge("openclaw_queue_length", self.gateway.queue_length, "messages waiting or answering")
         m.add_engine(self.model.stats, since=self.started_at)  # the engine's numbers, at each scrape
-        kv_report.add_gauges(m, self.model.stats, lambda: kv_report.conversation_tokens(
-            self.config.agent, self.model.max_model_len))
+        kv_report.add_gauges(m, self.model.stats, lambda: self.config.agent.conversation_tokens(
+            self.model.max_model_len))
         m.histogram("openclaw_time_to_first_token_seconds", help_text="a model call's first token")
         m.histogram("openclaw_turn_seconds", help_text="a message's whole answer, tools included")
         m.histogram("openclaw_tool_seconds", help_text="a tool call's run, after any approval")

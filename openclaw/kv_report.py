@@ -15,17 +15,12 @@ from engine.kv_budget import KVBudget
 
 if TYPE_CHECKING:
     from openclaw.agent import ChatModel
-    from openclaw.config import AgentConfig, Config
+    from openclaw.config import Config
     from openclaw.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 NOT_KNOWN = "not known (remote server)"
-
-
-def conversation_tokens(agent: AgentConfig, max_model_len: int) -> int:
-    """The tokens one conversation may hold: its prompt budget and reply (openclaw/agent/loop.py)."""
-    return min(agent.context_tokens or max_model_len, max_model_len)
 
 
 def budget_of(stats: Mapping[str, Any]) -> KVBudget | None:
@@ -108,7 +103,7 @@ def warn_at_start(config: Config, model: ChatModel, channels: Iterable[str]) -> 
         return False
     level = logging.INFO if set(channels) <= {"terminal"} else logging.WARNING
     return warn_if_overcommitted(model.stats(), config.engine.max_num_seqs,
-                                 conversation_tokens(config.agent, model.max_model_len), level)
+                                 config.agent.conversation_tokens(model.max_model_len), level)
 
 
 def add_gauges(metrics: Metrics, stats: Callable[[], Mapping[str, Any]],

@@ -43,10 +43,6 @@ class PromptCounter:
         # after a system message (a default system prompt, the generation prompt).
         self._alone: dict[str, int] = {}
 
-    async def exact(self, messages: list[dict], tools: list[dict] | None = None,
-                    instructions: str | None = None) -> int:
-        return await self._count(messages, tools, instructions)
-
     async def message(self, chat: dict) -> int:
         """The tokens `chat` adds to a prompt (after a system message)."""
         key = (chat["role"], chat.get("content"), chat.get("tool_call_id"),

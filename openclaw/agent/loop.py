@@ -134,7 +134,7 @@ class Agent:
 
     def _budget(self, settings: AgentConfig) -> Budget:
         model = self.model
-        context = min(settings.context_tokens or model.max_model_len, model.max_model_len)
+        context = settings.conversation_tokens(model.max_model_len)
         if context - settings.reply_max_tokens < 64:
             raise ValueError(
                 f"agent.context_tokens ({context}, at most the model's {model.max_model_len}) minus "

@@ -476,7 +476,7 @@ def _check_kv_budget(config: Config, engine) -> tuple[Mark, str, str]:
     from engine.kv_budget import plan
 
     budget = plan(engine.model_config, config.engine, engine.device.type)
-    context = kv_report.conversation_tokens(config.agent, engine.max_model_len)
+    context = config.agent.conversation_tokens(engine.max_model_len)
     what = f"KV cache: {kv_report.pool_text(budget)}; {kv_report.fit_text(budget, context)}"
     found = kv_report.overcommit(budget, config.engine.max_num_seqs, context)
     return (True, what, "") if found is None else (WARN, f"{what}; {found[0]}", found[1])

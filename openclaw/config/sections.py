@@ -124,6 +124,10 @@ class AgentConfig(Section):
             object.__setattr__(self, key, getattr(chat, key))
         return self
 
+    def conversation_tokens(self, max_model_len: int) -> int:
+        """The tokens one conversation may hold (prompt and reply) on a model of max_model_len."""
+        return min(self.context_tokens or max_model_len, max_model_len)
+
 
 class StoreConfig(Section):
     """`[store]`: where conversations, users and the audit log live."""

@@ -19,7 +19,6 @@ from openclaw.gateway.memory_commands import MEMORY_COMMANDS, answer_memory
 from openclaw.gateway.outbox import Outbox
 from openclaw.gateway.private_commands import PRIVATE_COMMANDS, answer_private
 from openclaw.gateway.turn import Spending
-from openclaw.kv_report import conversation_tokens
 from openclaw.kv_report import status_line as kv_status_line
 from openclaw.store import Store
 from openclaw.store.records import InboundEvent
@@ -139,7 +138,7 @@ class Commands:
         stats = self.model.stats()
         daily = self.access.role(user).daily_tokens
         limit = f" of {daily} a day" if daily else ""
-        kv = kv_status_line(stats, conversation_tokens(self.agent.settings, self.model.max_model_len))
+        kv = kv_status_line(stats, self.agent.settings.conversation_tokens(self.model.max_model_len))
         kv = f"{kv}\n" if kv else ""
         return (f"Model: {stats.get('model', 'local')} on {stats.get('device', '?')}\n"
                 f"Conversations answering: {self.lanes.answering()}, queued messages: "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from engine.chat import TOOLS_PLACEHOLDER, split_tool_instructions
 from openclaw.prompts.choice import PROMPT_NAMES, TOOLS
 from openclaw.store.prompts import (
     PromptVersion,
@@ -19,7 +20,6 @@ from openclaw.store.prompts import (
 
 SUFFIXES = (".md", ".txt")
 MAX_PROMPT_BYTES = 64 * 1024  # far above any context's worth; a bigger file is a wrong file
-TOOLS_PLACEHOLDER = "{tools}"  # where the tool template puts the tools' JSON lines
 
 
 class PromptImportError(ValueError):
@@ -134,10 +134,13 @@ def _read_text(path: Path, name: str) -> str:
             from exc
     if not text:
         raise PromptImportError(f"{path}: empty")
-    if name == TOOLS and text.count(TOOLS_PLACEHOLDER) != 1:
-        raise PromptImportError(
-            f"{path}: a tool-instruction template holds {TOOLS_PLACEHOLDER} once, where the "
-            f"tools' descriptions go (found {text.count(TOOLS_PLACEHOLDER)})")
+    if name == TOOLS:
+        try:  # the engine's own rule, which will read it
+            split_tool_instructions(text)
+        except ValueError as exc:
+            raise PromptImportError(
+                f"{path}: a tool-instruction template holds {TOOLS_PLACEHOLDER} once, where the "
+                f"tools' descriptions go ({exc})") from exc
     return text
 
 

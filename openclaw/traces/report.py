@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from openclaw.prompts.labels import parse_label
 from openclaw.store import Store
 from openclaw.store.feedback_records import FeedbackSource
 from openclaw.store.trace_records import Trace
@@ -20,13 +21,12 @@ Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
 
 def variant_of(label: str, name: str) -> str:
-    """The version of prompt `name` in a trace's label ("system=v3;tools=v1", "system" -> "v3").
-    (The prompt library's parse_label reads the same form; this one never fails on a label.)"""
-    for part in label.split(";"):
-        key, sep, version = part.partition("=")
-        if sep and key == name and version:
-            return version
-    return UNLABELLED
+    """The version of prompt `name` in a trace's label ("system=v3;tools=v1", "system" -> "v3");
+    UNLABELLED for a label from before the library, or one that is not a label."""
+    try:
+        return parse_label(label).get(name, UNLABELLED)
+    except ValueError:
+        return UNLABELLED
 
 
 def wilson(successes: int, total: int, z: float = Z95) -> tuple[float, float] | None:
