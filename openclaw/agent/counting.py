@@ -3,11 +3,12 @@
 Counting a prompt as the model does (ChatModel.count_chat) renders and encodes all of it: with the
 engine's tokenizer that is milliseconds for a short conversation and tens of them for a long one,
 several times a turn. Here each message is counted once, as the tokens it adds after a fixed
-system message, and the system prompt with the tools once per (text, tools); a prompt's count is
-then the sum. That sum equals the model's count for templates that render each message on its own
-(ChatML, Llama 3); where a template joins messages (grouped tool results) it is more. It is
-checked against the model's count whenever that is taken, and if it was ever less, sums are no
-longer used: every prompt is counted whole again, as before.
+system message (by the model's count_message where it has one: the engine's encodes the message
+alone, without rendering the template), and the system prompt with the tools once per (text,
+tools); a prompt's count is then the sum. That sum equals the model's count for templates that
+render each message on its own (ChatML, Llama 3); where a template joins messages (grouped tool
+results) it is more. It is checked against the model's count whenever that is taken, and if it
+was ever less, sums are no longer used: every prompt is counted whole again, as before.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 # (messages, tools, the tool section's template or None): ContextBuilder.count
 CountChat = Callable[[list[dict], list[dict] | None, str | None], Awaitable[int]]
+# (message, after): the tokens `message` adds to a prompt of `after` alone, or None where the
+# model has no such count (ChatModel.count_message; the engine's takes no template rendering)
+CountMessage = Callable[[dict, dict], "int | None"]
 
 # What each message is counted after: a system message, so that a template which adds a default
 # one when the prompt has none does not add it to every message's count.
@@ -32,8 +36,9 @@ class PromptCounter:
 
     MAX_MESSAGES = 16  # the latest messages' counts: the turn's message is asked for twice
 
-    def __init__(self, count: CountChat) -> None:
+    def __init__(self, count: CountChat, count_message: CountMessage | None = None) -> None:
         self._count = count
+        self._count_message = count_message
         self._anchor: int | None = None
         self._messages: OrderedDict[tuple, int] = OrderedDict()
         self._heads: OrderedDict[tuple[str, str, str | None], int] = OrderedDict()
@@ -48,13 +53,21 @@ class PromptCounter:
         key = (chat["role"], chat.get("content"), chat.get("tool_call_id"),
                json.dumps(chat["tool_calls"]) if chat.get("tool_calls") else None)
         found = self._messages.get(key)
+        if found is None and self._count_message is not None:
+            found = self._count_message(chat, ANCHOR)
+            if found is not None:
+                self._keep(key, found)
         if found is None:
             if self._anchor is None:
                 self._anchor = await self._count([ANCHOR], None, None)
-            found = self._messages[key] = await self._count([ANCHOR, chat], None, None) - self._anchor
-            if len(self._messages) > self.MAX_MESSAGES:
-                self._messages.popitem(last=False)
+            found = await self._count([ANCHOR, chat], None, None) - self._anchor
+            self._keep(key, found)
         return found
+
+    def _keep(self, key: tuple, found: int) -> None:
+        self._messages[key] = found
+        if len(self._messages) > self.MAX_MESSAGES:
+            self._messages.popitem(last=False)
 
     async def alone(self, chat: dict) -> int:
         """The count of a prompt of `chat` alone (as the model counts [chat]: a user message's
