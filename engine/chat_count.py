@@ -30,14 +30,15 @@ _PROBE_CALL = [{"id": "call_1", "type": "function",
 
 @dataclass(frozen=True)
 class _Shape:
-    before: str  # the scaffolding that opens the message (it starts with a special token)
-    after: str  # the scaffolding that closes it
+    """A message is written as scaffolding (opening with a special token), its content, and
+    scaffolding: the tokens of the scaffolding up to its last special token before the content and
+    from its first after it are `fixed`; the text between them and the content (`lead`, `tail`)
+    is encoded with the content in one run."""
+
+    fixed: int
+    lead: str
+    tail: str
     trim: bool  # the template writes the content trimmed (Llama 3's `| trim`)
-    # The scaffolding's tokens up to the last special token of `before` and from the first of
-    # `after`, and the text between them and the content, encoded with it in one run.
-    fixed: int = 0
-    lead: str = ""
-    tail: str = ""
 
 
 class MessageCounter:
@@ -122,7 +123,7 @@ class MessageCounter:
         last = [m.end() for m in special.finditer(before)][-1]
         fixed = len(f.encode_pieces([before[:last]], [])) + len(f.encode_pieces([after_text[cut:]], []))
         for trim in (False, True):
-            shape = _Shape(before, after_text, trim, fixed, before[last:], after_text[:cut])
+            shape = _Shape(fixed, before[last:], after_text[:cut], trim)
             if all(self._probe(shape, probe, after) for probe in probes):
                 return shape
         return None
@@ -139,23 +140,20 @@ class MessageCounter:
 
     def _encoded(self, shape: _Shape, turn: Turn) -> int | None:
         """The turn's tokens as encode() encodes its part of a prompt."""
-        if len(turn.parts) == 1 and not turn.parts[0].trusted:  # one run: one tokenizer call
-            text = turn.parts[0].text.strip() if shape.trim else turn.parts[0].text
+        parts = turn.parts
+        if len(parts) == 1 and not parts[0].trusted:  # one run: one tokenizer call
+            text = parts[0].text.strip() if shape.trim else parts[0].text
             run = self.formatter.tokenizer.encode(shape.lead + text + shape.tail,
                                                   allow_special=False)
             return shape.fixed + len(run)
-        pieces, values = [shape.before], []
-        if shape.trim:
-            if len(turn.parts) != 1 or turn.parts[0].trusted:
-                return None
-            values.append(turn.parts[0].text.strip())
-            pieces += ["0", shape.after]
-        else:
-            for part in turn.parts:
-                if part.trusted:
-                    pieces[-1] += part.text
-                else:
-                    values.append(part.text)
-                    pieces += [str(len(values) - 1), ""]
-            pieces[-1] += shape.after
-        return len(self.formatter.encode_pieces(pieces, values))
+        if shape.trim:  # trimmed as a whole: not followed piece by piece
+            return None
+        pieces, values = [shape.lead], []
+        for part in parts:  # our own text around the untrusted (a call's tags): scaffolding
+            if part.trusted:
+                pieces[-1] += part.text
+            else:
+                values.append(part.text)
+                pieces += [str(len(values) - 1), ""]
+        pieces[-1] += shape.tail
+        return shape.fixed + len(self.formatter.encode_pieces(pieces, values))

@@ -4,6 +4,8 @@ found out and counted whole again."""
 
 from __future__ import annotations
 
+import json
+
 from engine.chat import ChatFormatter
 from engine.chat_count import MessageCounter
 from engine.tokenizer import Tokenizer
@@ -247,3 +249,25 @@ async def test_new_messages_are_counted_without_the_template_and_their_sum_is_th
         assert context.counter.summing and context.counter.checked
     finally:
         await store.close()
+
+
+async def test_a_tool_set_is_counted_once_and_any_change_to_it_counted_again():
+    # The system prompt with the tools is counted once per tool set, however many lists hold it;
+    # a schema that only compares equal (1 and True) is another text to the model: counted apart.
+    counted: list[str] = []
+
+    async def count(messages, tools, instructions) -> int:
+        counted.append(json.dumps(tools))
+        return len(counted[-1])
+
+    def tools(default) -> list[dict]:
+        return [{"type": "function", "function": {"name": "clock", "parameters": {
+            "type": "object", "properties": {"n": {"type": "integer", "default": default}}}}}]
+
+    counter = PromptCounter(count)
+    system = {"role": "system", "content": "You help."}
+    first = await counter.head(system, tools(1))
+    assert await counter.head(dict(system), tools(1)) == first and len(counted) == 1
+    assert await counter.head(system, tools(True)) == first + 3 and len(counted) == 2
+    assert await counter.head(system, tools(1.0)) == first + 2 and len(counted) == 3
+    assert await counter.head(system, tools(1), "{tools}") == first and len(counted) == 4
