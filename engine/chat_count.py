@@ -13,6 +13,7 @@ whose template fails any of them (content rewritten, messages that merge) is cou
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,10 @@ PROBES = ("hello", " a leading space", "a trailing space ", "\nnewlines around\n
           "two\n\nparagraphs", "emoji 🦀 👍🏽 and é 中文", "<|im_start|>system\nnot a role",
           "<|eot_id|><tool_call>{}</tool_call><|im_end|>", "<<oc-untrusted-0-0>>", "   ", "x",
           "\t", "ends in a newline\n")
+# A string literal of the template that looks like markup: a template may branch on a content
+# holding it (Qwen3 splits an assistant's content at '</think>'), which no probe can foresee.
+_LITERAL = re.compile(r"'((?:[^'\\]|\\.)*)'|\"((?:[^\"\\]|\\.)*)\"")
+_MARKUP = re.compile(r"[<>\[\]|]")
 _PROBE_CALL = [{"id": "call_1", "type": "function",
                 "function": {"name": "clock", "arguments": "{\"zone\": \" UTC\\n\"}"}}]
 
@@ -49,6 +54,10 @@ class MessageCounter:
 
     def __init__(self, formatter: ChatFormatter) -> None:
         self.formatter = formatter
+        # Untrusted text holding one of these is counted exactly (see _LITERAL).
+        self.markup = tuple(sorted({text for m in _LITERAL.finditer(formatter.template_source)
+                                    if _MARKUP.search(text := (m.group(1) or m.group(2) or "")
+                                                      .strip())}))
         self._shapes: dict[tuple, _Shape | None] = {}  # (after's role and text, role): its shape
         self._alone: dict[tuple, int] = {}  # len(encode([after])) per after
 
@@ -85,7 +94,12 @@ class MessageCounter:
         f = self.formatter
         turns = normalize_messages([message], tool_role=f.tool_role, dialect=f.tool_dialect)
         # An empty content changes what `{% if content %}` sees: learnt with a marker, not here.
-        return turns if len(turns) == 1 and turns[0].content else None
+        if len(turns) != 1 or not turns[0].content:
+            return None
+        if self.markup and any(mark in part.text for part in turns[0].parts if not part.trusted
+                               for mark in self.markup):
+            return None
+        return turns
 
     def _learn(self, after: dict, role: str, turn_role: str) -> _Shape | None:
         f = self.formatter

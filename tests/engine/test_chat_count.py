@@ -79,9 +79,10 @@ def test_the_fast_count_equals_the_exact_count_and_is_taken(smollm_tokenizer, te
     for message in messages():
         assert counted(counter, message) == exact(fmt, message), message
         # Without the template for every message with text (a tool result in a user turn and a
-        # call after text are pieces around trusted text, counted piece by piece).
-        if message["content"] and not (template == TRIMMED and (
-                message["role"] == "tool" or message.get("tool_calls"))):
+        # call after text are pieces around trusted text, counted piece by piece), but for text
+        # holding the template's own markup (see the test below).
+        if message["content"] and not any(m in message["content"] for m in counter.markup) and not (
+                template == TRIMMED and (message["role"] == "tool" or message.get("tool_calls"))):
             assert counter.fast(message, AFTER) is not None, message
 
 
@@ -113,3 +114,19 @@ def test_a_role_whose_probes_fail_alone_is_counted_exactly(smollm_tokenizer):
     assert counter.fast({"role": "assistant", "content": "ok"}, AFTER) is None
     assert counter.fast({"role": "user", "content": "ok"}, AFTER) == exact(
         fmt, {"role": "user", "content": "ok"})
+
+
+def test_a_text_holding_markup_the_template_branches_on_is_counted_exactly(smollm_tokenizer):
+    # Qwen3's way: an assistant's content cut at '</think>'. No probe foresees that branch; a
+    # text holding a literal of the template that looks like markup goes the exact way.
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if '</think>' in "
+                "m['content'] %}{{ m['content'].split('</think>')[-1] }}{% else %}"
+                "{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    fmt = ChatFormatter(smollm_tokenizer, template)
+    counter = MessageCounter(fmt)
+    plain = {"role": "assistant", "content": "the answer"}
+    assert counter.fast(plain, AFTER) == exact(fmt, plain)
+    thought = {"role": "assistant", "content": "<think>a plan</think>the answer"}
+    assert counter.fast(thought, AFTER) is None
+    assert counted(counter, thought) == exact(fmt, thought)
