@@ -54,10 +54,11 @@ class MessageCounter:
 
     def __init__(self, formatter: ChatFormatter) -> None:
         self.formatter = formatter
-        # Untrusted text holding one of these is counted exactly (see _LITERAL).
-        self.markup = tuple(sorted({text for m in _LITERAL.finditer(formatter.template_source)
-                                    if _MARKUP.search(text := (m.group(1) or m.group(2) or "")
-                                                      .strip())}))
+        # Untrusted text holding one of these is counted exactly (see _LITERAL). Not a lone
+        # character: a '[' or '|' the template writes would send every JSON or table there.
+        literals = {(m.group(1) or m.group(2) or "").strip()
+                    for m in _LITERAL.finditer(formatter.template_source)}
+        self.markup = tuple(sorted(t for t in literals if len(t) > 1 and _MARKUP.search(t)))
         self._shapes: dict[tuple, _Shape | None] = {}  # (after's role and text, role): its shape
         self._alone: dict[tuple, int] = {}  # len(encode([after])) per after
 
