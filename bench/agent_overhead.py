@@ -13,7 +13,7 @@ Half the turns make one tool call (clock), as an agent's would. The peer, measur
 run, is the embedded engine's time to first token for a short chat prompt.
 
     .venv/bin/python bench/agent_overhead.py [--turns 200] [--quick] [--profile]
-        [--history 10,500] [--count engine|words]
+        [--history 10,500] [--count engine|engine-whole|words]
         [--store-url postgresql+asyncpg://USER@HOST:PORT/openclaw_{history}]
 Targets (issue 30): p50 until the reply is handed to the connector < 1 ms and at most 0.02 of the
 engine's TTFT; p99 < 5 ms; no growth with the history. `--profile` prints where a turn's time goes
@@ -79,6 +79,18 @@ class TokenizerCounted(ScriptedModel):
         return len(self.encode(messages, tools))
 
 
+class MessageCounted(TokenizerCounted):
+    """Counting as LocalBackend counts: a new message by the engine's count_message (encoded
+    alone, no template rendering: engine.chat_count), a whole prompt by its encode_chat."""
+
+    def __init__(self, encode, count_message, **kwargs) -> None:
+        super().__init__(encode, **kwargs)
+        self.counter = count_message
+
+    def count_message(self, message: dict, after: dict) -> int:
+        return self.counter(message, after)
+
+
 async def prefill(daemon: Daemon, count: int) -> None:
     """`count` stored messages (questions and answers) in the console's conversation."""
     store = daemon.store
@@ -90,7 +102,8 @@ async def prefill(daemon: Daemon, count: int) -> None:
 
 
 async def measure_overhead(turns: int, history: int, encode, store_url: str | None,
-                           profile: Profile | None) -> tuple[list[float], list[float]]:
+                           profile: Profile | None,
+                           count_message=None) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
         store = f'[store]\nurl = "{store_url.format(history=history)}"\n' if store_url else ""
@@ -99,7 +112,8 @@ async def measure_overhead(turns: int, history: int, encode, store_url: str | No
         cfg.write_text(f'data_dir = "{tmp}"\n[admin]\nenabled = false\n{store}'
                        "[agent]\ncompaction_keep_messages = 8\n")
         model_args = {"max_model_len": 65536, "chunk": 1 << 20}
-        model = (TokenizerCounted(encode, **model_args) if encode is not None
+        model = (MessageCounted(encode, count_message, **model_args) if count_message is not None
+                 else TokenizerCounted(encode, **model_args) if encode is not None
                  else ScriptedModel(scripted_reply, **model_args))
         conn = RecordingConnector()
         daemon = Daemon(load_config(cfg), model=model, connectors=[conn])
@@ -156,8 +170,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200, help="measured turns per history size")
     parser.add_argument("--quick", action="store_true", help="50 turns, for a smoke run")
     parser.add_argument("--history", default="10,500", help="stored messages before the turns")
-    parser.add_argument("--count", choices=("engine", "words"), default="engine",
-                        help="count prompts with the engine's tokenizer, or the scripted words")
+    parser.add_argument("--count", choices=("engine", "engine-whole", "words"), default="engine",
+                        help="count prompts with the engine's tokenizer (a new message by its "
+                        "count_message, as the daemon counts; engine-whole: every count renders "
+                        "the template, as before issue 30's third round), or the scripted words")
     parser.add_argument("--store-url", default=None, help="a PostgreSQL store, say (default: a "
                         "SQLite file in a temporary folder); {history} in it is replaced by the "
                         "history size, an empty database for each")
@@ -170,14 +186,17 @@ def main() -> None:
 
     llm = LLM(kv_cache_gib=0.25)
     ttft = measure_engine_ttft(llm, 5) * 1e3
-    encode = llm.engine.encode_chat if args.count == "engine" else None
+    encode = llm.engine.encode_chat if args.count != "words" else None
+    count_message = llm.engine.count_message if args.count == "engine" else None
+    counted = (MessageCounted if count_message is not None else TokenizerCounted
+               if encode is not None else ScriptedModel)
     profile = Profile() if args.profile else None
     rows, tables = [], []
     for size in sizes:
         if profile is not None:
-            profile.install(TokenizerCounted if encode is not None else ScriptedModel)
+            profile.install(counted)
         to_reply, whole = asyncio.run(_with_loop_count(
-            measure_overhead(turns, size, encode, args.store_url, profile), profile))
+            measure_overhead(turns, size, encode, args.store_url, profile, count_message), profile))
         rows.append((size, to_reply, whole))
         if profile is not None:
             tables.append((size, profile.table()))

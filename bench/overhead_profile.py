@@ -95,6 +95,9 @@ class Profile:
             if not name.startswith("_") and inspect.iscoroutinefunction(method):
                 setattr(Store, name, self._wrap(f"store.{name}", method))
         model_cls.count_chat = self._wrap("model.count_chat (token counting)", model_cls.count_chat)
+        if hasattr(model_cls, "count_message"):
+            model_cls.count_message = self._wrap("model.count_message (a new message alone)",
+                                                 model_cls.count_message)
         try:
             import aiosqlite
         except ImportError:

@@ -59,6 +59,10 @@ class AsyncLLM:
         """The exact prompt ids a chat would use: for token budgets counted by our tokenizer."""
         return self.engine.encode_chat(messages, tools, tool_instructions)
 
+    def count_message(self, message: dict, after: dict) -> int:
+        """len(encode_chat([after, message])) - len(encode_chat([after])), fast (LLMEngine)."""
+        return self.engine.count_message(message, after)
+
     async def generate(
         self,
         prompt: Prompt | list[dict],

@@ -305,7 +305,7 @@ class ChatFormatter:
         scaffold = {tok: i for i, tok in zip(sorted(tokenizer.added_ids), tokenizer
                     .convert_ids_to_tokens(sorted(tokenizer.added_ids)), strict=True) if tok}
         self._scaffold_ids = scaffold
-        self._special_re = (
+        self.scaffold_pattern = (
             re.compile("|".join(re.escape(t) for t in sorted(scaffold, key=len, reverse=True)))
             if scaffold
             else None
@@ -334,7 +334,7 @@ class ChatFormatter:
         """The prompt as text, for display and debugging (encode() is what the model sees)."""
         turns = normalize_messages(messages, tools, tool_role=self.tool_role,
                                    dialect=self.tool_dialect, tool_instructions=tool_instructions)
-        return self._render(turns, add_generation_prompt, lambda text: text, _now())
+        return self.render_turns(turns, add_generation_prompt, lambda text: text, _now())
 
     def encode(
         self,
@@ -348,7 +348,7 @@ class ChatFormatter:
         turns = normalize_messages(messages, tools, tool_role=self.tool_role,
                                    dialect=self.tool_dialect, tool_instructions=tool_instructions)
         now = _now()  # one clock for both renderings, so a date in the template cannot differ
-        reference = self._render(turns, add_generation_prompt, lambda text: text, now)
+        reference = self.render_turns(turns, add_generation_prompt, lambda text: text, now)
         nonce = secrets.token_hex(8)
         texts: list[str] = []
 
@@ -359,24 +359,24 @@ class ChatFormatter:
             texts.append(text)
             return f"<<oc-untrusted-{nonce}-{len(texts) - 1}>>"
 
-        marked = self._render(turns, add_generation_prompt, sentinel, now)
+        marked = self.render_turns(turns, add_generation_prompt, sentinel, now)
         pieces = re.split(f"<<oc-untrusted-{nonce}-(\\d+)>>", marked)
         values = self._matching_values(pieces, texts, turns, reference)
-        ids = self._encode_pieces(pieces, values)
+        ids = self.encode_pieces(pieces, values)
         tok = self.tokenizer
         if tok.add_bos and tok.bos_token_id is not None and ids[:1] != [tok.bos_token_id]:
             ids.insert(0, tok.bos_token_id)
         return ids
 
-    # ---- internals -----------------------------------------------------------------------
-
-    def _render(
+    def render_turns(
         self,
         turns: list[Turn],
         add_generation_prompt: bool,
         untrusted: Callable[[str], str],
         now: datetime,
     ) -> str:
+        """`turns` through the template; `untrusted` maps each untrusted text to what is written
+        in its place (itself, or a sentinel)."""
         messages = [
             {
                 "role": t.role,
@@ -433,8 +433,9 @@ class ChatFormatter:
             "that inserts message['content'] as is."
         )
 
-    def _encode_pieces(self, pieces: list[str], values: list[str]) -> list[int]:
+    def encode_pieces(self, pieces: list[str], values: list[str]) -> list[int]:
         """Special tokens from scaffolding become ids; all other text is encoded without specials.
+        `pieces` alternate scaffolding and the index (as text) of an untrusted text in `values`.
 
         Plain scaffolding and untrusted text are encoded together in runs: scaffolding without
         special-token text encodes the same either way, and joining avoids token splits at the
@@ -453,7 +454,7 @@ class ChatFormatter:
                 run.append(values[int(piece)])
                 continue
             pos = 0
-            for m in self._special_re.finditer(piece) if self._special_re else ():
+            for m in self.scaffold_pattern.finditer(piece) if self.scaffold_pattern else ():
                 run.append(piece[pos : m.start()])
                 flush()
                 ids.append(self._scaffold_ids[m.group()])
@@ -461,6 +462,8 @@ class ChatFormatter:
             run.append(piece[pos:])
         flush()
         return ids
+
+    # ---- internals -----------------------------------------------------------------------
 
     def _token_text(self, token_id: int | None) -> str:
         if token_id is None:

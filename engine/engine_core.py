@@ -13,6 +13,7 @@ import torch
 
 from engine.block_manager import BlockManager, salt_key
 from engine.chat import ChatFormatter
+from engine.chat_count import MessageCounter
 from engine.config import EngineConfig
 from engine.constrained.json_schema import JsonConstraints, JsonMatcher
 from engine.constrained.masks import ToolCallMatcher, ToolConstraints, constrains
@@ -56,6 +57,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs,
                                    config.max_num_batched_tokens)
         self.chat_formatter = ChatFormatter(self.tokenizer) if self.tokenizer else None
+        self.message_counter = MessageCounter(self.chat_formatter) if self.chat_formatter else None
         self._requests: dict[str, _Request] = {}
         # Tool-call constraints: the vocabulary's bytes are read on the first constrained request.
         self.tool_constraints = (ToolConstraints(self.tokenizer, self.model_config.vocab_size)
@@ -96,6 +98,13 @@ class LLMEngine:
             raise ValueError("this model has no tokenizer, so it cannot take chat messages")
         return self.chat_formatter.encode(messages, tools=tools,
                                           tool_instructions=tool_instructions)
+
+    def count_message(self, message: dict, after: dict) -> int:
+        """The tokens `message` adds to a prompt of `after` alone, as encode_chat counts them
+        (engine.chat_count: without the template where it allows)."""
+        if self.message_counter is None:
+            raise ValueError("this model has no tokenizer, so it cannot take chat messages")
+        return self.message_counter.count(message, after)
 
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
                     priority: int = 0, tools: list[dict] | None = None,

@@ -109,7 +109,7 @@ class ContextBuilder:
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
         self._counted: dict[int, _Counted] = {}  # beside _cache, for the same conversations
         self._answered: dict[int, _Answered] = {}  # likewise
-        self.counter = PromptCounter(self.count)
+        self.counter = PromptCounter(self.count, getattr(model, "count_message", None))
 
     async def count(self, messages: list[dict], tools: list[dict] | None = None,
                     instructions: str | None = None) -> int:

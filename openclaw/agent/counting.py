@@ -3,17 +3,18 @@
 Counting a prompt as the model does (ChatModel.count_chat) renders and encodes all of it: with the
 engine's tokenizer that is milliseconds for a short conversation and tens of them for a long one,
 several times a turn. Here each message is counted once, as the tokens it adds after a fixed
-system message, and the system prompt with the tools once per (text, tools); a prompt's count is
-then the sum. That sum equals the model's count for templates that render each message on its own
-(ChatML, Llama 3); where a template joins messages (grouped tool results) it is more. It is
-checked against the model's count whenever that is taken, and if it was ever less, sums are no
-longer used: every prompt is counted whole again, as before.
+system message (by the model's count_message where it has one: the engine's encodes the message
+alone, without rendering the template), and the system prompt with the tools once per (text,
+tools); a prompt's count is then the sum. That sum equals the model's count for templates that
+render each message on its own (ChatML, Llama 3); where a template joins messages (grouped tool
+results) it is more. It is checked against the model's count whenever that is taken, and if it
+was ever less, sums are no longer used: every prompt is counted whole again, as before.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import pickle
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 # (messages, tools, the tool section's template or None): ContextBuilder.count
 CountChat = Callable[[list[dict], list[dict] | None, str | None], Awaitable[int]]
+# (message, after): the tokens `message` adds to a prompt of `after` alone, or None where the
+# model has no such count (ChatModel.count_message; the engine's takes no template rendering)
+CountMessage = Callable[[dict, dict], "int | None"]
 
 # What each message is counted after: a system message, so that a template which adds a default
 # one when the prompt has none does not add it to every message's count.
@@ -32,11 +36,12 @@ class PromptCounter:
 
     MAX_MESSAGES = 16  # the latest messages' counts: the turn's message is asked for twice
 
-    def __init__(self, count: CountChat) -> None:
+    def __init__(self, count: CountChat, count_message: CountMessage | None = None) -> None:
         self._count = count
+        self._count_message = count_message
         self._anchor: int | None = None
         self._messages: OrderedDict[tuple, int] = OrderedDict()
-        self._heads: OrderedDict[tuple[str, str, str | None], int] = OrderedDict()
+        self._heads: OrderedDict[tuple[str, bytes, str | None], int] = OrderedDict()
         self.summing = True  # False once a sum was found below the model's count
         self.checked = False  # a sum was checked against the model's count, and held
         # Per role: a prompt of one message counts this many tokens more than the message adds
@@ -46,15 +51,23 @@ class PromptCounter:
     async def message(self, chat: dict) -> int:
         """The tokens `chat` adds to a prompt (after a system message)."""
         key = (chat["role"], chat.get("content"), chat.get("tool_call_id"),
-               json.dumps(chat["tool_calls"]) if chat.get("tool_calls") else None)
+               _key(chat["tool_calls"]) if chat.get("tool_calls") else None)
         found = self._messages.get(key)
+        if found is None and self._count_message is not None:
+            found = self._count_message(chat, ANCHOR)
+            if found is not None:
+                self._keep(key, found)
         if found is None:
             if self._anchor is None:
                 self._anchor = await self._count([ANCHOR], None, None)
-            found = self._messages[key] = await self._count([ANCHOR, chat], None, None) - self._anchor
-            if len(self._messages) > self.MAX_MESSAGES:
-                self._messages.popitem(last=False)
+            found = await self._count([ANCHOR, chat], None, None) - self._anchor
+            self._keep(key, found)
         return found
+
+    def _keep(self, key: tuple, found: int) -> None:
+        self._messages[key] = found
+        if len(self._messages) > self.MAX_MESSAGES:
+            self._messages.popitem(last=False)
 
     async def alone(self, chat: dict) -> int:
         """The count of a prompt of `chat` alone (as the model counts [chat]: a user message's
@@ -72,7 +85,7 @@ class PromptCounter:
     async def head(self, system: dict, tools: list[dict] | None,
                    instructions: str | None = None) -> int:
         """The count of a prompt of `system` alone, with `tools` (under `instructions`)."""
-        key = (system["content"], json.dumps(tools, sort_keys=True) if tools else "", instructions)
+        key = (system["content"], _key(tools) if tools else b"", instructions)
         found = self._heads.get(key)
         if found is None:
             found = self._heads[key] = await self._count([system], tools, instructions)
@@ -90,3 +103,10 @@ class PromptCounter:
             log.warning("this model's chat template does not count a prompt as the sum of its "
                         "messages (%d summed, %d counted): prompts are counted whole from now on",
                         summed, exact)
+
+
+def _key(value: object) -> bytes:
+    """A cache key for JSON-like data (tool schemas, calls): its pickle, a tenth of the cost of
+    serialising it to JSON each turn. Equal data pickled apart (keys in another order, a string
+    shared) only misses the cache; 1, 1.0 and True, which compare equal, stay apart."""
+    return pickle.dumps(value, protocol=5)

@@ -53,5 +53,9 @@ class ChatModel(Protocol):
         """The tokens of the prompt these messages (and tools, under `tool_instructions`) make,
         as the model counts them."""
 
+    # Optional: count_message(message, after) -> int | None, what count_chat([after, message])
+    # minus count_chat([after]) gives, cheaper (the engine's encodes the message alone); None
+    # where it has none now. The agent counts a new message with it (agent.counting).
+
     def stats(self) -> dict[str, Any]:
         """For /status and /metrics: `model`, `device`, and the engine's counters."""

@@ -62,13 +62,18 @@ class LocalCount:
 
     def __init__(self, folder: Path) -> None:
         from engine.chat import ChatFormatter
+        from engine.chat_count import MessageCounter
         from engine.tokenizer import Tokenizer
 
         self.formatter = ChatFormatter(Tokenizer.from_hf_folder(folder))
+        self.messages = MessageCounter(self.formatter)
 
     def count(self, messages: list[dict], tools: list[dict] | None,
               tool_instructions: str | None = None) -> int:
         return len(self.formatter.encode(messages, tools, tool_instructions=tool_instructions))
+
+    def count_message(self, message: dict, after: dict) -> int:
+        return self.messages.count(message, after)
 
 
 class UsageEstimate:

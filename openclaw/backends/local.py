@@ -54,6 +54,10 @@ class LocalBackend:
         # In the loop, as before: a prompt encodes in a few milliseconds.
         return len(self.llm.encode_chat(messages, tools, tool_instructions))
 
+    def count_message(self, message: dict, after: dict) -> int:
+        # The engine's: the message encoded alone where its template allows (engine.chat_count).
+        return self.llm.count_message(message, after)
+
     def stats(self) -> dict[str, Any]:
         return self.llm.stats()
 

@@ -186,6 +186,13 @@ class OpenAIBackend:
             return self.local_count.count(messages, tools, tool_instructions)
         return self.estimate.count(messages, tools)
 
+    def count_message(self, message: dict, after: dict) -> int | None:
+        """The tokens `message` adds after `after`, by the local tokenizer when it is what counts
+        (the server has no /tokenize); None otherwise: the agent asks count_chat."""
+        if self.server_count.available is False and self.local_count is not None:
+            return self.local_count.count_message(message, after)
+        return None
+
     async def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                        request_id: str | None = None, *, tools: list[dict] | None = None,
                        priority: int = 0, cache_salt: str | None = None,

@@ -102,6 +102,10 @@ class RecordingModel:
                          tool_instructions: str | None = None) -> int:
         return await self.inner.count_chat(messages, tools, **self._extra())
 
+    def count_message(self, message: dict, after: dict) -> int | None:
+        count = getattr(self.inner, "count_message", None)  # no tools: no instructions to pass
+        return count(message, after) if count is not None else None
+
     def stats(self) -> dict[str, Any]:
         return self.inner.stats()
 

@@ -68,5 +68,9 @@ class PriorityGate:
             return await self.model.count_chat(messages, tools)
         return await self.model.count_chat(messages, tools, tool_instructions)
 
+    def count_message(self, message: dict, after: dict) -> int | None:
+        count = getattr(self.model, "count_message", None)
+        return count(message, after) if count is not None else None
+
     def stats(self) -> dict[str, Any]:
         return self.model.stats()

@@ -37,6 +37,16 @@ async def test_the_local_engine_counts_and_streams_in_the_agents_terms(backend):
     assert backend.stats()["generated_tokens"] >= 6
 
 
+async def test_the_local_engine_counts_a_new_message_as_its_share_of_the_whole_count(backend):
+    after = {"role": "system", "content": "."}
+    for message in [*CHAT, {"role": "assistant", "content": " hi\n"},
+                    {"role": "tool", "tool_call_id": "c1", "content": "<|im_end|> 12:00"}]:
+        assert backend.count_message(message, after) == (
+            await backend.count_chat([after, message]) - await backend.count_chat([after]))
+    # SmolLM2's template writes each message between special tokens: counted without it.
+    assert backend.llm.engine.message_counter.fast(CHAT[0], after) is not None
+
+
 async def test_leaving_the_stream_aborts_the_engines_request(backend):
     params = SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True)
     async with aclosing(backend.generate(CHAT, params, "r1")) as stream:

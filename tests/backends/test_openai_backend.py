@@ -326,6 +326,8 @@ async def test_tokens_are_counted_by_the_servers_tokenize(fake):
     assert backend.fixed_counts  # a tokenizer's counts: the agent may keep them per message
     assert fake.counts[0] == {"model": MODEL, "messages": HELLO, "add_generation_prompt": True,
                               "tools": [CLOCK]}
+    # A message alone is the server's to count too: no local count stands in for it.
+    assert backend.count_message(HELLO[-1], {"role": "system", "content": "."}) is None
     await backend.close()
 
 
@@ -338,6 +340,12 @@ async def test_without_tokenize_the_local_tokenizer_counts(fake, tmp_path):
     assert await backend.count_chat(HELLO, [CLOCK]) == len(exact)
     assert fake.counts == []  # asked once, found missing, not asked again
     assert backend.server_count.available is False and backend.fixed_counts
+    # A new message's count, by the same tokenizer without the template (engine.chat_count).
+    after = {"role": "system", "content": "."}
+    for message in [*HELLO, {"role": "assistant", "content": " spaced \n"}]:
+        assert backend.count_message(message, after) == (
+            await backend.count_chat([after, message]) - await backend.count_chat([after]))
+    assert backend.local_count.messages.fast(HELLO[-1], after) is not None
     await backend.close()
 
 

@@ -4,7 +4,10 @@ found out and counted whole again."""
 
 from __future__ import annotations
 
+import json
+
 from engine.chat import ChatFormatter
+from engine.chat_count import MessageCounter
 from engine.tokenizer import Tokenizer
 from openclaw.agent.context import Budget, ContextBuilder
 from openclaw.agent.counting import PromptCounter
@@ -205,3 +208,66 @@ async def test_a_message_alone_is_counted_once_and_as_the_template_counts_it(tmp
         await counter.message(chat)  # as the budget check and the prompt's sum take it
         assert await counter.alone(chat) == len(formatter.encode([chat])), text
         assert encoded == [2], encoded  # after the anchor, once; not again alone
+
+
+async def test_new_messages_are_counted_without_the_template_and_their_sum_is_the_exact_count(
+        tmp_path):
+    # The engine's count_message (engine.chat_count): a new message's share of the prompt from
+    # one tokenizer call, not two renderings of the template; summed, the exact count.
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    tokenizer_folder(folder)  # Llama 3's template: contents trimmed, a date line in the system
+    formatter = ChatFormatter(Tokenizer.from_hf_folder(folder))
+    messages = MessageCounter(formatter)
+
+    class EngineCounted(CountingModel):
+        async def count_chat(self, chats, tools=None) -> int:
+            self.counted.append(len(chats))
+            return len(formatter.encode(chats, tools=tools))
+
+        def count_message(self, message: dict, after: dict) -> int:
+            return messages.count(message, after)
+
+    store, conversation = await _conversation(tmp_path, 20)
+    model = EngineCounted()
+    context = ContextBuilder(model, store, "You help.", Budget(prompt_tokens=90_000, keep_messages=8))
+    call = [{"id": "c1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}]
+    try:
+        await context.build(conversation, None)  # read from the store: counted whole once
+        await context.add(conversation, "user", "first")
+        await context.build(conversation, None)  # a sum checked against the whole count
+        for text in ("  spaces and\nnewlines ", "émoji 🦀 and <|eot_id|> typed", "plain", "\n"):
+            model.counted.clear()
+            await context.add(conversation, "user", text)
+            prompt = await context.build(conversation, None)
+            await context.add(conversation, "assistant", f" {text} ", tool_calls=call)
+            await context.add(conversation, "tool", f"result of {text}", tool_call_id="c1")
+            assert model.counted == [], model.counted  # no template rendered for them
+            summed = await context.counter.head(prompt[0], None) + sum(
+                [await context.counter.message(chat) for chat in prompt[1:]])
+            assert summed == len(formatter.encode(prompt)), text
+        assert context.counter.summing and context.counter.checked
+    finally:
+        await store.close()
+
+
+async def test_a_tool_set_is_counted_once_and_any_change_to_it_counted_again():
+    # The system prompt with the tools is counted once per tool set, however many lists hold it;
+    # a schema that only compares equal (1 and True) is another text to the model: counted apart.
+    counted: list[str] = []
+
+    async def count(messages, tools, instructions) -> int:
+        counted.append(json.dumps(tools))
+        return len(counted[-1])
+
+    def tools(default) -> list[dict]:
+        return [{"type": "function", "function": {"name": "clock", "parameters": {
+            "type": "object", "properties": {"n": {"type": "integer", "default": default}}}}}]
+
+    counter = PromptCounter(count)
+    system = {"role": "system", "content": "You help."}
+    first = await counter.head(system, tools(1))
+    assert await counter.head(dict(system), tools(1)) == first and len(counted) == 1
+    assert await counter.head(system, tools(True)) == first + 3 and len(counted) == 2
+    assert await counter.head(system, tools(1.0)) == first + 2 and len(counted) == 3
+    assert await counter.head(system, tools(1), "{tools}") == first and len(counted) == 4
