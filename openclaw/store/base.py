@@ -19,7 +19,7 @@ from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from openclaw.store.loop_writer import LoopWriter, Step
+from openclaw.store.loop_writer import NOT_DONE, LoopWriter, Step
 from openclaw.store.sqlite_driver import OneTripConnection
 from sandbox.to_end import run_to_end
 
@@ -28,9 +28,6 @@ CLOSE_WAIT_S = 15.0  # close waits this long at most for calls still running
 Clock = Callable[[], datetime]
 R = TypeVar("R")
 S = TypeVar("S", bound="StoreBase")
-# What a call's loop_first part returns when it could not write on the loop: the call then runs
-# its ordinary path.
-NOT_DONE: Any = object()
 
 
 def utcnow() -> datetime:
@@ -184,6 +181,18 @@ def _start(store: StoreBase, work: Awaitable[R]) -> asyncio.Task[R]:
     return task
 
 
+def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
+    """The checkpoint a commit on the loop asked for, on the thread, not waited for. Until it
+    ends the loop's writer stands aside (its calls run on the thread): the -wal file is then
+    started over by the next write, as on the driver's path, not grown further by the loop."""
+    writer.checkpoint_due, writer.checkpointing = False, True
+
+    def ended(_task: asyncio.Task[None]) -> None:
+        writer.checkpointing = False
+
+    _start(store, _checkpoint(store)).add_done_callback(ended)
+
+
 def run_whole(method: Callable[..., Awaitable[R]],
               steps: dict[str, Any] | None = None) -> Callable[..., Awaitable[R]]:
     """Runs a Store call in a task of its own, which a cancel of its caller does not reach: the
@@ -198,13 +207,12 @@ def run_whole(method: Callable[..., Awaitable[R]],
     @functools.wraps(method)
     async def call(self: StoreBase, *args: Any, **kwargs: Any) -> R:
         writer = self.loop_writer
-        if (on_loop is not None and writer is not None
+        if (on_loop is not None and writer is not None and not writer.checkpointing
                 and all(getattr(type(self), name) is step for name, step in own)):
             done = on_loop(self, writer, *args, **kwargs)
             if done is not NOT_DONE:
-                if writer.checkpoint_due:  # on the thread; the loop goes on meanwhile
-                    writer.checkpoint_due = False
-                    await run_to_end(_start(self, _checkpoint(self)))
+                if writer.checkpoint_due:
+                    _start_checkpoint(self, writer)
                 return done
         return await run_to_end(_start(self, method(self, *args, **kwargs)))
     return call

@@ -11,9 +11,9 @@ thread, whenever it cannot finish at once. What keeps the loop from blocking:
   connection inside a transaction, or another process: the CLI, a backup), the write fails at
   once, is rolled back, and the call runs on the thread, which waits for the lock there;
 - wal_autocheckpoint 0: a commit here never checkpoints (that fsyncs); a commit that grew the
-  -wal file past CHECKPOINT_BYTES (SQLite's own threshold, 1000 pages) has its call wait for a
-  PASSIVE checkpoint on the thread before it returns (base.run_whole), which the loop does not
-  wait for; the thread's own connections keep checkpointing on their commits as before;
+  -wal file past CHECKPOINT_BYTES (SQLite's own threshold, 1000 pages) starts a PASSIVE
+  checkpoint on the thread, which nobody waits for, and the calls take the thread's path until
+  it ends (base.run_whole); the thread's own connections keep checkpointing as before;
 - one writer at a time without a deadlock: a transaction here runs from BEGIN to COMMIT in one
   synchronous call, so it never holds the write lock across an await, and never waits for one.
 
@@ -28,7 +28,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
@@ -40,6 +40,15 @@ from openclaw.store import engine as store_engine
 CHECKPOINT_BYTES = 1000 * 4096
 
 Step = tuple["Prepared", dict[str, Any]]
+T = TypeVar("T")
+# What a call's part on the loop returns when it did not write there: the call then runs its
+# ordinary path (base.loop_first).
+NOT_DONE: Any = object()
+
+
+class StandAside(Exception):
+    """Raised in a transaction's body (LoopWriter.transaction): roll back, and let the call's
+    ordinary path run."""
 
 
 class Prepared:
@@ -76,6 +85,7 @@ class LoopWriter:
         self._prepared: dict[Any, Prepared] = {}
         self.commits = 0
         self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
+        self.checkpointing = False  # while it runs, on the thread
         self._wal = f"{path}-wal"
         self._wal_size = 0
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
@@ -135,6 +145,10 @@ class LoopWriter:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             return None
+        self._committed()
+        return done
+
+    def _committed(self) -> None:
         self.commits += 1
         try:
             size = os.stat(self._wal).st_size  # a microsecond or two
@@ -142,6 +156,23 @@ class LoopWriter:
             size = 0
         self.checkpoint_due = size >= CHECKPOINT_BYTES and size > self._wal_size
         self._wal_size = size
+
+    def transaction(self, body: Callable[[Callable[[Prepared, dict[str, Any]], sqlite3.Cursor]], T]
+                    ) -> T:
+        """`body(execute)` in one transaction (BEGIN IMMEDIATE: the write lock from the start, so
+        its reads are those of the writer), committed before this returns: body's result. NOT_DONE,
+        with nothing written, where `write` gives None, or where body raises StandAside."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            done = body(lambda prepared, values: conn.execute(prepared.sql,
+                                                              prepared.parameters(values)))
+            conn.execute("COMMIT")
+        except (sqlite3.Error, StandAside, KeyError, ValueError, TypeError):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return NOT_DONE
+        self._committed()
         return done
 
     def pragma(self, name: str) -> Any:

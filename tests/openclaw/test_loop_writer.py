@@ -50,7 +50,18 @@ async def _a_turns_writes(store: Store) -> list[Any]:
                                    answers=event.id)
     await store.mark_sent(pieces[0].id, 555)
     await store.add_usage(user.key, 10, 20, conversation_id=conv.id)
-    return [event, message, result, pieces]
+    started = datetime(2026, 12, 7, 11, 0, tzinfo=UTC)
+    trace = await store.add_trace(user=user.key, conversation_id=conv.id, status="answered",
+                                  started_at=started, inbound_event_id=event.id,
+                                  last_message_id=result.id, prompt_version="p" * 200,
+                                  model=SPECIAL, sampling={"t": 0.5}, last_tool_failed=True,
+                                  usage=(5, 6))
+    again = await store.add_trace(user=user.key, conversation_id=conv.id, status="answered",
+                                  started_at=started, inbound_event_id=event.id, usage=(7, 8))
+    await store.set_private(user.key, True)
+    private = await store.add_trace(user=user.key, conversation_id=conv.id, status="answered",
+                                    started_at=started, usage=(9, 10))
+    return [event, message, result, pieces, (trace, again, private)]
 
 
 def _rows(db: Path) -> dict[str, list[tuple]]:
@@ -58,7 +69,7 @@ def _rows(db: Path) -> dict[str, list[tuple]]:
     try:
         return {table: reader.execute(f"SELECT * FROM {table} ORDER BY id").fetchall()
                 for table in ("inbound_events", "messages", "audit_log", "outbound_messages",
-                              "usage")}
+                              "usage", "traces")}
     finally:
         reader.close()
 
@@ -93,6 +104,9 @@ async def test_each_per_turn_write_finishes_without_a_trip_to_the_drivers_thread
                                                    conversation_id=conv.id, answers=event.id))
         _finishes_at_once(store.mark_sent(pieces[0].id, None))
         _finishes_at_once(store.add_usage(user.key, 1, 2, conversation_id=conv.id))
+        assert _finishes_at_once(store.add_trace(
+            user=user.key, conversation_id=conv.id, status="answered", started_at=_Clock()(),
+            inbound_event_id=event.id, last_message_id=message.id, usage=(1, 2))) is not None
         assert new and message.id and [m.content for m in await store.list_messages(conv.id)] == ["hi"]
         assert [o.status for o in await store.list_outbound()] == ["sent"]
 
