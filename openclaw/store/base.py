@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import fields
@@ -72,8 +73,13 @@ async def insert_record(session: AsyncSession, model: type, record: type[R], las
 
 def _parameters(model: type, values: dict[str, Any]) -> dict[str, Any]:
     """Values by attribute name to parameters by column (AuditRow.user is column "user_key")."""
-    columns = model.__mapper__.columns
-    return {columns[key].key: value for key, value in values.items()}
+    keys = _column_keys(model)
+    return {keys[key]: value for key, value in values.items()}
+
+
+@functools.cache
+def _column_keys(model: type) -> dict[str, str]:
+    return {key: column.key for key, column in model.__mapper__.columns.items()}
 
 
 def loop_insert(writer: LoopWriter, model: type, values: dict[str, Any]) -> Step:
@@ -208,6 +214,7 @@ def run_whole(method: Callable[..., Awaitable[R]],
     async def call(self: StoreBase, *args: Any, **kwargs: Any) -> R:
         writer = self.loop_writer
         if (on_loop is not None and writer is not None and not writer.checkpointing
+                and writer.thread == threading.get_ident()
                 and all(getattr(type(self), name) is step for name, step in own)):
             done = on_loop(self, writer, *args, **kwargs)
             if done is not NOT_DONE:

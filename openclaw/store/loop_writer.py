@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,6 +83,9 @@ class LoopWriter:
 
     def __init__(self, path: Path, dialect: Dialect):
         self._dialect = dialect
+        # The thread of the loop that opened the store: a transaction here is a run of calls on
+        # one connection, which a second thread must not interleave with its own.
+        self.thread = threading.get_ident()
         self._prepared: dict[Any, Prepared] = {}
         self.commits = 0
         self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
