@@ -188,15 +188,17 @@ def _start(store: StoreBase, work: Awaitable[R]) -> asyncio.Task[R]:
 
 
 def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
-    """The checkpoint a commit on the loop asked for, on the thread, not waited for. Until it
-    ends the loop's writer stands aside (its calls run on the thread): the -wal file is then
-    started over by the next write, as on the driver's path, not grown further by the loop."""
-    writer.checkpoint_due, writer.checkpointing = False, True
+    """The checkpoint a commit on the loop asked for, on the thread; the call that asked does
+    not wait for it. A loop_first call that comes while it runs waits for it (as a call on the
+    driver's path waits for the checkpoint its own commit makes), so that its write starts the
+    -wal file over, cut back to journal_size_limit, rather than grow it further."""
+    writer.checkpoint_due = False
+    writer.checkpoint = _start(store, _checkpoint(store))
 
     def ended(_task: asyncio.Task[None]) -> None:
-        writer.checkpointing = False
+        writer.checkpoint = None
 
-    _start(store, _checkpoint(store)).add_done_callback(ended)
+    writer.checkpoint.add_done_callback(ended)
 
 
 def run_whole(method: Callable[..., Awaitable[R]],
@@ -213,14 +215,16 @@ def run_whole(method: Callable[..., Awaitable[R]],
     @functools.wraps(method)
     async def call(self: StoreBase, *args: Any, **kwargs: Any) -> R:
         writer = self.loop_writer
-        if (on_loop is not None and writer is not None and not writer.checkpointing
-                and writer.thread == threading.get_ident()
+        if (on_loop is not None and writer is not None and writer.thread == threading.get_ident()
                 and all(getattr(type(self), name) is step for name, step in own)):
-            done = on_loop(self, writer, *args, **kwargs)
-            if done is not NOT_DONE:
-                if writer.checkpoint_due:
-                    _start_checkpoint(self, writer)
-                return done
+            if writer.checkpoint is not None:  # nothing written yet: a cancel here loses nothing
+                await asyncio.shield(writer.checkpoint)
+            if self.loop_writer is writer:  # not closed meanwhile
+                done = on_loop(self, writer, *args, **kwargs)
+                if done is not NOT_DONE:
+                    if writer.checkpoint_due:
+                        _start_checkpoint(self, writer)
+                    return done
         return await run_to_end(_start(self, method(self, *args, **kwargs)))
     return call
 

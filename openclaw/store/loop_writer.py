@@ -12,8 +12,9 @@ thread, whenever it cannot finish at once. What keeps the loop from blocking:
   once, is rolled back, and the call runs on the thread, which waits for the lock there;
 - wal_autocheckpoint 0: a commit here never checkpoints (that fsyncs); a commit that grew the
   -wal file past CHECKPOINT_BYTES (SQLite's own threshold, 1000 pages) starts a PASSIVE
-  checkpoint on the thread, which nobody waits for, and the calls take the thread's path until
-  it ends (base.run_whole); the thread's own connections keep checkpointing as before;
+  checkpoint on the thread, which its call does not wait for; a call that comes while it runs
+  waits for it, off the loop (base.run_whole), so its write starts the -wal file over; the
+  thread's own connections keep checkpointing as before;
 - one writer at a time without a deadlock: a transaction here runs from BEGIN to COMMIT in one
   synchronous call, so it never holds the write lock across an await, and never waits for one.
 
@@ -89,7 +90,7 @@ class LoopWriter:
         self._prepared: dict[Any, Prepared] = {}
         self.commits = 0
         self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
-        self.checkpointing = False  # while it runs, on the thread
+        self.checkpoint: Any = None  # the store's task running it, on the thread (base.run_whole)
         self._wal = f"{path}-wal"
         self._wal_size = 0
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)

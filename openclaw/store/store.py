@@ -89,9 +89,10 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
     @classmethod
     async def open(cls, url: str | URL, *, migrate_schema: bool = True, clock: Clock | None = None,
                    busy_timeout_ms: int = BUSY_TIMEOUT_MS, echo: bool = False,
-                   loop_writes: bool = True) -> Store:
-        """`loop_writes`: on a SQLite file, the per-turn writes run on the event loop's thread
-        (loop_writer.py); False runs every call on the driver's thread."""
+                   loop_writes: bool = False) -> Store:
+        """`loop_writes`: on a SQLite file, the turn's own writes run on the event loop's thread
+        (loop_writer.py), as the daemon opens it; otherwise every call runs on the driver's
+        thread (the CLI's short commands gain nothing from a second connection)."""
         engine = None
         try:
             engine = create_engine(url, busy_timeout_ms=busy_timeout_ms, echo=echo)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from openclaw.store import Store
+from openclaw.store import engine as store_engine
 from openclaw.store.loop_writer import CHECKPOINT_BYTES
 
 SPECIAL = "a\x00b \ud800 ü"  # made storable (U+FFFD) on both paths alike
@@ -95,7 +96,7 @@ async def test_a_turns_writes_on_the_loop_store_what_the_drivers_path_stores(tmp
 
 
 async def test_each_per_turn_write_finishes_without_a_trip_to_the_drivers_thread(tmp_path: Path):
-    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=True) as store:
         user = await store.ensure_user("telegram", 1001)
         conv = await store.active_conversation(user.key, "1001")
         event, new = _finishes_at_once(store.record_inbound("telegram", 1, user.key, "1", "hi"))
@@ -112,7 +113,7 @@ async def test_each_per_turn_write_finishes_without_a_trip_to_the_drivers_thread
 
 
 async def test_what_the_loop_cannot_write_takes_the_drivers_path_and_its_errors(tmp_path: Path):
-    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=True) as store:
         first, new = await store.record_inbound("telegram", 7, "telegram:1", "1", "hi")
         again, new_again = await store.record_inbound("telegram", 7, "telegram:1", "1", "hi")
         assert (new, new_again, again.id) == (True, False, first.id)  # a redelivery, found
@@ -131,7 +132,7 @@ async def test_a_write_lock_held_elsewhere_blocks_not_the_loop_and_loses_no_writ
     """Another process (the CLI, a backup) holds the write lock: the call waits for it on the
     driver's thread, not on the loop, and its row is stored once the lock is let go."""
     db = tmp_path / "s.db"
-    async with await Store.open(f"sqlite:///{db}") as store:
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
         # The loop's connection never waits for a lock, nor checkpoints (an fsync) on a commit.
         assert store.loop_writer is not None
         assert (store.loop_writer.pragma("busy_timeout"),
@@ -159,7 +160,7 @@ async def test_a_write_lock_held_elsewhere_blocks_not_the_loop_and_loses_no_writ
 async def test_calls_on_the_loop_and_on_the_thread_write_at_once_without_a_deadlock(tmp_path):
     """Transactions of the driver's connection (several statements, awaited) and writes on the
     loop's connection, interleaved: every write is stored once."""
-    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=True) as store:
         user = await store.ensure_user("telegram", 1001)
         conv = await store.active_conversation(user.key, "1001")
         calls = []
@@ -174,7 +175,7 @@ async def test_calls_on_the_loop_and_on_the_thread_write_at_once_without_a_deadl
 
 async def test_the_loops_writes_are_checkpointed_on_the_thread_so_the_wal_is_reused(tmp_path):
     db = tmp_path / "s.db"
-    async with await Store.open(f"sqlite:///{db}") as store:
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
         user = await store.ensure_user("telegram", 1001)
         conv = await store.active_conversation(user.key, "1001")
         big = "x" * 50_000
@@ -185,9 +186,34 @@ async def test_the_loops_writes_are_checkpointed_on_the_thread_so_the_wal_is_reu
         assert store.loop_writer is not None and store.loop_writer.commits > 3 * 60
 
 
+async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go_on_the_loop_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # test_store.py's test of the driver's path, with the writes on the loop's connection: it,
+    # too, may be the writer that starts the -wal file over, and must cut it back then.
+    limit = 256 * 1024
+    monkeypatch.setattr(store_engine, "JOURNAL_SIZE_LIMIT", limit)
+    db = tmp_path / "s.db"
+    wal = Path(f"{db}-wal")
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
+        user = await store.ensure_user("telegram", 42)
+        conv = await store.active_conversation(user.key, "42")
+        reader = sqlite3.connect(db, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM messages").fetchone()  # its snapshot is held now
+            for _ in range(100):
+                await store.add_message(conv.id, "user", "x" * 60_000)
+            assert wal.stat().st_size > 24 * limit  # none of it could be checkpointed
+        finally:
+            reader.close()
+        for _ in range(3):
+            await store.add_message(conv.id, "user", "hello")
+        assert wal.stat().st_size <= limit
+
+
 def _write_and_die(db: str, ready: Any) -> None:
     async def main() -> None:
-        store = await Store.open(f"sqlite:///{db}")
+        store = await Store.open(f"sqlite:///{db}", loop_writes=True)
         user = await store.ensure_user("telegram", 1001)
         conv = await store.active_conversation(user.key, "1001")
         _finishes_at_once(store.add_message(conv.id, "user", "kept"))
@@ -205,7 +231,7 @@ async def test_a_write_on_the_loop_survives_the_process_killed_right_after(tmp_p
     child.start()
     await asyncio.to_thread(child.join, 120)
     assert child.exitcode == -signal.SIGKILL and ready.is_set()
-    async with await Store.open(f"sqlite:///{db}") as store:
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
         conv = await store.active_conversation("telegram:1001", "1001")
         assert [m.content for m in await store.list_messages(conv.id)] == ["kept"]
     check = sqlite3.connect(db)
@@ -216,5 +242,5 @@ async def test_a_write_on_the_loop_survives_the_process_killed_right_after(tmp_p
 
 
 async def test_an_in_memory_store_has_no_loop_writer(tmp_path: Path):
-    async with await Store.open("sqlite+aiosqlite:///:memory:") as store:
+    async with await Store.open("sqlite+aiosqlite:///:memory:", loop_writes=True) as store:
         assert store.loop_writer is None

@@ -60,8 +60,7 @@ async def test_an_insert_transaction_costs_one_trip_for_the_statement_and_one_fo
 
 async def test_a_store_message_insert_costs_one_trip_its_commit_in_it(tmp_path: Path,
                                                                       trips: list[str]):
-    # The driver's path (a write on the loop's writer, store/loop_writer.py, makes no trip).
-    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=False) as store:
+    async with await Store.open(f"sqlite:///{tmp_path / 's.db'}") as store:
         await store.ensure_user("telegram", "1001")
         conv = await store.active_conversation("telegram:1001", "1001")
         trips.clear()

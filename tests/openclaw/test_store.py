@@ -77,13 +77,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
         yield opened
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def threaded_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """Every call on the driver's thread, none on the loop's writer (store/loop_writer.py)."""
-    async with fresh_store(request, tmp_path, loop_writes=False) as opened:
-        yield opened
-
-
 async def _pragma(store: Store, name: str) -> object:
     async with store.engine.connect() as conn:
         return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
@@ -345,12 +338,10 @@ async def test_ten_concurrent_identical_deliveries_make_exactly_one_new_event(st
 
 
 async def test_a_call_whose_caller_is_cancelled_twice_still_ends_whole_on_its_connection(
-        threaded_store: Store, caplog: pytest.LogCaptureFixture):
+        store: Store, caplog: pytest.LogCaptureFixture):
     """A /stop and then a drain cancel the same turn while it writes: each call it had begun
     commits whole, no connection is torn down and replaced, and nothing is logged as an error
-    (SQLAlchemy logged "Exception closing connection" and asyncio "Task was destroyed").
-    On the driver's thread: a write the loop's writer makes ends before any cancel can come."""
-    store = threaded_store
+    (SQLAlchemy logged "Exception closing connection" and asyncio "Task was destroyed")."""
     await store.ensure_user("telegram", 1, status="allowed")
     conv = await store.active_conversation("telegram:1", 1)
     opened = []
