@@ -125,7 +125,7 @@ class Daemon:
             raise ConfigError(exc.path, exc.problems + model_file_problems(cfg.engine)) from None
         for line in skills.skipped:  # a broken SKILL.md, or one whose program is missing: left out
             log.warning("skill %s", line)
-        self.store = await Store.open(cfg.store.url)
+        self.store = await Store.open(cfg.store.url, loop_writes=True)
         self.mcp = await mcp_for(cfg, skills, McpPins(self.store))
         if cfg.admin.enabled:  # before the model loads: a port in use is said at once, and
             # /healthz answers "starting" while it loads

@@ -6,8 +6,10 @@ reminders.py, usage.py) subclass `StoreBase`; store.py joins them into the `Stor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import fields
@@ -15,9 +17,10 @@ from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from openclaw.store.loop_writer import NOT_DONE, LoopWriter, Step
 from openclaw.store.sqlite_driver import OneTripConnection
 from sandbox.to_end import run_to_end
 
@@ -70,8 +73,20 @@ async def insert_record(session: AsyncSession, model: type, record: type[R], las
 
 def _parameters(model: type, values: dict[str, Any]) -> dict[str, Any]:
     """Values by attribute name to parameters by column (AuditRow.user is column "user_key")."""
-    columns = model.__mapper__.columns
-    return {columns[key].key: value for key, value in values.items()}
+    keys = _column_keys(model)
+    return {keys[key]: value for key, value in values.items()}
+
+
+@functools.cache
+def _column_keys(model: type) -> dict[str, str]:
+    return {key: column.key for key, column in model.__mapper__.columns.items()}
+
+
+def loop_insert(writer: LoopWriter, model: type, values: dict[str, Any]) -> Step:
+    """`insert_values` as a step for the loop's writer (loop_writer): the same INSERT."""
+    parameters = _parameters(model, values)
+    return writer.prepare(("insert", model, tuple(parameters)), lambda: _insert_statement(model),
+                          tuple(parameters)), parameters
 
 
 @functools.cache
@@ -84,8 +99,11 @@ def _insert_statement(model: type) -> Any:
 class StoreBase:
     """The engine and its sessions, the clock, and the calls running now (see `run_whole`)."""
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None):
+    def __init__(self, engine: AsyncEngine, *, clock: Clock | None = None,
+                 loop_writer: LoopWriter | None = None):
         self.engine = engine
+        # SQLite: the per-turn writes' connection on the event loop's thread (loop_first).
+        self.loop_writer = loop_writer
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._clock = clock or utcnow
         self._calls: set[asyncio.Task[Any]] = set()  # running, each in a task of its own
@@ -96,6 +114,10 @@ class StoreBase:
         # gather, which would cancel them if this is cancelled.
         if self._calls:
             await asyncio.wait(self._calls, timeout=CLOSE_WAIT_S)
+        if self.loop_writer is not None:
+            writer, self.loop_writer = self.loop_writer, None
+            # On a thread: were it the file's last connection, closing would checkpoint (fsync).
+            await asyncio.to_thread(writer.close)
         await self.engine.dispose()
 
     async def __aenter__(self) -> Self:
@@ -135,17 +157,75 @@ class StoreBase:
         raise AssertionError("unreachable")
 
 
-def run_whole(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+def loop_first(on_loop: Callable[..., Any], *, steps: tuple[str, ...] = ()
+               ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Marks a Store call whose `on_loop(store, writer, *args, **kwargs)` makes the same writes
+    on the loop's writer (loop_writer), synchronously: the call's result, or NOT_DONE when the
+    writer could not (the call then runs as it is). run_whole tries it first. `steps`: the
+    store's methods the ordinary path runs that `on_loop` stands in for; where a class overrides
+    one (a wrapper, a test holding the call there), the call takes the ordinary path."""
+    def mark(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        method.on_loop = on_loop, steps  # type: ignore[attr-defined]
+        return method
+    return mark
+
+
+async def _checkpoint(store: StoreBase) -> None:
+    """A PASSIVE checkpoint on the driver's thread (the loop's writer makes none): it copies
+    what no reader still needs into the database file, so the -wal file is reused, not grown."""
+    # One that fails (the store closing) is made good by the next, or by the thread's connections,
+    # which checkpoint on their own commits.
+    with contextlib.suppress(SQLAlchemyError):
+        async with store.engine.connect() as conn:
+            await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+
+def _start(store: StoreBase, work: Awaitable[R]) -> asyncio.Task[R]:
+    task = asyncio.ensure_future(work)
+    store._calls.add(task)
+    task.add_done_callback(store._calls.discard)
+    return task
+
+
+def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
+    """The checkpoint a commit on the loop asked for, on the thread; the call that asked does
+    not wait for it. A loop_first call that comes while it runs waits for it (as a call on the
+    driver's path waits for the checkpoint its own commit makes), so that its write starts the
+    -wal file over, cut back to journal_size_limit, rather than grow it further."""
+    writer.checkpoint_due = False
+    writer.checkpoint = _start(store, _checkpoint(store))
+
+    def ended(_task: asyncio.Task[None]) -> None:
+        writer.checkpoint = None
+
+    writer.checkpoint.add_done_callback(ended)
+
+
+def run_whole(method: Callable[..., Awaitable[R]],
+              steps: dict[str, Any] | None = None) -> Callable[..., Awaitable[R]]:
     """Runs a Store call in a task of its own, which a cancel of its caller does not reach: the
     call commits or rolls back whole, and only then does its caller get the cancel, so what it
     wrote is known to be there. (Cut short inside a statement, SQLAlchemy terminates the
-    connection as broken, and a second cancel during that leaks it.) About 25 us a call."""
+    connection as broken, and a second cancel during that leaks it.) About 25 us a call.
+    A loop_first call that its writer finishes needs no task: it ran whole, synchronously.
+    `steps`: the loop_first call's steps by name, as the class defined them."""
+    on_loop = getattr(method, "on_loop", (None, ()))[0]
+    own = list((steps or {}).items())
+
     @functools.wraps(method)
     async def call(self: StoreBase, *args: Any, **kwargs: Any) -> R:
-        task = asyncio.ensure_future(method(self, *args, **kwargs))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-        return await run_to_end(task)
+        writer = self.loop_writer
+        if (on_loop is not None and writer is not None and writer.thread == threading.get_ident()
+                and all(getattr(type(self), name) is step for name, step in own)):
+            if writer.checkpoint is not None:  # nothing written yet: a cancel here loses nothing
+                await asyncio.shield(writer.checkpoint)
+            if self.loop_writer is writer:  # not closed meanwhile
+                done = on_loop(self, writer, *args, **kwargs)
+                if done is not NOT_DONE:
+                    if writer.checkpoint_due:
+                        _start_checkpoint(self, writer)
+                    return done
+        return await run_to_end(_start(self, method(self, *args, **kwargs)))
     return call
 
 
@@ -156,5 +236,6 @@ def calls_run_whole(cls: type[S]) -> type[S]:
         method = inspect.getattr_static(cls, name)
         if (not name.startswith("_") and name not in vars(StoreBase)
                 and inspect.iscoroutinefunction(method)):
-            setattr(cls, name, run_whole(method))
+            steps = getattr(method, "on_loop", (None, ()))[1]
+            setattr(cls, name, run_whole(method, {step: getattr(cls, step) for step in steps}))
     return cls

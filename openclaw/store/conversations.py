@@ -9,8 +9,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, insert_record, to_record
-from openclaw.store.models import ConversationRow, MessageRow, SummaryRow
+from openclaw.store.base import NOT_DONE, StoreBase, insert_record, loop_first, loop_insert, to_record
+from openclaw.store.loop_writer import LoopWriter
+from openclaw.store.models import AuditRow, ConversationRow, MessageRow, SummaryRow
 from openclaw.store.records import (
     Conversation,
     ConversationStatus,
@@ -19,8 +20,31 @@ from openclaw.store.records import (
     Summary,
     parse_user_key,
 )
-from openclaw.store.usage import insert_audit
+from openclaw.store.usage import audit_values, insert_audit
 from openclaw.store.users import require_user
+
+
+def _add_message_on_loop(store: StoreBase, writer: LoopWriter, conversation_id: int,
+                         role: MessageRole | str, content: str, tool_calls: Any | None = None,
+                         tool_call_id: str | None = None, token_count: int | None = None,
+                         prompt_version: str | None = None,
+                         audit: dict[str, Any] | None = None) -> Message:
+    """add_message's statements on the loop's writer (base.loop_first): the audit row and the
+    message in one transaction; the foreign key still refuses an unknown conversation (then the
+    ordinary path runs and says so)."""
+    try:
+        role = MessageRole(role)
+    except ValueError:
+        return NOT_DONE
+    now = store.now()
+    values = dict(conversation_id=conversation_id, role=role, content=content,
+                  tool_calls=tool_calls, tool_call_id=tool_call_id, token_count=token_count,
+                  created_at=now, prompt_version=prompt_version)
+    steps = [loop_insert(writer, MessageRow, values)]
+    if audit is not None:
+        steps.insert(0, loop_insert(writer, AuditRow, audit_values(at=now, **audit)))
+    done = writer.write(steps)
+    return NOT_DONE if done is None else Message(id=done[-1][1], **values)
 
 
 class ConversationStore(StoreBase):
@@ -75,6 +99,7 @@ class ConversationStore(StoreBase):
 
     # -- messages ------------------------------------------------------------------------------
 
+    @loop_first(_add_message_on_loop)
     async def add_message(self, conversation_id: int, role: MessageRole | str, content: str,
                           tool_calls: Any | None = None, tool_call_id: str | None = None,
                           token_count: int | None = None,

@@ -14,7 +14,16 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, commits_next, insert_record, to_record
+from openclaw.store.base import (
+    NOT_DONE,
+    StoreBase,
+    commits_next,
+    insert_record,
+    loop_first,
+    loop_insert,
+    to_record,
+)
+from openclaw.store.loop_writer import LoopWriter
 from openclaw.store.models import InboundEventRow, OutboundMessageRow, ReminderRow
 from openclaw.store.records import (
     InboundEvent,
@@ -50,11 +59,63 @@ def _sent(with_external_id: bool) -> Any:
                                 table.c.status != OutboundStatus.SENT).values(values))
 
 
+# -- the same writes on the loop's writer (base.loop_first) -----------------------------------------
+
+
+def _record_inbound_on_loop(store: StoreBase, writer: LoopWriter, channel: str,
+                            message_id: str | int, user: str, chat_id: str | int, text: str,
+                            payload: Any | None = None) -> tuple[InboundEvent, bool]:
+    """A redelivery (the unique index refuses it) runs the ordinary path, which finds the row."""
+    try:
+        parse_user_key(user)
+    except ValueError:
+        return NOT_DONE
+    values = dict(channel=channel, message_id=str(message_id), user=user, chat_id=str(chat_id),
+                  text=text, payload=payload, status=InboundStatus.RECEIVED, error=None,
+                  received_at=store.now(), processed_at=None)
+    done = writer.write([loop_insert(writer, InboundEventRow, values)])
+    return NOT_DONE if done is None else (InboundEvent(id=done[0][1], **values), True)
+
+
+def _add_reply_on_loop(store: StoreBase, writer: LoopWriter, channel: str, chat_id: str | int,
+                       pieces: list[str], *, conversation_id: int | None = None,
+                       answers: int | None = None) -> list[OutboundMessage]:
+    """The "answered" UPDATE and the pieces' INSERTs, one transaction."""
+    now = store.now()
+    steps = []
+    if answers is not None:
+        steps.append((writer.prepare("answered", _answered),
+                      {"event_id": answers, "processed": now}))
+    rows = [dict(conversation_id=conversation_id, inbound_event_id=answers, channel=channel,
+                 chat_id=str(chat_id), text=piece, status=OutboundStatus.PENDING, attempts=0,
+                 external_message_id=None, error=None, created_at=now, updated_at=now,
+                 sent_at=None) for piece in pieces]
+    steps += [loop_insert(writer, OutboundMessageRow, row) for row in rows]
+    done = writer.write(steps) if steps else []
+    if done is None:
+        return NOT_DONE
+    return [OutboundMessage(id=lastrowid, **row)
+            for row, (_count, lastrowid) in zip(rows, done[len(done) - len(rows):], strict=True)]
+
+
+def _mark_sent_on_loop(store: StoreBase, writer: LoopWriter, outbound_id: int,
+                       external_message_id: str | int | None) -> None:
+    """No row changed (none such, or already sent): the ordinary path finds out which, and
+    raises."""
+    parameters = {"outbound_id": outbound_id, "now": store.now()}
+    if external_message_id is not None:
+        parameters["external_id"] = str(external_message_id)
+    with_id = external_message_id is not None
+    done = writer.write([(writer.prepare(("sent", with_id), lambda: _sent(with_id)), parameters)])
+    return None if done is not None and done[0][0] == 1 else NOT_DONE
+
+
 class JournalStore(StoreBase):
     """The Store's inbound and outbound messages."""
 
     # -- inbound -------------------------------------------------------------------------------
 
+    @loop_first(_record_inbound_on_loop)
     async def record_inbound(self, channel: str, message_id: str | int, user: str, chat_id: str | int,
                              text: str, payload: Any | None = None) -> tuple[InboundEvent, bool]:
         """Persist an incoming message before it is acknowledged. `is_new` is False for a redelivery
@@ -100,6 +161,7 @@ class JournalStore(StoreBase):
 
     # -- outbound: what the outbox is to send --------------------------------------------------
 
+    @loop_first(_add_reply_on_loop, steps=("_add_outbound",))
     async def add_reply(self, channel: str, chat_id: str | int, pieces: list[str], *,
                         conversation_id: int | None = None,
                         answers: int | None = None) -> list[OutboundMessage]:
@@ -176,6 +238,7 @@ class JournalStore(StoreBase):
                 raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
             return to_record(OutboundMessage, row)
 
+    @loop_first(_mark_sent_on_loop)
     async def mark_sent(self, outbound_id: int, external_message_id: str | int | None) -> None:
         """`mark_outbound(outbound_id, "sent", external_message_id)` without reading the row back:
         the outbox's call after each piece it sends, one statement where that is two. The row is

@@ -15,13 +15,15 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from openclaw.store.base import Clock, calls_run_whole, insert_record, to_record
 from openclaw.store.conversations import ConversationStore
-from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine
+from openclaw.store.engine import BUSY_TIMEOUT_MS, create_engine, sqlite_file
 from openclaw.store.feedback import FeedbackStore
 from openclaw.store.jobs import JobStore
 from openclaw.store.journal import JournalStore
+from openclaw.store.loop_writer import LoopWriter
 from openclaw.store.mcp_pins import McpPinStore
 from openclaw.store.memory import MemoryStore
 from openclaw.store.migrate import current_revision, migrate
@@ -68,6 +70,15 @@ from openclaw.store.usage import UsageStore
 from openclaw.store.users import UserStore
 
 
+async def _loop_writer(engine: AsyncEngine) -> LoopWriter | None:
+    path = sqlite_file(engine.url)
+    if path is None:  # PostgreSQL, or a SQLite database in memory (one connection sees it)
+        return None
+    async with engine.connect():
+        pass  # the first connection of the driver puts the file in WAL mode
+    return LoopWriter.open(path, engine.dialect)
+
+
 @calls_run_whole
 class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore, UsageStore,
             McpPinStore, MemoryStore, FeedbackStore, TraceStore, PromptStore):
@@ -77,12 +88,17 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
 
     @classmethod
     async def open(cls, url: str | URL, *, migrate_schema: bool = True, clock: Clock | None = None,
-                   busy_timeout_ms: int = BUSY_TIMEOUT_MS, echo: bool = False) -> Store:
+                   busy_timeout_ms: int = BUSY_TIMEOUT_MS, echo: bool = False,
+                   loop_writes: bool = False) -> Store:
+        """`loop_writes`: on a SQLite file, the turn's own writes run on the event loop's thread
+        (loop_writer.py), as the daemon opens it; otherwise every call runs on the driver's
+        thread (the CLI's short commands gain nothing from a second connection)."""
         engine = None
         try:
             engine = create_engine(url, busy_timeout_ms=busy_timeout_ms, echo=echo)
             if migrate_schema:
                 await migrate(engine)
+            writer = await _loop_writer(engine) if loop_writes else None
         except BaseException as err:
             if engine is not None:
                 await engine.dispose()
@@ -93,7 +109,7 @@ class Store(UserStore, ConversationStore, JobStore, JournalStore, ReminderStore,
                 f"cannot open the store at {shown}: {getattr(err, 'orig', None) or err}; "
                 "check [store] url in the config, that its folder is writable or its server is up"
             ) from err
-        return cls(engine, clock=clock)
+        return cls(engine, clock=clock, loop_writer=writer)
 
     async def schema_revision(self) -> str | None:
         return await current_revision(self.engine)

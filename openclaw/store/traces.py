@@ -9,12 +9,21 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, commits_next, insert_values, to_record
+from openclaw.store.base import (
+    NOT_DONE,
+    StoreBase,
+    commits_next,
+    insert_values,
+    loop_first,
+    loop_insert,
+    to_record,
+)
+from openclaw.store.loop_writer import LoopWriter
 from openclaw.store.models import MessageRow, TraceRow, UsageRow, UserRow
 from openclaw.store.records import Message, MessageRole, parse_user_key, user_key
 from openclaw.store.trace_records import Trace, TraceStatus
@@ -32,6 +41,68 @@ def _insert_once(dialect: str) -> Any:
     statement made per call costs more in construction than the INSERT); values as parameters."""
     insert = sqlite_insert if dialect == "sqlite" else postgresql_insert
     return insert(TraceRow.__table__).on_conflict_do_nothing()
+
+
+def _private_query() -> Any:
+    return select(UserRow.private).where(UserRow.channel == bindparam("channel"),
+                                         UserRow.external_id == bindparam("external_id"))
+
+
+def _last_user_message_query() -> Any:
+    return select(func.max(MessageRow.id)).where(
+        MessageRow.conversation_id == bindparam("conversation_id"),
+        MessageRow.role == MessageRole.USER, MessageRow.id <= bindparam("last_message_id"))
+
+
+def _add_trace_on_loop(store: StoreBase, writer: LoopWriter, *, user: str, conversation_id: int,
+                       status: TraceStatus | str, started_at: datetime,
+                       inbound_event_id: int | None = None, first_message_id: int | None = None,
+                       last_message_id: int | None = None, prompt_version: str = "",
+                       model: str = "", sampling: dict[str, Any] | None = None,
+                       duration_ms: int = 0, first_token_ms: int | None = None, steps: int = 0,
+                       tool_calls: int = 0, tool_errors: int = 0, last_tool_failed: bool = False,
+                       reply_chars: int = 0, usage: tuple[int, int] | None = None) -> int | None:
+    """add_trace's statements on the loop's writer (base.loop_first), in one transaction."""
+    try:
+        channel, external_id = parse_user_key(user)
+        status = TraceStatus(status)
+    except ValueError:  # the ordinary path raises it
+        return NOT_DONE
+
+    def body(execute: Any) -> int | None:
+        if usage is not None:
+            execute(*loop_insert(writer, UsageRow, dict(
+                at=store.now(), user=user, conversation_id=conversation_id,
+                prompt_tokens=usage[0], completion_tokens=usage[1])))
+        private = execute(writer.prepare("private", _private_query),
+                          {"channel": channel, "external_id": external_id}).fetchone()
+        if private is not None and private[0]:
+            return None
+        first = first_message_id
+        if first is None and last_message_id is not None:
+            first = execute(writer.prepare("last user message", _last_user_message_query),
+                            {"conversation_id": conversation_id,
+                             "last_message_id": last_message_id}).fetchone()[0]
+        values = _trace_values(
+            inbound_event_id=inbound_event_id, user=user, conversation_id=conversation_id,
+            first_message_id=first, last_message_id=last_message_id,
+            prompt_version=prompt_version, model=model, sampling=sampling, started_at=started_at,
+            duration_ms=duration_ms, first_token_ms=first_token_ms, steps=steps,
+            tool_calls=tool_calls, tool_errors=tool_errors, last_tool_failed=last_tool_failed,
+            reply_chars=reply_chars, status=status)
+        cursor = execute(writer.prepare(("trace", tuple(values)), lambda: _insert_once("sqlite"),
+                                        tuple(values)), values)
+        return cursor.lastrowid if cursor.rowcount == 1 else None
+
+    return writer.transaction(body)
+
+
+def _trace_values(**values: Any) -> dict[str, Any]:
+    """A trace row's values by column (TraceRow.user is "user_key"), its texts cut to fit."""
+    values["prompt_version"] = values["prompt_version"][:160]
+    values["model"] = values["model"][:256]
+    columns = TraceRow.__mapper__.columns
+    return {columns[key].key: value for key, value in values.items()}
 
 
 class TraceStore(StoreBase):
@@ -59,6 +130,7 @@ class TraceStore(StoreBase):
                 select(UserRow.channel, UserRow.external_id).where(UserRow.private))
             return {user_key(channel, external_id) for channel, external_id in rows}
 
+    @loop_first(_add_trace_on_loop)
     async def add_trace(self, *, user: str, conversation_id: int, status: TraceStatus | str,
                         started_at: datetime, inbound_event_id: int | None = None,
                         first_message_id: int | None = None, last_message_id: int | None = None,
@@ -88,18 +160,16 @@ class TraceStore(StoreBase):
             # A second trace of the message is not stored: ON CONFLICT, not a savepoint, so the
             # usage row above stays and no SAVEPOINT / RELEASE round trips are made.
             await commits_next(session)
-            values = dict(
+            values = _trace_values(
                 inbound_event_id=inbound_event_id, user=user,
                 conversation_id=conversation_id, first_message_id=first_message_id,
-                last_message_id=last_message_id, prompt_version=prompt_version[:160],
-                model=model[:256], sampling=sampling, started_at=started_at,
+                last_message_id=last_message_id, prompt_version=prompt_version,
+                model=model, sampling=sampling, started_at=started_at,
                 duration_ms=duration_ms, first_token_ms=first_token_ms, steps=steps,
                 tool_calls=tool_calls, tool_errors=tool_errors,
                 last_tool_failed=last_tool_failed, reply_chars=reply_chars,
                 status=TraceStatus(status))
-            columns = TraceRow.__mapper__.columns  # by attribute: TraceRow.user is "user_key"
-            result = await session.execute(_insert_once(self.dialect),
-                                           {columns[key].key: value for key, value in values.items()})
+            result = await session.execute(_insert_once(self.dialect), values)
             if result.rowcount != 1:
                 return None
             return result.inserted_primary_key[0]

@@ -9,16 +9,38 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, insert_record, insert_values, to_record
+from openclaw.store.base import (
+    NOT_DONE,
+    StoreBase,
+    insert_record,
+    insert_values,
+    loop_first,
+    loop_insert,
+    to_record,
+)
+from openclaw.store.loop_writer import LoopWriter
 from openclaw.store.models import AUDIT_SKILL_CHARS, AuditRow, UsageRow
 from openclaw.store.records import AuditEntry
 
 
-async def insert_audit(session: AsyncSession, *, skill: str, last: bool = False,
+def audit_values(*, skill: str, **values: Any) -> dict[str, Any]:
+    """An audit row's values (add_audit's arguments and `at`), as stored."""
+    return dict(values, skill=skill[:AUDIT_SKILL_CHARS])  # the model's to name, as long as it likes
+
+
+async def insert_audit(session: AsyncSession, *, last: bool = False,
                        **values: Any) -> AuditEntry:
     """One audit row (add_audit's, or one stored with a tool call's result: add_message)."""
-    skill = skill[:AUDIT_SKILL_CHARS]  # the model's to name, as long as it likes
-    return await insert_record(session, AuditRow, AuditEntry, last, skill=skill, **values)
+    return await insert_record(session, AuditRow, AuditEntry, last, **audit_values(**values))
+
+
+def _add_usage_on_loop(store: StoreBase, writer: LoopWriter, user: str, prompt_tokens: int,
+                       completion_tokens: int, conversation_id: int | None = None) -> None:
+    """add_usage's INSERT on the loop's writer (base.loop_first)."""
+    done = writer.write([loop_insert(writer, UsageRow, dict(
+        at=store.now(), user=user, conversation_id=conversation_id,
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens))])
+    return NOT_DONE if done is None else None
 
 
 class UsageStore(StoreBase):
@@ -53,6 +75,7 @@ class UsageStore(StoreBase):
 
     # -- usage ---------------------------------------------------------------------------------
 
+    @loop_first(_add_usage_on_loop)
     async def add_usage(self, user: str, prompt_tokens: int, completion_tokens: int,
                         conversation_id: int | None = None) -> None:
         async with self.transaction() as session:

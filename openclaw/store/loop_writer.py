@@ -1,0 +1,188 @@
+"""SQLite: the store's per-turn writes run on the event loop's own thread, on a connection of
+their own, without a trip to aiosqlite's thread.
+
+A short INSERT or UPDATE and its COMMIT take tens of microseconds in WAL mode with
+synchronous=NORMAL (a commit appends to the -wal file and does not fsync), less than one hop to
+aiosqlite's thread and back through SQLAlchemy's session. The calls that use this
+(base.loop_first) try it first and fall back to their ordinary path, the same statements on the
+thread, whenever it cannot finish at once. What keeps the loop from blocking:
+
+- busy_timeout 0: when another connection holds the write lock (this process's aiosqlite
+  connection inside a transaction, or another process: the CLI, a backup), the write fails at
+  once, is rolled back, and the call runs on the thread, which waits for the lock there;
+- wal_autocheckpoint 0: a commit here never checkpoints (that fsyncs); a commit that grew the
+  -wal file past CHECKPOINT_BYTES (SQLite's own threshold, 1000 pages) starts a PASSIVE
+  checkpoint on the thread, which its call does not wait for; a call that comes while it runs
+  waits for it, off the loop (base.run_whole), so its write starts the -wal file over; the
+  thread's own connections keep checkpointing as before;
+- one writer at a time without a deadlock: a transaction here runs from BEGIN to COMMIT in one
+  synchronous call, so it never holds the write lock across an await, and never waits for one.
+
+Same statements as the ordinary path (the Core statements it runs, compiled once for SQLite with
+the same column types, so every value is stored as it would be there), same transactions, same
+durability: what a call returns is committed, and survives the process being killed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+
+from openclaw.store import engine as store_engine
+
+# A commit that grows the -wal file past this asks for a checkpoint: SQLite's automatic one comes
+# at 1000 pages. A file that no longer grows is being reused from its start after a checkpoint.
+CHECKPOINT_BYTES = 1000 * 4096
+
+Step = tuple["Prepared", dict[str, Any]]
+T = TypeVar("T")
+# What a call's part on the loop returns when it did not write there: the call then runs its
+# ordinary path (base.loop_first).
+NOT_DONE: Any = object()
+
+
+class StandAside(Exception):
+    """Raised in a transaction's body (LoopWriter.transaction): roll back, and let the call's
+    ordinary path run."""
+
+
+class Prepared:
+    """A Core statement compiled once for SQLite: its SQL, and for each `?` in order the
+    parameter's name, its value when the statement carries one, and its type's bind processor
+    (what SQLAlchemy applies: aware datetimes to UTC text, enums to their value, JSON dumped)."""
+
+    def __init__(self, statement: ClauseElement, dialect: Dialect,
+                 column_keys: Sequence[str] | None = None):
+        compiled = statement.compile(dialect=dialect, column_keys=list(column_keys or ()) or None)
+        if compiled.positiontup is None:
+            raise ValueError(f"not a positional statement for SQLite: {compiled.string}")
+        self.sql = compiled.string
+        self._order: list[tuple[str, bool, Any, Any]] = []
+        for name in compiled.positiontup:
+            bind = compiled.binds[name]
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            self._order.append((name, bind.required, bind.value, processor))
+
+    def parameters(self, values: dict[str, Any]) -> tuple[Any, ...]:
+        out = []
+        for name, required, default, processor in self._order:
+            value = values[name] if required else values.get(name, default)
+            out.append(value if processor is None else processor(value))
+        return tuple(out)
+
+
+class LoopWriter:
+    """One plain sqlite3 connection to the store's file, used on the event loop's thread only
+    (closed from another: see close)."""
+
+    def __init__(self, path: Path, dialect: Dialect):
+        self._dialect = dialect
+        # The thread of the loop that opened the store: a transaction here is a run of calls on
+        # one connection, which a second thread must not interleave with its own.
+        self.thread = threading.get_ident()
+        self._prepared: dict[Any, Prepared] = {}
+        self.commits = 0
+        self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
+        self.checkpoint: Any = None  # the store's task running it, on the thread (base.run_whole)
+        self._wal = f"{path}-wal"
+        self._wal_size = 0
+        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            # journal_size_limit as the thread's connections have it: this connection, too, may be
+            # the writer that starts the -wal file over, and cuts it back then.
+            for pragma in ("busy_timeout = 0", "synchronous = NORMAL", "foreign_keys = ON",
+                           "wal_autocheckpoint = 0",
+                           f"journal_size_limit = {int(store_engine.JOURNAL_SIZE_LIMIT)}"):
+                self._conn.execute(f"PRAGMA {pragma}")
+            mode = self._conn.execute("PRAGMA journal_mode").fetchone()[0]
+        except BaseException:
+            self._conn.close()
+            raise
+        if mode != "wal":
+            # Outside WAL a commit fsyncs and a writer blocks readers: not for the loop.
+            self._conn.close()
+            raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal")
+
+    @classmethod
+    def open(cls, path: Path, dialect: Dialect) -> LoopWriter | None:
+        """The writer, or None where it cannot be had (the store then runs every call on its
+        thread, as it does on PostgreSQL)."""
+        try:
+            return cls(path, dialect)
+        except sqlite3.Error:
+            return None
+
+    def prepare(self, key: Any, build: Callable[[], ClauseElement],
+                column_keys: Sequence[str] | None = None) -> Prepared:
+        """The statement `build` makes, compiled the first time `key` is asked for."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = Prepared(build(), self._dialect, column_keys)
+        return prepared
+
+    def write(self, steps: Sequence[Step]) -> list[tuple[int, int | None]] | None:
+        """Run `steps` as one transaction, committed before this returns: (rowcount, lastrowid) of
+        each. None, with nothing written, when it could not run here (the lock is held elsewhere,
+        a constraint failed, a value is refused): the caller's ordinary path then runs the same
+        statements and meets the same condition in its own way (waits, or raises its error)."""
+        try:
+            parameters = [prepared.parameters(values) for prepared, values in steps]
+        except Exception:  # the ordinary path raises it, as SQLAlchemy words it
+            return None
+        conn, many = self._conn, len(steps) > 1
+        done = []
+        try:
+            if many:
+                conn.execute("BEGIN IMMEDIATE")
+            for (prepared, _values), bound in zip(steps, parameters, strict=True):
+                cursor = conn.execute(prepared.sql, bound)
+                done.append((cursor.rowcount, cursor.lastrowid))
+            if many:
+                conn.execute("COMMIT")
+        except sqlite3.Error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return None
+        self._committed()
+        return done
+
+    def _committed(self) -> None:
+        self.commits += 1
+        try:
+            size = os.stat(self._wal).st_size  # a microsecond or two
+        except OSError:
+            size = 0
+        self.checkpoint_due = size >= CHECKPOINT_BYTES and size > self._wal_size
+        self._wal_size = size
+
+    def transaction(self, body: Callable[[Callable[[Prepared, dict[str, Any]], sqlite3.Cursor]], T]
+                    ) -> T:
+        """`body(execute)` in one transaction (BEGIN IMMEDIATE: the write lock from the start, so
+        its reads are those of the writer), committed before this returns: body's result. NOT_DONE,
+        with nothing written, where `write` gives None, or where body raises StandAside."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            done = body(lambda prepared, values: conn.execute(prepared.sql,
+                                                              prepared.parameters(values)))
+            conn.execute("COMMIT")
+        except (sqlite3.Error, StandAside, KeyError, ValueError, TypeError):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return NOT_DONE
+        self._committed()
+        return done
+
+    def pragma(self, name: str) -> Any:
+        """A setting of this connection (`busy_timeout`, `wal_autocheckpoint`): what it runs with."""
+        return self._conn.execute(f"PRAGMA {name}").fetchone()[0]
+
+    def close(self) -> None:
+        self._conn.close()
