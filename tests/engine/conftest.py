@@ -19,13 +19,10 @@ def smollm_gguf_path() -> str:
 
 @pytest.fixture(scope="session")
 def smollm_tokenizer(smollm_gguf_path: str):
-    import gguf
-
+    from engine.loader.gguf import read_fields
     from engine.tokenizer import Tokenizer
 
-    # Reading every GGUF field takes ~2 s; one read serves the whole session.
-    fields = {k: f.contents() for k, f in gguf.GGUFReader(smollm_gguf_path).fields.items()}
-    return Tokenizer.from_gguf_fields(fields)
+    return Tokenizer.from_gguf_fields(read_fields(smollm_gguf_path))
 
 
 @pytest.fixture(scope="session")
