@@ -48,7 +48,9 @@ def serve(path: str) -> None:
     while True:
         for key, _ in sel.select():
             if key.data == "parent":
-                if not os.read(0, 4096):
+                if not os.read(0, 4096):  # only the zygote gets here, never a child: no finally
+                    os.unlink(path)
+                    os.rmdir(os.path.dirname(path))
                     return
             elif key.data == "accept":
                 conn, _ = listener.accept()
