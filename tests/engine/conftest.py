@@ -26,6 +26,23 @@ def smollm_tokenizer(smollm_gguf_path: str):
 
 
 @pytest.fixture(scope="session")
+def embedded_llm():
+    """The embedded GGUF as `LLM()` loads it (quantization "auto"), for the modules that only ask
+    it things: one load per session instead of one per module."""
+    from engine import LLM
+
+    return LLM(kv_cache_gib=0.1)
+
+
+@pytest.fixture(scope="session")
+def embedded_fp32_llm():
+    """The embedded GGUF on the exact fp32 path (quantization=None), shared the same way."""
+    from engine import LLM
+
+    return LLM(kv_cache_gib=0.1, quantization=None)
+
+
+@pytest.fixture(scope="session")
 def random_folder(smollm_tokenizer, tmp_path_factory) -> str:
     """A random-weight Llama on SmolLM2's tokenizer (eos <|im_end|> = 2), as a Hugging Face
     folder: garbage logits in every row, the harshest input a constraint can get."""

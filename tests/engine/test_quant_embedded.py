@@ -18,8 +18,8 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=STEPS, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def fp32_llm():
-    return LLM(kv_cache_gib=0.1, quantization=None)
+def fp32_llm(embedded_fp32_llm):
+    return embedded_fp32_llm
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,8 @@ def int8_llm():
 
 
 @pytest.fixture(scope="module")
-def auto_llm():
-    return LLM(kv_cache_gib=0.1)
+def auto_llm(embedded_llm):
+    return embedded_llm
 
 
 def chat_ids(llm: LLM, text: str) -> list[int]:
