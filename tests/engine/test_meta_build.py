@@ -15,7 +15,7 @@ from tests.helpers.hf_reference import build_tiny_checkpoint
 LOAD_AND_LOOK = """
 import sys
 from engine import LLM
-llm = LLM(sys.argv[1], kv_cache_gib=0.01)
+llm = LLM(sys.argv[1], kv_cache_gib=0.01, device="cpu")  # what a CPU start pays
 assert llm.generate([[1, 2, 3]])  # weights in, a step run
 print("dynamo imported:", "torch._dynamo" in sys.modules)
 """
