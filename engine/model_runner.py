@@ -26,6 +26,7 @@ from engine.layers.rotary import RotaryEmbedding, rope_inv_freq
 from engine.loader import Checkpoint
 from engine.logprobs import StepLogprobs, TokenLogprob
 from engine.models import MODEL_CLASSES
+from engine.models.meta_build import build_on_meta
 from engine.sampler import Sampler, to_device
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledBatch
@@ -54,8 +55,7 @@ class ModelRunner:
         # Build on the meta device, cast there, then materialise: no throwaway random init, and no
         # float32 copy of a large model on the GPU (to_empty keeps the dtype it is given, so casting
         # after it would first allocate float32). load_weights casts as it copies.
-        with torch.device("meta"):
-            model = MODEL_CLASSES[cfg.family](cfg, rotary)
+        model = build_on_meta(lambda: MODEL_CLASSES[cfg.family](cfg, rotary))
         self.model = model.to(self.dtype).to_empty(device=self.device).eval()
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)

@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.config import ModelConfig
 from engine.loader.checkpoint import Checkpoint
+from engine.loader.gguf_header import GGUFFormatError, GGUFHeader, read_gguf_header
 from engine.loader.magic import gguf_magic_problem
 from engine.tokenizer import Tokenizer
 
@@ -43,13 +44,14 @@ _GLOBAL_NAMES = {
 }
 
 
-def read_fields(reader: GGUFReader) -> dict[str, Any]:
-    return {key: field.contents() for key, field in reader.fields.items()}
+def read_fields(path: str | Path) -> dict[str, Any]:
+    """The GGUF's metadata (`tokenizer.ggml.tokens`, `llama.block_count`, ...) as Python values."""
+    return _reader(Path(path)).fields
 
 
 def open_gguf(path: Path) -> Checkpoint:
     reader = _reader(path)
-    fields = read_fields(reader)
+    fields = reader.fields
     arch = fields.get("general.architecture")
     family = _FAMILIES.get(arch)
     if family is None:
@@ -79,7 +81,7 @@ def stores_quantized_linears(tensors) -> bool:
                for t in tensors)
 
 
-def _reader(path: Path) -> GGUFReader:
+def _reader(path: Path) -> GGUFHeader:
     """The file's reader; ValueError saying what is wrong with a file that is no GGUF or is cut
     short (an interrupted download), where the reader itself fails deep in numpy."""
     if problem := gguf_magic_problem(path):
@@ -88,17 +90,13 @@ def _reader(path: Path) -> GGUFReader:
     cut_short = (f"{path.name}: the GGUF file is cut short or damaged ({size:,} bytes); an "
                  "interrupted download? fetch it again")
     try:
-        reader = GGUFReader(str(path))
-    except (ValueError, IndexError, KeyError, EOFError) as exc:
-        raise ValueError(f"{cut_short} ({exc})") from exc
-    needed = max((t.data_offset + t.n_bytes for t in reader.tensors), default=0)
-    if needed > size:
-        raise ValueError(f"{cut_short}: its tensors need {needed:,} bytes")
-    return reader
+        return read_gguf_header(path)
+    except GGUFFormatError as exc:
+        raise ValueError(f"{cut_short}: {exc}") from exc
 
 
 def _config_from_fields(fields: dict[str, Any], arch: str, family: str,
-                        reader: GGUFReader) -> ModelConfig:
+                        reader: GGUFHeader) -> ModelConfig:
     def get(key: str, default: Any = None) -> Any:
         value = fields.get(f"{arch}.{key}", default)
         if value is None:

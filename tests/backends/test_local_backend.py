@@ -6,6 +6,7 @@ from __future__ import annotations
 from contextlib import aclosing
 
 import pytest
+import pytest_asyncio
 
 from engine import SamplingParams
 from engine.config import EngineConfig
@@ -15,8 +16,11 @@ from tests.helpers.waiting import until
 
 CHAT = [{"role": "user", "content": "Say hello."}]
 
+# One load of the embedded model for the module: its tests run on one event loop, the engine's.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-@pytest.fixture
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend():
     # No model named: the embedded one.
     local = await open_backend(EngineConfig(device="cpu", kv_cache_gib=0.02, max_model_len=512))

@@ -19,13 +19,27 @@ def smollm_gguf_path() -> str:
 
 @pytest.fixture(scope="session")
 def smollm_tokenizer(smollm_gguf_path: str):
-    import gguf
-
+    from engine.loader.gguf import read_fields
     from engine.tokenizer import Tokenizer
 
-    # Reading every GGUF field takes ~2 s; one read serves the whole session.
-    fields = {k: f.contents() for k, f in gguf.GGUFReader(smollm_gguf_path).fields.items()}
-    return Tokenizer.from_gguf_fields(fields)
+    return Tokenizer.from_gguf_fields(read_fields(smollm_gguf_path))
+
+
+@pytest.fixture(scope="session")
+def embedded_llm():
+    """The embedded GGUF as `LLM()` loads it (quantization "auto"), for the modules that only ask
+    it things: one load per session instead of one per module."""
+    from engine import LLM
+
+    return LLM(kv_cache_gib=0.1)
+
+
+@pytest.fixture(scope="session")
+def embedded_fp32_llm():
+    """The embedded GGUF on the exact fp32 path (quantization=None), shared the same way."""
+    from engine import LLM
+
+    return LLM(kv_cache_gib=0.1, quantization=None)
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,8 @@ def reference(smollm_gguf_path):
 
 
 @pytest.fixture(scope="module")
-def llm():
-    return LLM(kv_cache_gib=0.25, quantization=None)  # the exact fp32 path
+def llm(embedded_fp32_llm):
+    return embedded_fp32_llm  # the exact fp32 path
 
 
 def chat_ids(llm: LLM, text: str) -> list[int]:

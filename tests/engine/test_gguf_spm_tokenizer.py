@@ -123,7 +123,7 @@ def gguf_path(vocab, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tok(gguf_path) -> Tokenizer:
-    return Tokenizer.from_gguf_fields(read_fields(gguf.GGUFReader(str(gguf_path))))
+    return Tokenizer.from_gguf_fields(read_fields(gguf_path))
 
 
 @pytest.fixture(scope="module")

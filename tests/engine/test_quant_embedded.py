@@ -18,8 +18,8 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=STEPS, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def fp32_llm():
-    return LLM(kv_cache_gib=0.1, quantization=None)
+def fp32_llm(embedded_fp32_llm):
+    return embedded_fp32_llm
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,8 @@ def int8_llm():
 
 
 @pytest.fixture(scope="module")
-def auto_llm():
-    return LLM(kv_cache_gib=0.1)
+def auto_llm(embedded_llm):
+    return embedded_llm
 
 
 def chat_ids(llm: LLM, text: str) -> list[int]:
@@ -97,12 +97,12 @@ def test_int8_greedy_agrees_with_fp32_on_the_held_prompts(int8_llm, fp32_llm):
 def test_q4_1_blocks_land_in_the_int4_layout_without_loss(smollm_gguf_path):
     import numpy as np
     import torch
-    from gguf import GGUFReader
     from gguf.quants import dequantize
 
     from engine.layers.quant import dequantize_int4, quantize_int4
+    from engine.loader.gguf_header import read_gguf_header
 
-    reader = GGUFReader(smollm_gguf_path)
+    reader = read_gguf_header(smollm_gguf_path)
     checked = 0
     for t in reader.tensors:
         if t.name in ("blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.29.ffn_up.weight"):

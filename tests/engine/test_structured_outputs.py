@@ -235,8 +235,8 @@ def test_disallowed_is_a_row_of_the_models_vocabulary(smollm_tokenizer):
 
 
 @pytest.fixture(scope="module")
-def smollm():
-    return LLM(kv_cache_gib=0.1)
+def smollm(embedded_llm):
+    return embedded_llm
 
 
 def test_the_embedded_model_answers_a_schema_with_its_own_values(smollm):

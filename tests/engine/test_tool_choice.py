@@ -98,8 +98,8 @@ async def test_async_chat_carries_tools_and_tool_choice_to_the_engine(random_fol
 
 
 @pytest.fixture(scope="module")
-def smollm():
-    return LLM(kv_cache_gib=0.1)
+def smollm(embedded_llm):
+    return embedded_llm
 
 
 WEATHER = [{"type": "function", "function": {

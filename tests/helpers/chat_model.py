@@ -13,14 +13,13 @@ EOS = 2  # SmolLM2's <|im_end|>
 
 
 def random_chat_model(folder: Path, seed: int = 0, positions: int = 1024) -> Path:
-    import gguf
     import transformers as tf
 
     from engine.loader import embedded_model_path
+    from engine.loader.gguf import read_fields
     from engine.tokenizer import Tokenizer
 
-    fields = {k: f.contents() for k, f in gguf.GGUFReader(embedded_model_path()).fields.items()}
-    tokenizer = Tokenizer.from_gguf_fields(fields)
+    tokenizer = Tokenizer.from_gguf_fields(read_fields(embedded_model_path()))
     torch.manual_seed(seed)
     cfg = tf.LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -7,19 +7,18 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from openclaw.store import Store
+from tests.helpers.cli_forks import forked_run
 
 
 def openclaw(args: list[str], home: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if k not in ("TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN", "NOTIFY_SOCKET")}
-    return subprocess.run([sys.executable, "-m", "openclaw.cli", *args], capture_output=True,
-                          text=True, timeout=120, env={**env, "HOME": str(home)})
+    return forked_run(args, {**env, "HOME": str(home)}, stdin="", timeout=120)
 
 
 @pytest.fixture

