@@ -109,100 +109,95 @@ void rope_kv_write(float* qkv, long tokens, long heads, long kv_heads, long head
 // One query token per sequence: q rows [seqs] of stride q_stride (heads * head_dim floats used,
 // head h at h * head_dim), caches [blocks, block_size, kv_heads, head_dim], block_tables [seqs,
 // table_width], context_lens [seqs] (>= 1, the new token's K/V already written). out: [seqs,
-// heads, head_dim]. Each KV head's keys and values are read once for the `group` query heads that
-// share it. Work items are (sequence, KV head, chunk of CHUNK tokens), spread over the threads;
-// each keeps its scores' maximum, sum of exponentials and weighted values, merged afterwards.
+// heads, head_dim]. Work items are (sequence, chunk of CHUNK tokens), spread over the threads; an
+// item reads each token's K and V rows whole (all KV heads: one contiguous stretch of the pool per
+// block, which the prefetcher streams), each KV head's row once for the `group` query heads that
+// share it, and keeps per query head its scores' maximum, sum of exponentials and weighted values,
+// merged afterwards.
 void decode_attention(const float* q, long q_stride, const float* k_cache, const float* v_cache,
                       const int64_t* block_tables, long table_width, const int64_t* context_lens,
                       long seqs, long heads, long kv_heads, long head_dim, long block_size,
                       float scale, float* out) {
-    const long group = heads / kv_heads;
+    const long group = heads / kv_heads, token_stride = kv_heads * head_dim;
     std::vector<long> first_chunk(seqs + 1, 0);
     for (long s = 0; s < seqs; ++s)
         first_chunk[s + 1] = first_chunk[s] + (context_lens[s] + CHUNK - 1) / CHUNK;
-    const long chunks = first_chunk[seqs];
-    const long items = chunks * kv_heads;
+    const long items = first_chunk[seqs];
     // Per item and query head: the maximum score, the sum of exp(score - max), the weighted values.
-    std::vector<float> part_max(items * group), part_sum(items * group);
-    std::vector<float> part_acc(items * group * head_dim);
+    std::vector<float> part_max(items * heads), part_sum(items * heads);
+    std::vector<float> part_acc(items * heads * head_dim);
     long work = 0;
     for (long s = 0; s < seqs; ++s) work += context_lens[s];
     work *= heads * head_dim;
 
-#pragma omp parallel for schedule(dynamic, 1) if (work > 32768 && items > 1)
-    for (long item = 0; item < items; ++item) {
-        const long chunk = item / kv_heads, kvh = item % kv_heads;
-        long s = 0;
-        while (first_chunk[s + 1] <= chunk) ++s;
-        const long lo = (chunk - first_chunk[s]) * CHUNK;
-        const long hi = std::min(lo + CHUNK, static_cast<long>(context_lens[s]));
-        const long n = hi - lo;
-        const int64_t* table = block_tables + s * table_width;
-        const float* qs = q + s * q_stride + kvh * group * head_dim;
-        float scores[CHUNK * 16];
-        std::vector<float> heap;
-        float* sc = scores;
-        if (group > 16) {
-            heap.resize(group * CHUNK);
-            sc = heap.data();
-        }
-        const long token_stride = kv_heads * head_dim;
-        for (long t = lo; t < hi; ++t) {
-            const long slot = table[t / block_size] * block_size + t % block_size;
-            const float* k = k_cache + slot * token_stride + kvh * head_dim;
-            for (long g = 0; g < group; ++g) sc[g * CHUNK + (t - lo)] = dot(qs + g * head_dim, k, head_dim) * scale;
-        }
-        float* mx = part_max.data() + item * group;
-        float* sm = part_sum.data() + item * group;
-        float* acc = part_acc.data() + item * group * head_dim;
-        for (long g = 0; g < group; ++g) {
-            float* __restrict p = sc + g * CHUNK;
-            float m = p[0];
-            for (long i = 1; i < n; ++i) m = p[i] > m ? p[i] : m;
-            float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-            for (long i = 0; i < n; ++i) {
-                p[i] = fast_exp(p[i] - m);
-                total += p[i];
+#pragma omp parallel if (work > 32768 && items > 1)
+    {
+        std::vector<float> scores(heads * CHUNK);
+#pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < items; ++item) {
+            long s = 0;
+            while (first_chunk[s + 1] <= item) ++s;
+            const long lo = (item - first_chunk[s]) * CHUNK;
+            const long hi = std::min(lo + CHUNK, static_cast<long>(context_lens[s]));
+            const long n = hi - lo;
+            const int64_t* table = block_tables + s * table_width;
+            const float* qs = q + s * q_stride;
+            float* sc = scores.data();
+            for (long t = lo; t < hi; ++t) {
+                const float* k = k_cache + (table[t / block_size] * block_size + t % block_size) * token_stride;
+                for (long h = 0; h < heads; ++h)
+                    sc[h * CHUNK + (t - lo)] = dot(qs + h * head_dim, k + (h / group) * head_dim, head_dim) * scale;
             }
-            mx[g] = m;
-            sm[g] = total;
-        }
-        std::memset(acc, 0, group * head_dim * sizeof(float));
-        for (long t = lo; t < hi; ++t) {
-            const long slot = table[t / block_size] * block_size + t % block_size;
-            const float* v = v_cache + slot * token_stride + kvh * head_dim;
-            for (long g = 0; g < group; ++g) {
-                const float w = sc[g * CHUNK + (t - lo)];
-                float* a = acc + g * head_dim;
+            float* mx = part_max.data() + item * heads;
+            float* sm = part_sum.data() + item * heads;
+            float* acc = part_acc.data() + item * heads * head_dim;
+            for (long h = 0; h < heads; ++h) {
+                float* __restrict p = sc + h * CHUNK;
+                float m = p[0];
+                for (long i = 1; i < n; ++i) m = p[i] > m ? p[i] : m;
+                float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+                for (long i = 0; i < n; ++i) {
+                    p[i] = fast_exp(p[i] - m);
+                    total += p[i];
+                }
+                mx[h] = m;
+                sm[h] = total;
+            }
+            std::memset(acc, 0, heads * head_dim * sizeof(float));
+            for (long t = lo; t < hi; ++t) {
+                const float* v = v_cache + (table[t / block_size] * block_size + t % block_size) * token_stride;
+                for (long h = 0; h < heads; ++h) {
+                    const float w = sc[h * CHUNK + (t - lo)];
+                    const float* vh = v + (h / group) * head_dim;
+                    float* a = acc + h * head_dim;
 #pragma omp simd
-                for (long d = 0; d < head_dim; ++d) a[d] += w * v[d];
+                    for (long d = 0; d < head_dim; ++d) a[d] += w * vh[d];
+                }
             }
         }
     }
 
     // Merge each (sequence, query head)'s chunks in order: softmax over the whole context.
     for (long s = 0; s < seqs; ++s) {
-        for (long kvh = 0; kvh < kv_heads; ++kvh) {
-            for (long g = 0; g < group; ++g) {
-                float* o = out + (s * heads + kvh * group + g) * head_dim;
-                float m = -INFINITY;
-                for (long c = first_chunk[s]; c < first_chunk[s + 1]; ++c)
-                    m = std::fmax(m, part_max[(c * kv_heads + kvh) * group + g]);
-                float total = 0.0f;
-                std::memset(o, 0, head_dim * sizeof(float));
-                for (long c = first_chunk[s]; c < first_chunk[s + 1]; ++c) {
-                    const long at = (c * kv_heads + kvh) * group + g;
-                    const float w = std::exp(part_max[at] - m);
-                    total += w * part_sum[at];
-                    const float* a = part_acc.data() + at * head_dim;
+        for (long h = 0; h < heads; ++h) {
+            float* o = out + (s * heads + h) * head_dim;
+            float m = -INFINITY;
+            for (long c = first_chunk[s]; c < first_chunk[s + 1]; ++c)
+                m = std::fmax(m, part_max[c * heads + h]);
+            float total = 0.0f;
+            std::memset(o, 0, head_dim * sizeof(float));
+            for (long c = first_chunk[s]; c < first_chunk[s + 1]; ++c) {
+                const long at = c * heads + h;
+                const float w = std::exp(part_max[at] - m);
+                total += w * part_sum[at];
+                const float* a = part_acc.data() + at * head_dim;
 #pragma omp simd
-                    for (long d = 0; d < head_dim; ++d) o[d] += w * a[d];
-                }
-                const float inv = 1.0f / total;
-#pragma omp simd
-                for (long d = 0; d < head_dim; ++d) o[d] *= inv;
+                for (long d = 0; d < head_dim; ++d) o[d] += w * a[d];
             }
+            const float inv = 1.0f / total;
+#pragma omp simd
+            for (long d = 0; d < head_dim; ++d) o[d] *= inv;
         }
     }
 }
