@@ -50,74 +50,14 @@ void silu_row(const float* __restrict gate, const float* __restrict up, float* _
     for (long i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + fast_exp(-gate[i])) * up[i];
 }
 
-}  // namespace
-
-extern "C" {
-
-// out = norm(x + residual) * weight, and residual = x + residual, per row of n. With residual
-// null: out = norm(x) * weight. Statistics as the torch reference: mean of squares, + eps, rsqrt.
-void add_rms_norm(const float* x, float* residual, const float* weight, float* out, long rows,
-                  long n, float eps) {
-    for (long row = 0; row < rows; ++row) {
-        const float* xr = x + row * n;
-        float* o = out + row * n;
-        const float* h = xr;
-        if (residual) {
-            float* res = residual + row * n;
-#pragma omp simd
-            for (long i = 0; i < n; ++i) res[i] = xr[i] + res[i];
-            h = res;
-        }
-        float ss = dot(h, h, n);
-        float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-#pragma omp simd
-        for (long i = 0; i < n; ++i) o[i] = (h[i] * inv) * weight[i];
-    }
-}
-
-// qkv: [tokens, (heads + 2 * kv_heads) * head_dim], q then k then v heads. Rotates the q and k
-// heads in place ("rotate half": (x1 c - x2 s, x2 c + x1 s), the torch reference's products and
-// sums, so its bits) with the tables cos/sin [positions, head_dim / 2], then copies each token's
-// k and v heads to its pool slot: caches [slots, kv_heads, head_dim].
-// No fused multiply-adds here (g++ contracts by default in C++): the reference's separate
-// products and sums, so its bits.
-__attribute__((optimize("fp-contract=off")))
-void rope_kv_write(float* qkv, long tokens, long heads, long kv_heads, long head_dim,
-                   const int64_t* positions, const float* cos_table, const float* sin_table,
-                   float* k_cache, float* v_cache, const int64_t* slots) {
-    const long half = head_dim / 2, row = (heads + 2 * kv_heads) * head_dim;
-    const long kv = kv_heads * head_dim;
-    for (long t = 0; t < tokens; ++t) {
-        float* x = qkv + t * row;
-        const float* c = cos_table + positions[t] * half;
-        const float* s = sin_table + positions[t] * half;
-        for (long h = 0; h < heads + kv_heads; ++h) {
-            float* x1 = x + h * head_dim;
-            float* x2 = x1 + half;
-#pragma omp simd
-            for (long i = 0; i < half; ++i) {
-                float a = x1[i], b = x2[i];
-                x1[i] = a * c[i] + b * (-s[i]);
-                x2[i] = b * c[i] + a * s[i];
-            }
-        }
-        std::memcpy(k_cache + slots[t] * kv, x + heads * head_dim, kv * sizeof(float));
-        std::memcpy(v_cache + slots[t] * kv, x + heads * head_dim + kv, kv * sizeof(float));
-    }
-}
-
-// One query token per sequence: q rows [seqs] of stride q_stride (heads * head_dim floats used,
-// head h at h * head_dim), caches [blocks, block_size, kv_heads, head_dim], block_tables [seqs,
-// table_width], context_lens [seqs] (>= 1, the new token's K/V already written). out: [seqs,
-// heads, head_dim]. Work items are (sequence, chunk of CHUNK tokens), spread over the threads; an
-// item reads each token's K and V rows whole (all KV heads: one contiguous stretch of the pool per
-// block, which the prefetcher streams), each KV head's row once for the `group` query heads that
-// share it, and keeps per query head its scores' maximum, sum of exponentials and weighted values,
-// merged afterwards.
-void decode_attention(const float* q, long q_stride, const float* k_cache, const float* v_cache,
+// The body of decode_attention (below), for a head_dim fixed at compile time (HD) or not (0).
+template <long HD>
+void attend(const float* q, long q_stride, const float* k_cache, const float* v_cache,
                       const int64_t* block_tables, long table_width, const int64_t* context_lens,
-                      long seqs, long heads, long kv_heads, long head_dim, long block_size,
+                      long seqs, long heads, long kv_heads, long runtime_head_dim, long block_size,
                       float scale, float* out) {
+    // A compile-time head_dim (64, 128) unrolls the dot products and keeps them in registers.
+    const long head_dim = HD ? HD : runtime_head_dim;
     const long group = heads / kv_heads, token_stride = kv_heads * head_dim;
     std::vector<long> first_chunk(seqs + 1, 0);
     for (long s = 0; s < seqs; ++s)
@@ -200,6 +140,79 @@ void decode_attention(const float* q, long q_stride, const float* k_cache, const
             for (long d = 0; d < head_dim; ++d) o[d] *= inv;
         }
     }
+}
+
+}  // namespace
+
+extern "C" {
+
+// out = norm(x + residual) * weight, and residual = x + residual, per row of n. With residual
+// null: out = norm(x) * weight. Statistics as the torch reference: mean of squares, + eps, rsqrt.
+void add_rms_norm(const float* x, float* residual, const float* weight, float* out, long rows,
+                  long n, float eps) {
+    for (long row = 0; row < rows; ++row) {
+        const float* xr = x + row * n;
+        float* o = out + row * n;
+        const float* h = xr;
+        if (residual) {
+            float* res = residual + row * n;
+#pragma omp simd
+            for (long i = 0; i < n; ++i) res[i] = xr[i] + res[i];
+            h = res;
+        }
+        float ss = dot(h, h, n);
+        float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+#pragma omp simd
+        for (long i = 0; i < n; ++i) o[i] = (h[i] * inv) * weight[i];
+    }
+}
+
+// qkv: [tokens, (heads + 2 * kv_heads) * head_dim], q then k then v heads. Rotates the q and k
+// heads in place ("rotate half": (x1 c - x2 s, x2 c + x1 s), the torch reference's products and
+// sums, so its bits) with the tables cos/sin [positions, head_dim / 2], then copies each token's
+// k and v heads to its pool slot: caches [slots, kv_heads, head_dim].
+// No fused multiply-adds here (g++ contracts by default in C++): the reference's separate
+// products and sums, so its bits.
+__attribute__((optimize("fp-contract=off")))
+void rope_kv_write(float* qkv, long tokens, long heads, long kv_heads, long head_dim,
+                   const int64_t* positions, const float* cos_table, const float* sin_table,
+                   float* k_cache, float* v_cache, const int64_t* slots) {
+    const long half = head_dim / 2, row = (heads + 2 * kv_heads) * head_dim;
+    const long kv = kv_heads * head_dim;
+    for (long t = 0; t < tokens; ++t) {
+        float* x = qkv + t * row;
+        const float* c = cos_table + positions[t] * half;
+        const float* s = sin_table + positions[t] * half;
+        for (long h = 0; h < heads + kv_heads; ++h) {
+            float* x1 = x + h * head_dim;
+            float* x2 = x1 + half;
+#pragma omp simd
+            for (long i = 0; i < half; ++i) {
+                float a = x1[i], b = x2[i];
+                x1[i] = a * c[i] + b * (-s[i]);
+                x2[i] = b * c[i] + a * s[i];
+            }
+        }
+        std::memcpy(k_cache + slots[t] * kv, x + heads * head_dim, kv * sizeof(float));
+        std::memcpy(v_cache + slots[t] * kv, x + heads * head_dim + kv, kv * sizeof(float));
+    }
+}
+
+// One query token per sequence: q rows [seqs] of stride q_stride (heads * head_dim floats used,
+// head h at h * head_dim), caches [blocks, block_size, kv_heads, head_dim], block_tables [seqs,
+// table_width], context_lens [seqs] (>= 1, the new token's K/V already written). out: [seqs,
+// heads, head_dim]. Work items are (sequence, chunk of CHUNK tokens), spread over the threads; an
+// item reads each token's K and V rows whole (all KV heads: one contiguous stretch of the pool per
+// block, which the prefetcher streams), each KV head's row once for the `group` query heads that
+// share it, and keeps per query head its scores' maximum, sum of exponentials and weighted values,
+// merged afterwards.
+void decode_attention(const float* q, long q_stride, const float* k_cache, const float* v_cache,
+                      const int64_t* block_tables, long table_width, const int64_t* context_lens,
+                      long seqs, long heads, long kv_heads, long head_dim, long block_size,
+                      float scale, float* out) {
+    auto run = head_dim == 64 ? attend<64> : head_dim == 128 ? attend<128> : attend<0>;
+    run(q, q_stride, k_cache, v_cache, block_tables, table_width, context_lens, seqs, heads,
+        kv_heads, head_dim, block_size, scale, out);
 }
 
 // x: [rows, 2 * inter], gate then up; out: [rows, inter] = silu(gate) * up.
