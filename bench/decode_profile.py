@@ -76,9 +76,10 @@ def instrument(llm, clock) -> Timers:
                 timers.wrap(module, "rotate_heads", "RoPE")
     timers.wrap(runner.backend, "forward", "attention (KV write + SDPA)")
     ops = native_decode_ops()
-    if ops is not None:  # the CPU decode path calls them directly (KV write: with RoPE there)
+    if ops is not None:  # the CPU decode path calls them directly (RoPE: in the attention call)
         for name, key in (("add_rms_norm", "RMSNorm (+ residual add)"), ("rope_kv_write", "RoPE"),
-                          ("decode_attention", "attention (KV write + SDPA)")):
+                          ("decode_attention", "attention (KV write + SDPA)"),
+                          ("rope_write_attend", "attention (KV write + SDPA)")):
             timers.wrap(ops, name, key)
     timers.wrap(model, "forward", "_model")
     timers.wrap(runner, "_forward", "_runner_forward")

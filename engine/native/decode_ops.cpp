@@ -215,6 +215,20 @@ void decode_attention(const float* q, long q_stride, const float* k_cache, const
         kv_heads, head_dim, block_size, scale, out);
 }
 
+// A decode step's attention on the fused qkv output of its decode tokens (one per sequence):
+// rope_kv_write, then decode_attention with q read out of qkv's rows. One call instead of two.
+void rope_write_attend(float* qkv, long heads, long kv_heads, long head_dim,
+                       const int64_t* positions, const float* cos_table, const float* sin_table,
+                       float* k_cache, float* v_cache, const int64_t* slots,
+                       const int64_t* block_tables, long table_width, const int64_t* context_lens,
+                       long seqs, long block_size, float scale, float* out) {
+    rope_kv_write(qkv, seqs, heads, kv_heads, head_dim, positions, cos_table, sin_table, k_cache,
+                  v_cache, slots);
+    decode_attention(qkv, (heads + 2 * kv_heads) * head_dim, k_cache, v_cache, block_tables,
+                     table_width, context_lens, seqs, heads, kv_heads, head_dim, block_size, scale,
+                     out);
+}
+
 // x: [rows, 2 * inter], gate then up; out: [rows, inter] = silu(gate) * up.
 void silu_and_mul(const float* x, float* out, long rows, long inter) {
     for (long r = 0; r < rows; ++r) silu_row(x + r * 2 * inter, x + r * 2 * inter + inter, out + r * inter, inter);

@@ -22,6 +22,9 @@ _SIGNATURES = {
                       c_void_p, c_void_p, c_void_p),
     "decode_attention": (c_void_p, c_long, c_void_p, c_void_p, c_void_p, c_long, c_void_p, c_long,
                          c_long, c_long, c_long, c_long, c_float, c_void_p),
+    "rope_write_attend": (c_void_p, c_long, c_long, c_long, c_void_p, c_void_p, c_void_p, c_void_p,
+                          c_void_p, c_void_p, c_void_p, c_long, c_void_p, c_long, c_long, c_float,
+                          c_void_p),
     "silu_and_mul": (c_void_p, c_void_p, c_long, c_long),
 }
 
@@ -84,6 +87,31 @@ class DecodeOps:
                                    block_tables.data_ptr(), block_tables.shape[1],
                                    context_lens.data_ptr(), seqs, heads, kv_heads, head_dim,
                                    block_size, scale, out.data_ptr())
+        return out
+
+    def rope_write_attend(self, qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor,
+                          sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          slots: torch.Tensor, block_tables: torch.Tensor,
+                          context_lens: torch.Tensor, heads: int, scale: float) -> torch.Tensor:
+        """rope_kv_write then decode_attention on q in qkv's rows, in one call: a decode step's
+        attention from the fused qkv output (one token per sequence). Returns [seqs, heads *
+        head_dim]."""
+        _check(qkv, cos, sin, k_cache, v_cache)
+        _check_index(positions, slots, block_tables, context_lens)
+        _, block_size, kv_heads, head_dim = k_cache.shape
+        seqs = qkv.shape[0]
+        if (qkv.shape[1] != (heads + 2 * kv_heads) * head_dim or cos.shape[1] * 2 != head_dim
+                or heads % kv_heads or len(context_lens) != seqs or block_tables.shape[0] != seqs
+                or len(positions) != seqs or len(slots) != seqs):
+            raise ValueError(f"rope_write_attend: qkv {tuple(qkv.shape)}, tables {tuple(cos.shape)} "
+                             f"or {len(context_lens)} sequences do not fit {heads}+2x{kv_heads} "
+                             f"heads of {head_dim}, one token a sequence")
+        out = torch.empty(seqs, heads * head_dim)
+        self._lib.rope_write_attend(qkv.data_ptr(), heads, kv_heads, head_dim, positions.data_ptr(),
+                                    cos.data_ptr(), sin.data_ptr(), k_cache.data_ptr(),
+                                    v_cache.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
+                                    block_tables.shape[1], context_lens.data_ptr(), seqs, block_size,
+                                    scale, out.data_ptr())
         return out
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:

@@ -117,6 +117,28 @@ def test_decode_attention_reads_q_out_of_the_fused_qkv_rows(ops):
     assert torch.equal(as_rows, ops.decode_attention(q, k_cache, v_cache, tables, lens, heads, 0.125))
 
 
+def test_rope_write_attend_is_rope_kv_write_then_decode_attention(ops):
+    heads, kv_heads, head_dim, block_size = 9, 3, 64, 16
+    g = torch.Generator().manual_seed(2)
+    qkv = torch.randn(2, (heads + 2 * kv_heads) * head_dim, generator=g)
+    k_cache = torch.randn(6, block_size, kv_heads, head_dim, generator=g)
+    v_cache = torch.randn_like(k_cache)
+    freqs = torch.outer(torch.arange(64).float(), torch.rand(head_dim // 2, generator=g))
+    cos, sin = freqs.cos(), freqs.sin()
+    tables, lens = torch.tensor([[0, 2, 4], [1, 3, 5]]), torch.tensor([40, 33])
+    positions, slots = lens - 1, torch.tensor([4 * 16 + 7, 3 * 16 + 0])
+    caches, qkv2 = (k_cache.clone(), v_cache.clone()), qkv.clone()
+    got = ops.rope_write_attend(qkv, positions, cos, sin, k_cache, v_cache, slots, tables, lens,
+                                heads, 0.125)
+    ops.rope_kv_write(qkv2, positions, cos, sin, *caches, slots, heads, kv_heads, head_dim)
+    want = ops.decode_attention(qkv2, *caches, tables, lens, heads, 0.125)
+    assert torch.equal(got, want) and torch.equal(qkv, qkv2)
+    assert torch.equal(k_cache, caches[0]) and torch.equal(v_cache, caches[1])
+    with pytest.raises(ValueError, match="one token a sequence"):
+        ops.rope_write_attend(qkv, positions, cos, sin, k_cache, v_cache, slots, tables[:1],
+                              lens[:1], heads, 0.125)
+
+
 def test_bad_inputs_are_refused_with_a_clear_error(ops):
     with pytest.raises(ValueError, match="contiguous float32"):
         ops.add_rms_norm(torch.zeros(2, 8, dtype=torch.float64), None, torch.ones(8), 1e-5)
