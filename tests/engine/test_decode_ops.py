@@ -105,27 +105,32 @@ def test_decode_attention_over_the_paged_pool_matches_gather_then_sdpa(ops, head
     assert torch.equal(alone, got[-1:])
 
 
+HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64
+
+
+def two_sequences(seed: int):
+    """A fused qkv output of two decode tokens and a pool of six blocks (of 16) holding their
+    40 and 33 tokens, on blocks 0, 2, 4 and 1, 3, 5."""
+    g = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(2, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=g)
+    k_cache = torch.randn(6, 16, KV_HEADS, HEAD_DIM, generator=g)
+    v_cache = torch.randn(6, 16, KV_HEADS, HEAD_DIM, generator=g)
+    return qkv, k_cache, v_cache, torch.tensor([[0, 2, 4], [1, 3, 5]]), torch.tensor([40, 33])
+
+
 def test_decode_attention_reads_q_out_of_the_fused_qkv_rows(ops):
-    heads, kv_heads, head_dim, block_size = 9, 3, 64, 16
-    g = torch.Generator().manual_seed(1)
-    qkv = torch.randn(2, (heads + 2 * kv_heads) * head_dim, generator=g)
-    k_cache = torch.randn(6, block_size, kv_heads, head_dim, generator=g)
-    v_cache = torch.randn_like(k_cache)
-    tables, lens = torch.tensor([[0, 2, 4], [1, 3, 5]]), torch.tensor([40, 33])
+    heads, head_dim = HEADS, HEAD_DIM
+    qkv, k_cache, v_cache, tables, lens = two_sequences(1)
     q = qkv[:, : heads * head_dim].contiguous().view(2, heads, head_dim)
     as_rows = ops.decode_attention(qkv, k_cache, v_cache, tables, lens, heads, 0.125)
     assert torch.equal(as_rows, ops.decode_attention(q, k_cache, v_cache, tables, lens, heads, 0.125))
 
 
 def test_rope_write_attend_is_rope_kv_write_then_decode_attention(ops):
-    heads, kv_heads, head_dim, block_size = 9, 3, 64, 16
-    g = torch.Generator().manual_seed(2)
-    qkv = torch.randn(2, (heads + 2 * kv_heads) * head_dim, generator=g)
-    k_cache = torch.randn(6, block_size, kv_heads, head_dim, generator=g)
-    v_cache = torch.randn_like(k_cache)
-    freqs = torch.outer(torch.arange(64).float(), torch.rand(head_dim // 2, generator=g))
+    heads, kv_heads, head_dim = HEADS, KV_HEADS, HEAD_DIM
+    qkv, k_cache, v_cache, tables, lens = two_sequences(2)
+    freqs = torch.outer(torch.arange(64).float(), torch.linspace(0.01, 1.0, head_dim // 2))
     cos, sin = freqs.cos(), freqs.sin()
-    tables, lens = torch.tensor([[0, 2, 4], [1, 3, 5]]), torch.tensor([40, 33])
     positions, slots = lens - 1, torch.tensor([4 * 16 + 7, 3 * 16 + 0])
     caches, qkv2 = (k_cache.clone(), v_cache.clone()), qkv.clone()
     got = ops.rope_write_attend(qkv, positions, cos, sin, k_cache, v_cache, slots, tables, lens,
