@@ -73,6 +73,7 @@ void attend(const float* q, long q_stride, const float* k_cache, const float* v_
 #pragma omp parallel if (work > 32768 && items > 1)
     {
         std::vector<float> scores(heads * CHUNK);
+        std::vector<long> rows(CHUNK);
 #pragma omp for schedule(dynamic, 1)
         for (long item = 0; item < items; ++item) {
             long s = 0;
@@ -83,8 +84,14 @@ void attend(const float* q, long q_stride, const float* k_cache, const float* v_
             const int64_t* table = block_tables + s * table_width;
             const float* qs = q + s * q_stride;
             float* sc = scores.data();
+            // Each token's row offset in the pool, walked block by block (no division per token).
+            long* row = rows.data();
+            for (long t = lo, block = lo / block_size, offset = lo % block_size; t < hi; ++t) {
+                row[t - lo] = (table[block] * block_size + offset) * token_stride;
+                if (++offset == block_size) offset = 0, ++block;
+            }
             for (long t = lo; t < hi; ++t) {
-                const float* k = k_cache + (table[t / block_size] * block_size + t % block_size) * token_stride;
+                const float* k = k_cache + row[t - lo];
                 for (long h = 0; h < heads; ++h)
                     sc[h * CHUNK + (t - lo)] = dot(qs + h * head_dim, k + (h / group) * head_dim, head_dim) * scale;
             }
@@ -106,7 +113,7 @@ void attend(const float* q, long q_stride, const float* k_cache, const float* v_
             }
             std::memset(acc, 0, heads * head_dim * sizeof(float));
             for (long t = lo; t < hi; ++t) {
-                const float* v = v_cache + (table[t / block_size] * block_size + t % block_size) * token_stride;
+                const float* v = v_cache + row[t - lo];
                 for (long h = 0; h < heads; ++h) {
                     const float w = sc[h * CHUNK + (t - lo)];
                     const float* vh = v + (h / group) * head_dim;
