@@ -133,6 +133,11 @@ class LlamaForCausalLM(nn.Module):
                 or not isinstance(backend, TorchAttentionBackend)
                 or kv_caches[0].dtype != torch.float32 or self.embed_tokens.weight.dtype != torch.float32):
             return None
+        # The native ops index the RoPE tables and the pool unchecked: a step reaching past them
+        # takes the torch path, which raises a clear error instead of reading stray memory.
+        if (max(meta.context_lens_host) > self.rotary.cos.shape[0]
+                or int(meta.block_tables.max()) >= kv_caches[0].shape[1]):
+            return None
         return decode_ops.get()
 
     def _decode_native(self, ops: decode_ops.DecodeOps, input_ids, positions, kv_caches,

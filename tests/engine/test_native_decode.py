@@ -4,8 +4,10 @@ backend's decode attention) against the torch path it replaces, and the switch b
 from __future__ import annotations
 
 import pytest
+import torch
 
 from engine import LLM, SamplingParams
+from engine.attention import AttentionMetadata
 from engine.native import build, decode_ops
 from tests.helpers.hf_reference import build_tiny_checkpoint
 
@@ -89,3 +91,14 @@ def test_without_a_compiler_the_torch_path_runs(folder, kernels, monkeypatch):
     outs = run(folder)
     assert sum(calls.values()) == 0
     assert all(len(o.token_ids) == STEPS for o in outs)
+
+
+def test_a_step_reaching_past_the_pool_raises_instead_of_reading_stray_memory(folder, kernels):
+    kernels(True)
+    runner = LLM(folder, kv_cache_gib=0.01).engine.runner
+    blocks = runner.kv_caches[0].shape[1]
+    meta = AttentionMetadata(slot_mapping=torch.tensor([blocks * 16 + 3]),
+                             block_tables=torch.tensor([[0, blocks]]), context_lens=torch.tensor([20]),
+                             query_start=[0, 1], context_lens_host=[20], num_decodes=1)
+    with pytest.raises((IndexError, RuntimeError)):
+        runner.model(torch.tensor([7]), torch.tensor([19]), runner.kv_caches, meta, runner.backend)
