@@ -46,6 +46,15 @@ class Timers:
         setattr(obj, attr, timed)
 
 
+def native_decode_ops():
+    """The engine's native decode ops (None: off, or an engine without them)."""
+    try:
+        from engine.native import decode_ops
+    except ImportError:
+        return None
+    return decode_ops.get()
+
+
 def instrument(llm, clock) -> Timers:
     from engine.layers.norm import RMSNorm
     from engine.layers.rotary import RotaryEmbedding
@@ -66,6 +75,12 @@ def instrument(llm, clock) -> Timers:
             if hasattr(module, "rotate_heads"):  # q and k as one tensor (an engine before: no)
                 timers.wrap(module, "rotate_heads", "RoPE")
     timers.wrap(runner.backend, "forward", "attention (KV write + SDPA)")
+    ops = native_decode_ops()
+    if ops is not None:  # the CPU decode path calls them directly (RoPE: in the attention call)
+        for name, key in (("add_rms_norm", "RMSNorm (+ residual add)"), ("rope_kv_write", "RoPE"),
+                          ("decode_attention", "attention (KV write + SDPA)"),
+                          ("rope_write_attend", "attention (KV write + SDPA)")):
+            timers.wrap(ops, name, key)
     timers.wrap(model, "forward", "_model")
     timers.wrap(runner, "_forward", "_runner_forward")
     timers.wrap(runner, "execute", "_execute")

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.base import AttentionBackend, AttentionMetadata
+from engine.native import decode_ops
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -15,6 +16,14 @@ class TorchAttentionBackend(AttentionBackend):
         write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         d = meta.num_decodes
         if d == meta.num_seqs:  # a decode-only step: its output needs no placing among prefills
+            cpu32 = q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32
+            # Blocks past the pool: the torch path, which raises (the native op reads unchecked).
+            in_pool = cpu32 and int(meta.block_tables.max()) < k_cache.shape[0]
+            ops = decode_ops.get() if in_pool else None
+            if ops is not None:  # one call over the pool, no gathers
+                out = ops.decode_attention(q, k_cache, v_cache, meta.block_tables,
+                                           meta.context_lens, q.shape[1], scale)
+                return out.view(q.shape)
             return _decode(q, k_cache, v_cache, meta, scale)
         out = torch.empty_like(q)
         if d:

@@ -11,11 +11,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from engine.attention import AttentionBackend, AttentionMetadata
+from engine.attention import AttentionBackend, AttentionMetadata, TorchAttentionBackend
 from engine.config import ModelConfig
 from engine.kernels.activation import silu_and_mul
 from engine.layers.norm import RMSNorm
 from engine.layers.rotary import RotaryEmbedding
+from engine.native import decode_ops
 
 
 class Attention(nn.Module):
@@ -112,6 +113,9 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids, positions, kv_caches, meta: AttentionMetadata,
                 backend: AttentionBackend) -> torch.Tensor:
+        ops = self._native_decode_ops(input_ids, kv_caches, meta, backend)
+        if ops is not None:
+            return self._decode_native(ops, input_ids, positions, kv_caches, meta)
         x = self.embed_tokens(input_ids)
         residual = None
         rope_rows = self.rotary.rows(positions)  # once per step, for every layer
@@ -119,6 +123,50 @@ class LlamaForCausalLM(nn.Module):
             x, residual = layer(positions, rope_rows, x, residual, kv_cache, meta, backend)
         x, _ = self.norm(x, residual)
         return x
+
+    def _native_decode_ops(self, input_ids, kv_caches, meta: AttentionMetadata,
+                           backend: AttentionBackend) -> decode_ops.DecodeOps | None:
+        """The native ops when this step can run on them: decodes only (prefill keeps the torch
+        path, whose SDPA is faster on many rows), on the CPU, float32, with the torch backend (it
+        owns the pool layout these ops read), no per-head q/k norm (Qwen3)."""
+        if (input_ids.is_cuda or meta.num_decodes != meta.num_seqs or self.config.qk_norm
+                or not isinstance(backend, TorchAttentionBackend)
+                or kv_caches[0].dtype != torch.float32 or self.embed_tokens.weight.dtype != torch.float32):
+            return None
+        # The native ops index the RoPE tables and the pool unchecked: a step reaching past them
+        # takes the torch path, which raises a clear error instead of reading stray memory.
+        if (max(meta.context_lens_host) > self.rotary.cos.shape[0]
+                or int(meta.block_tables.max()) >= kv_caches[0].shape[1]):
+            return None
+        return decode_ops.get()
+
+    def _decode_native(self, ops: decode_ops.DecodeOps, input_ids, positions, kv_caches,
+                       meta: AttentionMetadata) -> torch.Tensor:
+        """The layers of a CPU decode step as a few native calls each (norm with the residual add,
+        RoPE with the K/V write, attention over the pool, SiLU-and-mul) between the linears,
+        which stay modules (quantized or not). The math of the module path; at batch 1 the module
+        path's small torch ops cost more than the linears' reads of 4-bit weights."""
+        cfg = self.config
+        heads = cfg.num_heads
+        cos, sin = self.rotary.cos, self.rotary.sin
+        slots, tables, lens = meta.slot_mapping, meta.block_tables, meta.context_lens
+        x = self.embed_tokens(input_ids)
+        residual = None
+        # The linears' forward is called, not the module: nn.Module.__call__ costs ~3 us a call
+        # (hook checks), 4 calls a layer; inference registers no hooks on them.
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+            attn, mlp, norm = layer.self_attn, layer.mlp, layer.input_layernorm
+            h = ops.add_rms_norm(x, residual, norm.weight, norm.eps)
+            if residual is None:  # the embedding output is this step's own tensor: added to in place
+                residual = x
+            qkv = attn.qkv_proj.forward(h)
+            o = ops.rope_write_attend(qkv, positions, cos, sin, k_cache, v_cache, slots, tables, lens,
+                                      heads, attn.scale)
+            x = attn.o_proj.forward(o)
+            norm = layer.post_attention_layernorm
+            h = ops.add_rms_norm(x, residual, norm.weight, norm.eps)
+            x = mlp.down_proj.forward(ops.silu_and_mul(mlp.gate_up_proj.forward(h)))
+        return ops.add_rms_norm(x, residual, self.norm.weight, self.norm.eps)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
