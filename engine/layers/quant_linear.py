@@ -24,9 +24,25 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
+from engine.native import gemv
 
 QUANTIZATIONS = ("int8", "int4", "fp16")
 INT4_GROUP = 32
+# Up to this many rows (decode) the native kernel reads the quantized weight as it is; more rows
+# (prefill) dequantize it into a scratch fp32 weight for a float GEMM, which is compute-bound and
+# does better there (docs/BENCHMARKS.md, "Quantized linears on the CPU").
+NATIVE_MAX_ROWS = 16
+
+
+def cpu_auto_quantization() -> str:
+    """What "auto" runs a quantized checkpoint as on the CPU: "int4" (the file's 4-bit blocks, the
+    head int8) through engine/native/gemv.cpp, or fbgemm's "fp16" where that library is missing."""
+    return "int4" if gemv.kernels() is not None else "fp16"
+
+
+def _native_rows(x: torch.Tensor, in_features: int) -> torch.Tensor:
+    """x as the (rows, in) contiguous fp32 tensor the native kernels take (no copy if it is one)."""
+    return x.reshape(-1, in_features).to(torch.float32).contiguous()
 
 
 @functools.cache
@@ -94,12 +110,21 @@ class Int8Linear(nn.Module):
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = qweight.shape
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", scale.float())
+        self.register_buffer("qweight", qweight.contiguous())
+        self.register_buffer("scale", scale.float().contiguous())
         self.register_buffer("bias", bias)
+        self.native = qweight.device.type == "cpu" and gemv.kernels() is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape[:-1]
+        if self.native:
+            x2, lib = _native_rows(x, self.in_features), gemv.kernels()
+            bias = None if self.bias is None else self.bias.float()
+            if x2.shape[0] <= NATIVE_MAX_ROWS:
+                out = gemv.int8_linear(lib, x2, self.qweight, self.scale, bias)
+            else:
+                out = F.linear(x2, gemv.int8_dequantize(lib, self.qweight, self.scale), bias)
+            return out.to(x.dtype).view(*shape, self.out_features)
         x2 = x.reshape(-1, self.in_features)
         if x.device.type == "cuda":
             from engine.kernels.quant_matmul import int8_weight_matmul
@@ -121,20 +146,32 @@ class Int8Linear(nn.Module):
 
 
 class Int4Linear(nn.Module):
-    """y = x @ dequantize_int4(qweight, scale, offset, group).T + bias, the canonical int4 layout."""
+    """y = x @ dequantize_int4(qweight, scale, offset, group).T + bias. On the CPU with the native
+    kernels, `qweight` holds gemv.cpp's repacking of the canonical layout (`self.native`;
+    `gemv.canonical_int4` gives it back), read as it is at decode."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, group: int,
                  bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = qweight.shape[0], qweight.shape[1] * 2
         self.group = group
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", scale.float())
-        self.register_buffer("offset", offset.float())
+        self.native = qweight.device.type == "cpu" and group % 32 == 0 and gemv.kernels() is not None
+        self.register_buffer("qweight", gemv.repack_int4(qweight) if self.native else qweight)
+        self.register_buffer("scale", scale.float().contiguous())
+        self.register_buffer("offset", offset.float().contiguous())
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape[:-1]
+        if self.native:
+            x2, lib = _native_rows(x, self.in_features), gemv.kernels()
+            bias = None if self.bias is None else self.bias.float()
+            if x2.shape[0] <= NATIVE_MAX_ROWS:
+                out = gemv.int4_linear(lib, x2, self.qweight, self.scale, self.offset, self.group, bias)
+            else:
+                w = gemv.int4_dequantize(lib, self.qweight, self.scale, self.offset, self.group)
+                out = F.linear(x2, w, bias)
+            return out.to(x.dtype).view(*shape, self.out_features)
         x2 = x.reshape(-1, self.in_features)
         if x.device.type == "cuda":
             from engine.kernels.quant_matmul import int4_weight_matmul
