@@ -121,6 +121,24 @@ void int8_row(const float* x, long K, const int8_t* q, float* acc_out) {
 }
 #endif
 
+// sum over g of a[g] * b[g]
+inline float dot(const float* a, const float* b, long n) {
+#ifdef __AVX512F__
+    __m512 acc = _mm512_setzero_ps();
+    long g = 0;
+    for (; g + 16 <= n; g += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + g), _mm512_loadu_ps(b + g), acc);
+    if (g < n) {
+        __mmask16 k = static_cast<__mmask16>((1u << (n - g)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, a + g), _mm512_maskz_loadu_ps(k, b + g), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    float s = 0.0f;
+    for (long g = 0; g < n; ++g) s += a[g] * b[g];
+    return s;
+#endif
+}
+
 template <int MT>
 void int4_tile(const float* x, long M0, long K, long N, long G, const uint8_t* q, const float* scale,
                const float* offset, const float* xsum, const float* bias, float* y, long o) {
@@ -128,9 +146,7 @@ void int4_tile(const float* x, long M0, long K, long N, long G, const uint8_t* q
     long groups = K / G;
     int4_row<MT>(x + M0 * K, K, q + o * (K / 2), scale + o * groups, G, acc);
     for (int m = 0; m < MT; ++m) {
-        float off = 0.0f;
-        const float* xs = xsum + (M0 + m) * groups;
-        for (long g = 0; g < groups; ++g) off += offset[o * groups + g] * xs[g];
+        float off = dot(offset + o * groups, xsum + (M0 + m) * groups, groups);
         y[(M0 + m) * N + o] = acc[m] + off + (bias ? bias[o] : 0.0f);
     }
 }
@@ -141,6 +157,100 @@ void int8_tile(const float* x, long M0, long K, long N, const int8_t* q, const f
     float acc[MT];
     int8_row<MT>(x + M0 * K, K, q + o * K, acc);
     for (int m = 0; m < MT; ++m) y[(M0 + m) * N + o] = acc[m] * scale[o] + (bias ? bias[o] : 0.0f);
+}
+
+
+// The int8-activation tier (llama.cpp's Q8 activation blocks): each 32-column chunk of a row of x
+// becomes int8 with its own scale (amax / 127), laid out per 128 columns as the weight's nibbles
+// unpack: bytes [0, 64) the low halves (columns 0..15) of its 4 chunks, [64, 128) the high halves.
+// The integer dot of 0..15 weights and int8 activations is exact; then per chunk
+// y += scale_w * scale_x * dot, and offset * sum(x) with the fp32 sum. Groups of 32 only.
+struct Q8Rows {
+    long blocks;               // of 128 columns, the last maybe partly padding (zeros)
+    std::vector<int8_t> xq;    // (M, blocks, 128)
+    std::vector<float> sx;     // (M, blocks * 4): each chunk's scale, 0 for padding
+    std::vector<float> xsum;   // (M, K / 32): each chunk's fp32 sum
+};
+
+void quantize_rows(const float* x, long M, long K, Q8Rows& r) {
+    long chunks = K / 32;
+    r.blocks = (chunks + 3) / 4;
+    r.xq.assign(M * r.blocks * 128, 0);
+    r.sx.assign(M * r.blocks * 4, 0.0f);
+    r.xsum.assign(M * chunks, 0.0f);
+    for (long m = 0; m < M; ++m)
+        for (long c = 0; c < chunks; ++c) {
+            const float* v = x + m * K + c * 32;
+            float amax = 0.0f, sum = 0.0f;
+            for (int j = 0; j < 32; ++j) {
+                amax = v[j] > amax ? v[j] : (-v[j] > amax ? -v[j] : amax);
+                sum += v[j];
+            }
+            float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            r.sx[m * r.blocks * 4 + c] = d;
+            r.xsum[m * chunks + c] = sum;
+            int8_t* lo = r.xq.data() + (m * r.blocks + c / 4) * 128 + (c % 4) * 16;
+            for (int j = 0; j < 16; ++j) {
+                lo[j] = static_cast<int8_t>(__builtin_nearbyintf(v[j] * inv));
+                lo[64 + j] = static_cast<int8_t>(__builtin_nearbyintf(v[16 + j] * inv));
+            }
+        }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+template <int MT>
+void q8_row(const Q8Rows& r, long M0, long K, const uint8_t* q, const float* scale, float* acc_out) {
+    long chunks = K / 32;
+    __m512 acc[2][MT];
+    for (int m = 0; m < MT; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_ps();
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    // lane l of a 4-chunk block belongs to chunk l / 4
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (long blk = 0; blk < r.blocks; ++blk) {
+        long n = chunks - blk * 4 < 4 ? chunks - blk * 4 : 4;
+        __m512i b = _mm512_maskz_loadu_epi8(n == 4 ? ~0ULL : (1ULL << (16 * n)) - 1, q + blk * 64);
+        __m512i lo = _mm512_and_si512(b, mask);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), mask);
+        __m512 sw = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+            _mm_maskz_loadu_ps(static_cast<__mmask8>((1 << n) - 1), scale + blk * 4)));
+        for (int m = 0; m < MT; ++m) {
+            const int8_t* xq = r.xq.data() + ((M0 + m) * r.blocks + blk) * 128;
+            __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xq));
+            d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xq + 64));
+            __m512 sx = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+                _mm_loadu_ps(r.sx.data() + ((M0 + m) * r.blocks + blk) * 4)));
+            acc[blk & 1][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw, sx), acc[blk & 1][m]);
+        }
+    }
+    for (int m = 0; m < MT; ++m) acc_out[m] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m]));
+}
+#else
+template <int MT>
+void q8_row(const Q8Rows& r, long M0, long K, const uint8_t* q, const float* scale, float* acc_out) {
+    long chunks = K / 32;
+    for (int m = 0; m < MT; ++m) {
+        float acc = 0.0f;
+        for (long c = 0; c < chunks; ++c) {
+            const int8_t* xq = r.xq.data() + ((M0 + m) * r.blocks + c / 4) * 128 + (c % 4) * 16;
+            int32_t dot = 0;
+            for (int j = 0; j < 16; ++j)
+                dot += (q[c * 16 + j] & 0x0F) * xq[j] + (q[c * 16 + j] >> 4) * xq[64 + j];
+            acc += static_cast<float>(dot) * (scale[c] * r.sx[(M0 + m) * r.blocks * 4 + c]);
+        }
+        acc_out[m] = acc;
+    }
+}
+#endif
+
+template <int MT>
+void q8_tile(const Q8Rows& r, long M0, long K, long N, const uint8_t* q, const float* scale,
+             const float* offset, const float* bias, float* y, long o) {
+    float acc[MT];
+    long chunks = K / 32;
+    q8_row<MT>(r, M0, K, q + o * (K / 2), scale + o * chunks, acc);
+    for (int m = 0; m < MT; ++m)
+        y[(M0 + m) * N + o] = acc[m] + dot(offset + o * chunks, r.xsum.data() + (M0 + m) * chunks, chunks)
+                              + (bias ? bias[o] : 0.0f);
 }
 
 }  // namespace
@@ -176,6 +286,33 @@ void int4_linear(const float* x, long M, long K, const uint8_t* q, const float* 
             case 3: int4_tile<3>(x, m, K, N, G, q, scale, offset, xs, bias, y, o); break;
             case 2: int4_tile<2>(x, m, K, N, G, q, scale, offset, xs, bias, y, o); break;
             case 1: int4_tile<1>(x, m, K, N, G, q, scale, offset, xs, bias, y, o); break;
+            default: break;
+        }
+    }
+}
+
+// 1 when the int8-activation tier runs on VNNI dot products, 0 for its portable loops.
+int gemv_q8_vectorized() {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+// As int4_linear for groups of 32, with x's rows rounded to int8 per chunk of 32 (see Q8Rows).
+void int4_linear_q8(const float* x, long M, long K, const uint8_t* q, const float* scale,
+                    const float* offset, long N, const float* bias, float* y) {
+    Q8Rows r;
+    quantize_rows(x, M, K, r);
+#pragma omp parallel for schedule(static)
+    for (long o = 0; o < N; ++o) {
+        long m = 0;
+        for (; m + ROW_TILE <= M; m += ROW_TILE) q8_tile<ROW_TILE>(r, m, K, N, q, scale, offset, bias, y, o);
+        switch (M - m) {
+            case 3: q8_tile<3>(r, m, K, N, q, scale, offset, bias, y, o); break;
+            case 2: q8_tile<2>(r, m, K, N, q, scale, offset, bias, y, o); break;
+            case 1: q8_tile<1>(r, m, K, N, q, scale, offset, bias, y, o); break;
             default: break;
         }
     }

@@ -24,11 +24,14 @@ _P, _L = ctypes.c_void_p, ctypes.c_long
 def declare(lib: ctypes.CDLL) -> None:
     """Sets the argument and result types of the library's functions."""
     lib.gemv_vectorized.argtypes, lib.gemv_vectorized.restype = (), ctypes.c_int
+    lib.gemv_q8_vectorized.argtypes, lib.gemv_q8_vectorized.restype = (), ctypes.c_int
     lib.int4_linear.argtypes = (_P, _L, _L, _P, _P, _P, _L, _L, _P, _P)
+    lib.int4_linear_q8.argtypes = (_P, _L, _L, _P, _P, _P, _L, _P, _P)
     lib.int8_linear.argtypes = (_P, _L, _L, _P, _P, _L, _P, _P)
     lib.int4_dequantize.argtypes = (_P, _P, _P, _L, _L, _L, _P)
     lib.int8_dequantize.argtypes = (_P, _P, _L, _L, _P)
-    for fn in (lib.int4_linear, lib.int8_linear, lib.int4_dequantize, lib.int8_dequantize):
+    for fn in (lib.int4_linear, lib.int4_linear_q8, lib.int8_linear, lib.int4_dequantize,
+               lib.int8_dequantize):
         fn.restype = None
 
 
@@ -62,6 +65,17 @@ def int4_linear(lib: ctypes.CDLL, x: torch.Tensor, packed: torch.Tensor, scale: 
     return y
 
 
+def int4_linear_q8(lib: ctypes.CDLL, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
+                   offset: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """As `int4_linear` (groups of 32 only) with x rounded to int8 per chunk of 32 columns
+    (its own scale, amax / 127) and integer dot products: faster, not exact."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    y = _out(x, n)
+    lib.int4_linear_q8(address(x), x.shape[0], k, address(packed), address(scale), address(offset), n,
+                       None if bias is None else address(bias), address(y))
+    return y
+
+
 def int8_linear(lib: ctypes.CDLL, x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor,
                 bias: torch.Tensor | None) -> torch.Tensor:
     """x (rows, in) fp32 contiguous @ (qweight * scale[:, None]).T (+ bias): (rows, out) fp32."""
@@ -70,6 +84,41 @@ def int8_linear(lib: ctypes.CDLL, x: torch.Tensor, qweight: torch.Tensor, scale:
     lib.int8_linear(address(x), x.shape[0], k, address(qweight), address(scale), n,
                     None if bias is None else address(bias), address(y))
     return y
+
+
+class Bound:
+    """One weight's decode call, its tensors' addresses taken once: (rows, in) fp32 contiguous x ->
+    (rows, out) fp32. ~5 us less per call than the functions above (121 calls a decode step).
+    Holds the tensors, so the addresses stay valid; a module whose buffers move binds again."""
+
+    def __init__(self, fn, n: int, k: int, tensors: tuple, args: tuple) -> None:
+        self.fn, self.n, self.k, self.tensors, self.args = fn, n, k, tensors, args
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.empty(x.shape[0], self.n)
+        self.fn(x.data_ptr(), x.shape[0], self.k, *self.args, y.data_ptr())
+        return y
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else address(t)
+
+
+def bind_int4(lib: ctypes.CDLL, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+              group: int, bias: torch.Tensor | None, int8_activations: bool = False) -> Bound:
+    """`int4_linear` (or `int4_linear_q8`, groups of 32) on this weight, as a `Bound` call."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    head = (_ptr(packed), _ptr(scale), _ptr(offset), n)
+    if int8_activations:
+        return Bound(lib.int4_linear_q8, n, k, (packed, scale, offset, bias), (*head, _ptr(bias)))
+    return Bound(lib.int4_linear, n, k, (packed, scale, offset, bias), (*head, group, _ptr(bias)))
+
+
+def bind_int8(lib: ctypes.CDLL, qweight: torch.Tensor, scale: torch.Tensor,
+              bias: torch.Tensor | None) -> Bound:
+    """`int8_linear` on this weight, as a `Bound` call."""
+    n, k = qweight.shape
+    return Bound(lib.int8_linear, n, k, (qweight, scale, bias), (_ptr(qweight), _ptr(scale), n, _ptr(bias)))
 
 
 def int4_dequantize(lib: ctypes.CDLL, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,

@@ -135,6 +135,12 @@ def test_a_build_without_avx512_compiles_and_agrees(tmp_path):
         x = torch.randn(5, 576)
         check(gemv.int4_linear(lib, x, gemv.repack_int4(qweight), scale, offset, 32, None), x,
               dequantize_int4(qweight, scale, offset, 32), None)
+        assert lib.gemv_q8_vectorized() == 0
+        if gemv.kernels() is not None:  # the int8-activation tier's loops: the VNNI kernel's results
+            args = (x, gemv.repack_int4(qweight), scale, offset, None)
+            bound = x.abs() @ dequantize_int4(qweight, scale, offset, 32).abs().T
+            diff = gemv.int4_linear_q8(lib, *args) - gemv.int4_linear_q8(gemv.kernels(), *args)
+            assert (diff.abs() / bound).max().item() < REL
 
 
 @pytest.fixture
@@ -165,3 +171,38 @@ def test_switched_off_the_modules_keep_the_torch_path_and_auto_is_fp16(kernels_o
 def test_auto_on_the_cpu_is_int4_through_the_kernels():
     assert EngineConfig().resolve_quantization(torch.device("cpu"), checkpoint_quantized=True) == "int4"
     assert EngineConfig().resolve_quantization(torch.device("cpu"), checkpoint_quantized=False) is None
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows", [1, 4, 5, 17])
+@pytest.mark.parametrize(("out_f", "in_f"), [(960, 576), (577, 1536), (33, 608)])
+def test_the_int8_activation_tier_is_the_math_on_block_rounded_activations(rows, out_f, in_f):
+    """Each 32-column chunk of x rounded to int8 with its own scale (amax / 127), then the same
+    weights: equal to that math in fp32 up to rounding (the integer dots are exact)."""
+    qweight, scale, offset = int4_weight(out_f, in_f, "q4_1", seed=rows)
+    gen = torch.Generator().manual_seed(rows)
+    x, bias = torch.randn(rows, in_f, generator=gen), torch.randn(out_f, generator=gen)
+    got = gemv.int4_linear_q8(gemv.kernels(), x, gemv.repack_int4(qweight), scale, offset, bias)
+    blocks = x.view(rows, -1, 32)
+    d = blocks.abs().amax(-1, keepdim=True) / 127
+    xq = (torch.round(blocks / d) * d).view(rows, in_f)
+    offsets = offset.repeat_interleave(32, 1)
+    w = dequantize_int4(qweight, scale, offset, 32)
+    want = xq @ (w - offsets).T + x @ offsets.T + bias
+    bound = x.abs() @ w.abs().T + bias.abs()
+    assert ((got - want).abs() / bound).max().item() < REL
+    # and it is not exact: the rounding of x shows (what kept it out of "auto")
+    assert ((got - (x @ w.T + bias)).abs() / bound).max().item() > 10 * REL
+
+
+@needs_kernels
+def test_int4_q8_modules_use_the_tier_at_decode_only():
+    lin = module_linear(64, 576)
+    with torch.inference_mode():
+        mod = quantized_linear(lin, "int4-q8")
+        assert mod.int8_activations
+        exact = quantized_linear(lin, "int4")
+        x = torch.randn(2, 576)
+        assert not torch.allclose(mod(x), exact(x), rtol=0, atol=1e-6)
+        x = torch.randn(NATIVE_MAX_ROWS + 1, 576)
+        assert torch.equal(mod(x), exact(x))  # prefill: the same dequantized weight
