@@ -5,9 +5,11 @@
 Times the 120 linears of SmolLM2-135M (30 layers of qkv 960x576, o 576x576, gate_up 3072x576,
 down 576x1536) plus the 49152x576 LM head on random weights, as one step, per kernel:
 oneDNN fp32 (today's `quantization=None`), fbgemm fp16 weights (the previous CPU "auto"), and
-engine/native/gemv.cpp (int4 groups of 32 with an int8 head, fp32 activations), for decode as it
-is and, for prefill, both through the kernel and dequantize-then-oneDNN/F.linear. Prints ms per
-step and the weight bytes streamed per second (the machine's copy bandwidth is the ceiling)."""
+engine/native/gemv.cpp (int4 groups of 32 with an int8 head; fp32 activations, and the
+int8-activation VNNI tier), for decode as it is and, for prefill, both through the kernel and
+dequantize-then-oneDNN/F.linear. Prints ms per step and the weight bytes streamed per second (the
+machine's copy bandwidth is the ceiling). At one thread the clock is the thread's CPU time, which
+other jobs on a shared machine do not inflate."""
 
 from __future__ import annotations
 
@@ -36,12 +38,13 @@ def weights(layers: int) -> tuple[list[torch.Tensor], torch.Tensor]:
 
 
 def best_ms(step, repeats: int) -> float:
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     step()
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return 1e3 * min(times)
 
 
@@ -71,12 +74,17 @@ def systems(body: list[torch.Tensor], head: torch.Tensor):
             gemv.int4_linear(lib, x[q.shape[1] * 2], q, s, o, 32, None)
         gemv.int8_linear(lib, x[head.shape[1]], *q8, None)
 
+    def run_native_q8(x):
+        for q, s, o in q4:
+            gemv.int4_linear_q8(lib, x[q.shape[1] * 2], q, s, o, None)
+        gemv.int8_linear(lib, x[head.shape[1]], *q8, None)
+
     def run_dequant_onednn(x):
         for q, s, o in q4:
             w = gemv.int4_dequantize(lib, q, s, o, 32)
-            packed_w = torch.ops.mkldnn._reorder_linear_weight(w, None)
-            torch.ops.mkldnn._linear_pointwise(x[w.shape[1]], packed_w, None, "none", [], "")
-        torch.nn.functional.linear(x[head.shape[1]], gemv.int8_dequantize(lib, *q8))
+            torch.ops.mkldnn._linear_pointwise(x[w.shape[1]], w, None, "none", [], "")
+        w = gemv.int8_dequantize(lib, *q8)
+        torch.ops.mkldnn._linear_pointwise(x[head.shape[1]], w, None, "none", [], "")
 
     def run_dequant_mkl(x):
         for q, s, o in q4:
@@ -88,6 +96,7 @@ def systems(body: list[torch.Tensor], head: torch.Tensor):
     bytes_q = n_body // 2 + 8 * n_body // 32 + head.numel() + 4 * head.shape[0]
     return {"oneDNN fp32": (run_fp32, bytes_fp32), "fbgemm fp16": (run_fp16, bytes_fp32 // 2),
             "native int4+int8 head": (run_native, bytes_q),
+            "native, int8 activations": (run_native_q8, bytes_q),
             "dequantize + oneDNN": (run_dequant_onednn, bytes_q),
             "dequantize + F.linear": (run_dequant_mkl, bytes_q)}
 

@@ -37,9 +37,14 @@ inline void int4_group(const float* x, long K, const uint8_t* q, long k0, long G
         __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, mask)));
         __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), mask)));
         for (int m = 0; m < MT; ++m) {
-            __m512 p = _mm512_mul_ps(lo, _mm512_loadu_ps(x + m * K + k));
-            p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + m * K + k + 16), p);
-            part[m] = k == k0 ? p : _mm512_add_ps(part[m], p);
+            if (MT == 1 || k == k0) {  // one row: no chain through part[] (the rows hide it)
+                __m512 p = _mm512_mul_ps(lo, _mm512_loadu_ps(x + m * K + k));
+                p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + m * K + k + 16), p);
+                part[m] = k == k0 ? p : _mm512_add_ps(part[m], p);
+            } else {
+                part[m] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x + m * K + k), part[m]);
+                part[m] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + m * K + k + 16), part[m]);
+            }
         }
     }
 }
