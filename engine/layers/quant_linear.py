@@ -1,16 +1,15 @@
-"""Weight-only quantized linear layers: `Int8Linear`, `Int4Linear` and, for CPU "auto", `Fp16Linear`,
-swapped in for a loaded model's `nn.Linear`s by `quantize_linears`. int weights start in the
-canonical layout of engine/layers/quant.py.
+"""Weight-only quantized linear layers: `Int8Linear`, `Int4Linear` and `Fp16Linear` (CPU "auto"
+without the native kernels), swapped in for a loaded model's `nn.Linear`s by `quantize_linears`.
+int weights start in the canonical layout of engine/layers/quant.py.
 
-Weight-only: activations stay float. fbgemm's dynamic int8 linear (`quantized::linear_dynamic`,
-which also quantizes the activations to 8 bits per call) was the fastest CPU kernel measured, but
-on the embedded model its greedy tokens agreed with fp32 on 4 of 128 positions: its activations
-are heavy-tailed (median |x| 0.01 against a max of 1.3 to 477), so most entries round to 0 or
-+-1. No accurate int kernel here beats our oneDNN fp32 path (docs/engine.md, "Quantization"), so
-on the CPU int8 and int4 save memory, not time; "auto" there runs fbgemm's fp16-weight linear,
-near exact and faster at one row. int4 on the
-CPU dequantizes per call: exact against `dequantize_int4` (`_weight_int4pack_mm_for_cpu` was 3x
-slower still).
+On the CPU, int4 and int8 run engine/native/gemv.cpp: decode rows (up to NATIVE_MAX_ROWS) through
+its kernels on the quantized weight, fp32 activations (within fp32 rounding of
+dequantize-then-matmul); more rows dequantize the weight into a scratch tensor for oneDNN. Without
+the library (no compiler, OPENCLAW_CPU_KERNELS=0, a failed probe) each module keeps the torch
+path: dequantize per call (`_weight_int8pack_mm` at one int8 row). Activations stay float: 8-bit
+activations broke the embedded model's greedy tokens, per tensor (fbgemm's dynamic int8: 4 of 128
+kept) and per block of 32 (gemv.cpp's VNNI tier, "int4-q8": 56 of 128); its activations are
+heavy-tailed (median |x| 0.01 against a max of 1.3 to 477). docs/engine.md, "Quantization".
 
 On CUDA both call the Triton kernels of engine/kernels/quant_matmul.py on the canonical tensors,
 imported on first use (triton raises without a driver)."""
