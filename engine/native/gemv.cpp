@@ -72,6 +72,33 @@ void int4_row(const float* x, long K, const uint8_t* q, const float* scale, long
     for (int m = 0; m < MT; ++m) acc_out[m] = _mm512_reduce_add_ps(_mm512_add_ps(even[m], odd[m]));
 }
 
+
+// One row of x against two output rows at once: each x vector loaded serves both (at one row the
+// loads, not the FMAs, were what the single-output loop waited on).
+void int4_pair(const float* x, long K, const uint8_t* q0, const uint8_t* q1, const float* s0,
+               const float* s1, long G, float* out) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (long g0 = 0; g0 < K; g0 += G) {
+        __m512 p0 = _mm512_setzero_ps(), p1 = _mm512_setzero_ps();
+        for (long k = g0; k < g0 + G; k += 32) {
+            __m512 xl = _mm512_loadu_ps(x + k), xh = _mm512_loadu_ps(x + k + 16);
+            __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q0 + k / 2));
+            __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q1 + k / 2));
+            __m512 l0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b0, mask)));
+            __m512 h0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b0, 4), mask)));
+            __m512 l1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b1, mask)));
+            __m512 h1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b1, 4), mask)));
+            p0 = _mm512_add_ps(p0, _mm512_fmadd_ps(h0, xh, _mm512_mul_ps(l0, xl)));
+            p1 = _mm512_add_ps(p1, _mm512_fmadd_ps(h1, xh, _mm512_mul_ps(l1, xl)));
+        }
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[g0 / G]), p0, a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[g0 / G]), p1, a1);
+    }
+    out[0] = _mm512_reduce_add_ps(a0);
+    out[1] = _mm512_reduce_add_ps(a1);
+}
+
 template <int MT>
 void int8_row(const float* x, long K, const int8_t* q, float* acc_out) {
     // Four accumulators per row (columns k, k + 16, k + 32, k + 48): one would be latency-bound.
@@ -283,6 +310,21 @@ void int4_linear(const float* x, long M, long K, const uint8_t* q, const float* 
             xsum[m * groups + g] = s;
         }
     const float* xs = xsum.data();
+#ifdef __AVX512F__
+    if (M == 1) {
+#pragma omp parallel for schedule(static)
+        for (long p = 0; p < N / 2; ++p) {
+            long o = 2 * p;
+            float acc[2];
+            int4_pair(x, K, q + o * (K / 2), q + (o + 1) * (K / 2), scale + o * groups,
+                      scale + (o + 1) * groups, G, acc);
+            for (int j = 0; j < 2; ++j)
+                y[o + j] = acc[j] + dot(offset + (o + j) * groups, xs, groups) + (bias ? bias[o + j] : 0.0f);
+        }
+        if (N % 2) int4_tile<1>(x, 0, K, N, G, q, scale, offset, xs, bias, y, N - 1);
+        return;
+    }
+#endif
 #pragma omp parallel for schedule(static)
     for (long o = 0; o < N; ++o) {
         long m = 0;
