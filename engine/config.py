@@ -120,7 +120,7 @@ class EngineConfig:
     """CUDA: run decode steps eagerly instead of replaying CUDA graphs."""
     quantization: Literal["auto", "int8", "int4", "none"] | None = "auto"
     """Weight-only quantized linear layers: "int8" (per output channel), "int4" (groups of 32),
-    "auto" (a quantized GGUF: int4 on CUDA, fp16 weights through fbgemm on the CPU; a float
+    "auto" (a quantized GGUF: int4, on the CPU through engine/native/gemv.cpp, else fp16; a float
     checkpoint, or dtype="float32" set: float weights), None or "none": float weights."""
 
     def __post_init__(self) -> None:
@@ -137,13 +137,17 @@ class EngineConfig:
 
     def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool) -> str | None:
         """"int8", "int4" or None (float weights) for a model on `device` whose checkpoint stores
-        quantized linear weights or not ("fp16" too for CPU "auto": no accurate int kernel there
-        beats fp32, fbgemm's fp16 one does; engine/layers/quant_linear.py)."""
+        quantized linear weights or not (CPU "auto" is "int4" through the native kernels, or
+        "fp16" through fbgemm without them; engine/layers/quant_linear.py)."""
         if self.quantization != "auto":
             return None if self.quantization == "none" else self.quantization
         if not checkpoint_quantized or self.dtype == "float32":
             return None
-        return "int4" if device.type == "cuda" else "fp16"
+        if device.type == "cuda":
+            return "int4"
+        from engine.layers.quant_linear import cpu_auto_quantization
+
+        return cpu_auto_quantization()
 
     def resolve_device(self) -> torch.device:
         import torch

@@ -64,6 +64,24 @@ def onednn_available() -> bool:
         return False
 
 
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, in_features: int,
+                  out_features: int) -> torch.Tensor:
+    """x @ weight.T + bias through oneDNN, rows padded up to their bucket; `weight` reordered
+    (`_reorder_linear_weight`) or a plain (out, in) tensor (the quantized linears' prefill)."""
+    rows = x.numel() // in_features if in_features else 0
+    padded = bucket_rows(rows)
+    if padded == rows:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    # Pad rows up to the bucket: one copy of the input (the padding rows zeroed, not left
+    # uninitialised: denormals there would slow the kernel), then a view of the real rows.
+    x2 = x.reshape(rows, in_features)
+    buf = x2.new_empty((padded, in_features))
+    buf[:rows].copy_(x2)
+    buf[rows:].zero_()
+    out = torch.ops.mkldnn._linear_pointwise(buf, weight, bias, "none", [], "")[:rows]
+    return out.view(*x.shape[:-1], out_features)
+
+
 class PackedLinear(nn.Module):
     """`nn.Linear`'s forward with its weight in oneDNN's layout (an opaque tensor: it can be
     multiplied, not indexed or saved). Replaces a loaded `nn.Linear`; see `pack_linears`."""
@@ -76,18 +94,7 @@ class PackedLinear(nn.Module):
         self.bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // self.in_features if self.in_features else 0
-        padded = bucket_rows(rows)
-        if padded == rows:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        # Pad rows up to the bucket: one copy of the input (the padding rows zeroed, not left
-        # uninitialised: denormals there would slow the kernel), then a view of the real rows.
-        x2 = x.reshape(rows, self.in_features)
-        buf = x2.new_empty((padded, self.in_features))
-        buf[:rows].copy_(x2)
-        buf[rows:].zero_()
-        out = torch.ops.mkldnn._linear_pointwise(buf, self.weight, self.bias, "none", [], "")[:rows]
-        return out.view(*x.shape[:-1], self.out_features)
+        return onednn_linear(x, self.weight, self.bias, self.in_features, self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, onednn"

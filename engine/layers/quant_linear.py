@@ -1,16 +1,15 @@
-"""Weight-only quantized linear layers: `Int8Linear`, `Int4Linear` and, for CPU "auto", `Fp16Linear`,
-swapped in for a loaded model's `nn.Linear`s by `quantize_linears`. int weights start in the
-canonical layout of engine/layers/quant.py.
+"""Weight-only quantized linear layers: `Int8Linear`, `Int4Linear` and `Fp16Linear` (CPU "auto"
+without the native kernels), swapped in for a loaded model's `nn.Linear`s by `quantize_linears`.
+int weights start in the canonical layout of engine/layers/quant.py.
 
-Weight-only: activations stay float. fbgemm's dynamic int8 linear (`quantized::linear_dynamic`,
-which also quantizes the activations to 8 bits per call) was the fastest CPU kernel measured, but
-on the embedded model its greedy tokens agreed with fp32 on 4 of 128 positions: its activations
-are heavy-tailed (median |x| 0.01 against a max of 1.3 to 477), so most entries round to 0 or
-+-1. No accurate int kernel here beats our oneDNN fp32 path (docs/engine.md, "Quantization"), so
-on the CPU int8 and int4 save memory, not time; "auto" there runs fbgemm's fp16-weight linear,
-near exact and faster at one row. int4 on the
-CPU dequantizes per call: exact against `dequantize_int4` (`_weight_int4pack_mm_for_cpu` was 3x
-slower still).
+On the CPU, int4 and int8 run engine/native/gemv.cpp: decode rows (up to NATIVE_MAX_ROWS) through
+its kernels on the quantized weight, fp32 activations (within fp32 rounding of
+dequantize-then-matmul); more rows dequantize the weight into a scratch tensor for oneDNN. Without
+the library (no compiler, OPENCLAW_CPU_KERNELS=0, a failed probe) each module keeps the torch
+path: dequantize per call (`_weight_int8pack_mm` at one int8 row). Activations stay float: 8-bit
+activations broke the embedded model's greedy tokens, per tensor (fbgemm's dynamic int8: 4 of 128
+kept) and per block of 32 (gemv.cpp's VNNI tier, "int4-q8": 56 of 128); its activations are
+heavy-tailed (median |x| 0.01 against a max of 1.3 to 477). docs/engine.md, "Quantization".
 
 On CUDA both call the Triton kernels of engine/kernels/quant_matmul.py on the canonical tensors,
 imported on first use (triton raises without a driver)."""
@@ -23,10 +22,48 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.layers.linear import onednn_available, onednn_linear
 from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
+from engine.native import gemv
 
-QUANTIZATIONS = ("int8", "int4", "fp16")
+# "int4-q8": int4 weights whose decode rows run with activations rounded to int8 per block of 32
+# (gemv.cpp's VNNI tier; CPU only): what CPU "auto" picks, measured (docs/engine.md).
+QUANTIZATIONS = ("int8", "int4", "int4-q8", "fp16")
 INT4_GROUP = 32
+# Up to this many rows (decode) the native kernel reads the quantized weight as it is; more rows
+# (prefill) dequantize it into a scratch fp32 weight for a float GEMM, which is compute-bound and
+# does better there (docs/BENCHMARKS.md, "Quantized linears on the CPU").
+NATIVE_MAX_ROWS = 16
+
+
+def cpu_auto_quantization() -> str:
+    """What "auto" runs a quantized checkpoint as on the CPU: "int4" (the file's 4-bit blocks, the
+    head int8) through engine/native/gemv.cpp, or fbgemm's "fp16" where that library is missing."""
+    # Not "int4-q8": its block-rounded activations kept 56 of 128 greedy tokens of the embedded
+    # model (docs/engine.md, "Quantization"); the fp32-activation tier is exact to rounding.
+    return "int4" if gemv.kernels() is not None else "fp16"
+
+
+def _native_rows(x: torch.Tensor, in_features: int) -> torch.Tensor:
+    """x as the (rows, in) contiguous fp32 tensor the native kernels take (no copy if it is one)."""
+    if x.dim() == 2 and x.dtype == torch.float32 and x.is_contiguous():
+        return x  # the model's own case: the ops below are no-ops but cost ~2 us each
+    return x.reshape(-1, in_features).to(torch.float32).contiguous()
+
+
+def _prefill(x2: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """Many rows: the dequantized scratch weight through oneDNN (measured faster here than
+    F.linear's MKL, as for the float layers; engine/layers/linear.py)."""
+    bias = None if bias is None else bias.float()
+    if onednn_available():
+        return onednn_linear(x2, w, bias, w.shape[1], w.shape[0])
+    return F.linear(x2, w, bias)
+
+
+def _native_out(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 2 and x.dtype == torch.float32:
+        return out
+    return out.to(x.dtype).view(*x.shape[:-1], out.shape[-1])
 
 
 @functools.cache
@@ -94,12 +131,30 @@ class Int8Linear(nn.Module):
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = qweight.shape
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", scale.float())
+        self.register_buffer("qweight", qweight.contiguous())
+        self.register_buffer("scale", scale.float().contiguous())
         self.register_buffer("bias", bias)
+        self.native = qweight.device.type == "cpu" and gemv.kernels() is not None
+        self._bind()
+
+    def _bind(self) -> None:
+        if self.native:
+            bias = None if self.bias is None else self.bias.float().contiguous()
+            self.decode = gemv.bind_int8(gemv.kernels(), self.qweight, self.scale, bias)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self._bind()  # the buffers may be new tensors now
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape[:-1]
+        if self.native:
+            x2 = _native_rows(x, self.in_features)
+            if x2.shape[0] <= NATIVE_MAX_ROWS:
+                return _native_out(self.decode(x2), x)
+            w = gemv.int8_dequantize(gemv.kernels(), self.qweight, self.scale)
+            return _native_out(_prefill(x2, w, self.bias), x)
         x2 = x.reshape(-1, self.in_features)
         if x.device.type == "cuda":
             from engine.kernels.quant_matmul import int8_weight_matmul
@@ -121,20 +176,43 @@ class Int8Linear(nn.Module):
 
 
 class Int4Linear(nn.Module):
-    """y = x @ dequantize_int4(qweight, scale, offset, group).T + bias, the canonical int4 layout."""
+    """y = x @ dequantize_int4(qweight, scale, offset, group).T + bias. On the CPU with the native
+    kernels, `qweight` holds gemv.cpp's repacking of the canonical layout (`self.native`;
+    `gemv.canonical_int4` gives it back), read as it is at decode."""
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, group: int,
-                 bias: torch.Tensor | None) -> None:
+                 bias: torch.Tensor | None, int8_activations: bool = False) -> None:
         super().__init__()
         self.out_features, self.in_features = qweight.shape[0], qweight.shape[1] * 2
         self.group = group
-        self.register_buffer("qweight", qweight)
-        self.register_buffer("scale", scale.float())
-        self.register_buffer("offset", offset.float())
+        self.native = qweight.device.type == "cpu" and group % 32 == 0 and gemv.kernels() is not None
+        # Decode rows through the int8-activation (VNNI) tier: groups of 32 only.
+        self.int8_activations = int8_activations and self.native and group == 32
+        self.register_buffer("qweight", gemv.repack_int4(qweight) if self.native else qweight)
+        self.register_buffer("scale", scale.float().contiguous())
+        self.register_buffer("offset", offset.float().contiguous())
         self.register_buffer("bias", bias)
+        self._bind()
+
+    def _bind(self) -> None:
+        if self.native:
+            bias = None if self.bias is None else self.bias.float().contiguous()
+            self.decode = gemv.bind_int4(gemv.kernels(), self.qweight, self.scale, self.offset, self.group,
+                                         bias, self.int8_activations)
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self._bind()  # the buffers may be new tensors now
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape[:-1]
+        if self.native:
+            x2 = _native_rows(x, self.in_features)
+            if x2.shape[0] <= NATIVE_MAX_ROWS:
+                return _native_out(self.decode(x2), x)
+            w = gemv.int4_dequantize(gemv.kernels(), self.qweight, self.scale, self.offset, self.group)
+            return _native_out(_prefill(x2, w, self.bias), x)
         x2 = x.reshape(-1, self.in_features)
         if x.device.type == "cuda":
             from engine.kernels.quant_matmul import int4_weight_matmul
@@ -146,7 +224,8 @@ class Int4Linear(nn.Module):
         return out.view(*shape, self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}"
+        tier = ", int8 activations" if self.int8_activations else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}{tier}"
 
 
 def quantized_linear(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> nn.Module:
@@ -157,8 +236,8 @@ def quantized_linear(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> n
             return Fp16Linear(linear)
         w = linear.weight.detach()
         bias = None if linear.bias is None else linear.bias.detach().clone()
-        if mode == "int4" and linear.in_features % group == 0:
-            return Int4Linear(*quantize_int4(w, group), group, bias)
+        if mode in ("int4", "int4-q8") and linear.in_features % group == 0:
+            return Int4Linear(*quantize_int4(w, group), group, bias, int8_activations=mode == "int4-q8")
         return Int8Linear(*quantize_int8(w), bias)
 
 
@@ -176,7 +255,7 @@ def quantize_linears(model: nn.Module, mode: str, group: int = INT4_GROUP) -> in
     linears = [(parent, name) for parent in model.modules()
                for name, child in parent.named_children() if isinstance(child, nn.Linear)]
     for parent, name in linears:
-        kind = "int8" if name == "lm_head" and mode == "int4" else mode
+        kind = "int8" if name == "lm_head" and mode.startswith("int4") else mode
         setattr(parent, name, quantized_linear(getattr(parent, name), kind, group))
     return len(linears)
 
