@@ -137,7 +137,8 @@ class EngineConfig:
 
     def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool) -> str | None:
         """"int8", "int4" or None (float weights) for a model on `device` whose checkpoint stores
-        quantized linear weights or not (CPU "auto" is "int4" through the native kernels, or
+        quantized linear weights or not (CPU "auto" is "int4-fp16": decode rows through the native
+        int4 kernels, prefill on an fp16 copy; or
         "fp16" through fbgemm without them; engine/layers/quant_linear.py)."""
         if self.quantization != "auto":
             return None if self.quantization == "none" else self.quantization

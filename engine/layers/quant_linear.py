@@ -28,20 +28,28 @@ from engine.native import gemv
 
 # "int4-q8": int4 weights whose decode rows run with activations rounded to int8 per block of 32
 # (gemv.cpp's VNNI tier; CPU only): what CPU "auto" picks, measured (docs/engine.md).
-QUANTIZATIONS = ("int8", "int4", "int4-q8", "fp16")
+QUANTIZATIONS = ("int8", "int4", "int4-q8", "fp16", "int4-fp16")
 INT4_GROUP = 32
 # Up to this many rows (decode) the native kernel reads the quantized weight as it is; more rows
 # (prefill) dequantize it into a scratch fp32 weight for a float GEMM, which is compute-bound and
 # does better there (docs/BENCHMARKS.md, "Quantized linears on the CPU").
 NATIVE_MAX_ROWS = 16
+# "int4-fp16" (CPU "auto"): up to this many rows the int4 kernel, more rows an fp16 copy through
+# fbgemm. The kernel's cost grows with the rows (4 rows ~1.6x one, 16 rows ~8x), and a prefill's
+# scratch dequantization and oneDNN's per-call reorder tripled a short prompt's time to first token
+# (20 tokens: 43 -> 164 ms); fbgemm fp16 is about even with fp32 from 4 rows up.
+SPLIT_ROWS = 4
 
 
 def cpu_auto_quantization() -> str:
-    """What "auto" runs a quantized checkpoint as on the CPU: "int4" (the file's 4-bit blocks, the
-    head int8) through engine/native/gemv.cpp, or fbgemm's "fp16" where that library is missing."""
+    """What "auto" runs a quantized checkpoint as on the CPU: "int4-fp16" (decode rows on the
+    file's 4-bit blocks, the head int8, through engine/native/gemv.cpp; prefill on an fp16 copy
+    through fbgemm), "int4" where fbgemm is missing, fbgemm's "fp16" where our library is."""
     # Not "int4-q8": its block-rounded activations kept 56 of 128 greedy tokens of the embedded
     # model (docs/engine.md, "Quantization"); the fp32-activation tier is exact to rounding.
-    return "int4" if gemv.kernels() is not None else "fp16"
+    if gemv.kernels() is None:
+        return "fp16"
+    return "int4-fp16" if fbgemm_fp16_available() else "int4"
 
 
 def _native_rows(x: torch.Tensor, in_features: int) -> torch.Tensor:
@@ -228,12 +236,32 @@ class Int4Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}{tier}"
 
 
+class RowSplitLinear(nn.Module):
+    """One linear held twice: `few` (quantized, read as it is) for up to `rows` rows, `many` (an
+    fp16 copy) for more, each the faster there (SPLIT_ROWS)."""
+
+    def __init__(self, few: nn.Module, many: nn.Module, rows: int = SPLIT_ROWS) -> None:
+        super().__init__()
+        self.few, self.many, self.rows = few, many, rows
+        self.in_features, self.out_features = few.in_features, few.out_features
+        # Their forwards bound once, outside nn.Module's attribute lookup and __call__ (hook
+        # checks): ~4 us a call, 121 calls a decode step.
+        self.__dict__["_few"], self.__dict__["_many"] = few.forward, many.forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.shape[0] if x.dim() == 2 else x.numel() // self.in_features
+        return self._few(x) if rows <= self.rows else self._many(x)
+
+
 def quantized_linear(linear: nn.Linear, mode: str, group: int = INT4_GROUP) -> nn.Module:
     """The quantized module for one loaded `nn.Linear` (its weight is not kept). int4 needs
     in_features divisible by `group`; a linear that is not gets int8."""
     with torch.inference_mode():
         if mode == "fp16":
             return Fp16Linear(linear)
+        if mode in ("int4-fp16", "int8-fp16"):
+            few = quantized_linear(linear, mode.split("-")[0], group)
+            return RowSplitLinear(few, Fp16Linear(linear)) if fbgemm_fp16_available() else few
         w = linear.weight.detach()
         bias = None if linear.bias is None else linear.bias.detach().clone()
         if mode in ("int4", "int4-q8") and linear.in_features % group == 0:
@@ -255,7 +283,9 @@ def quantize_linears(model: nn.Module, mode: str, group: int = INT4_GROUP) -> in
     linears = [(parent, name) for parent in model.modules()
                for name, child in parent.named_children() if isinstance(child, nn.Linear)]
     for parent, name in linears:
-        kind = "int8" if name == "lm_head" and mode.startswith("int4") else mode
+        kind = mode
+        if name == "lm_head" and mode.startswith("int4"):
+            kind = "int8-fp16" if mode == "int4-fp16" else "int8"
         setattr(parent, name, quantized_linear(getattr(parent, name), kind, group))
     return len(linears)
 

@@ -13,7 +13,8 @@ from torch import nn
 
 from engine.config import EngineConfig
 from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
-from engine.layers.quant_linear import NATIVE_MAX_ROWS, Int4Linear, Int8Linear, quantized_linear
+from engine.layers.quant_linear import (NATIVE_MAX_ROWS, SPLIT_ROWS, Fp16Linear, Int4Linear, Int8Linear,
+                                        RowSplitLinear, fbgemm_fp16_available, quantized_linear)
 from engine.native import build, gemv
 
 needs_kernels = pytest.mark.skipif(gemv.kernels() is None, reason="no native gemv kernels here")
@@ -169,7 +170,7 @@ def test_switched_off_the_modules_keep_the_torch_path_and_auto_is_fp16(kernels_o
 
 @needs_kernels
 def test_auto_on_the_cpu_is_int4_through_the_kernels():
-    assert EngineConfig().resolve_quantization(torch.device("cpu"), checkpoint_quantized=True) == "int4"
+    assert EngineConfig().resolve_quantization(torch.device("cpu"), checkpoint_quantized=True) == "int4-fp16"
     assert EngineConfig().resolve_quantization(torch.device("cpu"), checkpoint_quantized=False) is None
 
 

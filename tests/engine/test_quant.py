@@ -105,7 +105,7 @@ def test_auto_keeps_a_quantized_gguf_quantized():
     assert auto.resolve_quantization(cuda, checkpoint_quantized=True) == "int4"
     assert auto.resolve_quantization(cuda, checkpoint_quantized=False) is None
     # On the CPU the native int4 kernels (fbgemm's fp16 weights without them: tests/engine/test_gemv.py).
-    assert auto.resolve_quantization(cpu, checkpoint_quantized=True) in ("int4", "fp16")
+    assert auto.resolve_quantization(cpu, checkpoint_quantized=True) in ("int4-fp16", "int4", "fp16")
     assert auto.resolve_quantization(cpu, checkpoint_quantized=False) is None
     assert EngineConfig(dtype="float32").resolve_quantization(cuda, checkpoint_quantized=True) is None
     for off in (None, "none"):

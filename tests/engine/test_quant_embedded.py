@@ -10,7 +10,8 @@ from torch import nn
 
 from engine import LLM, SamplingParams
 from engine.layers.linear import PackedLinear
-from engine.layers.quant_linear import Fp16Linear, Int4Linear, Int8Linear, weight_bytes
+from engine.layers.quant_linear import (SPLIT_ROWS, Fp16Linear, Int4Linear, Int8Linear, RowSplitLinear,
+                                        weight_bytes)
 from tests.engine.test_embedded_model import CHATS
 
 STEPS = 32
@@ -128,18 +129,28 @@ def test_auto_on_the_cpu_runs_the_gguf_on_its_4bit_blocks_near_fp32(auto_llm, fp
         assert auto_llm.engine.runner.quantization == "fp16"
         assert sum(isinstance(m, Fp16Linear) for m in model.modules()) == 30 * 4 + 1
         return
-    assert auto_llm.engine.runner.quantization == "int4"
-    assert not any(isinstance(m, (nn.Linear, PackedLinear, Fp16Linear)) for m in model.modules())
-    layers = [m for m in model.modules() if isinstance(m, Int4Linear)]
+    assert auto_llm.engine.runner.quantization == "int4-fp16"
+    assert not any(isinstance(m, (nn.Linear, PackedLinear)) for m in model.modules())
+    split = [m for m in model.modules() if isinstance(m, RowSplitLinear)]
+    # Decode rows on the file's 4-bit blocks (the head int8), prefill on an fp16 copy.
+    assert len(split) == 30 * 4 + 1 and all(isinstance(m.many, Fp16Linear) for m in split)
+    layers = [m.few for m in split if isinstance(m.few, Int4Linear)]
     assert len(layers) == 30 * 4 and all(m.native for m in layers)
-    assert sum(isinstance(m, Int8Linear) and m.native for m in model.modules()) == 1  # the LM head
+    assert isinstance(model.lm_head.few, Int8Linear) and model.lm_head.few.native
     big_float = [n for n, t in (*model.named_parameters(), *model.named_buffers())
                  if t.is_floating_point() and t.dim() == 2 and "rotary" not in n
                  and not n.endswith((".scale", ".offset"))]
     assert big_float == ["embed_tokens.weight"]
     ids = chat_ids(fp32_llm, CHATS[2])
     ref = fp32_llm.engine.runner.prefill_logits(ids)
-    ours = auto_llm.engine.runner.prefill_logits(ids)
+    # The 4-bit path at every row count, as decode runs it: the prompt through the kernels.
+    for m in split:
+        m.rows = len(ids)
+    try:
+        ours = auto_llm.engine.runner.prefill_logits(ids)
+    finally:
+        for m in split:
+            m.rows = SPLIT_ROWS
     # Measured 2026-12-07: max 0.66, mean 0.057 of logits up to 38, the top token the same at every
     # position. The 4-bit layers are the file's Q4_1 blocks (lossless), so all of it is the int8
     # head, requantized per channel from the Q8_0 embedding; a wrong kernel or layout moves the
@@ -148,5 +159,9 @@ def test_auto_on_the_cpu_runs_the_gguf_on_its_4bit_blocks_near_fp32(auto_llm, fp
     assert err.max().item() < 0.035 * ref.abs().max().item()
     assert err.mean().item() < 0.004 * ref.abs().max().item()
     assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() > 0.97
+    # The prompt's own path, the fp16 copy: fp16 keeps 11 bits of each weight.
+    fp16 = auto_llm.engine.runner.prefill_logits(ids)
+    assert (fp16 - ref).abs().max().item() < 0.035 * ref.abs().max().item()
+    assert (fp16.argmax(-1) == ref.argmax(-1)).float().mean().item() > 0.97
     # Measured 2026-12-07: 128 of 128.
     assert greedy_agreement(auto_llm, fp32_llm, "auto") >= 0.9 * STEPS * len(CHATS)
