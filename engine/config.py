@@ -135,7 +135,8 @@ class EngineConfig:
             raise ValueError(f"engine config quantization={self.quantization!r}: must be one of "
                              f"{', '.join(repr(q) for q in QUANTIZATION_OPTIONS)}")
 
-    def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool) -> str | None:
+    def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool,
+                             checkpoint_bits: int | None = None) -> str | None:
         """"int8", "int4" or None (float weights) for a model on `device` whose checkpoint stores
         quantized linear weights or not (CPU "auto" is "int4-fp16": decode rows through the native
         int4 kernels, prefill on an fp16 copy; or
@@ -148,7 +149,7 @@ class EngineConfig:
             return "int4"
         from engine.layers.quant_linear import cpu_auto_quantization
 
-        return cpu_auto_quantization()
+        return cpu_auto_quantization(checkpoint_bits)
 
     def resolve_device(self) -> torch.device:
         import torch

@@ -59,7 +59,7 @@ class ModelRunner:
         self.model = model.to(self.dtype).to_empty(device=self.device).eval()
         self.model.tie_weights()
         self.model.load_weights(ckpt.weights)
-        self.quantization = config.resolve_quantization(self.device, ckpt.quantized)
+        self.quantization = config.resolve_quantization(self.device, ckpt.quantized, ckpt.quantized_bits)
         if self.quantization and not quantize_linears(self.model, self.quantization):
             self.quantization = None  # no kernel for it here: the float path stays
         if self.device.type == "cpu":

@@ -28,7 +28,7 @@ from engine.native import gemv
 
 # "int4-q8": int4 weights whose decode rows run with activations rounded to int8 per block of 32
 # (gemv.cpp's VNNI tier; CPU only): what CPU "auto" picks, measured (docs/engine.md).
-QUANTIZATIONS = ("int8", "int4", "int4-q8", "fp16", "int4-fp16")
+QUANTIZATIONS = ("int8", "int4", "int4-q8", "fp16", "int4-fp16", "int8-fp16")
 INT4_GROUP = 32
 # Up to this many rows (decode) the native kernel reads the quantized weight as it is; more rows
 # (prefill) dequantize it into a scratch fp32 weight for a float GEMM, which is compute-bound and
@@ -41,15 +41,17 @@ NATIVE_MAX_ROWS = 16
 SPLIT_ROWS = 4
 
 
-def cpu_auto_quantization() -> str:
+def cpu_auto_quantization(bits: int | None = None) -> str:
     """What "auto" runs a quantized checkpoint as on the CPU: "int4-fp16" (decode rows on the
     file's 4-bit blocks, the head int8, through engine/native/gemv.cpp; prefill on an fp16 copy
-    through fbgemm), "int4" where fbgemm is missing, fbgemm's "fp16" where our library is."""
+    through fbgemm; "int8-fp16" for a file of 5 bits or more, which 4 bits would lose), the int
+    mode alone where fbgemm is missing, fbgemm's "fp16" where our library is."""
     # Not "int4-q8": its block-rounded activations kept 56 of 128 greedy tokens of the embedded
     # model (docs/engine.md, "Quantization"); the fp32-activation tier is exact to rounding.
     if gemv.kernels() is None:
         return "fp16"
-    return "int4-fp16" if fbgemm_fp16_available() else "int4"
+    mode = "int8" if bits is not None and bits > 4 else "int4"
+    return f"{mode}-fp16" if fbgemm_fp16_available() else mode
 
 
 def _native_rows(x: torch.Tensor, in_features: int) -> torch.Tensor:

@@ -21,3 +21,4 @@ class Checkpoint:
     rope_freq_factors: torch.Tensor | None = None  # GGUF `rope_freqs`
     context_length: int | None = None
     quantized: bool = False  # the file stores its linear weights quantized (a Q4_1 GGUF, ...)
+    quantized_bits: int | None = None  # 4 (Q4_*, or fewer bits) or 8 (Q5_*, Q6_K, Q8_0) where it does

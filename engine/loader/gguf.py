@@ -67,6 +67,7 @@ def open_gguf(path: Path) -> Checkpoint:
         rope_freq_factors=None if freq_factors is None else torch.tensor(_dequant(freq_factors)),
         context_length=fields.get(f"{arch}.context_length"),
         quantized=stores_quantized_linears(tensors.values()),
+        quantized_bits=quantized_bits(tensors.values()),
     )
 
 
@@ -79,6 +80,17 @@ def stores_quantized_linears(tensors) -> bool:
     """Whether the file's layer matrices (not norms or the embedding) are block-quantized."""
     return any(t.name.startswith("blk.") and len(t.shape) == 2 and t.tensor_type not in _FLOAT_TYPES
                for t in tensors)
+
+
+def quantized_bits(tensors) -> int | None:
+    """What most of the file's block-quantized layer matrices keep: 8 for 5 bits or more (Q5_*,
+    Q6_K, Q8_0: a 4-bit copy would lose what the file keeps), 4 for 4 or fewer (a Q4_K_M file's few
+    Q6_K matrices do not make it an 8-bit one); None for a float file."""
+    kinds = [t.tensor_type.name.startswith(("Q5", "Q6", "Q8")) for t in tensors
+             if t.name.startswith("blk.") and len(t.shape) == 2 and t.tensor_type not in _FLOAT_TYPES]
+    if not kinds:
+        return None
+    return 8 if 2 * sum(kinds) >= len(kinds) else 4
 
 
 def _reader(path: Path) -> GGUFHeader:

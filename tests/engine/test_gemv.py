@@ -13,8 +13,13 @@ from torch import nn
 
 from engine.config import EngineConfig
 from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
-from engine.layers.quant_linear import (NATIVE_MAX_ROWS, SPLIT_ROWS, Fp16Linear, Int4Linear, Int8Linear,
-                                        RowSplitLinear, fbgemm_fp16_available, quantized_linear)
+from engine.layers.quant_linear import (
+    NATIVE_MAX_ROWS,
+    Int4Linear,
+    Int8Linear,
+    fbgemm_fp16_available,
+    quantized_linear,
+)
 from engine.native import build, gemv
 
 needs_kernels = pytest.mark.skipif(gemv.kernels() is None, reason="no native gemv kernels here")
@@ -207,3 +212,11 @@ def test_int4_q8_modules_use_the_tier_at_decode_only():
         assert not torch.allclose(mod(x), exact(x), rtol=0, atol=1e-6)
         x = torch.randn(NATIVE_MAX_ROWS + 1, 576)
         assert torch.equal(mod(x), exact(x))  # prefill: the same dequantized weight
+
+
+@needs_kernels
+def test_auto_keeps_an_8bit_file_at_8_bits_on_the_cpu():
+    cpu = torch.device("cpu")
+    split = fbgemm_fp16_available()
+    assert EngineConfig().resolve_quantization(cpu, True, 8) == ("int8-fp16" if split else "int8")
+    assert EngineConfig().resolve_quantization(cpu, True, 4) == ("int4-fp16" if split else "int4")

@@ -127,3 +127,22 @@ def test_prompt_ids_outside_the_vocabulary_are_refused(tmp_path):
         llm.generate("text needs a tokenizer")
     shutil.rmtree(folder)
     assert torch.is_tensor(llm.engine.runner.prefill_logits([1, 2, 3]))  # weights are in memory
+
+
+def test_a_gguf_says_how_many_bits_its_layer_matrices_keep():
+    from types import SimpleNamespace
+
+    from gguf import GGMLQuantizationType as T
+
+    from engine.loader.gguf import quantized_bits
+
+    def tensors(*types, name="blk.0.attn_q.weight"):
+        return [SimpleNamespace(name=name, shape=(64, 64), tensor_type=t) for t in types]
+
+    assert quantized_bits(tensors(T.Q4_1)) == 4
+    assert quantized_bits(tensors(T.Q4_K, T.Q4_K, T.Q6_K)) == 4  # Q4_K_M: a few matrices at 6 bits
+    assert quantized_bits(tensors(T.Q4_K, T.Q6_K, T.Q6_K)) == 8
+    assert quantized_bits(tensors(T.Q8_0)) == 8
+    assert quantized_bits(tensors(T.Q2_K)) == 4
+    assert quantized_bits(tensors(T.F16)) is None
+    assert quantized_bits(tensors(T.Q8_0, name="token_embd.weight")) is None  # not a layer matrix

@@ -10,8 +10,14 @@ from torch import nn
 
 from engine import LLM, SamplingParams
 from engine.layers.linear import PackedLinear
-from engine.layers.quant_linear import (SPLIT_ROWS, Fp16Linear, Int4Linear, Int8Linear, RowSplitLinear,
-                                        weight_bytes)
+from engine.layers.quant_linear import (
+    SPLIT_ROWS,
+    Fp16Linear,
+    Int4Linear,
+    Int8Linear,
+    RowSplitLinear,
+    weight_bytes,
+)
 from tests.engine.test_embedded_model import CHATS
 
 STEPS = 32
