@@ -217,8 +217,10 @@ def run_whole(method: Callable[..., Awaitable[R]],
         writer = self.loop_writer
         if (on_loop is not None and writer is not None and writer.thread == threading.get_ident()
                 and all(getattr(type(self), name) is step for name, step in own)):
-            if writer.checkpoint is not None:  # nothing written yet: a cancel here loses nothing
-                await asyncio.shield(writer.checkpoint)
+            while writer.checkpoint is not None and not writer.checkpoint.done():
+                # Nothing written yet: a cancel here loses nothing. `wait`, not `shield`: the
+                # checkpoint's own failure or cancel is not this call's.
+                await asyncio.wait({writer.checkpoint})
             if self.loop_writer is writer:  # not closed meanwhile
                 done = on_loop(self, writer, *args, **kwargs)
                 if done is not NOT_DONE:

@@ -40,6 +40,9 @@ from openclaw.store import engine as store_engine
 # A commit that grows the -wal file past this asks for a checkpoint: SQLite's automatic one comes
 # at 1000 pages. A file that no longer grows is being reused from its start after a checkpoint.
 CHECKPOINT_BYTES = 1000 * 4096
+# And a checkpoint at least every so many commits here (a turn makes about six): the file's size
+# alone misses the frames appended into a -wal file already that large.
+CHECKPOINT_COMMITS = 1000
 
 Step = tuple["Prepared", dict[str, Any]]
 T = TypeVar("T")
@@ -93,6 +96,7 @@ class LoopWriter:
         self.checkpoint: Any = None  # the store's task running it, on the thread (base.run_whole)
         self._wal = f"{path}-wal"
         self._wal_size = 0
+        self._since_checkpoint = 0
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         try:
             # journal_size_limit as the thread's connections have it: this connection, too, may be
@@ -146,10 +150,14 @@ class LoopWriter:
                 done.append((cursor.rowcount, cursor.lastrowid))
             if many:
                 conn.execute("COMMIT")
-        except sqlite3.Error:
+        except BaseException as exc:
+            # Whatever it was, the transaction goes: left open, it would hold the write lock and
+            # make the next call's statements part of it, uncommitted.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            return None
+            if isinstance(exc, (sqlite3.Error, OverflowError)):
+                return None  # the ordinary path meets it again, and says so its own way
+            raise
         self._committed()
         return done
 
@@ -159,7 +167,14 @@ class LoopWriter:
             size = os.stat(self._wal).st_size  # a microsecond or two
         except OSError:
             size = 0
-        self.checkpoint_due = size >= CHECKPOINT_BYTES and size > self._wal_size
+        # Grown past the threshold, or reused from its start after a checkpoint for as many
+        # commits as grew it that far once: a -wal file left large (a long reader held it) is
+        # not waited out whole before the next checkpoint.
+        self._since_checkpoint += 1
+        grown = size >= CHECKPOINT_BYTES and size > self._wal_size
+        self.checkpoint_due = grown or self._since_checkpoint >= CHECKPOINT_COMMITS
+        if self.checkpoint_due:
+            self._since_checkpoint = 0
         self._wal_size = size
 
     def transaction(self, body: Callable[[Callable[[Prepared, dict[str, Any]], sqlite3.Cursor]], T]
@@ -173,10 +188,13 @@ class LoopWriter:
             done = body(lambda prepared, values: conn.execute(prepared.sql,
                                                               prepared.parameters(values)))
             conn.execute("COMMIT")
-        except (sqlite3.Error, StandAside, KeyError, ValueError, TypeError):
-            if conn.in_transaction:
+        except BaseException as exc:
+            if conn.in_transaction:  # never left open (see write)
                 conn.execute("ROLLBACK")
-            return NOT_DONE
+            if isinstance(exc, (sqlite3.Error, StandAside, KeyError, ValueError, TypeError,
+                                OverflowError, IndexError)):
+                return NOT_DONE
+            raise
         self._committed()
         return done
 

@@ -244,3 +244,25 @@ async def test_a_write_on_the_loop_survives_the_process_killed_right_after(tmp_p
 async def test_an_in_memory_store_has_no_loop_writer(tmp_path: Path):
     async with await Store.open("sqlite+aiosqlite:///:memory:", loop_writes=True) as store:
         assert store.loop_writer is None
+
+
+async def test_a_value_sqlite_cannot_take_leaves_no_transaction_open_on_the_loop(tmp_path: Path):
+    # An int past 64 bits raises OverflowError in the sqlite3 module, inside the transaction that
+    # stores a tool result with its audit row. Left open, that transaction would hold the write
+    # lock and swallow the next calls' writes uncommitted.
+    db = tmp_path / "s.db"
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
+        user = await store.ensure_user("telegram", 1001)
+        conv = await store.active_conversation(user.key, "1001")
+        with pytest.raises(Exception):  # noqa: B017  # the ordinary path's own error, whichever
+            await store.add_message(conv.id, "tool", "out", tool_call_id="c1", audit=dict(
+                user=user.key, skill="shell", arguments={}, decision="allowed", exit_status=0,
+                duration_ms=5, output_bytes=2**64, detail=None))
+        await store.add_message(conv.id, "user", "after")
+        other = sqlite3.connect(db)
+        try:  # committed, and the lock free for another connection
+            assert other.execute("SELECT content FROM messages").fetchall() == [("after",)]
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
