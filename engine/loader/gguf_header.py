@@ -9,6 +9,7 @@ ReaderTensor that the loader and `gguf.quants.dequantize` use.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from gguf.quants import quant_shape_to_byte_shape
 
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
+MAX_NESTING = 8  # arrays of arrays: GGUF files use one level
+MAX_DIMS = 4  # GGML's own limit on a tensor's dimensions
 
 # Scalar value types: struct format letter (after the byte order) and numpy dtype.
 _SCALARS: dict[int, tuple[str, str]] = {
@@ -130,7 +133,7 @@ class _Parser:
         (n,) = self.unpack("Q")
         return str(self.take(n), "utf-8")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, depth: int = 0) -> Any:
         if kind in _SCALARS:
             return self.unpack(_SCALARS[kind][0])[0]
         if kind == GGUFValueType.STRING:
@@ -144,7 +147,9 @@ class _Parser:
             if item_kind == GGUFValueType.STRING:
                 return self.strings(self.count(n, 8))
             if item_kind == GGUFValueType.ARRAY:  # gguf's reader flattens nested arrays too
-                return [v for _ in range(self.count(n, 12)) for v in self.value(item_kind)]
+                if depth >= MAX_NESTING:  # a hostile file's thousand levels: no RecursionError
+                    raise GGUFFormatError(f"arrays nested deeper than {MAX_NESTING} at offset {self.off:,}")
+                return [v for _ in range(self.count(n, 12)) for v in self.value(item_kind, depth + 1)]
         raise GGUFFormatError(f"GGUF value type {kind} is not understood")
 
     def strings(self, n: int) -> list[str]:
@@ -164,6 +169,8 @@ class _Parser:
     def tensor_info(self) -> tuple[str, tuple[int, ...], int, int]:
         name = self.string()
         (n_dims,) = self.unpack("I")
+        if n_dims > MAX_DIMS:  # GGML tensors have at most 4
+            raise GGUFFormatError(f"GGUF tensor {name!r}: {n_dims:,} dimensions")
         dims = self.unpack("Q" * self.count(n_dims, 8))
         raw_type, offset = self.unpack("IQ")
         return name, dims, raw_type, offset
@@ -174,8 +181,10 @@ class _Parser:
             kind = GGMLQuantizationType(raw_type)
         except ValueError:
             raise GGUFFormatError(f"GGUF tensor {name!r}: type {raw_type} is not known") from None
-        n_elements = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        n_elements = math.prod(dims)  # Python ints: a forged shape cannot wrap around to 0
         block, type_size = GGML_QUANT_SIZES[kind]
+        if (dims and dims[0] % block) or n_elements % block:
+            raise GGUFFormatError(f"GGUF tensor {name!r}: shape {dims} is not whole {kind.name} blocks")
         n_bytes = n_elements * type_size // block
         begin = start + offset
         if begin + n_bytes > self.size:

@@ -99,3 +99,30 @@ def test_a_damaged_count_or_length_is_refused_not_read_past_the_end(tmp_path):
         (tmp_path / "cut.gguf").write_bytes(whole[:size])
         with pytest.raises(GGUFFormatError):
             read_gguf_header(tmp_path / "cut.gguf")
+
+
+def test_a_hostile_header_is_refused_with_a_format_error(tmp_path):
+    def header(*kv: bytes, tensors: bytes = b"", n_tensors: int = 0, n_kv: int = 1) -> bytes:
+        return b"GGUF" + struct.pack("<IQQ", 3, n_tensors, n_kv) + b"".join(kv) + tensors
+
+    def key(name: bytes) -> bytes:
+        return struct.pack("<Q", len(name)) + name
+
+    # Arrays of arrays thousands deep: a RecursionError in a reader that follows them all.
+    nested = key(b"deep") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQ", 4, 0)
+    (tmp_path / "deep.gguf").write_bytes(header(nested) + bytes(4096))
+    with pytest.raises(GGUFFormatError, match="nested"):
+        read_gguf_header(tmp_path / "deep.gguf")
+    # A tensor whose dimensions multiply past 64 bits (0 in int64 arithmetic) or are not blocks.
+    for dims, words in (([2**32, 2**32], "past the end|bytes"), ([33, 1], "blocks")):
+        info = key(b"t") + struct.pack("<I", len(dims)) + struct.pack("<" + "Q" * len(dims), *dims)
+        info += struct.pack("<IQ", int(gguf.GGMLQuantizationType.Q4_0), 0)
+        path = tmp_path / f"dims-{dims[0]}.gguf"
+        path.write_bytes(header(tensors=info, n_tensors=1, n_kv=0) + bytes(4096))
+        with pytest.raises(GGUFFormatError, match=words):
+            read_gguf_header(path)
+    # More dimensions than GGML has.
+    info = key(b"t") + struct.pack("<I", 5000) + bytes(8 * 5000)
+    (tmp_path / "dims.gguf").write_bytes(header(tensors=info, n_tensors=1, n_kv=0) + bytes(4096))
+    with pytest.raises(GGUFFormatError, match="dimensions"):
+        read_gguf_header(tmp_path / "dims.gguf")
