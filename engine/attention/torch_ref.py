@@ -18,7 +18,7 @@ class TorchAttentionBackend(AttentionBackend):
         if d == meta.num_seqs:  # a decode-only step: its output needs no placing among prefills
             cpu32 = q.device.type == "cpu" and q.dtype == k_cache.dtype == torch.float32
             # Blocks past the pool: the torch path, which raises (the native op reads unchecked).
-            in_pool = cpu32 and int(meta.block_tables.max()) < k_cache.shape[0]
+            in_pool = cpu32 and decode_ops.fits_pool(meta, k_cache.shape[0], k_cache.shape[1])
             ops = decode_ops.get() if in_pool else None
             if ops is not None:  # one call over the pool, no gathers
                 out = ops.decode_attention(q, k_cache, v_cache, meta.block_tables,

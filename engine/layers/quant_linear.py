@@ -55,10 +55,23 @@ def cpu_auto_quantization(bits: int | None = None) -> str:
 
 
 def _native_rows(x: torch.Tensor, in_features: int) -> torch.Tensor:
-    """x as the (rows, in) contiguous fp32 tensor the native kernels take (no copy if it is one)."""
-    if x.dim() == 2 and x.dtype == torch.float32 and x.is_contiguous():
+    """x as the (rows, in) contiguous fp32 tensor the native kernels take (no copy if it is one).
+    A row of another width, or a tensor off the CPU, is refused: the kernel would read past it."""
+    if x.dim() == 2 and x.dtype == torch.float32 and x.is_contiguous() and x.is_cpu:
+        if x.shape[1] != in_features:
+            raise ValueError(f"a linear of {in_features} inputs was given rows of {x.shape[1]}")
         return x  # the model's own case: the ops below are no-ops but cost ~2 us each
+    if x.shape[-1] != in_features or not x.is_cpu:
+        raise ValueError(f"a CPU linear of {in_features} inputs was given {tuple(x.shape)} on {x.device}")
     return x.reshape(-1, in_features).to(torch.float32).contiguous()
+
+
+def _check_native(module: nn.Module, *tensors: torch.Tensor) -> None:
+    """A natively bound module's buffers as its kernel reads them: on the CPU, scales float32."""
+    for t in tensors:
+        if not t.is_cpu or (t.is_floating_point() and t.dtype != torch.float32):
+            raise ValueError(f"{type(module).__name__}: its native CPU kernel reads {t.dtype} on "
+                             f"{t.device}; keep a natively packed layer on the CPU in float32")
 
 
 def _prefill(x2: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -149,6 +162,7 @@ class Int8Linear(nn.Module):
 
     def _bind(self) -> None:
         if self.native:
+            _check_native(self, self.qweight, self.scale)
             bias = None if self.bias is None else self.bias.float().contiguous()
             self.decode = gemv.bind_int8(gemv.kernels(), self.qweight, self.scale, bias)
 
@@ -206,6 +220,7 @@ class Int4Linear(nn.Module):
 
     def _bind(self) -> None:
         if self.native:
+            _check_native(self, self.qweight, self.scale, self.offset)
             bias = None if self.bias is None else self.bias.float().contiguous()
             self.decode = gemv.bind_int4(gemv.kernels(), self.qweight, self.scale, self.offset, self.group,
                                          bias, self.int8_activations)
@@ -246,9 +261,13 @@ class RowSplitLinear(nn.Module):
         super().__init__()
         self.few, self.many, self.rows = few, many, rows
         self.in_features, self.out_features = few.in_features, few.out_features
-        # Their forwards bound once, outside nn.Module's attribute lookup and __call__ (hook
-        # checks): ~4 us a call, 121 calls a decode step.
-        self.__dict__["_few"], self.__dict__["_many"] = few.forward, many.forward
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if name in ("few", "many"):
+            # Its forward bound here, outside nn.Module's attribute lookup and __call__ (hook
+            # checks): ~4 us a call, 121 calls a decode step. Set again with the module.
+            self.__dict__[f"_{name}"] = value.forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0] if x.dim() == 2 else x.numel() // self.in_features

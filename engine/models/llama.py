@@ -136,7 +136,7 @@ class LlamaForCausalLM(nn.Module):
         # The native ops index the RoPE tables and the pool unchecked: a step reaching past them
         # takes the torch path, which raises a clear error instead of reading stray memory.
         if (max(meta.context_lens_host) > self.rotary.cos.shape[0]
-                or int(meta.block_tables.max()) >= kv_caches[0].shape[1]):
+                or not decode_ops.fits_pool(meta, kv_caches[0].shape[1], kv_caches[0].shape[2])):
             return None
         return decode_ops.get()
 

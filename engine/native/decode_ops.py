@@ -43,6 +43,10 @@ class DecodeOps:
         """`norm(x + residual) * weight`, with `residual` updated in place to `x + residual`; with
         residual None, `norm(x) * weight`. x: [rows, n]."""
         _check(x, weight, *(() if residual is None else (residual,)))
+        if (x.dim() != 2 or weight.shape != x.shape[1:]
+                or (residual is not None and residual.shape != x.shape)):
+            raise ValueError(f"add_rms_norm: x {tuple(x.shape)}, weight {tuple(weight.shape)}, residual "
+                             f"{None if residual is None else tuple(residual.shape)} do not fit")
         out = torch.empty_like(x)
         self._lib.add_rms_norm(x.data_ptr(), None if residual is None else residual.data_ptr(),
                                weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
@@ -117,6 +121,8 @@ class DecodeOps:
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """`silu(gate) * up` of x [rows, 2 * inter] (gate then up)."""
         _check(x)
+        if x.dim() != 2 or x.shape[1] % 2:
+            raise ValueError(f"silu_and_mul: x {tuple(x.shape)} is not [rows, 2 * inter]")
         inter = x.shape[1] // 2
         out = torch.empty(x.shape[0], inter)
         self._lib.silu_and_mul(x.data_ptr(), out.data_ptr(), x.shape[0], inter)
@@ -137,6 +143,18 @@ def _check_index(*tensors: torch.Tensor) -> None:
         if t.dtype is not torch.int64 or not t.is_cpu or not t.is_contiguous():
             raise ValueError(f"native decode ops take contiguous int64 CPU indices, got {t.dtype} "
                              f"{tuple(t.shape)} on {t.device}")
+
+
+def fits_pool(meta, blocks: int, block_size: int) -> bool:
+    """Whether a step's block ids, slots and context lengths stay inside a pool of `blocks` blocks
+    of `block_size` tokens: the native ops index the pool unchecked, so a step that does not is
+    left to the torch path, which raises a clear error instead of reading stray memory."""
+    tables, slots = meta.block_tables, meta.slot_mapping
+    if tables.numel() and (int(tables.min()) < 0 or int(tables.max()) >= blocks):
+        return False
+    if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= blocks * block_size):
+        return False
+    return max(meta.context_lens_host, default=0) <= tables.shape[1] * block_size
 
 
 @functools.cache

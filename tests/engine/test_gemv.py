@@ -220,3 +220,20 @@ def test_auto_keeps_an_8bit_file_at_8_bits_on_the_cpu():
     split = fbgemm_fp16_available()
     assert EngineConfig().resolve_quantization(cpu, True, 8) == ("int8-fp16" if split else "int8")
     assert EngineConfig().resolve_quantization(cpu, True, 4) == ("int4-fp16" if split else "int4")
+
+
+@needs_kernels
+def test_a_native_layer_refuses_what_its_kernel_would_read_wrong():
+    lin = module_linear(64, 96)
+    with torch.inference_mode():
+        int4 = quantized_linear(lin, "int4")
+        with pytest.raises(ValueError, match="96 inputs"):  # the kernel would read past the row
+            int4(torch.randn(2, 64))
+        with pytest.raises(ValueError, match="float32"):  # it reads the scales as float32
+            int4.half()
+        split = quantized_linear(lin, "int4-fp16") if fbgemm_fp16_available() else None
+    if split is not None:  # a replaced part is the one that runs
+        split.few = quantized_linear(lin, "int8")
+        x = torch.randn(1, 96)
+        with torch.inference_mode():
+            assert torch.equal(split(x), split.few(x))

@@ -102,3 +102,23 @@ def test_a_step_reaching_past_the_pool_raises_instead_of_reading_stray_memory(fo
                              query_start=[0, 1], context_lens_host=[20], num_decodes=1)
     with pytest.raises((IndexError, RuntimeError)):
         runner.model(torch.tensor([7]), torch.tensor([19]), runner.kv_caches, meta, runner.backend)
+
+
+def test_a_step_with_indices_outside_the_pool_is_left_to_the_torch_path(folder, kernels):
+    from engine.native.decode_ops import fits_pool
+
+    kernels(True)
+    runner = LLM(folder, kv_cache_gib=0.01).engine.runner
+    blocks, size = runner.kv_caches[0].shape[1], runner.kv_caches[0].shape[2]
+
+    def meta(slot, table, ctx):
+        return AttentionMetadata(slot_mapping=torch.tensor([slot]), block_tables=torch.tensor([table]),
+                                 context_lens=torch.tensor([ctx]), query_start=[0, 1],
+                                 context_lens_host=[ctx], num_decodes=1)
+
+    assert fits_pool(meta(size + 3, [0, 1], 20), blocks, size)
+    assert not fits_pool(meta(size + 3, [0, blocks], 20), blocks, size)  # a block past the pool
+    assert not fits_pool(meta(size + 3, [-1, 1], 20), blocks, size)  # a negative block id
+    assert not fits_pool(meta(-1, [0, 1], 20), blocks, size)  # a pad slot of -1
+    assert not fits_pool(meta(blocks * size, [0, 1], 20), blocks, size)  # a slot past the pool
+    assert not fits_pool(meta(size + 3, [0, 1], 2 * size + 1), blocks, size)  # past its table
