@@ -8,11 +8,13 @@ STAMP  := $(VENV)/.installed
 setup: $(STAMP) sysdeps
 
 # bubblewrap is the shell skill's sandbox, slirp4netns the network of roles granted one; the sandbox
-# tests need them. Installed when missing and we are root, otherwise a warning (never fatal here: the
-# bubblewrap tests then fail loudly and the network ones skip, each saying why).
+# tests need them. g++ builds the engine's native CPU kernels (engine/native; without it the slower
+# torch path runs). Installed when missing and we are root, otherwise a warning (never fatal here:
+# the bubblewrap tests then fail loudly and the network ones skip, each saying why).
 sysdeps:
 	@missing=""; command -v bwrap >/dev/null || missing="bubblewrap"; \
 	command -v slirp4netns >/dev/null || missing="$$missing slirp4netns"; \
+	command -v g++ >/dev/null || command -v c++ >/dev/null || missing="$$missing g++"; \
 	[ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update -qq && apt-get install -y -qq $$missing >/dev/null; } || \
 		echo "warning: missing:$$missing (apt-get install$$missing)"
