@@ -120,8 +120,10 @@ class EngineConfig:
     """CUDA: run decode steps eagerly instead of replaying CUDA graphs."""
     quantization: Literal["auto", "int8", "int4", "none"] | None = "auto"
     """Weight-only quantized linear layers: "int8" (per output channel), "int4" (groups of 32),
-    "auto" (a quantized GGUF: int4, on the CPU through engine/native/gemv.cpp, else fp16; a float
-    checkpoint, or dtype="float32" set: float weights), None or "none": float weights."""
+    "auto" (a quantized GGUF: int4 on CUDA; on the CPU int4 for decode rows through
+    engine/native/gemv.cpp with an fp16 copy for prompts, int8 for a 5+-bit file, fp16 alone
+    without the native kernels; a float checkpoint, or dtype="float32" set: float weights),
+    None or "none": float weights."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -137,10 +139,9 @@ class EngineConfig:
 
     def resolve_quantization(self, device: torch.device, checkpoint_quantized: bool,
                              checkpoint_bits: int | None = None) -> str | None:
-        """"int8", "int4" or None (float weights) for a model on `device` whose checkpoint stores
-        quantized linear weights or not (CPU "auto" is "int4-fp16": decode rows through the native
-        int4 kernels, prefill on an fp16 copy; or
-        "fp16" through fbgemm without them; engine/layers/quant_linear.py)."""
+        """The quantize_linears mode, or None (float weights), for a model on `device` whose
+        checkpoint stores quantized linear weights (of `checkpoint_bits`) or not; CPU "auto" is
+        quant_linear.cpu_auto_quantization's choice."""
         if self.quantization != "auto":
             return None if self.quantization == "none" else self.quantization
         if not checkpoint_quantized or self.dtype == "float32":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -33,6 +34,14 @@ class AttentionMetadata:
     @property
     def num_seqs(self) -> int:
         return len(self.context_lens_host)
+
+    @functools.cached_property
+    def index_extents(self) -> tuple[int, int, int, int]:
+        """(lowest, highest) block id in the tables, then (lowest, highest) slot; (0, -1) for none.
+        Once per step: every layer's check before native code indexes the pool reads it."""
+        def extent(t: torch.Tensor) -> tuple[int, int]:
+            return (int(t.min()), int(t.max())) if t.numel() else (0, -1)
+        return (*extent(self.block_tables), *extent(self.slot_mapping))
 
 
 class AttentionBackend(ABC):

@@ -27,7 +27,8 @@ from engine.layers.quant import dequantize_int4, dequantize_int8, quantize_int4,
 from engine.native import gemv
 
 # "int4-q8": int4 weights whose decode rows run with activations rounded to int8 per block of 32
-# (gemv.cpp's VNNI tier; CPU only): what CPU "auto" picks, measured (docs/engine.md).
+# (gemv.cpp's VNNI tier; CPU only; for measurements: it lost the embedded model's greedy tokens).
+# "int4-fp16" / "int8-fp16": CPU "auto" (RowSplitLinear, SPLIT_ROWS).
 QUANTIZATIONS = ("int8", "int4", "int4-q8", "fp16", "int4-fp16", "int8-fp16")
 INT4_GROUP = 32
 # Up to this many rows (decode) the native kernel reads the quantized weight as it is; more rows

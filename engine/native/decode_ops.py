@@ -149,12 +149,10 @@ def fits_pool(meta, blocks: int, block_size: int) -> bool:
     """Whether a step's block ids, slots and context lengths stay inside a pool of `blocks` blocks
     of `block_size` tokens: the native ops index the pool unchecked, so a step that does not is
     left to the torch path, which raises a clear error instead of reading stray memory."""
-    tables, slots = meta.block_tables, meta.slot_mapping
-    if tables.numel() and (int(tables.min()) < 0 or int(tables.max()) >= blocks):
-        return False
-    if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= blocks * block_size):
-        return False
-    return max(meta.context_lens_host, default=0) <= tables.shape[1] * block_size
+    low_block, high_block, low_slot, high_slot = meta.index_extents
+    return (low_block >= 0 and high_block < blocks and low_slot >= 0
+            and high_slot < blocks * block_size
+            and max(meta.context_lens_host, default=0) <= meta.block_tables.shape[1] * block_size)
 
 
 @functools.cache
