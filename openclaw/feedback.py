@@ -9,6 +9,7 @@ the commands, the check of each new message) is openclaw/gateway/feedback.py.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
 from difflib import SequenceMatcher
@@ -78,4 +79,11 @@ def repeats(previous: str, text: str) -> bool:
     a, b = normalized(previous), normalized(text)
     if min(len(a), len(b)) < RETRY_MIN_CHARS:
         return False
-    return a == b or SequenceMatcher(None, a, b).ratio() >= RETRY_SIMILARITY
+    if a == b:
+        return True
+    # The characters both hold bound the ratio from above (difflib's quick_ratio): a message
+    # unlike the last, as most are, is told apart in a few microseconds, not tens.
+    shared = sum((Counter(a) & Counter(b)).values())
+    if 2 * shared < RETRY_SIMILARITY * (len(a) + len(b)):
+        return False
+    return SequenceMatcher(None, a, b).ratio() >= RETRY_SIMILARITY

@@ -60,6 +60,9 @@ class Memory:
 
     # -- for the agent (agent.memory.MemorySource) ------------------------------------------------
 
+    def holds_nothing(self, user: str) -> bool:
+        return not self.config.enabled or self._on.get(user) is False or user in self._none
+
     async def recall(self, user: str, scope: str, query: str) -> list[MemoryEntry]:
         if not await self.enabled(user) or user in self._none:
             return []

@@ -39,6 +39,7 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 # a stall every chat felt.
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 LOOP_LAG_EVERY_S = 0.5
+MAX_CHILDREN = 4096  # counter children kept found (Metrics.inc); more are looked up each time
 LOOP_LAG = "openclaw_event_loop_lag_seconds"
 
 # What each counter counts, for its HELP line; a counter not named here has none.
@@ -61,6 +62,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._counters: dict[str, Counter] = {}
+        # Each (name, labels) child, found once: labels() checks and locks at every call.
+        self._children: dict[Any, Any] = {}
         self._histograms: dict[str, Histogram] = {}
         self._summaries: dict[str, Summary] = {}
         self._gauges = _CallbackGauges()
@@ -69,11 +72,17 @@ class Metrics:
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         """Add to the counter `name` (ending in _total), by these labels; a name keeps the label
         names it was first used with (a different set is a ValueError)."""
-        counter = self._counters.get(name)
-        if counter is None:
-            counter = self._counters[name] = Counter(
-                name, COUNTER_HELP.get(name, ""), sorted(labels), registry=self.registry)
-        (counter.labels(**labels) if labels else counter).inc(value)
+        key = (name, *labels.items()) if labels else name
+        child = self._children.get(key)
+        if child is None:
+            counter = self._counters.get(name)
+            if counter is None:
+                counter = self._counters[name] = Counter(
+                    name, COUNTER_HELP.get(name, ""), sorted(labels), registry=self.registry)
+            child = counter.labels(**labels) if labels else counter
+            if len(self._children) < MAX_CHILDREN:
+                self._children[key] = child
+        child.inc(value)
 
     def histogram(self, name: str, buckets: Sequence[float] = LATENCY_BUCKETS,
                   help_text: str = "") -> None:

@@ -5,6 +5,7 @@ their [skills.NAME] tables, else this machine's), so both say the same wall-cloc
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -20,10 +21,28 @@ def zone(name: Any) -> ZoneInfo | None:
         return None
 
 
+# How long the machine's zone read from its files is kept: a clock call reads it at every turn
+# that asks the time (tens of microseconds of file checks); a changed zone shows within this.
+FILES_ZONE_SECONDS = 60.0
+_files_zone: tuple[float, str | None] = (float("-inf"), None)  # (read at, monotonic; the name)
+
+
 def local_zone_name() -> str:
     """This machine's zone as an IANA name (TZ, /etc/timezone, or the /etc/localtime link), so a
     reminder repeats at the same wall-clock time across DST changes; "UTC" when none is found."""
-    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    from_env = os.environ.get("TZ", "").lstrip(":")
+    if zone(from_env) is not None:
+        return from_env
+    return _zone_of_files() or "UTC"
+
+
+def _zone_of_files() -> str | None:
+    global _files_zone
+    read_at, name = _files_zone
+    now = time.monotonic()
+    if now - read_at < FILES_ZONE_SECONDS:
+        return name
+    candidates = []
     with_timezone = Path("/etc/timezone")
     if with_timezone.is_file():
         candidates.append(with_timezone.read_text().strip())
@@ -32,7 +51,9 @@ def local_zone_name() -> str:
         target = str(localtime.resolve())
         if "zoneinfo/" in target:
             candidates.append(target.split("zoneinfo/", 1)[1])
-    return next((c for c in candidates if zone(c) is not None), "UTC")
+    name = next((c for c in candidates if zone(c) is not None), None)
+    _files_zone = (now, name)
+    return name
 
 
 def zone_name(args: dict[str, Any], settings: dict[str, Any]) -> str:

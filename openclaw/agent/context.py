@@ -34,6 +34,9 @@ class HistoryStore(Protocol):
                           prompt_version: str | None = None,
                           audit: dict[str, Any] | None = None) -> Message: ...
 
+    async def add_messages(self, conversation_id: int, messages: list[dict[str, Any]],
+                           audit: dict[str, Any] | None = None) -> list[Message]: ...
+
     async def list_messages(self, conversation_id: int, after_id: int | None = None) -> list[Message]: ...
 
     async def add_summary(self, conversation_id: int, up_to_message_id: int, content: str,
@@ -146,17 +149,24 @@ class ContextBuilder:
         self._counted.pop(conversation_id, None)
         self._answered.pop(conversation_id, None)
 
-    async def add(self, conversation_id: int, role: str, content: str, **fields: Any) -> Message:
-        """Store a message, and keep the cached history in step with the store."""
+    async def add(self, conversation_id: int, role: str, content: str, *,
+                  before: dict[str, Any] | None = None, **fields: Any) -> Message:
+        """Store a message, and keep the cached history in step with the store. `before`: a
+        message (add_message's fields) stored just before it, in the same transaction."""
         try:
-            message = await self.store.add_message(conversation_id, role, content, **fields)
+            if before is None:
+                added = [await self.store.add_message(conversation_id, role, content, **fields)]
+            else:
+                audit = fields.pop("audit", None)
+                added = await self.store.add_messages(
+                    conversation_id, [before, dict(role=role, content=content, **fields)], audit)
         except BaseException:  # cancelled mid-commit: the row may be stored; re-read next time
             self._forget(conversation_id)
             raise
         cached = self._cache.get(conversation_id)
         if cached is not None:
-            cached[1].append(message)
-        return message
+            cached[1].extend(added)
+        return added[-1]
 
     async def history(self, conversation_id: int) -> tuple[Summary | None, list[Message]]:
         """(latest summary or None, the messages after it), from memory when possible."""

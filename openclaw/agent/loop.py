@@ -167,7 +167,9 @@ class Agent:
         system = None if choice.versions[SYSTEM] == CONFIG else choice.system
         # The memory is recalled from the start, while the message is checked and stored: store
         # calls at once, not one after the other (the recall reads only the memory table).
-        recalling = asyncio.ensure_future(self._memory(caller, text))
+        # None where nothing is to be recalled (most turns): no task for it.
+        recalling = (asyncio.ensure_future(self._memory(caller, text))
+                     if self._recalls(caller) else None)
         try:
             if not await self.context.fits_alone(text, tools, system, choice.tools):
                 # Never stored: a message that cannot fit would break every later turn of the chat.
@@ -191,7 +193,8 @@ class Agent:
         untrusted = Untrusted(earlier=self._earlier.of(
             conversation_id, (await self.context.history(conversation_id))[1],
             self.executor.registry))
-        memory, remember = await recalling
+        memory, remember = (await recalling if recalling is not None
+                            else (None, self._remember(caller)))
         meter = _TurnMeter(result, caller.has_tokens, started=time.monotonic())
         try:
             for step in range(max_steps):
@@ -211,11 +214,19 @@ class Agent:
                 # A malformed call is a call too, answered by its id: a tool message answering
                 # none makes strict servers refuse every later request of the conversation.
                 unreadable = [new_call_id() for _ in errors]
-                result.last_message_id = (await self.context.add(
-                    conversation_id, "assistant", content,
+                step_message = dict(
+                    role="assistant", content=content,
                     token_count=out.completion_tokens if out is not None else 0,
                     tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None,
-                    prompt_version=choice.label)).id
+                    prompt_version=choice.label)
+                # A step whose calls only read (and ask no approval) is stored with its first
+                # call's result, one commit for both: a turn cut short between them runs the step
+                # again, which changes nothing. A step that may act is stored before it acts.
+                pending = (step_message if calls and not errors
+                           and self._only_reads(calls, caller.principal) else None)
+                if pending is None:
+                    result.last_message_id = (await self.context.add(conversation_id,
+                                                                     **step_message)).id
                 if not calls and not errors:
                     result.text = content if content.strip() else "(no answer)"
                     return result
@@ -226,18 +237,23 @@ class Agent:
                     meter.tool_ended(ok=False)
                 for call in calls:
                     if not await caller.still_allowed():
+                        if pending is not None:  # stored as a step that acts would have been
+                            result.last_message_id = (await self.context.add(conversation_id,
+                                                                             **pending)).id
                         return _refused(result)
                     await sink.typing()
                     try:
                         outcome = await self._call_tool(call, caller, untrusted)
                     except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
                         result.last_message_id = (await self.context.add(
-                            conversation_id, "tool", STOPPED_CALL, tool_call_id=call.id)).id
+                            conversation_id, "tool", STOPPED_CALL, tool_call_id=call.id,
+                            before=pending)).id
                         raise
                     # Its audit row with it, one transaction: no row without its result.
                     result.last_message_id = (await self.context.add(
                         conversation_id, "tool", outcome.text, tool_call_id=call.id,
-                        audit=outcome.audit)).id
+                        audit=outcome.audit, before=pending)).id
+                    pending = None
                     meter.tool_ended(ok=outcome.ok)
                     await sink.tool_ran(call.name, call.arguments, outcome)
                 # Before the next model call (or the step-limit message). The first model call
@@ -265,6 +281,29 @@ class Agent:
             return decide(PromptSnapshot(), caller.user, self.settings.system_prompt)
         return await choose(self.prompts, caller.user, self.settings.system_prompt)
 
+    def _only_reads(self, calls: list[ToolCall], principal: Principal) -> bool:
+        """Whether each of `calls` is to a skill that changes nothing with these arguments, and
+        asks for no approval."""
+        for call in calls:
+            skill = self.executor.registry.get(call.name)
+            args = call.arguments if isinstance(call.arguments, dict) else {}
+            if skill is None or skill.acts(args) or principal.needs_approval(call.name):
+                return False
+        return True
+
+    def _recalls(self, caller: Caller) -> bool:
+        """Whether the turn's memory is to be recalled: a memory, a known chat kind, and entries
+        for the user as far as the memory knows without asking its store."""
+        return (self.memory is not None and caller.in_group is not None
+                and not getattr(self.memory, "holds_nothing", lambda _user: False)(caller.user))
+
+    def _remember(self, caller: Caller) -> Remember | None:
+        """Where the turn's compaction summaries go: none without a memory or a known chat kind."""
+        if self.memory is None or caller.in_group is None:
+            return None
+        return functools.partial(self.memory.remember_summary, caller.user,
+                                 chat_scope(caller.chat_id, caller.in_group))
+
     async def _memory(self, caller: Caller, text: str) -> tuple[dict | None, Remember | None]:
         """The turn's memory message (recalled for its message, within [agent] memory_tokens),
         and where its compaction summaries go; neither without a memory or a known chat kind."""
@@ -276,7 +315,7 @@ class Agent:
             budget = self.context.budget.prompt_tokens // 10
         entries = await self.memory.recall(caller.user, scope, text)
         message = await fitted([entry_line(e) for e in entries], budget, self.context.count)
-        return message, functools.partial(self.memory.remember_summary, caller.user, scope)
+        return message, self._remember(caller)
 
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
                         request_id: str, sink: ReplySink, meter: _TurnMeter, caller: Caller,
@@ -371,8 +410,10 @@ class _TurnMeter:
         self.result.completion_tokens += completion_tokens
 
 
-async def _cancelled(task: asyncio.Future) -> None:
+async def _cancelled(task: asyncio.Future | None) -> None:
     """Cancel `task` and wait until it ended (its error, if any, is not the caller's)."""
+    if task is None:
+        return
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 

@@ -25,6 +25,10 @@ class MemorySource(Protocol):
     async def remember_summary(self, user: str, scope: str, text: str, source: str) -> None:
         """Keep a compaction's summary as an entry (nothing when the user's memory is off)."""
 
+    def holds_nothing(self, user: str) -> bool:
+        """Whether `recall` is known, without asking the store, to find nothing for `user` (their
+        memory off, or empty): the turn then asks none (a task and a loop iteration less)."""
+
 
 Count = Callable[[list[dict]], Awaitable[int]]
 

@@ -157,15 +157,30 @@ class StoreBase:
         raise AssertionError("unreachable")
 
 
-def loop_first(on_loop: Callable[..., Any], *, steps: tuple[str, ...] = ()
+def loop_first(on_loop: Callable[..., Any], *, steps: tuple[str, ...] = (),
+               after_reply: bool = False
                ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
     """Marks a Store call whose `on_loop(store, writer, *args, **kwargs)` makes the same writes
     on the loop's writer (loop_writer), synchronously: the call's result, or NOT_DONE when the
     writer could not (the call then runs as it is). run_whole tries it first. `steps`: the
     store's methods the ordinary path runs that `on_loop` stands in for; where a class overrides
-    one (a wrapper, a test holding the call there), the call takes the ordinary path."""
+    one (a wrapper, a test holding the call there), the call takes the ordinary path.
+    `after_reply`: the call is made once the user has their reply (a delivery's status, a turn's
+    usage and trace), where waiting costs them nothing: it lets a running checkpoint finish
+    first, so that its write starts the -wal file over (see _start_checkpoint)."""
     def mark(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-        method.on_loop = on_loop, steps  # type: ignore[attr-defined]
+        method.on_loop = on_loop, steps, after_reply  # type: ignore[attr-defined]
+        return method
+    return mark
+
+
+def memory_first(in_memory: Callable[..., Any]
+                 ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Marks a Store call whose `in_memory(store, *args, **kwargs)` answers it from what the
+    store keeps, or gives NOT_DONE (the call then runs as it is): answered so, it needs no task
+    of its own (run_whole), which is a loop iteration and tens of microseconds."""
+    def mark(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        method.in_memory = in_memory  # type: ignore[attr-defined]
         return method
     return mark
 
@@ -188,10 +203,13 @@ def _start(store: StoreBase, work: Awaitable[R]) -> asyncio.Task[R]:
 
 
 def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
-    """The checkpoint a commit on the loop asked for, on the thread; the call that asked does
-    not wait for it. A loop_first call that comes while it runs waits for it (as a call on the
-    driver's path waits for the checkpoint its own commit makes), so that its write starts the
-    -wal file over, cut back to journal_size_limit, rather than grow it further."""
+    """The checkpoint a commit on the loop asked for, on the thread, unless one runs already (a
+    later commit asks again). No call waits for it on the way to a reply: the writes go on
+    beside it, which leaves it short of the -wal file's end, so that the file cannot start over;
+    the calls made after a reply (loop_first's after_reply) wait for it to finish, and a write
+    after that starts the file over. Every call waits once the file reached WAIT_BYTES."""
+    if writer.checkpoint is not None and not writer.checkpoint.done():
+        return
     writer.checkpoint_due = False
     writer.checkpoint = _start(store, _checkpoint(store))
 
@@ -207,17 +225,22 @@ def run_whole(method: Callable[..., Awaitable[R]],
     call commits or rolls back whole, and only then does its caller get the cancel, so what it
     wrote is known to be there. (Cut short inside a statement, SQLAlchemy terminates the
     connection as broken, and a second cancel during that leaks it.) About 25 us a call.
-    A loop_first call that its writer finishes needs no task: it ran whole, synchronously.
-    `steps`: the loop_first call's steps by name, as the class defined them."""
-    on_loop = getattr(method, "on_loop", (None, ()))[0]
+    A memory_first call answered from memory, and a loop_first call that its writer finishes,
+    need no task: each ran whole, synchronously. `steps`: the loop_first call's steps by name,
+    as the class defined them."""
+    on_loop, _steps, after_reply = getattr(method, "on_loop", (None, (), False))
+    in_memory = getattr(method, "in_memory", None)
     own = list((steps or {}).items())
 
     @functools.wraps(method)
     async def call(self: StoreBase, *args: Any, **kwargs: Any) -> R:
+        if in_memory is not None and (done := in_memory(self, *args, **kwargs)) is not NOT_DONE:
+            return done
         writer = self.loop_writer
         if (on_loop is not None and writer is not None and writer.thread == threading.get_ident()
                 and all(getattr(type(self), name) is step for name, step in own)):
-            while writer.checkpoint is not None and not writer.checkpoint.done():
+            while ((after_reply or writer.too_long) and writer.checkpoint is not None
+                   and not writer.checkpoint.done()):
                 # Nothing written yet: a cancel here loses nothing. `wait`, not `shield`: the
                 # checkpoint's own failure or cancel is not this call's.
                 await asyncio.wait({writer.checkpoint})
@@ -238,6 +261,6 @@ def calls_run_whole(cls: type[S]) -> type[S]:
         method = inspect.getattr_static(cls, name)
         if (not name.startswith("_") and name not in vars(StoreBase)
                 and inspect.iscoroutinefunction(method)):
-            steps = getattr(method, "on_loop", (None, ()))[1]
+            steps = getattr(method, "on_loop", (None, (), False))[1]
             setattr(cls, name, run_whole(method, {step: getattr(cls, step) for step in steps}))
     return cls

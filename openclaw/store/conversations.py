@@ -29,22 +29,44 @@ def _add_message_on_loop(store: StoreBase, writer: LoopWriter, conversation_id: 
                          tool_call_id: str | None = None, token_count: int | None = None,
                          prompt_version: str | None = None,
                          audit: dict[str, Any] | None = None) -> Message:
-    """add_message's statements on the loop's writer (base.loop_first): the audit row and the
-    message in one transaction; the foreign key still refuses an unknown conversation (then the
+    """add_message's statements on the loop's writer (base.loop_first)."""
+    done = _add_messages_on_loop(store, writer, conversation_id, [dict(
+        role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
+        token_count=token_count, prompt_version=prompt_version)], audit)
+    return done if done is NOT_DONE else done[0]
+
+
+def _add_messages_on_loop(store: StoreBase, writer: LoopWriter, conversation_id: int,
+                          messages: list[dict[str, Any]],
+                          audit: dict[str, Any] | None = None) -> list[Message]:
+    """add_messages' statements on the loop's writer (base.loop_first): the audit row and the
+    messages in one transaction; the foreign key still refuses an unknown conversation (then the
     ordinary path runs and says so)."""
-    try:
-        role = MessageRole(role)
-    except ValueError:
-        return NOT_DONE
     now = store.now()
-    values = dict(conversation_id=conversation_id, role=role, content=content,
-                  tool_calls=tool_calls, tool_call_id=tool_call_id, token_count=token_count,
-                  created_at=now, prompt_version=prompt_version)
-    steps = [loop_insert(writer, MessageRow, values)]
+    rows = []
+    for message in messages:
+        try:
+            rows.append(_message_values(conversation_id, now, **message))
+        except (ValueError, TypeError):
+            return NOT_DONE
+    steps = [loop_insert(writer, MessageRow, values) for values in rows]
     if audit is not None:
         steps.insert(0, loop_insert(writer, AuditRow, audit_values(at=now, **audit)))
     done = writer.write(steps)
-    return NOT_DONE if done is None else Message(id=done[-1][1], **values)
+    if done is None:
+        return NOT_DONE
+    return [Message(id=lastrowid, **values)
+            for values, (_count, lastrowid) in zip(rows, done[len(done) - len(rows):], strict=True)]
+
+
+def _message_values(conversation_id: int, now: Any, role: MessageRole | str, content: str,
+                    tool_calls: Any | None = None, tool_call_id: str | None = None,
+                    token_count: int | None = None,
+                    prompt_version: str | None = None) -> dict[str, Any]:
+    """A message row's values (a role it does not know: ValueError)."""
+    return dict(conversation_id=conversation_id, role=MessageRole(role), content=content,
+                tool_calls=tool_calls, tool_call_id=tool_call_id, token_count=token_count,
+                created_at=now, prompt_version=prompt_version)
 
 
 class ConversationStore(StoreBase):
@@ -107,19 +129,32 @@ class ConversationStore(StoreBase):
                           audit: dict[str, Any] | None = None) -> Message:
         """`audit`: a tool call's audit row (add_audit's arguments), stored in the same
         transaction as its result, this message: a crash leaves both or neither."""
-        role = MessageRole(role)
+        return (await self._insert_messages(conversation_id, [dict(
+            role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
+            token_count=token_count, prompt_version=prompt_version)], audit))[0]
+
+    @loop_first(_add_messages_on_loop)
+    async def add_messages(self, conversation_id: int, messages: list[dict[str, Any]],
+                           audit: dict[str, Any] | None = None) -> list[Message]:
+        """Several messages (each add_message's fields: role, content, tool_calls, ...), in this
+        order, in one transaction with `audit`: a model step whose calls only read stored with
+        its first result, say (agent.loop)."""
+        return await self._insert_messages(conversation_id, messages, audit)
+
+    async def _insert_messages(self, conversation_id: int, messages: list[dict[str, Any]],
+                               audit: dict[str, Any] | None) -> list[Message]:
+        now = self.now()
+        rows = [_message_values(conversation_id, now, **message) for message in messages]
         try:
             async with self.transaction() as session:
-                now = self.now()
                 if audit is not None:
                     await insert_audit(session, at=now, **audit)
-                # One INSERT, on the hot path of every turn; the conversation's foreign key (not a
-                # separate look-up) rejects a message for a conversation that does not exist.
-                return await insert_record(
-                    session, MessageRow, Message, last=True, conversation_id=conversation_id,
-                    role=role,
-                    content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
-                    token_count=token_count, created_at=now, prompt_version=prompt_version)
+                # One INSERT a message, on the hot path of every turn; the conversation's foreign
+                # key (not a separate look-up) rejects a message for a conversation that does not
+                # exist.
+                return [await insert_record(session, MessageRow, Message,
+                                            last=i == len(rows) - 1, **values)
+                        for i, values in enumerate(rows)]
         except IntegrityError as err:
             raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
 

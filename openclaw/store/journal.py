@@ -238,7 +238,7 @@ class JournalStore(StoreBase):
                 raise ValueError(f"outbound message {outbound_id} was already sent; its status is final")
             return to_record(OutboundMessage, row)
 
-    @loop_first(_mark_sent_on_loop)
+    @loop_first(_mark_sent_on_loop, after_reply=True)
     async def mark_sent(self, outbound_id: int, external_message_id: str | int | None) -> None:
         """`mark_outbound(outbound_id, "sent", external_message_id)` without reading the row back:
         the outbox's call after each piece it sends, one statement where that is two. The row is

@@ -12,9 +12,11 @@ thread, whenever it cannot finish at once. What keeps the loop from blocking:
   once, is rolled back, and the call runs on the thread, which waits for the lock there;
 - wal_autocheckpoint 0: a commit here never checkpoints (that fsyncs); a commit that grew the
   -wal file past CHECKPOINT_BYTES (SQLite's own threshold, 1000 pages) starts a PASSIVE
-  checkpoint on the thread, which its call does not wait for; a call that comes while it runs
-  waits for it, off the loop (base.run_whole), so its write starts the -wal file over; the
-  thread's own connections keep checkpointing as before;
+  checkpoint on the thread, which no call waits for while the file is under WAIT_BYTES: the
+  writes go on beside it (a checkpoint takes no lock a writer needs), and the first write after
+  one that caught up starts the file over. Only a file grown to WAIT_BYTES (writes faster than
+  checkpoints, for long) makes the next call wait for the running one, off the loop
+  (base.run_whole), which bounds it; the thread's own connections keep checkpointing as before;
 - one writer at a time without a deadlock: a transaction here runs from BEGIN to COMMIT in one
   synchronous call, so it never holds the write lock across an await, and never waits for one.
 
@@ -43,6 +45,11 @@ CHECKPOINT_BYTES = 1000 * 4096
 # And a checkpoint at least every so many commits here (a turn makes about six): the file's size
 # alone misses the frames appended into a -wal file already that large.
 CHECKPOINT_COMMITS = 1000
+STAT_EVERY = 4  # commits between looks at the -wal file's size
+# A -wal file this large makes a call wait for the running checkpoint, so that its write starts
+# the file over. Below it nothing waits: a checkpoint's fsyncs take milliseconds, and a turn's
+# writes would be the slowest one in a hundred (issue 30's p99) for a file a few MiB shorter.
+WAIT_BYTES = 4 * CHECKPOINT_BYTES
 
 Step = tuple["Prepared", dict[str, Any]]
 T = TypeVar("T")
@@ -94,6 +101,7 @@ class LoopWriter:
         self.commits = 0
         self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
         self.checkpoint: Any = None  # the store's task running it, on the thread (base.run_whole)
+        self.too_long = False  # the -wal file reached WAIT_BYTES: the next call waits for it
         self._wal = f"{path}-wal"
         self._wal_size = 0
         self._since_checkpoint = 0
@@ -163,19 +171,24 @@ class LoopWriter:
 
     def _committed(self) -> None:
         self.commits += 1
+        self._since_checkpoint += 1
+        # The file's size every few commits (a stat is microseconds, a turn makes six commits of
+        # a few pages each): a threshold is passed by at most a few commits' pages.
+        if self.commits % STAT_EVERY and self._since_checkpoint < CHECKPOINT_COMMITS:
+            return
         try:
-            size = os.stat(self._wal).st_size  # a microsecond or two
+            size = os.stat(self._wal).st_size
         except OSError:
             size = 0
         # Grown past the threshold, or reused from its start after a checkpoint for as many
         # commits as grew it that far once: a -wal file left large (a long reader held it) is
         # not waited out whole before the next checkpoint.
-        self._since_checkpoint += 1
         grown = size >= CHECKPOINT_BYTES and size > self._wal_size
         self.checkpoint_due = grown or self._since_checkpoint >= CHECKPOINT_COMMITS
         if self.checkpoint_due:
             self._since_checkpoint = 0
         self._wal_size = size
+        self.too_long = size >= WAIT_BYTES
 
     def transaction(self, body: Callable[[Callable[[Prepared, dict[str, Any]], sqlite3.Cursor]], T]
                     ) -> T:

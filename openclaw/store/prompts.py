@@ -9,11 +9,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, to_record
+from openclaw.store.base import StoreBase, memory_first, to_record
+from openclaw.store.loop_writer import NOT_DONE
 from openclaw.store.models import PromptPinRow, PromptSettingRow, PromptVersionRow
 from openclaw.store.records import parse_user_key
 
@@ -25,6 +27,14 @@ VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
 # within this many seconds (a turn within it reads nothing from the store).
 SNAPSHOT_MAX_AGE_S = 5.0
 AUTHOR_CHARS = 128  # the column's width
+
+
+def _kept_snapshot(store: Any, max_age_s: float = SNAPSHOT_MAX_AGE_S) -> Any:
+    """prompt_snapshot's answer from memory, while the one kept is younger than `max_age_s`."""
+    snapshot = store._prompt_snapshot
+    if snapshot is not None and time.monotonic() - store._prompt_read_at < max_age_s:
+        return snapshot
+    return NOT_DONE
 
 
 @dataclass(frozen=True)
@@ -193,13 +203,12 @@ class PromptStore(StoreBase):
         self.forget_prompt_snapshot()
         return result.rowcount == 1
 
+    @memory_first(_kept_snapshot)
     async def prompt_snapshot(self, max_age_s: float = SNAPSHOT_MAX_AGE_S) -> PromptSnapshot:
         """Every setting, every pin, and the texts they name: kept from the last read while it is
-        younger than `max_age_s`, so a turn reads nothing in the common case. This process's own
-        writes drop it at once; another's (the CLI) are seen within `max_age_s`."""
-        snapshot = self._prompt_snapshot
-        if snapshot is not None and time.monotonic() - self._prompt_read_at < max_age_s:
-            return snapshot
+        younger than `max_age_s`, so a turn reads nothing in the common case (_kept_snapshot).
+        This process's own writes drop it at once; another's (the CLI) are seen within
+        `max_age_s`."""
         read_at = time.monotonic()
         async with self.transaction() as session:
             settings = {r.name: PromptSetting(r.name, r.active, r.variants)

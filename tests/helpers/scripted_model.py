@@ -34,6 +34,10 @@ class ScriptedModel:
         words = sum(len(str(m.get("content", "")).split()) + 4 for m in messages)
         return [0] * (words + (20 * len(tools) if tools else 0))
 
+    def prompt_tokens(self, prompt: list[dict], tools: list[dict] | None) -> int:
+        """The prompt tokens a call reports (its encode_chat's count)."""
+        return len(self.encode_chat(prompt, tools))
+
     async def count_chat(self, messages: list[dict], tools: list[dict] | None = None,
                          tool_instructions: str | None = None) -> int:
         return len(self.encode_chat(messages, tools))
@@ -46,7 +50,7 @@ class ScriptedModel:
         self.cache_salts.append(cache_salt)
         self.tool_instructions.append(tool_instructions)
         text = self.reply(prompt)
-        ids = self.encode_chat(prompt, tools)
+        prompt_tokens = self.prompt_tokens(prompt, tools)
         sent = ""
         try:
             for start in range(0, max(len(text), 1), self.chunk):
@@ -54,7 +58,7 @@ class ScriptedModel:
                 sent += piece
                 done = start + self.chunk >= len(text)
                 self.generated += 1
-                yield ModelOutput(piece, sent, len(ids), len(sent), finished=done,
+                yield ModelOutput(piece, sent, prompt_tokens, len(sent), finished=done,
                                   finish_reason="stop" if done else None)
                 if self.delay:
                     await asyncio.sleep(self.delay)
@@ -65,7 +69,7 @@ class ScriptedModel:
             raise
         finally:
             if sent:
-                self.spent.append((len(ids), len(sent)))
+                self.spent.append((prompt_tokens, len(sent)))
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

@@ -19,7 +19,7 @@ import pytest
 
 from openclaw.store import Store
 from openclaw.store import engine as store_engine
-from openclaw.store.loop_writer import CHECKPOINT_BYTES
+from openclaw.store.loop_writer import CHECKPOINT_BYTES, STAT_EVERY, WAIT_BYTES
 
 SPECIAL = "a\x00b \ud800 ü"  # made storable (U+FFFD) on both paths alike
 
@@ -179,11 +179,40 @@ async def test_the_loops_writes_are_checkpointed_on_the_thread_so_the_wal_is_reu
         user = await store.ensure_user("telegram", 1001)
         conv = await store.active_conversation(user.key, "1001")
         big = "x" * 50_000
-        for _ in range(3 * CHECKPOINT_BYTES // len(big)):
+        # Writes that never let the loop run a checkpoint (none of them awaits anything) until
+        # the file reached WAIT_BYTES, where a call waits for one.
+        for _ in range(3 * WAIT_BYTES // len(big)):
             await store.add_message(conv.id, "user", big)
         # Without a checkpoint the file would hold every write; checkpointed, it is reused.
-        assert os.stat(f"{db}-wal").st_size < 2 * CHECKPOINT_BYTES
-        assert store.loop_writer is not None and store.loop_writer.commits > 3 * 60
+        assert os.stat(f"{db}-wal").st_size < WAIT_BYTES + 2 * CHECKPOINT_BYTES
+        assert store.loop_writer is not None and store.loop_writer.commits > 3 * 300
+
+
+async def test_a_running_checkpoint_holds_up_no_write_before_a_reply_and_the_next_after_one(
+        tmp_path):
+    db, wal = tmp_path / "s.db", Path(f"{tmp_path / 's.db'}-wal")
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
+        user = await store.ensure_user("telegram", 1001)
+        conv = await store.active_conversation(user.key, "1001")
+        writer = store.loop_writer
+        assert writer is not None
+        big = "x" * 50_000
+        while writer.checkpoint is None:  # a commit grew the file past CHECKPOINT_BYTES
+            await store.add_message(conv.id, "user", big)
+        running = writer.checkpoint
+        # A turn's writes before its reply go on beside the checkpoint, on the loop, at once.
+        event, _ = _finishes_at_once(store.record_inbound("telegram", 1, user.key, "1001", "hi"))
+        _finishes_at_once(store.add_message(conv.id, "user", "hi"))
+        assert not running.done()
+        size = wal.stat().st_size
+        # A write made after the reply waits for it; the file then starts over, so the writes
+        # after it reuse the file from its start rather than grow it.
+        await store.add_usage(user.key, 10, 2, conversation_id=conv.id)
+        assert running.done()
+        for _ in range(CHECKPOINT_BYTES // len(big) // 2):
+            await store.add_message(conv.id, "user", big)
+        assert wal.stat().st_size == size
+        assert await store.tokens_today(user.key) == 12
 
 
 async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go_on_the_loop_too(
@@ -206,8 +235,12 @@ async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go_on_th
             assert wal.stat().st_size > 24 * limit  # none of it could be checkpointed
         finally:
             reader.close()
-        for _ in range(3):
+        writer = store.loop_writer
+        assert writer is not None
+        for _ in range(3 * STAT_EVERY):
             await store.add_message(conv.id, "user", "hello")
+            if writer.checkpoint is not None:  # as a turn's wait for its model lets it run
+                await asyncio.wait({writer.checkpoint})
         assert wal.stat().st_size <= limit
 
 
