@@ -125,7 +125,7 @@ async def measure_overhead(turns: int, history: int, encode, store_url: str | No
                  else TokenizerCounted(encode, **model_args) if encode is not None
                  else Answering(scripted_reply, **model_args))
         conn = RecordingConnector()
-        daemon = Daemon(load_config(cfg), model=model, connectors=[conn])
+        daemon = Daemon(load_config(cfg), model=model, connectors=[conn], freeze_heap=True)
         await daemon.start()
         await prefill(daemon, history)
         ids = itertools.count()

@@ -24,6 +24,10 @@ from tokenizers import Tokenizer as HFTokenizer
 _GGUF_NORMAL, _GGUF_UNKNOWN, _GGUF_CONTROL, _GGUF_USER_DEFINED = 1, 2, 3, 4
 _GGUF_KINDS = ("gpt2", "llama")
 
+# Encoded texts kept (Tokenizer.encode): this many characters in all, each at most the second.
+ENCODED_CHARS = 1 << 22
+ENCODED_TEXT_CHARS = 1 << 16
+
 # SentencePiece writes a space as this character, in its pieces and in the text it tokenizes.
 _SPM_SPACE = "\u2581"
 
@@ -57,6 +61,10 @@ class Tokenizer:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # See _plain_backend; init=False, so dataclasses.replace(tok, backend=...) builds its own.
     _plain: HFTokenizer | None = field(default=None, init=False, repr=False, compare=False)
+    # Texts encoded before, by (text, allow_special): their ids (see `encode`). Likewise its own.
+    _encoded: dict[tuple[str, bool], tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    _encoded_chars: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -69,13 +77,35 @@ class Tokenizer:
         special tokens off: a tool result could close its own response block)."""
         if not text:
             return []
+        key = (text, allow_special)
         with self._lock:
+            # The same texts come again and again: a conversation's earlier messages in each of
+            # its prompts, the scaffolding around every tool call, a message counted then sent.
+            # Kept, each costs a look-up, not a tokenizer call (tens of microseconds in a turn).
+            found = self._encoded.get(key)
+            if found is not None:
+                return list(found)
             backend = self.backend if allow_special else self._plain_backend()
             backend.encode_special_tokens = not allow_special
             try:
-                return backend.encode(text, add_special_tokens=False).ids
+                ids = backend.encode(text, add_special_tokens=False).ids
             finally:
                 backend.encode_special_tokens = False
+            self._keep(key, ids)
+            return ids
+
+    def _keep(self, key: tuple[str, bool], ids: list[int]) -> None:
+        """Keep `ids` of a text up to ENCODED_TEXT_CHARS long, the oldest kept going first past
+        ENCODED_CHARS in all."""
+        size = len(key[0])
+        if size > ENCODED_TEXT_CHARS:
+            return
+        while self._encoded and self._encoded_chars + size > ENCODED_CHARS:
+            oldest = next(iter(self._encoded))
+            del self._encoded[oldest]
+            self._encoded_chars -= len(oldest[0])
+        self._encoded[key] = tuple(ids)
+        self._encoded_chars += size
 
     @property
     def added_ids(self) -> frozenset[int]:

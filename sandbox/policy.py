@@ -8,6 +8,7 @@ from the messaging service, never of anything the model or a tool's output wrote
 from __future__ import annotations
 
 import functools
+import os
 import re
 import zlib
 from collections.abc import Callable
@@ -61,6 +62,7 @@ class Role:
                 or (server is not None and f"{MCP_GRANT}{server}" in self.approval))
 
 
+MAX_PRINCIPALS = 4096  # (user, role) principals a Policy keeps made
 MCP_GRANT = "mcp:"  # "mcp:git" in a role's skills or approval: every tool of the MCP server git
 
 
@@ -139,6 +141,8 @@ class Policy:
         self.roles = {**BUILTIN_ROLES, **roles}
         self.data_dir = Path(data_dir)
         self._role_of = role_of
+        # (user, role name): the principal, made once (a reload makes a new Policy).
+        self._principals: dict[tuple[str, str], Principal] = {}
 
     def role(self, name: str) -> Role:
         try:
@@ -147,11 +151,20 @@ class Policy:
             raise UnknownRole(f"role {name!r} is not defined (roles: {', '.join(self.roles)})") from None
 
     def principal(self, user: str, role: str | None = None) -> Principal:
-        """`user` with its configured role (or `role`), its workspace created on first use."""
-        resolved = self.role(role or self._role_of(user))
-        workspace = self.workspace_path(user, resolved)
-        workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return Principal(user, resolved, workspace, self.shared_writable)
+        """`user` with its configured role (or `role`), its workspace created on first use (and
+        again if it went since)."""
+        name = role or self._role_of(user)
+        found = self._principals.get((user, name))
+        if found is None:
+            resolved = self.role(name)
+            found = Principal(user, resolved, self.workspace_path(user, resolved),
+                              self.shared_writable)
+            if len(self._principals) >= MAX_PRINCIPALS:
+                self._principals.clear()
+            self._principals[(user, name)] = found
+        if not os.path.isdir(found.workspace):  # one stat where it is there: every turn but one
+            found.workspace.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return found
 
     @functools.cached_property
     def shared_writable(self) -> tuple[Path, ...]:

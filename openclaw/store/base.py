@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from openclaw.store.loop_writer import NOT_DONE, LoopWriter, Step
@@ -185,14 +186,13 @@ def memory_first(in_memory: Callable[..., Any]
     return mark
 
 
-async def _checkpoint(store: StoreBase) -> None:
-    """A PASSIVE checkpoint on the driver's thread (the loop's writer makes none): it copies
-    what no reader still needs into the database file, so the -wal file is reused, not grown."""
+async def _checkpoint(writer: LoopWriter) -> None:
+    """A PASSIVE checkpoint on a worker thread (the loop's writer makes none): it copies what no
+    reader still needs into the database file, so the -wal file is reused, not grown."""
     # One that fails (the store closing) is made good by the next, or by the thread's connections,
     # which checkpoint on their own commits.
-    with contextlib.suppress(SQLAlchemyError):
-        async with store.engine.connect() as conn:
-            await conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+    with contextlib.suppress(sqlite3.Error):
+        await asyncio.to_thread(writer.checkpoint_passive)
 
 
 def _start(store: StoreBase, work: Awaitable[R]) -> asyncio.Task[R]:
@@ -211,7 +211,7 @@ def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
     if writer.checkpoint is not None and not writer.checkpoint.done():
         return
     writer.checkpoint_due = False
-    writer.checkpoint = _start(store, _checkpoint(store))
+    writer.checkpoint = _start(store, _checkpoint(writer))
 
     def ended(_task: asyncio.Task[None]) -> None:
         writer.checkpoint = None

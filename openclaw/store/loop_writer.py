@@ -79,12 +79,20 @@ class Prepared:
             bind = compiled.binds[name]
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             self._order.append((name, bind.required, bind.value, processor))
+        # A None is bound as itself where each processor makes it None (all the store's types:
+        # NULL), a third of a turn's values: the processors' calls are most of binding a row.
+        try:
+            self._none_as_is = all(p is None or p(None) is None for *_, p in self._order)
+        except Exception:
+            self._none_as_is = False
 
     def parameters(self, values: dict[str, Any]) -> tuple[Any, ...]:
         out = []
+        as_is = self._none_as_is
         for name, required, default, processor in self._order:
             value = values[name] if required else values.get(name, default)
-            out.append(value if processor is None else processor(value))
+            out.append(value if processor is None or (value is None and as_is)
+                       else processor(value))
         return tuple(out)
 
 
@@ -102,6 +110,8 @@ class LoopWriter:
         self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
         self.checkpoint: Any = None  # the store's task running it, on the thread (base.run_whole)
         self.too_long = False  # the -wal file reached WAIT_BYTES: the next call waits for it
+        self._path = path
+        self._checkpointer: sqlite3.Connection | None = None  # checkpoint's, on a worker thread
         self._wal = f"{path}-wal"
         self._wal_size = 0
         self._since_checkpoint = 0
@@ -215,5 +225,16 @@ class LoopWriter:
         """A setting of this connection (`busy_timeout`, `wal_autocheckpoint`): what it runs with."""
         return self._conn.execute(f"PRAGMA {name}").fetchone()[0]
 
+    def checkpoint_passive(self) -> None:
+        """A PASSIVE checkpoint, on a worker thread (base._checkpoint), on a connection of its
+        own: one trip from the loop, where the driver's path takes one per statement and more to
+        check a connection out and back. Never two at once (the store starts one at a time)."""
+        if self._checkpointer is None:
+            self._checkpointer = sqlite3.connect(str(self._path), isolation_level=None,
+                                                 check_same_thread=False)
+        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         self._conn.close()
