@@ -90,14 +90,18 @@ class TokenizerCounted(Answering):
 
 class MessageCounted(TokenizerCounted):
     """Counting as LocalBackend counts: a new message by the engine's count_message (encoded
-    alone, no template rendering: engine.chat_count), a whole prompt by its encode_chat."""
+    alone, no template rendering: engine.chat_count) and bound_message (no encoding), a whole
+    prompt by its encode_chat."""
 
-    def __init__(self, encode, count_message, **kwargs) -> None:
+    def __init__(self, encode, engine, **kwargs) -> None:
         super().__init__(encode, **kwargs)
-        self.counter = count_message
+        self.engine = engine
 
     def count_message(self, message: dict, after: dict) -> int:
-        return self.counter(message, after)
+        return self.engine.count_message(message, after)
+
+    def bound_message(self, message: dict, after: dict) -> int | None:
+        return self.engine.bound_message(message, after)
 
 
 async def prefill(daemon: Daemon, count: int) -> None:
@@ -112,7 +116,7 @@ async def prefill(daemon: Daemon, count: int) -> None:
 
 async def measure_overhead(turns: int, history: int, encode, store_url: str | None,
                            profile: Profile | None,
-                           count_message=None) -> tuple[list[float], list[float]]:
+                           counts=None) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
         store = f'[store]\nurl = "{store_url.format(history=history)}"\n' if store_url else ""
@@ -121,7 +125,7 @@ async def measure_overhead(turns: int, history: int, encode, store_url: str | No
         cfg.write_text(f'data_dir = "{tmp}"\n[admin]\nenabled = false\n{store}'
                        "[agent]\ncompaction_keep_messages = 8\n")
         model_args = {"max_model_len": 65536, "chunk": 1 << 20}
-        model = (MessageCounted(encode, count_message, **model_args) if count_message is not None
+        model = (MessageCounted(encode, counts, **model_args) if counts is not None
                  else TokenizerCounted(encode, **model_args) if encode is not None
                  else Answering(scripted_reply, **model_args))
         conn = RecordingConnector()
@@ -197,8 +201,8 @@ def main() -> None:
     llm = LLM(kv_cache_gib=0.25)
     ttft = measure_engine_ttft(llm, 5) * 1e3
     encode = llm.engine.encode_chat if args.count != "words" else None
-    count_message = llm.engine.count_message if args.count == "engine" else None
-    counted = (MessageCounted if count_message is not None else TokenizerCounted
+    counts = llm.engine if args.count == "engine" else None
+    counted = (MessageCounted if counts is not None else TokenizerCounted
                if encode is not None else Answering)
     profile = Profile() if args.profile else None
     rows, tables = [], []
@@ -206,12 +210,12 @@ def main() -> None:
     # allocator's arenas, the caches the libraries fill on first use), and would favour the
     # size measured second. (Not on PostgreSQL: the database of a size is used once.)
     if args.store_url is None:
-        asyncio.run(measure_overhead(WARM_UP * 5, sizes[0], encode, None, None, count_message))
+        asyncio.run(measure_overhead(WARM_UP * 5, sizes[0], encode, None, None, counts))
     for size in sizes:
         if profile is not None:
             profile.install(counted)
         to_reply, whole = asyncio.run(_with_loop_count(
-            measure_overhead(turns, size, encode, args.store_url, profile, count_message), profile))
+            measure_overhead(turns, size, encode, args.store_url, profile, counts), profile))
         rows.append((size, to_reply, whole))
         if profile is not None:
             tables.append((size, profile.table()))

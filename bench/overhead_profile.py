@@ -98,6 +98,9 @@ class Profile:
         if hasattr(model_cls, "count_message"):
             model_cls.count_message = self._wrap("model.count_message (a new message alone)",
                                                  model_cls.count_message)
+        if hasattr(model_cls, "bound_message"):
+            model_cls.bound_message = self._wrap("model.bound_message (its bound, not encoded)",
+                                                 model_cls.bound_message)
         try:
             import aiosqlite
         except ImportError:

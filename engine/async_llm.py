@@ -63,6 +63,10 @@ class AsyncLLM:
         """len(encode_chat([after, message])) - len(encode_chat([after])), fast (LLMEngine)."""
         return self.engine.count_message(message, after)
 
+    def bound_message(self, message: dict, after: dict) -> int | None:
+        """At least count_message, without encoding (LLMEngine); None where none is had."""
+        return self.engine.bound_message(message, after)
+
     async def generate(
         self,
         prompt: Prompt | list[dict],

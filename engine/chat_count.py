@@ -13,6 +13,7 @@ whose template fails any of them (content rewritten, messages that merge) is cou
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -61,6 +62,7 @@ class MessageCounter:
         self.markup = tuple(sorted(t for t in literals if len(t) > 1 and _MARKUP.search(t)))
         self._shapes: dict[tuple, _Shape | None] = {}  # (after's role and text, role): its shape
         self._alone: dict[tuple, int] = {}  # len(encode([after])) per after
+        self.bounded = _bounded(formatter.tokenizer.backend.to_str())
 
     def count(self, message: dict, after: dict) -> int:
         fast = self.fast(message, after)
@@ -69,6 +71,28 @@ class MessageCounter:
     def fast(self, message: dict, after: dict) -> int | None:
         """The count without the template, or None where it cannot be had so (the template
         failed the probes for this role, the message is empty or renders as several turns)."""
+        found = self._shaped(message, after)
+        return None if found is None else self._encoded(*found)
+
+    def bound(self, message: dict, after: dict) -> int | None:
+        """At least count(message, after), without encoding it: the scaffolding's tokens and a
+        token for each byte of the text encoded with it (no tokenizer here splits a text into
+        more pieces than its UTF-8 bytes), and one more for each run of it, for a prefix the
+        tokenizer may add. None where the fast count has no shape for the message, or the
+        tokenizer's normalizer could lengthen a text (see `_bounded`)."""
+        if not self.bounded:
+            return None
+        found = self._shaped(message, after)
+        if found is None:
+            return None
+        shape, turn = found
+        parts = turn.parts
+        if shape.trim and not (len(parts) == 1 and not parts[0].trusted):  # as _encoded: exact
+            return None
+        texts = [shape.lead, *(part.text for part in parts), shape.tail]
+        return shape.fixed + sum(len(text.encode("utf-8")) for text in texts) + len(texts)
+
+    def _shaped(self, message: dict, after: dict) -> tuple[_Shape, Turn] | None:
         turns = self._turns(message)
         if turns is None:
             return None
@@ -79,7 +103,7 @@ class MessageCounter:
                 self._shapes.clear()
             self._shapes[key] = self._learn(after, role, turns[0].role)
         shape = self._shapes[key]
-        return None if shape is None else self._encoded(shape, turns[0])
+        return None if shape is None else (shape, turns[0])
 
     def exact(self, message: dict, after: dict) -> int:
         encode = self.formatter.encode
@@ -172,3 +196,20 @@ class MessageCounter:
                 pieces += [str(len(values) - 1), ""]
         pieces[-1] += shape.tail
         return shape.fixed + len(self.formatter.encode_pieces(pieces, values))
+
+
+# Normalizers that never lengthen a text in bytes beyond a prefix: SentencePiece's ("▁" before
+# the text, each space written "▁": one piece a character, at most one more than its bytes).
+_SPM_SPACE = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+
+
+def _bounded(tokenizer_json: str) -> bool:
+    """Whether a text's pieces are at most its UTF-8 bytes, plus one for a prefix: a tokenizer
+    without a normalizer, or with only SentencePiece's. (NFKC, say, writes one character as
+    several, whose pieces can then outnumber the bytes it was given.)"""
+    normalizer = json.loads(tokenizer_json).get("normalizer")
+    if normalizer is None:
+        return True
+    steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    return all(step.get("type") == "Prepend" and step.get("prepend") == "\u2581"
+               or step == _SPM_SPACE for step in steps)

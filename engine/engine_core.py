@@ -106,6 +106,11 @@ class LLMEngine:
             raise ValueError("this model has no tokenizer, so it cannot take chat messages")
         return self.message_counter.count(message, after)
 
+    def bound_message(self, message: dict, after: dict) -> int | None:
+        """At least count_message(message, after), without encoding (MessageCounter.bound); None
+        where no such bound is had."""
+        return None if self.message_counter is None else self.message_counter.bound(message, after)
+
     def add_request(self, request_id: str, prompt: Prompt, params: SamplingParams | None = None,
                     priority: int = 0, tools: list[dict] | None = None,
                     cache_salt: str | None = None, arrival_time: float | None = None) -> None:

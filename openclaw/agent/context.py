@@ -82,11 +82,14 @@ class PromptTooLong(Exception):
 @dataclass
 class _Counted:
     """A cached history's tokens: those of its first `messages` messages, and whether a sum was
-    checked against the model's count of the whole prompt yet (once per conversation read)."""
+    checked against the model's count of the whole prompt yet (once per conversation read). The
+    `bounded` messages after those are not counted yet: `bound` is at least their tokens."""
 
     messages: int
     tokens: int
     checked: bool = False
+    bounded: int = 0
+    bound: int = 0
 
 
 @dataclass
@@ -112,7 +115,8 @@ class ContextBuilder:
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
         self._counted: dict[int, _Counted] = {}  # beside _cache, for the same conversations
         self._answered: dict[int, _Answered] = {}  # likewise
-        self.counter = PromptCounter(self.count, getattr(model, "count_message", None))
+        self.counter = PromptCounter(self.count, getattr(model, "count_message", None),
+                                     getattr(model, "bound_message", None))
 
     async def count(self, messages: list[dict], tools: list[dict] | None = None,
                     instructions: str | None = None) -> int:
@@ -224,9 +228,12 @@ class ContextBuilder:
         budget, counter = self.budget.prompt_tokens, self.counter
         counted = self._counted.get(conversation_id) if self._summing() else None
         if counted is not None:
+            if counted.checked and await self._within_bounds(counted, prompt, history, memory,
+                                                             tools, instructions):
+                return True
             for message in history[counted.messages:]:
                 counted.tokens += await counter.message(message.as_chat())
-            counted.messages = len(history)
+            counted.messages, counted.bounded, counted.bound = len(history), 0, 0
             summed = await self._summed(prompt, history, memory, tools, instructions,
                                         counted.tokens)
             if counted.checked and summed <= budget:
@@ -243,6 +250,23 @@ class ContextBuilder:
             tokens = exact - await self._summed(prompt, history, memory, tools, instructions, 0)
             self._counted[conversation_id] = _Counted(len(history), tokens)
         return exact <= budget
+
+    async def _within_bounds(self, counted: _Counted, prompt: list[dict], history: list[Message],
+                             memory: dict | None, tools: list[dict] | None,
+                             instructions: str | None) -> bool:
+        """Whether the prompt fits with each message not counted yet at its bound (the model's
+        bound_message: no encoding), so that none need be counted now: far from the budget, a
+        turn's new messages are counted only once the bounds of all not counted no longer fit,
+        then all at once. The same answer as counting them (a bound is at least the count)."""
+        for message in history[counted.messages + counted.bounded:]:
+            bound = self.counter.bound(message.as_chat())
+            if bound is None:
+                return False
+            counted.bounded += 1
+            counted.bound += bound
+        summed = await self._summed(prompt, history, memory, tools, instructions,
+                                    counted.tokens + counted.bound)
+        return summed <= self.budget.prompt_tokens
 
     async def _summed(self, prompt: list[dict], history: list[Message], memory: dict | None,
                       tools: list[dict] | None, instructions: str | None,

@@ -36,9 +36,11 @@ class PromptCounter:
 
     MAX_MESSAGES = 16  # the latest messages' counts: the turn's message is asked for twice
 
-    def __init__(self, count: CountChat, count_message: CountMessage | None = None) -> None:
+    def __init__(self, count: CountChat, count_message: CountMessage | None = None,
+                 bound_message: CountMessage | None = None) -> None:
         self._count = count
         self._count_message = count_message
+        self._bound_message = bound_message
         self._anchor: int | None = None
         self._messages: OrderedDict[tuple, int] = OrderedDict()
         self._heads: OrderedDict[tuple[str, bytes, str | None], int] = OrderedDict()
@@ -50,8 +52,7 @@ class PromptCounter:
 
     async def message(self, chat: dict) -> int:
         """The tokens `chat` adds to a prompt (after a system message)."""
-        key = (chat["role"], chat.get("content"), chat.get("tool_call_id"),
-               _key(chat["tool_calls"]) if chat.get("tool_calls") else None)
+        key = _chat_key(chat)
         found = self._messages.get(key)
         if found is None and self._count_message is not None:
             found = self._count_message(chat, ANCHOR)
@@ -63,6 +64,14 @@ class PromptCounter:
             found = await self._count([ANCHOR, chat], None, None) - self._anchor
             self._keep(key, found)
         return found
+
+    def bound(self, chat: dict) -> int | None:
+        """At least message(chat), without counting it: its count where one is kept, else the
+        model's bound_message; None where the model gives none."""
+        found = self._messages.get(_chat_key(chat))
+        if found is not None:
+            return found
+        return None if self._bound_message is None else self._bound_message(chat, ANCHOR)
 
     def _keep(self, key: tuple, found: int) -> None:
         self._messages[key] = found
@@ -103,6 +112,11 @@ class PromptCounter:
             log.warning("this model's chat template does not count a prompt as the sum of its "
                         "messages (%d summed, %d counted): prompts are counted whole from now on",
                         summed, exact)
+
+
+def _chat_key(chat: dict) -> tuple:
+    return (chat["role"], chat.get("content"), chat.get("tool_call_id"),
+            _key(chat["tool_calls"]) if chat.get("tool_calls") else None)
 
 
 def _key(value: object) -> bytes:

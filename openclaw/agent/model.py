@@ -56,6 +56,9 @@ class ChatModel(Protocol):
     # Optional: count_message(message, after) -> int | None, what count_chat([after, message])
     # minus count_chat([after]) gives, cheaper (the engine's encodes the message alone); None
     # where it has none now. The agent counts a new message with it (agent.counting).
+    # Optional: bound_message(message, after) -> int | None, at least what count_message gives,
+    # without encoding; the agent sums these while a prompt is well within its budget, and counts
+    # the messages only when the bounds no longer fit (agent.context).
 
     def stats(self) -> dict[str, Any]:
         """For /status and /metrics: `model`, `device`, and the engine's counters."""

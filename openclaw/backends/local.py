@@ -58,6 +58,9 @@ class LocalBackend:
         # The engine's: the message encoded alone where its template allows (engine.chat_count).
         return self.llm.count_message(message, after)
 
+    def bound_message(self, message: dict, after: dict) -> int | None:
+        return self.llm.bound_message(message, after)
+
     def stats(self) -> dict[str, Any]:
         return self.llm.stats()
 

@@ -72,5 +72,9 @@ class PriorityGate:
         count = getattr(self.model, "count_message", None)
         return count(message, after) if count is not None else None
 
+    def bound_message(self, message: dict, after: dict) -> int | None:
+        bound = getattr(self.model, "bound_message", None)
+        return bound(message, after) if bound is not None else None
+
     def stats(self) -> dict[str, Any]:
         return self.model.stats()

@@ -4,7 +4,7 @@ where the template writes each message between special tokens, exact where it do
 from __future__ import annotations
 
 import pytest
-from tokenizers import AddedToken
+from tokenizers import AddedToken, normalizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from engine.chat import CHATML_TEMPLATE, ChatFormatter
@@ -130,3 +130,34 @@ def test_a_text_holding_markup_the_template_branches_on_is_counted_exactly(smoll
     thought = {"role": "assistant", "content": "<think>a plan</think>the answer"}
     assert counter.fast(thought, AFTER) is None
     assert counted(counter, thought) == exact(fmt, thought)
+
+
+@pytest.mark.parametrize("template", [None, CHATML_TEMPLATE, TRIMMED], ids=["smollm2", "chatml",
+                                                                           "trimmed"])
+def test_a_messages_bound_is_never_below_its_count(smollm_tokenizer, qwen_like, template):
+    # The agent leaves a message uncounted while the prompt fits at its bound (agent.context):
+    # a bound below the count would let a prompt over the budget through.
+    for tokenizer in (smollm_tokenizer, qwen_like):
+        counter = MessageCounter(ChatFormatter(tokenizer, template))
+        assert counter.bounded
+        bounded = 0
+        for message in messages() + [{"role": "user", "content": "7" * 500 + "🦀" * 100}]:
+            bound = counter.bound(message, AFTER)
+            if bound is not None:
+                bounded += 1
+                assert bound >= counted(counter, message), message
+        assert bounded > len(messages()) // 2  # most messages have one
+
+
+def test_a_tokenizer_that_may_lengthen_a_text_gives_no_bound(smollm_tokenizer):
+    # NFKC writes "ﷺ" as 18 characters: its pieces could outnumber the 3 bytes it was given.
+    backend = HFTokenizer.from_str(smollm_tokenizer.backend.to_str())
+    backend.normalizer = normalizers.NFKC()
+    s = smollm_tokenizer
+    tokenizer = Tokenizer(backend=backend, eos_token_ids=s.eos_token_ids,
+                          bos_token_id=s.bos_token_id, add_bos=s.add_bos,
+                          chat_template=s.chat_template, special_ids=s.special_ids)
+    counter = MessageCounter(ChatFormatter(tokenizer))
+    assert not counter.bounded
+    assert counter.bound({"role": "user", "content": "ﷺ"}, AFTER) is None
+    assert counter.count({"role": "user", "content": "ﷺ"}, AFTER) > 0

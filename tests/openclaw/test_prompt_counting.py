@@ -271,3 +271,58 @@ async def test_a_tool_set_is_counted_once_and_any_change_to_it_counted_again():
     assert await counter.head(system, tools(True)) == first + 3 and len(counted) == 2
     assert await counter.head(system, tools(1.0)) == first + 2 and len(counted) == 3
     assert await counter.head(system, tools(1), "{tools}") == first and len(counted) == 4
+
+
+async def test_far_from_the_budget_new_messages_wait_at_their_bounds_and_are_counted_together(
+        tmp_path):
+    # While a prompt fits with its new messages at their bounds (no encoding: engine.chat_count),
+    # they are not counted; once the bounds no longer fit, all of them are, in one go. The prompts
+    # built (and when the history is compacted) are those of counting every message at once.
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    tokenizer_folder(folder)
+    formatter = ChatFormatter(Tokenizer.from_hf_folder(folder))
+    counter = MessageCounter(formatter)
+    budget = 700
+
+    class EngineCounted(CountingModel):
+        def __init__(self, bounds: bool) -> None:
+            super().__init__()
+            self.message_counts = 0
+            if not bounds:
+                self.bound_message = None
+
+        async def count_chat(self, chats, tools=None) -> int:
+            return len(formatter.encode(chats, tools=tools))
+
+        def count_message(self, message: dict, after: dict) -> int:
+            self.message_counts += 1
+            return counter.count(message, after)
+
+        def bound_message(self, message: dict, after: dict) -> int | None:
+            return counter.bound(message, after)
+
+    runs = []
+    for bounds in (True, False):
+        store, conversation = await _conversation(tmp_path / str(bounds), 6)
+        model = EngineCounted(bounds)
+        context = ContextBuilder(model, store, "You help.", Budget(budget, keep_messages=4))
+        prompts, counts_per_build = [], []
+        try:
+            await context.build(conversation, None)
+            for i in range(40):
+                await context.add(conversation, "user" if i % 2 == 0 else "assistant",
+                                  f"message {i}: " + "some words of the conversation " * 3)
+                before = model.message_counts
+                prompt = await context.build(conversation, None)
+                counts_per_build.append(model.message_counts - before)
+                prompts.append(prompt)
+                assert len(formatter.encode(prompt)) <= budget
+        finally:
+            await store.close()
+        runs.append((prompts, counts_per_build, model.generated))
+    (bounded, bounded_counts, summaries), (exact, exact_counts, exact_summaries) = runs
+    assert bounded == exact and summaries == exact_summaries > 0  # the same prompts, compactions
+    assert bounded_counts.count(0) >= 5  # builds that encoded none of their new messages
+    assert max(bounded_counts) > 1  # those waiting at their bounds, counted together
+    assert sum(bounded_counts) <= sum(exact_counts)  # each counted once at most, or never
