@@ -31,7 +31,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -114,20 +116,28 @@ async def prefill(daemon: Daemon, count: int) -> None:
         await store.add_message(conversation.id, role, text, token_count=12)
 
 
-async def measure_overhead(turns: int, history: int, encode, store_url: str | None,
-                           profile: Profile | None,
-                           counts=None) -> tuple[list[float], list[float]]:
+def scripted_model(encode, counts=None) -> Callable[[], Any]:
+    """The scripted model, counting as `--count` says (see measure_overhead)."""
+    model_args = {"max_model_len": 65536, "chunk": 1 << 20}
+    return lambda: (MessageCounted(encode, counts, **model_args) if counts is not None
+                    else TokenizerCounted(encode, **model_args) if encode is not None
+                    else Answering(scripted_reply, **model_args))
+
+
+async def measure_overhead(turns: int, history: int, make_model: Callable[[], Any],
+                           store_url: str | None = None, profile: Profile | None = None,
+                           agent_config: str = "") -> tuple[list[float], list[float], list[float]]:
+    """Per measured turn: seconds until the reply was handed to the connector, for the whole
+    turn, and inside the model's streams before the reply (`model_part`: a model that keeps an
+    `inside` total, else 0)."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
         store = f'[store]\nurl = "{store_url.format(history=history)}"\n' if store_url else ""
         # A context that holds the 500 messages and the turns after them: no compaction midway
         # (a summary every few turns would measure the model's summary, not the bookkeeping).
         cfg.write_text(f'data_dir = "{tmp}"\n[admin]\nenabled = false\n{store}'
-                       "[agent]\ncompaction_keep_messages = 8\n")
-        model_args = {"max_model_len": 65536, "chunk": 1 << 20}
-        model = (MessageCounted(encode, counts, **model_args) if counts is not None
-                 else TokenizerCounted(encode, **model_args) if encode is not None
-                 else Answering(scripted_reply, **model_args))
+                       f"[agent]\ncompaction_keep_messages = 8\n{agent_config}")
+        model = make_model()
         conn = RecordingConnector()
         # As `openclaw run` makes it: what its start allocated frozen out of the collector.
         daemon = Daemon(load_config(cfg), model=model, connectors=[conn], freeze_heap=True)
@@ -142,20 +152,22 @@ async def measure_overhead(turns: int, history: int, encode, store_url: str | No
             return await send(chat_id, text)
 
         conn.send_text = timed_send
-        to_reply, whole = [], []
+        to_reply, whole, model_part = [], [], []
         for i in range(turns + WARM_UP):
             if i == WARM_UP and profile is not None:
                 profile.reset()
             msg = InboundMessage("terminal", "local", "local", f"m{next(ids)}", question(i))
+            inside = getattr(model, "inside", 0.0)
             start = time.perf_counter()
             await conn.handler(msg)
             await daemon.gateway.wait_idle()
             whole.append(time.perf_counter() - start)
             to_reply.append(sent_at[-1] - start)
+            model_part.append(getattr(model, "inside", 0.0) - inside)
         if profile is not None:
             profile.turns = turns
         await daemon.stop()
-        return to_reply[WARM_UP:], whole[WARM_UP:]
+        return to_reply[WARM_UP:], whole[WARM_UP:], model_part[WARM_UP:]
 
 
 def measure_engine_ttft(llm, repeats: int) -> float:
@@ -210,12 +222,12 @@ def main() -> None:
     # allocator's arenas, the caches the libraries fill on first use), and would favour the
     # size measured second. (Not on PostgreSQL: the database of a size is used once.)
     if args.store_url is None:
-        asyncio.run(measure_overhead(WARM_UP * 5, sizes[0], encode, None, None, counts))
+        asyncio.run(measure_overhead(WARM_UP * 5, sizes[0], scripted_model(encode, counts)))
     for size in sizes:
         if profile is not None:
             profile.install(counted)
-        to_reply, whole = asyncio.run(_with_loop_count(
-            measure_overhead(turns, size, encode, args.store_url, profile, counts), profile))
+        to_reply, whole, _ = asyncio.run(_with_loop_count(measure_overhead(
+            turns, size, scripted_model(encode, counts), args.store_url, profile), profile))
         rows.append((size, to_reply, whole))
         if profile is not None:
             tables.append((size, profile.table()))
