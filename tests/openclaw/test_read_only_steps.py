@@ -141,3 +141,18 @@ async def test_stop_while_a_reading_call_runs_stores_the_step_and_its_stopped_re
         assert (step.id, result.id) == (user.id + 1, user.id + 2)
     finally:
         await daemon.stop(drain_timeout=0.1)
+
+
+async def test_a_reading_call_that_needs_approval_has_its_step_stored_before_it_asks(tmp_path):
+    approval = EXTRA + '[roles.admin]\napproval = ["look"]\n'
+    daemon, conn = await started(tmp_path, ScriptedModel(_script), approval)
+    try:
+        WRITER[:] = [daemon.store.loop_writer]
+        await conn.handler(msg("call look"))
+        await until(lambda: any("Approval needed" in text for text in conn.texts()))
+        user, step = await _stored(daemon)
+        assert step.role == "assistant" and step.tool_calls[0]["function"]["name"] == "look"
+        await conn.handler(msg("/stop"))
+        await daemon.gateway.wait_idle()
+    finally:
+        await daemon.stop(drain_timeout=0.1)
