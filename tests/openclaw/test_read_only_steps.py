@@ -37,7 +37,7 @@ class Look(Skill):
 
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         COMMITS["ran"] = WRITER[0].commits
-        return "looked"
+        return f"{self.name} done"
 
 
 class Poke(Look):
@@ -46,10 +46,6 @@ class Poke(Look):
     name = "poke"
     description = "Test only: pokes."
     side_effects = True
-
-    async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
-        COMMITS["ran"] = WRITER[0].commits
-        return "poked"
 
 
 class Stare(Look):
@@ -114,7 +110,7 @@ async def test_a_step_that_only_reads_is_stored_with_its_result_in_one_commit(tm
 
 async def test_the_stored_messages_are_the_same_whether_the_call_reads_or_acts(tmp_path):
     def shape(stored: list) -> list[tuple]:
-        return [(m.role, m.content.replace("poked", "looked").replace("poke", "look"),
+        return [(m.role, m.content.replace("poke", "look"),
                  m.tool_call_id is not None, bool(m.tool_calls), m.token_count, m.prompt_version)
                 for m in stored]
 
