@@ -299,3 +299,57 @@ async def test_a_value_sqlite_cannot_take_leaves_no_transaction_open_on_the_loop
             other.execute("ROLLBACK")
         finally:
             other.close()
+
+
+async def _a_step_with_its_result(store: Store) -> list[Any]:
+    """add_messages as the agent stores a step whose calls only read: the step, its first result
+    and the call's audit row, one transaction; then two without an audit row."""
+    user = await store.ensure_user("telegram", 1001)
+    conv = await store.active_conversation(user.key, "1001")
+    step_and_result = await store.add_messages(conv.id, [
+        dict(role="assistant", content=SPECIAL, token_count=4, prompt_version="v1",
+             tool_calls=[{"id": "c1", "function": {"name": "clock", "arguments": SPECIAL}}]),
+        dict(role="tool", content=f"12:00 {SPECIAL}", tool_call_id="c1")],
+        audit=dict(user=user.key, skill="clock", arguments={"tz": SPECIAL}, decision="allowed",
+                   exit_status=0, duration_ms=1, output_bytes=12, detail=None))
+    plain = await store.add_messages(conv.id, [dict(role="user", content="one"),
+                                               dict(role="assistant", content="two")])
+    return [step_and_result, plain]
+
+
+async def test_add_messages_on_the_loop_stores_what_the_drivers_path_stores(tmp_path: Path):
+    stored = {}
+    for loop_writes in (True, False):
+        db = tmp_path / f"{loop_writes}.db"
+        async with await Store.open(f"sqlite:///{db}", clock=_Clock(),
+                                    loop_writes=loop_writes) as store:
+            commits = store.loop_writer.commits if loop_writes else 0
+            records = await _a_step_with_its_result(store)
+            if loop_writes:  # on the loop indeed: one commit a call
+                assert store.loop_writer.commits == commits + 2
+            read = await store.list_messages(records[0][0].conversation_id)
+        stored[loop_writes] = (records, read, _rows(db))
+    assert stored[True] == stored[False]
+    audit = stored[True][2]["audit_log"]
+    assert [m.id for m in stored[True][1]] == [1, 2, 3, 4] and len(audit) == 1
+
+
+async def test_add_messages_to_an_unknown_conversation_writes_nothing_on_either_path(
+        tmp_path: Path):
+    for loop_writes in (True, False):
+        db = tmp_path / f"{loop_writes}.db"
+        async with await Store.open(f"sqlite:///{db}", loop_writes=loop_writes) as store:
+            with pytest.raises(LookupError, match="conversation 999"):
+                await store.add_messages(999, [
+                    dict(role="assistant", content="step", tool_calls=[{"id": "c1"}]),
+                    dict(role="tool", content="result", tool_call_id="c1")],
+                    audit=dict(user="telegram:1", skill="clock", arguments={},
+                               decision="allowed", exit_status=0, duration_ms=1,
+                               output_bytes=6, detail=None))
+            user = await store.ensure_user("telegram", 1001)
+            conv = await store.active_conversation(user.key, "1001")
+            with pytest.raises(ValueError, match="nobody"):  # a role it does not know: neither
+                await store.add_messages(conv.id, [dict(role="user", content="fits"),
+                                                   dict(role="nobody", content="bad")])
+        rows = _rows(db)
+        assert (rows["messages"], rows["audit_log"]) == ([], []), loop_writes
