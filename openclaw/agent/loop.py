@@ -295,7 +295,7 @@ class Agent:
         """Whether the turn's memory is to be recalled: a memory, a known chat kind, and entries
         for the user as far as the memory knows without asking its store."""
         return (self.memory is not None and caller.in_group is not None
-                and not getattr(self.memory, "holds_nothing", lambda _user: False)(caller.user))
+                and not self.memory.holds_nothing(caller.user))
 
     def _remember(self, caller: Caller) -> Remember | None:
         """Where the turn's compaction summaries go: none without a memory or a known chat kind."""
