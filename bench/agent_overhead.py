@@ -226,7 +226,7 @@ def main() -> None:
     for size in sizes:
         if profile is not None:
             profile.install(counted)
-        to_reply, whole, _ = asyncio.run(_with_loop_count(measure_overhead(
+        to_reply, whole, _ = asyncio.run(with_loop_count(measure_overhead(
             turns, size, scripted_model(encode, counts), args.store_url, profile), profile))
         rows.append((size, to_reply, whole))
         if profile is not None:
@@ -262,7 +262,7 @@ def main() -> None:
         print(table)
 
 
-async def _with_loop_count(run, profile: Profile | None):
+async def with_loop_count(run, profile: Profile | None):
     if profile is not None:
         profile.count_loop(asyncio.get_running_loop())
     return await run

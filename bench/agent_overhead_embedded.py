@@ -4,9 +4,11 @@
 A turn's time to the reply is the model's part (inside its streams: prefill, decode, and what the
 agent does with each streamed piece between them) plus the daemon's own, which this prints: the
 overhead the scripted model's bench measures alone, here with an engine thread beside the loop,
-its hops, and prompts it really encodes. Replies are cut at `--max-tokens` (the model's time is
-not what is measured); the model decides whether to call the clock, so the share of turns with a
-call is printed. `--profile` prints where the daemon's part goes (bench/overhead_profile.py).
+its hops, and prompts it really encodes. The peer is the model's part of the same turns: the
+ratio says what share of the user's wait the daemon adds. Replies are cut at `--max-tokens` (the
+model's time is not what is measured); the model decides whether to call the clock, so the share
+of turns with a call is printed. `--profile` prints where the daemon's part goes
+(bench/overhead_profile.py).
 
     .venv/bin/python bench/agent_overhead_embedded.py [--turns 60] [--history 10]
         [--max-tokens 8] [--profile]
@@ -26,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.agent_overhead import _with_loop_count, measure_overhead, percentile  # noqa: E402
+from bench.agent_overhead import measure_overhead, percentile, with_loop_count  # noqa: E402
 from bench.overhead_profile import Profile  # noqa: E402
 from openclaw.backends.local import LocalBackend  # noqa: E402
 
@@ -65,7 +67,7 @@ def main() -> None:
         profile = Profile() if args.profile else None
         if profile is not None:
             profile.install(TimedBackend)
-        to_reply, _whole, model = asyncio.run(_with_loop_count(measure_overhead(
+        to_reply, _whole, model = asyncio.run(with_loop_count(measure_overhead(
             args.turns, size, make_model, profile=profile, agent_config=agent), profile))
         rows.append((size, to_reply, model))
         if profile is not None:
@@ -76,15 +78,16 @@ def main() -> None:
           f"{load[2]:.2f}; store: SQLite (WAL, a file); model: the embedded engine, replies of "
           f"at most {args.max_tokens} tokens\n")
     print("| stored messages | to reply p50 | model's part p50 | daemon's part p50 | p99 | "
-          "turns with a tool call |")
-    print("|---:|---:|---:|---:|---:|---:|")
+          "daemon's / model's part, p50 | turns with a tool call |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for size, to_reply, model in rows:
         own = [t - m for t, m in zip(to_reply, model, strict=True)]
         # The model's part of a turn with a call holds two model calls.
         called = sum(m > 1.5 * percentile(model, 0.1) for m in model) / len(model)
         print(f"| {size} | {percentile(to_reply, 0.5) * 1e3:.2f} | "
               f"{percentile(model, 0.5) * 1e3:.2f} | {percentile(own, 0.5) * 1e3:.2f} | "
-              f"{percentile(own, 0.99) * 1e3:.2f} | {called:.0%} |")
+              f"{percentile(own, 0.99) * 1e3:.2f} | "
+              f"{percentile(own, 0.5) / percentile(model, 0.5):.4f} | {called:.0%} |")
     for size, table in tables:
         print(f"\nWhere a turn's time goes, {size} stored messages (inclusive times; a model "
               "site's time is the model's):\n")

@@ -18,6 +18,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from engine.chat import ChatFormatter, Part, Turn, normalize_messages
 
@@ -62,7 +63,7 @@ class MessageCounter:
         self.markup = tuple(sorted(t for t in literals if len(t) > 1 and _MARKUP.search(t)))
         self._shapes: dict[tuple, _Shape | None] = {}  # (after's role and text, role): its shape
         self._alone: dict[tuple, int] = {}  # len(encode([after])) per after
-        self.bounded = _bounded(formatter.tokenizer.backend.to_str())
+        self.bounded = _bounded(formatter.tokenizer.backend)
 
     def count(self, message: dict, after: dict) -> int:
         fast = self.fast(message, after)
@@ -203,13 +204,15 @@ class MessageCounter:
 _SPM_SPACE = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
 
 
-def _bounded(tokenizer_json: str) -> bool:
+def _bounded(backend: Any) -> bool:
     """Whether a text's pieces are at most its UTF-8 bytes, plus one for a prefix: a tokenizer
-    without a normalizer, or with only SentencePiece's. (NFKC, say, writes one character as
-    several, whose pieces can then outnumber the bytes it was given.)"""
-    normalizer = json.loads(tokenizer_json).get("normalizer")
+    without a normalizer, or with only SentencePiece's and a "▁" piece (without it, byte fallback
+    writes a space in 3 pieces). (NFKC, say, writes one character as several, whose pieces can
+    then outnumber the bytes it was given.)"""
+    normalizer = json.loads(backend.to_str()).get("normalizer")
     if normalizer is None:
         return True
     steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
-    return all(step.get("type") == "Prepend" and step.get("prepend") == "\u2581"
-               or step == _SPM_SPACE for step in steps)
+    return backend.token_to_id("\u2581") is not None and all(
+        step.get("type") == "Prepend" and step.get("prepend") == "\u2581" or step == _SPM_SPACE
+        for step in steps)

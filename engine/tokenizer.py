@@ -24,8 +24,9 @@ from tokenizers import Tokenizer as HFTokenizer
 _GGUF_NORMAL, _GGUF_UNKNOWN, _GGUF_CONTROL, _GGUF_USER_DEFINED = 1, 2, 3, 4
 _GGUF_KINDS = ("gpt2", "llama")
 
-# Encoded texts kept (Tokenizer.encode): this many characters in all, each at most the second.
-ENCODED_CHARS = 1 << 22
+# Encoded texts kept (Tokenizer.encode): about this many bytes of memory in all (kept_cost), a
+# text at most ENCODED_TEXT_CHARS long.
+ENCODED_BYTES = 32 << 20
 ENCODED_TEXT_CHARS = 1 << 16
 
 # SentencePiece writes a space as this character, in its pieces and in the text it tokenizes.
@@ -40,6 +41,12 @@ _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+
+
+def kept_cost(text: str, ids: tuple[int, ...]) -> int:
+    """About the memory a kept text and its ids take: the text (up to 4 bytes a character), a
+    tuple slot and an int each id, and the entry itself."""
+    return 2 * len(text) + 36 * len(ids) + 200
 
 
 @dataclass
@@ -64,7 +71,7 @@ class Tokenizer:
     # Texts encoded before, by (text, allow_special): their ids (see `encode`). Likewise its own.
     _encoded: dict[tuple[str, bool], tuple[int, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
-    _encoded_chars: int = field(default=0, init=False, repr=False, compare=False)
+    _encoded_bytes: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -96,16 +103,16 @@ class Tokenizer:
 
     def _keep(self, key: tuple[str, bool], ids: list[int]) -> None:
         """Keep `ids` of a text up to ENCODED_TEXT_CHARS long, the oldest kept going first past
-        ENCODED_CHARS in all."""
-        size = len(key[0])
-        if size > ENCODED_TEXT_CHARS:
+        ENCODED_BYTES in all."""
+        if len(key[0]) > ENCODED_TEXT_CHARS:
             return
-        while self._encoded and self._encoded_chars + size > ENCODED_CHARS:
+        kept = tuple(ids)
+        cost = kept_cost(key[0], kept)
+        while self._encoded and self._encoded_bytes + cost > ENCODED_BYTES:
             oldest = next(iter(self._encoded))
-            del self._encoded[oldest]
-            self._encoded_chars -= len(oldest[0])
-        self._encoded[key] = tuple(ids)
-        self._encoded_chars += size
+            self._encoded_bytes -= kept_cost(oldest[0], self._encoded.pop(oldest))
+        self._encoded[key] = kept
+        self._encoded_bytes += cost
 
     @property
     def added_ids(self) -> frozenset[int]:

@@ -154,9 +154,9 @@ class Policy:
         """`user` with its configured role (or `role`), its workspace created on first use (and
         again if it went since)."""
         name = role or self._role_of(user)
+        resolved = self.role(name)
         found = self._principals.get((user, name))
-        if found is None:
-            resolved = self.role(name)
+        if found is None or found.role is not resolved:  # `roles` may have changed since
             found = Principal(user, resolved, self.workspace_path(user, resolved),
                               self.shared_writable)
             if len(self._principals) >= MAX_PRINCIPALS:

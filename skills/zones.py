@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -21,10 +22,9 @@ def zone(name: Any) -> ZoneInfo | None:
         return None
 
 
-# How long the machine's zone read from its files is kept: a clock call reads it at every turn
-# that asks the time (tens of microseconds of file checks); a changed zone shows within this.
+# How long a MachineZone keeps the zone its files name: a clock call reads it at every turn that
+# asks the time (tens of microseconds of file checks); a changed zone shows within this.
 FILES_ZONE_SECONDS = 60.0
-_files_zone: tuple[float, str | None] = (float("-inf"), None)  # (read at, monotonic; the name)
 
 
 def local_zone_name() -> str:
@@ -36,12 +36,26 @@ def local_zone_name() -> str:
     return _zone_of_files() or "UTC"
 
 
+class MachineZone:
+    """local_zone_name, with the zone files read at most once a FILES_ZONE_SECONDS (TZ, when it
+    names a zone, counts at once): for a skill that says the time at every call."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._read_at = float("-inf")
+        self._files: str | None = None
+
+    def name(self) -> str:
+        from_env = os.environ.get("TZ", "").lstrip(":")
+        if zone(from_env) is not None:
+            return from_env
+        now = self._clock()
+        if now - self._read_at >= FILES_ZONE_SECONDS:
+            self._read_at, self._files = now, _zone_of_files()
+        return self._files or "UTC"
+
+
 def _zone_of_files() -> str | None:
-    global _files_zone
-    read_at, name = _files_zone
-    now = time.monotonic()
-    if now - read_at < FILES_ZONE_SECONDS:
-        return name
     candidates = []
     with_timezone = Path("/etc/timezone")
     if with_timezone.is_file():
@@ -51,14 +65,14 @@ def _zone_of_files() -> str | None:
         target = str(localtime.resolve())
         if "zoneinfo/" in target:
             candidates.append(target.split("zoneinfo/", 1)[1])
-    name = next((c for c in candidates if zone(c) is not None), None)
-    _files_zone = (now, name)
-    return name
+    return next((c for c in candidates if zone(c) is not None), None)
 
 
-def zone_name(args: dict[str, Any], settings: dict[str, Any]) -> str:
-    """The zone a call means: its own `timezone` argument, the skill's setting, this machine's."""
-    name = args.get("timezone") or settings.get("timezone") or local_zone_name()
+def zone_name(args: dict[str, Any], settings: dict[str, Any],
+              local: Callable[[], str] = local_zone_name) -> str:
+    """The zone a call means: its own `timezone` argument, the skill's setting, this machine's
+    (`local`: a MachineZone's name, for one kept a while)."""
+    name = args.get("timezone") or settings.get("timezone") or local()
     if zone(name) is None:
         raise SkillError(f"unknown time zone {name!r}; use an IANA name such as 'Europe/Paris'")
     return name

@@ -235,27 +235,9 @@ class Agent:
                     result.last_message_id = (await self.context.add(
                         conversation_id, "tool", f"error: {error}", tool_call_id=call_id)).id
                     meter.tool_ended(ok=False)
-                for call in calls:
-                    if not await caller.still_allowed():
-                        if pending is not None:  # stored as a step that acts would have been
-                            result.last_message_id = (await self.context.add(conversation_id,
-                                                                             **pending)).id
-                        return _refused(result)
-                    await sink.typing()
-                    try:
-                        outcome = await self._call_tool(call, caller, untrusted)
-                    except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
-                        result.last_message_id = (await self.context.add(
-                            conversation_id, "tool", STOPPED_CALL, tool_call_id=call.id,
-                            before=pending)).id
-                        raise
-                    # Its audit row with it, one transaction: no row without its result.
-                    result.last_message_id = (await self.context.add(
-                        conversation_id, "tool", outcome.text, tool_call_id=call.id,
-                        audit=outcome.audit, before=pending)).id
-                    pending = None
-                    meter.tool_ended(ok=outcome.ok)
-                    await sink.tool_ran(call.name, call.arguments, outcome)
+                if not await self._run_calls(conversation_id, calls, pending, caller, untrusted,
+                                             sink, meter, result):
+                    return _refused(result)
                 # Before the next model call (or the step-limit message). The first model call
                 # needs no look: the gateway admitted the caller just before the turn.
                 if not await caller.still_allowed():
@@ -357,12 +339,55 @@ class Agent:
             return guard.kept, [], [], out
         return parsed.content, parsed.tool_calls, parsed.errors, out
 
-    async def _call_tool(self, call: ToolCall, caller: Caller, untrusted: Untrusted) -> Outcome:
-        try:
-            principal = caller.principal_now() if caller.principal_now else caller.principal
-        except OSError as exc:  # a reload moved the role's workspace where it cannot be made
-            log.error("cannot prepare the workspace of %s (see roles.*.workspace): %s",
-                      caller.user, exc)
+    async def _run_calls(self, conversation_id: int, calls: list[ToolCall], pending: dict | None,
+                         caller: Caller, untrusted: Untrusted, sink: ReplySink,
+                         meter: _TurnMeter, result: TurnResult) -> bool:
+        """Run a step's calls in order, each result stored as it ends; False when the caller lost
+        access before one. `pending`: the step, not stored yet (it only reads): stored with the
+        first result, or alone before a call that now may act or ask (a reload between), and
+        however the calls end otherwise (/stop, an error), as a step that acts is."""
+        async def store_step() -> None:
+            nonlocal pending
+            if pending is not None:
+                step, pending = pending, None
+                result.last_message_id = (await self.context.add(conversation_id, **step)).id
+
+        for call in calls:
+            try:
+                if not await caller.still_allowed():
+                    await store_step()
+                    return False
+                principal = _principal_now(caller)
+                if principal is None or not self._only_reads([call], principal):
+                    await store_step()
+                await sink.typing()
+            except BaseException:  # the call never began: the step without its result
+                await store_step()
+                raise
+            try:
+                outcome = await self._call_tool(call, principal, caller, untrusted)
+            except asyncio.CancelledError:  # /stop, /new, a drain: it says what is known
+                result.last_message_id = (await self.context.add(
+                    conversation_id, "tool", STOPPED_CALL, tool_call_id=call.id,
+                    before=pending)).id
+                raise
+            except BaseException:
+                await store_step()
+                raise
+            # Its audit row with it, one transaction: no row without its result.
+            result.last_message_id = (await self.context.add(
+                conversation_id, "tool", outcome.text, tool_call_id=call.id,
+                audit=outcome.audit, before=pending)).id
+            pending = None
+            meter.tool_ended(ok=outcome.ok)
+            await sink.tool_ran(call.name, call.arguments, outcome)
+        return True
+
+    async def _call_tool(self, call: ToolCall, principal: Principal | None, caller: Caller,
+                         untrusted: Untrusted) -> Outcome:
+        """`principal`: the caller's as the config says now; None where its workspace could not
+        be made (_principal_now)."""
+        if principal is None:
             return Outcome(f"error: {call.name} did not run: the user's workspace is not usable "
                            "right now (the owner has been told)", False, "denied")
         skill = self.executor.registry.get(call.name)
@@ -408,6 +433,17 @@ class _TurnMeter:
     def spent(self, prompt_tokens: int, completion_tokens: int) -> None:
         self.result.prompt_tokens += prompt_tokens
         self.result.completion_tokens += completion_tokens
+
+
+def _principal_now(caller: Caller) -> Principal | None:
+    """The caller's principal as the config says now (a reload may have changed the role); None,
+    said in the log, where its workspace cannot be made."""
+    try:
+        return caller.principal_now() if caller.principal_now else caller.principal
+    except OSError as exc:  # a reload moved the role's workspace where it cannot be made
+        log.error("cannot prepare the workspace of %s (see roles.*.workspace): %s",
+                  caller.user, exc)
+        return None
 
 
 async def _cancelled(task: asyncio.Future | None) -> None:

@@ -113,10 +113,13 @@ class StoreBase:
         # Calls still running finish first (up to a limit: a hung server must not hang a stop):
         # disposed under them, their connections would be terminated mid-transaction. wait, not
         # gather, which would cancel them if this is cancelled.
-        if self._calls:
-            await asyncio.wait(self._calls, timeout=CLOSE_WAIT_S)
-        if self.loop_writer is not None:
-            writer, self.loop_writer = self.loop_writer, None
+        # The loop's writer first: a call that wakes now takes the thread's path, and starts no
+        # checkpoint on a connection about to close.
+        writer, self.loop_writer = self.loop_writer, None
+        deadline = asyncio.get_running_loop().time() + CLOSE_WAIT_S
+        while self._calls and (left := deadline - asyncio.get_running_loop().time()) > 0:
+            await asyncio.wait(self._calls, timeout=left)  # and those the waited ones started
+        if writer is not None:
             # On a thread: were it the file's last connection, closing would checkpoint (fsync).
             await asyncio.to_thread(writer.close)
         await self.engine.dispose()
@@ -166,9 +169,10 @@ def loop_first(on_loop: Callable[..., Any], *, steps: tuple[str, ...] = (),
     writer could not (the call then runs as it is). run_whole tries it first. `steps`: the
     store's methods the ordinary path runs that `on_loop` stands in for; where a class overrides
     one (a wrapper, a test holding the call there), the call takes the ordinary path.
-    `after_reply`: the call is made once the user has their reply (a delivery's status, a turn's
-    usage and trace), where waiting costs them nothing: it lets a running checkpoint finish
-    first, so that its write starts the -wal file over (see _start_checkpoint)."""
+    `after_reply`: the call is made once the user has their reply (a delivery's sent-mark, made
+    under the chat's lock only), where waiting costs them nothing: it lets a running checkpoint
+    finish first, so that its write starts the -wal file over (see _start_checkpoint). Not for a
+    call made under a lock that turns before their reply take (Spending's: usage, trace)."""
     def mark(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         method.on_loop = on_loop, steps, after_reply  # type: ignore[attr-defined]
         return method
@@ -213,8 +217,9 @@ def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
     writer.checkpoint_due = False
     writer.checkpoint = _start(store, _checkpoint(writer))
 
-    def ended(_task: asyncio.Task[None]) -> None:
-        writer.checkpoint = None
+    def ended(task: asyncio.Task[None]) -> None:
+        if writer.checkpoint is task:  # not a later one, started before this callback ran
+            writer.checkpoint = None
 
     writer.checkpoint.add_done_callback(ended)
 

@@ -12,11 +12,12 @@ thread, whenever it cannot finish at once. What keeps the loop from blocking:
   once, is rolled back, and the call runs on the thread, which waits for the lock there;
 - wal_autocheckpoint 0: a commit here never checkpoints (that fsyncs); a commit that grew the
   -wal file past CHECKPOINT_BYTES (SQLite's own threshold, 1000 pages) starts a PASSIVE
-  checkpoint on the thread, which no call waits for while the file is under WAIT_BYTES: the
-  writes go on beside it (a checkpoint takes no lock a writer needs), and the first write after
-  one that caught up starts the file over. Only a file grown to WAIT_BYTES (writes faster than
-  checkpoints, for long) makes the next call wait for the running one, off the loop
-  (base.run_whole), which bounds it; the thread's own connections keep checkpointing as before;
+  checkpoint on a worker thread, which no write before a reply waits for: the writes go on
+  beside it (a checkpoint takes no lock a writer needs); the delivery's sent-mark, made once the
+  reply is out, waits for it, so that the next write starts the file over. Only a file growing
+  past WAIT_BYTES (writes faster than checkpoints, for long) makes every call wait for the
+  running one, off the loop (base.run_whole), which bounds it; the thread's own connections keep
+  checkpointing as before;
 - one writer at a time without a deadlock: a transaction here runs from BEGIN to COMMIT in one
   synchronous call, so it never holds the write lock across an await, and never waits for one.
 
@@ -46,9 +47,9 @@ CHECKPOINT_BYTES = 1000 * 4096
 # alone misses the frames appended into a -wal file already that large.
 CHECKPOINT_COMMITS = 1000
 STAT_EVERY = 4  # commits between looks at the -wal file's size
-# A -wal file this large makes a call wait for the running checkpoint, so that its write starts
-# the file over. Below it nothing waits: a checkpoint's fsyncs take milliseconds, and a turn's
-# writes would be the slowest one in a hundred (issue 30's p99) for a file a few MiB shorter.
+# A -wal file growing past this makes every call wait for the running checkpoint, so that its
+# write starts the file over. Below it only the sent-mark waits: a checkpoint's fsyncs take
+# milliseconds, a turn's writes the slowest one in a hundred (issue 30's p99) if they waited.
 WAIT_BYTES = 4 * CHECKPOINT_BYTES
 
 Step = tuple["Prepared", dict[str, Any]]
@@ -109,9 +110,10 @@ class LoopWriter:
         self.commits = 0
         self.checkpoint_due = False  # set by a commit that grew the -wal file; the store runs it
         self.checkpoint: Any = None  # the store's task running it, on the thread (base.run_whole)
-        self.too_long = False  # the -wal file reached WAIT_BYTES: the next call waits for it
+        self.too_long = False  # the -wal file grew past WAIT_BYTES: the next call waits for it
         self._path = path
         self._checkpointer: sqlite3.Connection | None = None  # checkpoint's, on a worker thread
+        self._checkpointing = threading.Lock()  # the checkpoint's connection, one thread at a time
         self._wal = f"{path}-wal"
         self._wal_size = 0
         self._since_checkpoint = 0
@@ -197,8 +199,10 @@ class LoopWriter:
         self.checkpoint_due = grown or self._since_checkpoint >= CHECKPOINT_COMMITS
         if self.checkpoint_due:
             self._since_checkpoint = 0
+        # Growing past it: a file left that large (SQLite cuts it back only to
+        # journal_size_limit) but reused from its start holds up no call.
+        self.too_long = size >= WAIT_BYTES and size > self._wal_size
         self._wal_size = size
-        self.too_long = size >= WAIT_BYTES
 
     def transaction(self, body: Callable[[Callable[[Prepared, dict[str, Any]], sqlite3.Cursor]], T]
                     ) -> T:
@@ -229,12 +233,14 @@ class LoopWriter:
         """A PASSIVE checkpoint, on a worker thread (base._checkpoint), on a connection of its
         own: one trip from the loop, where the driver's path takes one per statement and more to
         check a connection out and back. Never two at once (the store starts one at a time)."""
-        if self._checkpointer is None:
-            self._checkpointer = sqlite3.connect(str(self._path), isolation_level=None,
-                                                 check_same_thread=False)
-        self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        with self._checkpointing:
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(str(self._path), isolation_level=None,
+                                                     check_same_thread=False)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
+        with self._checkpointing:  # after a checkpoint still running on a worker thread
+            if self._checkpointer is not None:
+                self._checkpointer.close()
         self._conn.close()

@@ -130,7 +130,7 @@ class TraceStore(StoreBase):
                 select(UserRow.channel, UserRow.external_id).where(UserRow.private))
             return {user_key(channel, external_id) for channel, external_id in rows}
 
-    @loop_first(_add_trace_on_loop, after_reply=True)
+    @loop_first(_add_trace_on_loop)
     async def add_trace(self, *, user: str, conversation_id: int, status: TraceStatus | str,
                         started_at: datetime, inbound_event_id: int | None = None,
                         first_message_id: int | None = None, last_message_id: int | None = None,

@@ -75,7 +75,7 @@ class UsageStore(StoreBase):
 
     # -- usage ---------------------------------------------------------------------------------
 
-    @loop_first(_add_usage_on_loop, after_reply=True)
+    @loop_first(_add_usage_on_loop)
     async def add_usage(self, user: str, prompt_tokens: int, completion_tokens: int,
                         conversation_id: int | None = None) -> None:
         async with self.transaction() as session:

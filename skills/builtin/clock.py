@@ -8,7 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from skills.base import Skill, SkillContext
-from skills.zones import timezone_setting_problems, zone_name
+from skills.zones import MachineZone, timezone_setting_problems, zone_name
 
 
 class ClockSkill(Skill):
@@ -22,6 +22,9 @@ class ClockSkill(Skill):
     side_effects = False
     untrusted_output = False  # the daemon's own clock
 
+    def __init__(self) -> None:
+        self.machine_zone = MachineZone()
+
     @classmethod
     def check_settings(cls, settings: dict[str, Any]) -> list[str]:
         return timezone_setting_problems(cls.name, settings)
@@ -29,6 +32,6 @@ class ClockSkill(Skill):
     async def run(self, args: dict[str, Any], ctx: SkillContext) -> str:
         # The same default as reminders' ([skills.clock] timezone, else this machine's zone): the
         # model reads the time here to say "at 9am" there.
-        name = zone_name(args, ctx.settings)
+        name = zone_name(args, ctx.settings, self.machine_zone.name)
         now = datetime.now(ZoneInfo(name))
         return f"{now.isoformat(timespec='seconds')} ({now:%A}, {name})"

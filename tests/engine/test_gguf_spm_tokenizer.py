@@ -15,6 +15,7 @@ from tokenizers import models, normalizers, pre_tokenizers, trainers
 
 from engine import LLM, SamplingParams
 from engine.chat import ChatFormatter
+from engine.chat_count import MessageCounter
 from engine.constrained.vocab import token_bytes
 from engine.detokenizer import IncrementalDetokenizer
 from engine.loader.gguf import read_fields
@@ -468,3 +469,29 @@ def test_json_output_over_a_sentencepiece_vocabulary(llm):
         value = json.loads(out.text)
         assert out.finish_reason == "stop" and 1 <= len(value) <= 3, out.text
         assert all(isinstance(v, int) for v in value), out.text
+
+
+BOUND_TEMPLATE = ("{% for m in messages %}[INST]{{ m['role'] }}\n{{ m['content'] }}[/INST]"
+                  "{% endfor %}{% if add_generation_prompt %}[INST]assistant\n{% endif %}")
+BOUND_TEXT = list(" \n\t  abcdeéü日本語🦀€.,<>[]") + ["  ", "\n\n", " \t "]
+
+
+def test_a_messages_bound_is_at_least_its_count_with_byte_fallback(tok):
+    # The agent leaves a message uncounted while the prompt fits at its bound (agent.context):
+    # SentencePiece writes each space "▁" (3 bytes for 1) and falls back to bytes for the rest.
+    counter = MessageCounter(ChatFormatter(tok, BOUND_TEMPLATE))
+    assert counter.bounded
+    after = {"role": "system", "content": "You help."}
+    rng = random.Random(7)
+    had = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(BOUND_TEXT) for _ in range(rng.randint(1, 30)))
+        for role in ("user", "assistant", "tool"):
+            message = {"role": role, "content": text}
+            if role == "tool":
+                message["tool_call_id"] = "call_1"
+            bound = counter.bound(message, after)
+            if bound is not None:
+                had += 1
+                assert bound >= counter.count(message, after), (role, repr(text))
+    assert had > 1000

@@ -1,4 +1,4 @@
-"""Tokenizer.encode keeps the texts it encoded (engine/tokenizer.py, ENCODED_CHARS,
+"""Tokenizer.encode keeps the texts it encoded (engine/tokenizer.py, ENCODED_BYTES,
 ENCODED_TEXT_CHARS): a kept answer is what the tokenizer itself says (special-token text
 included, with special tokens on and off), the list returned is the caller's own, and what is
 kept stays within its budget, the oldest going first. On the embedded model's tokenizer."""
@@ -87,7 +87,7 @@ def test_the_list_returned_is_the_callers_own(smollm_tokenizer) -> None:
 
 def test_what_is_kept_stays_within_its_budget_the_oldest_going_first(smollm_tokenizer,
                                                                       monkeypatch) -> None:
-    monkeypatch.setattr(tokenizer_module, "ENCODED_CHARS", 100)
+    monkeypatch.setattr(tokenizer_module, "ENCODED_BYTES", 2000)
     monkeypatch.setattr(tokenizer_module, "ENCODED_TEXT_CHARS", 40)
     rng = random.Random(7)
     tokenizer = _own(smollm_tokenizer)
@@ -103,9 +103,13 @@ def test_what_is_kept_stays_within_its_budget_the_oldest_going_first(smollm_toke
         if len(tokenizer.backend.encodes) > calls:
             break
         kept.append(text)
-    held = sum(map(len, kept))
-    assert held <= 100
-    assert held + len(texts[-len(kept) - 1]) > 100  # as many as fit were kept
+    def cost(text: str) -> int:
+        return tokenizer_module.kept_cost(text, tuple(smollm_tokenizer.encode(
+            text, allow_special=True)))
+
+    held = sum(map(cost, kept))
+    assert held <= 2000
+    assert held + cost(texts[-len(kept) - 1]) > 2000  # as many as fit were kept
     long = "y" * 41  # longer than a text kept
     tokenizer.encode(long, allow_special=True)
     tokenizer.encode(long, allow_special=True)

@@ -11,6 +11,8 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from openclaw.store import Store
+from openclaw.store import base as store_base
 from openclaw.store import engine as store_engine
 from openclaw.store.loop_writer import CHECKPOINT_BYTES, STAT_EVERY, WAIT_BYTES
 
@@ -203,16 +206,18 @@ async def test_a_running_checkpoint_holds_up_no_write_before_a_reply_and_the_nex
         # A turn's writes before its reply go on beside the checkpoint, on the loop, at once.
         event, _ = _finishes_at_once(store.record_inbound("telegram", 1, user.key, "1001", "hi"))
         _finishes_at_once(store.add_message(conv.id, "user", "hi"))
+        pieces = _finishes_at_once(store.add_reply("telegram", "1001", ["hello"],
+                                                   conversation_id=conv.id, answers=event.id))
         assert not running.done()
         size = wal.stat().st_size
-        # A write made after the reply waits for it; the file then starts over, so the writes
-        # after it reuse the file from its start rather than grow it.
-        await store.add_usage(user.key, 10, 2, conversation_id=conv.id)
+        # The sent-mark, made once the reply is out, waits for it; the file then starts over, so
+        # the writes after it reuse the file from its start rather than grow it.
+        await store.mark_sent(pieces[0].id, 77)
         assert running.done()
         for _ in range(CHECKPOINT_BYTES // len(big) // 2):
             await store.add_message(conv.id, "user", big)
         assert wal.stat().st_size == size
-        assert await store.tokens_today(user.key) == 12
+        assert await store.pending_outbound() == []
 
 
 async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go_on_the_loop_too(
@@ -353,3 +358,116 @@ async def test_add_messages_to_an_unknown_conversation_writes_nothing_on_either_
                                                    dict(role="nobody", content="bad")])
         rows = _rows(db)
         assert (rows["messages"], rows["audit_log"]) == ([], []), loop_writes
+
+
+def _every_commit_grows(writer: Any) -> None:
+    """Each commit on `writer` asks for a checkpoint, as one that grew the -wal file would."""
+    committed = writer._committed
+
+    def grew() -> None:
+        committed()
+        writer.checkpoint_due = True
+
+    writer._committed = grew
+
+
+async def test_a_checkpoint_started_as_the_last_one_ends_is_not_forgotten(tmp_path, monkeypatch):
+    # The last one's done callback runs after a write that came in the same iteration started
+    # the next: it must not clear the running one, which calls wait for and none runs beside.
+    store = await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=True)
+    releases: list[asyncio.Event] = []
+    try:
+        user = await store.ensure_user("telegram", 1001)
+        conv = await store.active_conversation(user.key, "1001")
+        writer = store.loop_writer
+
+        async def held(_writer: Any) -> None:
+            release = asyncio.Event()
+            releases.append(release)
+            await release.wait()
+
+        monkeypatch.setattr(store_base, "_checkpoint", held)
+        _every_commit_grows(writer)
+        store_base._start_checkpoint(store, writer)
+        first = writer.checkpoint
+        gate = asyncio.Event()
+
+        async def a_turns_write() -> None:
+            await gate.wait()
+            await store.add_message(conv.id, "user", "hello")
+
+        write = asyncio.ensure_future(a_turns_write())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        releases[0].set()  # the checkpoint ends; a write comes in the same iteration
+        gate.set()
+        await write
+        await asyncio.sleep(0)
+        assert first.done() and len(releases) == 2
+        assert writer.checkpoint is not None and not writer.checkpoint.done()
+    finally:
+        for release in releases:
+            release.set()
+        await store.close()
+
+
+async def test_close_returns_with_no_checkpoint_running_on_the_writers_connection(tmp_path):
+    # A sent-mark waiting for a checkpoint wakes as the store closes: it starts none on the
+    # connection being closed, and close waits for what the calls it waited for started.
+    store = await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=True)
+    user = await store.ensure_user("telegram", 1001)
+    conv = await store.active_conversation(user.key, "1001")
+    event, _ = await store.record_inbound("telegram", 1, user.key, "1001", "hi")
+    pieces = await store.add_reply("telegram", "1001", ["hello"], conversation_id=conv.id,
+                                   answers=event.id)
+    writer = store.loop_writer
+    gate, calls = threading.Event(), []
+    real = writer.checkpoint_passive
+
+    def slow() -> None:
+        calls.append(time.monotonic())
+        gate.wait(5) if len(calls) == 1 else time.sleep(0.3)
+        real()
+
+    writer.checkpoint_passive = slow
+    _every_commit_grows(writer)
+    store_base._start_checkpoint(store, writer)
+    sent = asyncio.ensure_future(store.mark_sent(pieces[0].id, 7))  # waits for it
+    await asyncio.sleep(0.01)
+    closing = asyncio.ensure_future(store.close())
+    await asyncio.sleep(0.01)
+    gate.set()
+    await sent
+    await closing
+    assert writer.checkpoint is None or writer.checkpoint.done()
+
+
+async def test_a_wal_started_over_after_a_burst_holds_up_no_write(tmp_path: Path):
+    # SQLite cuts the file back only to journal_size_limit: one left larger than WAIT_BYTES by a
+    # burst (a long reader held it) but reused from its start makes no call wait.
+    db = tmp_path / "s.db"
+    wal = Path(f"{db}-wal")
+    async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
+        user = await store.ensure_user("telegram", 42)
+        conv = await store.active_conversation(user.key, "42")
+        reader = sqlite3.connect(db, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM messages").fetchone()
+            while wal.stat().st_size < WAIT_BYTES + 1_000_000:
+                await store.add_message(conv.id, "user", "x" * 60_000)
+        finally:
+            reader.close()
+        writer = store.loop_writer
+        for _ in range(6 * STAT_EVERY):
+            await store.add_message(conv.id, "user", "hello")
+            if writer.checkpoint is not None:
+                await asyncio.wait({writer.checkpoint})
+        check = sqlite3.connect(db)
+        try:
+            frames = check.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+        finally:
+            check.close()
+        assert frames * 4096 < WAIT_BYTES  # started over
+        assert wal.stat().st_size >= WAIT_BYTES  # the file kept its size
+        assert not writer.too_long

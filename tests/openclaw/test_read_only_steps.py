@@ -152,3 +152,34 @@ async def test_a_reading_call_that_needs_approval_has_its_step_stored_before_it_
         await daemon.gateway.wait_idle()
     finally:
         await daemon.stop(drain_timeout=0.1)
+
+
+RELOADING: list[Any] = []  # the daemon whose config the script changes mid-step
+
+
+def _reloading_script(messages: list[dict]) -> str:
+    last = messages[-1]
+    if last["role"] == "user" and last["content"] == "call look":
+        daemon = RELOADING[0]
+        path = daemon.config.source
+        path.write_text(path.read_text() + '[roles.admin]\napproval = ["look"]\n')
+        assert daemon._reload().ok  # the admin's SIGHUP, while the model writes the step
+        return "<tool_call>" + json.dumps({"name": "look", "arguments": {}}) + "</tool_call>"
+    return "done"
+
+
+async def test_a_reload_that_asks_approval_mid_step_still_has_the_step_stored_first(tmp_path):
+    # The step was judged one that only reads, with the role as it was; the call runs with the
+    # role as it is now, which asks for approval: the step is stored before the question.
+    daemon, conn = await started(tmp_path, ScriptedModel(_reloading_script), EXTRA)
+    RELOADING[:] = [daemon]
+    try:
+        await conn.handler(msg("call look"))
+        await until(lambda: any("Approval needed" in text for text in conn.texts()))
+        conversation = await daemon.store.active_conversation("terminal:local", "local")
+        stored = await daemon.store.list_messages(conversation.id)
+        assert [m.role for m in stored] == ["user", "assistant"]
+        await conn.handler(msg("/stop"))
+        await daemon.gateway.wait_idle()
+    finally:
+        await daemon.stop(drain_timeout=0.1)
