@@ -83,18 +83,27 @@ class _Clock:
         return datetime(2026, 12, 7, 12, 0, 0, 123456, tzinfo=UTC)
 
 
-async def test_a_turns_writes_on_the_loop_store_what_the_drivers_path_stores(tmp_path: Path):
+async def _on_each_path(tmp_path: Path, writes: Any, read: Any) -> dict[bool, tuple]:
+    """By whether the loop's writer wrote: what `writes(store)` returned, what `read(store,
+    records)` read back through the ORM (the driver's connection), and every row."""
     stored = {}
     for loop_writes in (True, False):
         db = tmp_path / f"{loop_writes}.db"
         async with await Store.open(f"sqlite:///{db}", clock=_Clock(),
                                     loop_writes=loop_writes) as store:
             assert (store.loop_writer is not None) is loop_writes
-            records = await _a_turns_writes(store)
-            # Read back through the ORM (the driver's connection).
-            read = (await store.list_messages(records[1].conversation_id),
-                    await store.list_outbound(), await store.pending_inbound())
-        stored[loop_writes] = (records, read, _rows(db))
+            records = await writes(store)
+            read_back = await read(store, records)
+        stored[loop_writes] = (records, read_back, _rows(db))
+    return stored
+
+
+async def test_a_turns_writes_on_the_loop_store_what_the_drivers_path_stores(tmp_path: Path):
+    async def read(store: Store, records: list[Any]) -> tuple:
+        return (await store.list_messages(records[1].conversation_id),
+                await store.list_outbound(), await store.pending_inbound())
+
+    stored = await _on_each_path(tmp_path, _a_turns_writes, read)
     assert stored[True] == stored[False]
 
 
@@ -220,6 +229,21 @@ async def test_a_running_checkpoint_holds_up_no_write_before_a_reply_and_the_nex
         assert await store.pending_outbound() == []
 
 
+async def _written_behind_a_reader(db: Path, store: Store, conversation_id: int,
+                                   wal_bytes: int) -> None:
+    """Big messages written while a reader holds its snapshot (so none of them can be
+    checkpointed) until the -wal file holds `wal_bytes`."""
+    wal = Path(f"{db}-wal")
+    reader = sqlite3.connect(db, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()  # its snapshot is held now
+        while wal.stat().st_size < wal_bytes:
+            await store.add_message(conversation_id, "user", "x" * 60_000)
+    finally:
+        reader.close()
+
+
 async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go_on_the_loop_too(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     # test_store.py's test of the driver's path, with the writes on the loop's connection: it,
@@ -231,15 +255,7 @@ async def test_the_wal_is_cut_back_to_its_limit_once_a_long_reader_lets_go_on_th
     async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
         user = await store.ensure_user("telegram", 42)
         conv = await store.active_conversation(user.key, "42")
-        reader = sqlite3.connect(db, isolation_level=None)
-        try:
-            reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM messages").fetchone()  # its snapshot is held now
-            for _ in range(100):
-                await store.add_message(conv.id, "user", "x" * 60_000)
-            assert wal.stat().st_size > 24 * limit  # none of it could be checkpointed
-        finally:
-            reader.close()
+        await _written_behind_a_reader(db, store, conv.id, 24 * limit + 1)
         writer = store.loop_writer
         assert writer is not None
         for _ in range(3 * STAT_EVERY):
@@ -323,17 +339,18 @@ async def _a_step_with_its_result(store: Store) -> list[Any]:
 
 
 async def test_add_messages_on_the_loop_stores_what_the_drivers_path_stores(tmp_path: Path):
-    stored = {}
-    for loop_writes in (True, False):
-        db = tmp_path / f"{loop_writes}.db"
-        async with await Store.open(f"sqlite:///{db}", clock=_Clock(),
-                                    loop_writes=loop_writes) as store:
-            commits = store.loop_writer.commits if loop_writes else 0
-            records = await _a_step_with_its_result(store)
-            if loop_writes:  # on the loop indeed: one commit a call
-                assert store.loop_writer.commits == commits + 2
-            read = await store.list_messages(records[0][0].conversation_id)
-        stored[loop_writes] = (records, read, _rows(db))
+    async def writes(store: Store) -> list[Any]:
+        writer = store.loop_writer
+        commits = writer.commits if writer is not None else 0
+        records = await _a_step_with_its_result(store)
+        if writer is not None:  # on the loop indeed: one commit a call
+            assert writer.commits == commits + 2
+        return records
+
+    async def read(store: Store, records: list[Any]) -> list[Any]:
+        return await store.list_messages(records[0][0].conversation_id)
+
+    stored = await _on_each_path(tmp_path, writes, read)
     assert stored[True] == stored[False]
     audit = stored[True][2]["audit_log"]
     assert [m.id for m in stored[True][1]] == [1, 2, 3, 4] and len(audit) == 1
@@ -450,14 +467,7 @@ async def test_a_wal_started_over_after_a_burst_holds_up_no_write(tmp_path: Path
     async with await Store.open(f"sqlite:///{db}", loop_writes=True) as store:
         user = await store.ensure_user("telegram", 42)
         conv = await store.active_conversation(user.key, "42")
-        reader = sqlite3.connect(db, isolation_level=None)
-        try:
-            reader.execute("BEGIN")
-            reader.execute("SELECT count(*) FROM messages").fetchone()
-            while wal.stat().st_size < WAIT_BYTES + 1_000_000:
-                await store.add_message(conv.id, "user", "x" * 60_000)
-        finally:
-            reader.close()
+        await _written_behind_a_reader(db, store, conv.id, WAIT_BYTES + 1_000_000)
         writer = store.loop_writer
         for _ in range(6 * STAT_EVERY):
             await store.add_message(conv.id, "user", "hello")
