@@ -44,6 +44,8 @@ class HistoryStore(Protocol):
 
     async def latest_summary(self, conversation_id: int) -> Summary | None: ...
 
+    async def set_token_count(self, message_id: int, tokens: int) -> None: ...
+
 
 class Meter(Protocol):
     """A turn's model calls against the user's daily tokens (agent.loop's _TurnMeter)."""
@@ -136,10 +138,13 @@ class ContextBuilder:
         # Summed only once a sum held against a whole count (this check has none of its own),
         # and only well within the budget: scaffolding a template adds to a prompt as a whole
         # (a date line, say) is in no message's count.
-        if self._summing() and self.counter.checked and (
-                await self.counter.head(system, tools, instructions)
-                + await self.counter.message(user) + SUM_MARGIN) <= budget:
-            return True
+        if self._summing() and self.counter.checked:
+            head = await self.counter.head(system, tools, instructions) + SUM_MARGIN
+            bound = self.counter.bound(user)  # no encoding: the message is counted after the reply
+            if bound is not None and head + bound <= budget:
+                return True
+            if head + await self.counter.message(user) <= budget:
+                return True
         return await self.count([system, user], tools, instructions) <= budget
 
     def _summing(self) -> bool:

@@ -73,6 +73,9 @@ class TurnResult:
     first_message_id: int | None = None
     last_message_id: int | None = None
     prompt_version: str = ""  # the label of the prompt versions it was answered with
+    # The user's message as stored without its token_count, counted once the reply is out
+    # (Agent.count_later): the budget takes its bound far from the limit, the column its count.
+    uncounted: dict | None = None
 
 
 async def _always_allowed() -> bool:
@@ -179,10 +182,9 @@ class Agent:
                 await _cancelled(recalling)
                 return result
             if not stored:
-                # Its count alone, from the count the prompt's sum takes of it (one count).
-                tokens = await self.context.counter.alone({"role": "user", "content": text})
-                result.first_message_id = (await self.context.add(
-                    conversation_id, "user", text, token_count=tokens)).id
+                result.first_message_id = (await self.context.add(conversation_id, "user",
+                                                                  text)).id
+                result.uncounted = {"role": "user", "content": text}
         except BaseException:
             await _cancelled(recalling)
             raise
@@ -257,6 +259,20 @@ class Agent:
             log.exception("turn %s failed", run_id)
             result.text, result.failed = APOLOGY, True
             return result
+
+    async def count_later(self, result: TurnResult) -> None:
+        """Store the token_count of the turn's user message, once its reply is out: its count
+        alone (the prompt's sums take the count where they needed it, else a bound). Never
+        raises: the reply is out; a count lost leaves the column empty."""
+        chat, result.uncounted = result.uncounted, None
+        if chat is None or result.first_message_id is None:
+            return
+        try:
+            tokens = await self.context.counter.alone(chat)
+            await self.store.set_token_count(result.first_message_id, tokens)
+        except Exception:
+            log.warning("the token count of message %s was not stored", result.first_message_id,
+                        exc_info=True)
 
     async def _prompt_choice(self, caller: Caller) -> PromptChoice:
         if self.prompts is None:

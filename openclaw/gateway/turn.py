@@ -246,6 +246,7 @@ class Turns:
                              "failed" if result.failed else "answered")
             await self._deliver(msg, event, caller, result, conversation_id, sink)
             traced, ended = None if result.refused else status_of(result), time.monotonic()
+            await self.agent.count_later(result)  # its user's message: the column, not the reply
         finally:
             # After the send (the user does not wait for this write), and however the turn
             # ended: stopped, failed, cut by shutdown.

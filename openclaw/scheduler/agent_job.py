@@ -135,6 +135,7 @@ class AgentJobs:
                 return result.text
             return await self._verdict(job, result, run_id)
         finally:
+            await gw.agent.count_later(result)  # nobody waits on a job's reply: at once
             await gw.spending.end(user, result, conversation_id)
             if ran:  # its trace, as a chat turn's (no inbound message: the scheduler asked)
                 await record_turn(gw.store, gw.agent, user=user, conversation_id=conversation_id,

@@ -3,9 +3,10 @@ they were added, and the summaries that compact their older turns (agent.context
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -67,6 +68,22 @@ def _message_values(conversation_id: int, now: Any, role: MessageRole | str, con
     return dict(conversation_id=conversation_id, role=MessageRole(role), content=content,
                 tool_calls=tool_calls, tool_call_id=tool_call_id, token_count=token_count,
                 created_at=now, prompt_version=prompt_version)
+
+
+@functools.cache
+def _token_count() -> Any:
+    """set_token_count's UPDATE, built once."""
+    table = MessageRow.__table__
+    return (update(table).where(table.c.id == bindparam("message_id"))
+            .values(token_count=bindparam("tokens")))
+
+
+def _set_token_count_on_loop(store: StoreBase, writer: LoopWriter, message_id: int,
+                             tokens: int) -> None:
+    """No row changed (no such message): the ordinary path says so."""
+    done = writer.write([(writer.prepare("token_count", _token_count),
+                          {"message_id": message_id, "tokens": tokens})])
+    return None if done is not None and done[0][0] == 1 else NOT_DONE
 
 
 class ConversationStore(StoreBase):
@@ -157,6 +174,16 @@ class ConversationStore(StoreBase):
                         for i, values in enumerate(rows)]
         except IntegrityError as err:
             raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
+
+    @loop_first(_set_token_count_on_loop)
+    async def set_token_count(self, message_id: int, tokens: int) -> None:
+        """A stored message's token count, known after it was stored (the agent counts the user's
+        message once the reply is out). LookupError for a message that does not exist."""
+        async with self.transaction() as session:
+            result = await session.execute(_token_count(), {"message_id": message_id,
+                                                            "tokens": tokens})
+            if result.rowcount != 1:
+                raise LookupError(f"message {message_id} does not exist; no token count stored")
 
     async def list_messages(self, conversation_id: int, after_id: int | None = None,
                             limit: int | None = None) -> list[Message]:
