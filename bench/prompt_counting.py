@@ -55,8 +55,8 @@ class History:
         self.messages.append(self._message(role, content, tool_calls, tool_call_id))
         return self.messages[-1]
 
-    async def set_token_count(self, message_id, tokens) -> None:
-        pass
+    async def set_token_count(self, message_id: int, tokens: int) -> None:
+        pass  # the counts this bench measures are the prompt's
 
     async def add_messages(self, conversation_id, messages, audit=None) -> list[Message]:
         return [await self.add_message(conversation_id, **message) for message in messages]

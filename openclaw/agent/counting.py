@@ -34,7 +34,7 @@ ANCHOR = {"role": "system", "content": "."}
 class PromptCounter:
     MAX_HEADS = 64  # (system text, tools) pairs kept: prompts and role tool sets change rarely
 
-    MAX_MESSAGES = 16  # the latest messages' counts: the turn's message is asked for twice
+    MAX_MESSAGES = 16  # the latest messages' counts: a turn's are asked for again (alone, sums)
 
     def __init__(self, count: CountChat, count_message: CountMessage | None = None,
                  bound_message: CountMessage | None = None) -> None:
@@ -80,9 +80,9 @@ class PromptCounter:
 
     async def alone(self, chat: dict) -> int:
         """The count of a prompt of `chat` alone (as the model counts [chat]: a user message's
-        stored token_count), from its `message` count, which the prompt's sums take anyway, once
-        sums held against the model's counts; else counted. Exact for templates that render each
-        message on its own, as the sums are."""
+        stored token_count), from its `message` count (one encode, or none where the prompt's
+        sums took it), once sums held against the model's counts; else counted. Exact for
+        templates that render each message on its own, as the sums are."""
         role = chat["role"]
         if self.summing and self.checked and role in self._alone:
             return await self.message(chat) + self._alone[role]

@@ -73,9 +73,9 @@ class TurnResult:
     first_message_id: int | None = None
     last_message_id: int | None = None
     prompt_version: str = ""  # the label of the prompt versions it was answered with
-    # The user's message as stored without its token_count, counted once the reply is out
-    # (Agent.count_later): the budget takes its bound far from the limit, the column its count.
-    uncounted: dict | None = None
+    # The user's message (its id and text), stored without its token_count: counted once the
+    # reply is out (Agent.count_later); the prompt's budget takes its bound far from the limit.
+    uncounted: tuple[int, str] | None = None
 
 
 async def _always_allowed() -> bool:
@@ -184,7 +184,7 @@ class Agent:
             if not stored:
                 result.first_message_id = (await self.context.add(conversation_id, "user",
                                                                   text)).id
-                result.uncounted = {"role": "user", "content": text}
+                result.uncounted = (result.first_message_id, text)
         except BaseException:
             await _cancelled(recalling)
             raise
@@ -261,18 +261,18 @@ class Agent:
             return result
 
     async def count_later(self, result: TurnResult) -> None:
-        """Store the token_count of the turn's user message, once its reply is out: its count
-        alone (the prompt's sums take the count where they needed it, else a bound). Never
-        raises: the reply is out; a count lost leaves the column empty."""
-        chat, result.uncounted = result.uncounted, None
-        if chat is None or result.first_message_id is None:
+        """Store the token_count of the turn's user message (`result.uncounted`), once its reply
+        is out: its count alone, as the model counts it (the cached history keeps the message as
+        it was stored, without it: nothing reads it there). Never raises but a cancel: the reply
+        is out; a count lost leaves the column empty."""
+        if result.uncounted is None:
             return
+        (message_id, text), result.uncounted = result.uncounted, None
         try:
-            tokens = await self.context.counter.alone(chat)
-            await self.store.set_token_count(result.first_message_id, tokens)
-        except Exception:
-            log.warning("the token count of message %s was not stored", result.first_message_id,
-                        exc_info=True)
+            tokens = await self.context.counter.alone({"role": "user", "content": text})
+            await self.store.set_token_count(message_id, tokens)
+        except Exception as exc:
+            log.warning("the token count of message %s was not stored: %s", message_id, exc)
 
     async def _prompt_choice(self, caller: Caller) -> PromptChoice:
         if self.prompts is None:

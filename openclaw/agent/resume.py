@@ -47,6 +47,9 @@ class TakenUp:
 
     text: str
     answer: str | None = None
+    # The stored message's id where its token count is not stored yet (a run that ended before
+    # its reply: Agent.count_later stores it once this turn's reply is out).
+    uncounted_id: int | None = None
 
 
 async def take_up(context: ContextBuilder, executor: Executor, principal: Principal,
@@ -68,6 +71,7 @@ async def take_up(context: ContextBuilder, executor: Executor, principal: Princi
     if not starts or history[starts[-1]].created_at < received_at \
             or not is_message(text := history[starts[-1]].content):
         return None
+    uncounted = history[starts[-1]].id if history[starts[-1]].token_count is None else None
     steps = history[starts[-1] + 1:]
     # This turn's steps: model steps with calls (or with only malformed ones: their errors follow
     # as tool messages) and the calls' results, maybe the final answer last.
@@ -79,21 +83,22 @@ async def take_up(context: ContextBuilder, executor: Executor, principal: Princi
     if last is not None and last.role == "assistant" and not last.tool_calls:
         # The final answer. (Not when empty: a reply the model spoilt with a malformed call is
         # stored so too, its error right after; running the turn again is the lesser harm.)
-        return TakenUp(text, last.content if last.content.strip() else None)
+        return TakenUp(text, last.content if last.content.strip() else None,
+                       uncounted_id=uncounted)
     at = max((i for i, m in enumerate(steps) if m.role == "assistant"), default=None)
     if at is None or not steps[at].tool_calls:
-        return TakenUp(text)
+        return TakenUp(text, uncounted_id=uncounted)
     calling = steps[at]  # the latest model step: only its calls can lack a result
     results = {m.tool_call_id: m.content for m in steps[at + 1:] if m.role == "tool"}
     # Its calls ran one at a time, in order, each result stored as it ended (one a stop cut short
     # too: STOPPED_CALL). So only the first call without a result can have begun, and not after a
     # stopped one; the later ones stay bare, which the prompt shows as "not run" (agent.context).
     if STOPPED_CALL in results.values():
-        return TakenUp(text)
+        return TakenUp(text, uncounted_id=uncounted)
     call = next((c for c in calling.tool_calls if c.get("id") and c["id"] not in results
                  and c["function"]["name"] != UNREADABLE_CALL), None)  # which never runs
     if call is None:
-        return TakenUp(text)
+        return TakenUp(text, uncounted_id=uncounted)
     name = call["function"]["name"]
     asked = principal.needs_approval(name)
     log.warning("%s: the %s call %s of conversation %d did not end before the daemon stopped; "
@@ -102,7 +107,7 @@ async def take_up(context: ContextBuilder, executor: Executor, principal: Princi
     # The executor writes a call's row as the call ends, which a crash never reaches.
     await executor.record_interrupted(principal, name, _arguments(call), INTERRUPTED_AUDIT[asked])
     await context.add(conversation_id, "tool", INTERRUPTED[asked], tool_call_id=call["id"])
-    return TakenUp(text)
+    return TakenUp(text, uncounted_id=uncounted)
 
 
 def _arguments(call: dict) -> Any:

@@ -192,6 +192,8 @@ class Turns:
             taken_up = await take_up(
                 self.agent.context, self.agent.executor, principal, conversation_id,
                 functools.partial(stored_as, msg), event.received_at) if resumed else None
+            if taken_up is not None and taken_up.uncounted_id is not None:
+                result.uncounted = (taken_up.uncounted_id, taken_up.text)
             if taken_up is not None and taken_up.answer is not None:
                 result.text = taken_up.answer  # the turn had ended: its answer, not a second run
                 return result
@@ -246,7 +248,6 @@ class Turns:
                              "failed" if result.failed else "answered")
             await self._deliver(msg, event, caller, result, conversation_id, sink)
             traced, ended = None if result.refused else status_of(result), time.monotonic()
-            await self.agent.count_later(result)  # its user's message: the column, not the reply
         finally:
             # After the send (the user does not wait for this write), and however the turn
             # ended: stopped, failed, cut by shutdown.
@@ -259,6 +260,10 @@ class Turns:
                 started_at=started_at, duration_s=ended - started, inbound_event_id=event.id,
                 with_usage=True)
             await self.spending.end(msg.user, result, conversation_id, together=trace)
+            # The user's message's token count, now that the reply is out (or the turn stopped);
+            # not while the daemon stops: a message left unanswered is counted when taken up.
+            if not asyncio.current_task().cancelling():
+                await self.agent.count_later(result)
 
     async def _deliver(self, msg: InboundMessage, event: InboundEvent, caller: Caller,
                        result: TurnResult, conversation_id: int, sink: Sink) -> None:

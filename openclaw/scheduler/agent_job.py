@@ -135,12 +135,12 @@ class AgentJobs:
                 return result.text
             return await self._verdict(job, result, run_id)
         finally:
-            await gw.agent.count_later(result)  # nobody waits on a job's reply: at once
             await gw.spending.end(user, result, conversation_id)
             if ran:  # its trace, as a chat turn's (no inbound message: the scheduler asked)
                 await record_turn(gw.store, gw.agent, user=user, conversation_id=conversation_id,
                                   result=result, status=status_of(result), started_at=started_at,
                                   duration_s=time.monotonic() - started)
+            await gw.agent.count_later(result)  # its prompt's token count, last
 
     async def _verdict(self, job: AgentJobRequest, result: TurnResult, run_id: str) -> str | None:
         """Ask the model, constrained to one call of the verdict tool, whether the turn's answer

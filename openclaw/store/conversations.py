@@ -175,7 +175,7 @@ class ConversationStore(StoreBase):
         except IntegrityError as err:
             raise LookupError(f"conversation {conversation_id} does not exist; no message added") from err
 
-    @loop_first(_set_token_count_on_loop)
+    @loop_first(_set_token_count_on_loop, after_reply=True)
     async def set_token_count(self, message_id: int, tokens: int) -> None:
         """A stored message's token count, known after it was stored (the agent counts the user's
         message once the reply is out). LookupError for a message that does not exist."""

@@ -4,13 +4,16 @@ waits for no encoding of it (openclaw/agent/loop.py, agent/context.py fits_alone
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from openclaw.agent.model import ModelUnavailable
 from openclaw.store import Store
-from tests.helpers.daemon import say, started
+from tests.helpers.daemon import msg, say, started
 from tests.helpers.scripted_model import ScriptedModel
+from tests.helpers.waiting import until
 
 
 class Counted(ScriptedModel):
@@ -71,3 +74,81 @@ async def test_a_token_count_is_stored_on_both_paths_and_refused_for_no_message(
         assert (await store.list_messages(conversation.id))[0].token_count == 12
         with pytest.raises(LookupError, match="message 999"):
             await store.set_token_count(999, 3)
+
+
+async def test_a_stopped_turns_message_still_gets_its_count(tmp_path):
+    # /stop cancels the turn before its reply: the count is stored all the same, as the turn
+    # ends (only a daemon stopping leaves it to the start that takes the message up).
+    model = Counted()
+    daemon, conn = await started(tmp_path, model)
+    try:
+        for text in ("one", "two"):  # the sums checked: the third is stored uncounted
+            await say(daemon, conn, text)
+        model.reply = lambda messages: "a long answer " * 20
+        model.gate = asyncio.Event()  # the stream stalls after its first chunk
+        await conn.handler(msg("tell me everything now"))
+        await until(lambda: len(model.prompts) == 3)
+        await conn.handler(msg("/stop"))
+        await asyncio.wait_for(daemon.gateway.wait_idle(), 10)
+        conversation = await daemon.store.active_conversation("terminal:local", "local")
+        stored = await daemon.store.list_messages(conversation.id)
+        assert [(m.content, m.token_count) for m in stored if m.role == "user"][-1] == (
+            "tell me everything now", 4 + 4)
+    finally:
+        model.gate = None
+        await daemon.stop()
+
+
+class Away(Counted):
+    """The model, gone while `away`: every call fails as a server that went away does."""
+
+    away = False
+
+    async def generate(self, *args: Any, **kwargs: Any):
+        if self.away:
+            raise ModelUnavailable("the model's server went away")
+        async for out in super().generate(*args, **kwargs):
+            yield out
+
+
+async def test_a_message_left_for_the_next_start_is_counted_as_its_turn_ends(tmp_path):
+    # The daemon stops while the message waits for the model: the turn ends there, its message
+    # stored for the next start, and counted as it ends.
+    model = Away()
+    daemon, conn = await started(tmp_path, model)
+    try:
+        for text in ("one", "two"):  # answered: the sums checked
+            await say(daemon, conn, text)
+        model.away = True
+        await conn.handler(msg("wait for me please"))
+        await until(lambda: len(conn.texts()) == 3)  # told that it waits for the model
+    finally:
+        await daemon.stop(drain_timeout=0.1)
+    store = await Store.open(f"sqlite:///{tmp_path / 'data' / 'openclaw.db'}")
+    try:
+        conversation = await store.active_conversation("terminal:local", "local")
+        stored = await store.list_messages(conversation.id)
+        assert (stored[-1].content, stored[-1].token_count) == ("wait for me please", 4 + 4)
+    finally:
+        await store.close()
+
+
+async def test_a_message_a_crash_left_uncounted_is_counted_when_taken_up(tmp_path):
+    # Killed between storing the message and its reply, a run leaves it without its count: the
+    # next start's turn takes it up (agent.resume) and counts it once its reply is out.
+    daemon, conn = await started(tmp_path, Counted())
+    try:
+        for text in ("one", "two"):
+            await say(daemon, conn, text)
+        conversation = await daemon.store.active_conversation("terminal:local", "local")
+        event, _ = await daemon.store.record_inbound("terminal", "crashed-1", "terminal:local",
+                                                     "local", "left by a crash")
+        stored = await daemon.gateway.agent.context.add(conversation.id, "user", "left by a crash")
+        await daemon.gateway.recover()  # as the next start does with what is pending
+        await until(lambda: len(conn.texts()) == 3)
+        await daemon.gateway.wait_idle()
+        users = [m for m in await daemon.store.list_messages(conversation.id) if m.role == "user"]
+        assert [(m.id, m.token_count) for m in users][-1] == (stored.id, 4 + 4)
+        assert event.received_at <= stored.created_at
+    finally:
+        await daemon.stop()
