@@ -211,7 +211,7 @@ def _start_checkpoint(store: StoreBase, writer: LoopWriter) -> None:
     later commit asks again). No call waits for it on the way to a reply: the writes go on
     beside it, which leaves it short of the -wal file's end, so that the file cannot start over;
     the calls made after a reply (loop_first's after_reply) wait for it to finish, and a write
-    after that starts the file over. Every call waits once the file reached WAIT_BYTES."""
+    after that starts the file over. Every call waits while the file grows past WAIT_BYTES."""
     if writer.checkpoint is not None and not writer.checkpoint.done():
         return
     writer.checkpoint_due = False
