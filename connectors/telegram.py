@@ -80,6 +80,7 @@ UNSUPPORTED = [("voice", "a voice note"), ("video_note", "a video message"), ("a
                ("sticker", "a sticker"), ("location", "a location"), ("contact", "a contact"),
                ("poll", "a poll")]
 TELEGRAM_API = "https://api.telegram.org/"
+STOP_HANDLER_S = 5.0  # stop waits this long at most for an update's handler that began
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,10 @@ class TelegramConnector(Connector):
         self._handler: Handler | None = None
         self._task: asyncio.Task | None = None
         self._offset: int | None = None  # the next update id wanted; all below are handled
+        # Set while no update is being handled: stop lets a handler that began end first.
+        self._between_updates = asyncio.Event()
+        self._between_updates.set()
+        self._stopping = False
         self._read: dict[int, InboundMessage | None] = {}  # update id -> translation, for retries
         # Drafts go as plain text; the reply's first send edits the draft into the formatted reply.
         self._drafts = DraftStream(
@@ -146,6 +151,11 @@ class TelegramConnector(Connector):
         """End polling at once (the long poll is cancelled), confirm what was handled, and close
         the HTTP clients (the Bot's, and the file downloads' session)."""
         if self._task is not None:
+            # An update whose handler began ends first (its message is then stored, or refused):
+            # cut short, it would be neither confirmed below nor answered until delivered again.
+            self._stopping = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._between_updates.wait(), STOP_HANDLER_S)
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
@@ -191,7 +201,13 @@ class TelegramConnector(Connector):
             self.connected = True
             delivered = True
             for update in updates:
-                delivered = await self._deliver(update)
+                if self._stopping:
+                    break
+                self._between_updates.clear()
+                try:
+                    delivered = await self._deliver(update)
+                finally:
+                    self._between_updates.set()
                 if not delivered:
                     break
                 self._offset = update.update_id + 1  # confirmed by the next getUpdates

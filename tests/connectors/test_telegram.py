@@ -319,6 +319,30 @@ async def test_stop_ends_a_long_poll_at_once_and_confirms_what_was_handled(env, 
     assert fake.updates == []  # the handled message was confirmed on the way out
 
 
+async def test_stop_lets_a_handler_that_began_end_and_confirms_its_update(fake):
+    # A stop that came while an update's handler ran (the gateway storing the message, then its
+    # feedback check): the handler ends first, so the update is confirmed, not delivered again.
+    entered, release = asyncio.Event(), asyncio.Event()
+    handled: list[str] = []
+
+    async def handler(message) -> None:
+        entered.set()
+        await release.wait()
+        handled.append(message.text)
+
+    connector = TelegramConnector(fake.token, base_url=fake.base_url,
+                                  base_file_url=fake.base_file_url, poll_timeout=5)
+    await connector.start(handler)
+    fake.send("hello")
+    await until(entered.is_set)
+    stopping = asyncio.ensure_future(connector.stop())
+    await asyncio.sleep(0.05)
+    assert not stopping.done()  # it waits for the handler
+    release.set()
+    await asyncio.wait_for(stopping, 5)
+    assert handled == ["hello"] and fake.updates == []
+
+
 async def test_a_message_refused_while_the_daemon_stops_is_not_confirmed_and_answered_later(
         env, fake, caplog):
     await env.start(ScriptedModel(echo))
