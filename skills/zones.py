@@ -30,10 +30,7 @@ FILES_ZONE_SECONDS = 60.0
 def local_zone_name() -> str:
     """This machine's zone as an IANA name (TZ, /etc/timezone, or the /etc/localtime link), so a
     reminder repeats at the same wall-clock time across DST changes; "UTC" when none is found."""
-    from_env = os.environ.get("TZ", "").lstrip(":")
-    if zone(from_env) is not None:
-        return from_env
-    return _zone_of_files() or "UTC"
+    return _zone_of_env() or _zone_of_files() or "UTC"
 
 
 class MachineZone:
@@ -46,13 +43,17 @@ class MachineZone:
         self._files: str | None = None
 
     def name(self) -> str:
-        from_env = os.environ.get("TZ", "").lstrip(":")
-        if zone(from_env) is not None:
+        if from_env := _zone_of_env():
             return from_env
         now = self._clock()
         if now - self._read_at >= FILES_ZONE_SECONDS:
             self._read_at, self._files = now, _zone_of_files()
         return self._files or "UTC"
+
+
+def _zone_of_env() -> str | None:
+    name = os.environ.get("TZ", "").lstrip(":")
+    return name if zone(name) is not None else None
 
 
 def _zone_of_files() -> str | None:

@@ -227,9 +227,10 @@ class ContextBuilder:
                     memory: dict | None, tools: list[dict] | None,
                     instructions: str | None = None) -> bool:
         """Whether `prompt` fits the budget. Its count is summed from cached counts (the messages
-        stored since the last call counted, each alone) where that is known to work for this
-        model (agent.counting); the whole prompt is counted once per conversation read from the
-        store, to know its history's tokens and check a sum, and whenever a sum says no."""
+        stored since the last call counted, each alone, or taken at their bounds while those fit:
+        _within_bounds) where that is known to work for this model (agent.counting); the whole
+        prompt is counted once per conversation read from the store, to know its history's
+        tokens and check a sum, and whenever a sum says no."""
         budget, counter = self.budget.prompt_tokens, self.counter
         counted = self._counted.get(conversation_id) if self._summing() else None
         if counted is not None:

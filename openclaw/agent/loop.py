@@ -221,11 +221,9 @@ class Agent:
                     token_count=out.completion_tokens if out is not None else 0,
                     tool_calls=[*map(_unreadable_json, unreadable), *map(_call_json, calls)] or None,
                     prompt_version=choice.label)
-                # A step whose calls only read (and ask no approval) is stored with its first
-                # call's result, one commit for both: a turn cut short between them runs the step
-                # again, which changes nothing. A step that may act is stored before it acts.
-                pending = (step_message if calls and not errors
-                           and self._only_reads(calls, caller.principal) else None)
+                # A step of calls is stored by _run_calls: with its first call's result where that
+                # call only reads (one commit for both), else before the call acts.
+                pending = step_message if calls and not errors else None
                 if pending is None:
                     result.last_message_id = (await self.context.add(conversation_id,
                                                                      **step_message)).id
@@ -279,15 +277,12 @@ class Agent:
             return decide(PromptSnapshot(), caller.user, self.settings.system_prompt)
         return await choose(self.prompts, caller.user, self.settings.system_prompt)
 
-    def _only_reads(self, calls: list[ToolCall], principal: Principal) -> bool:
-        """Whether each of `calls` is to a skill that changes nothing with these arguments, and
-        asks for no approval."""
-        for call in calls:
-            skill = self.executor.registry.get(call.name)
-            args = call.arguments if isinstance(call.arguments, dict) else {}
-            if skill is None or skill.acts(args) or principal.needs_approval(call.name):
-                return False
-        return True
+    def _only_reads(self, call: ToolCall, principal: Principal) -> bool:
+        """Whether `call` is to a skill that changes nothing with these arguments, and asks for
+        no approval."""
+        skill = self.executor.registry.get(call.name)
+        args = call.arguments if isinstance(call.arguments, dict) else {}
+        return not (skill is None or skill.acts(args) or principal.needs_approval(call.name))
 
     def _recalls(self, caller: Caller) -> bool:
         """Whether the turn's memory is to be recalled: a memory, a known chat kind, and entries
@@ -359,9 +354,10 @@ class Agent:
                          caller: Caller, untrusted: Untrusted, sink: ReplySink,
                          meter: _TurnMeter, result: TurnResult) -> bool:
         """Run a step's calls in order, each result stored as it ends; False when the caller lost
-        access before one. `pending`: the step, not stored yet (it only reads): stored with the
-        first result, or alone before a call that now may act or ask (a reload between), and
-        however the calls end otherwise (/stop, an error), as a step that acts is."""
+        access before one. `pending`: the step, not stored yet: stored with the first call's
+        result where that call only reads and asks no approval (as the role is now: a reload may
+        have changed it), else alone before the call runs, and however the calls end otherwise
+        (/stop, an error)."""
         async def store_step() -> None:
             nonlocal pending
             if pending is not None:
@@ -374,7 +370,8 @@ class Agent:
                     await store_step()
                     return False
                 principal = _principal_now(caller)
-                if principal is None or not self._only_reads([call], principal):
+                if pending is not None and (principal is None
+                                            or not self._only_reads(call, principal)):
                     await store_step()
                 await sink.typing()
             except BaseException:  # the call never began: the step without its result
