@@ -14,13 +14,14 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from engine import SamplingParams
 from openclaw.agent.counting import PromptCounter
 from openclaw.agent.memory import with_memory
 from openclaw.agent.model import ChatModel
-from openclaw.store.records import Message, Summary
+from openclaw.store.records import Message, MessageRole, Summary
 
 
 class HistoryStore(Protocol):
@@ -95,6 +96,19 @@ class _Counted:
 
 
 @dataclass
+class Held:
+    """A message a conversation holds (ContextBuilder.hold): `fields` as add_message takes them,
+    `message` as its prompts show it until it is stored, `stored` as stored (with its id)."""
+
+    fields: dict[str, Any]
+    message: Message
+    stored: Message | None = None
+
+
+_NOT_STORED = datetime.min.replace(tzinfo=UTC)  # a held message's created_at until it is stored
+
+
+@dataclass
 class Budget:
     prompt_tokens: int  # the model's context minus what is reserved for the reply
     keep_messages: int  # the newest messages are never compacted
@@ -117,6 +131,9 @@ class ContextBuilder:
         self._cache: OrderedDict[int, tuple[Summary | None, list[Message]]] = OrderedDict()
         self._counted: dict[int, _Counted] = {}  # beside _cache, for the same conversations
         self._answered: dict[int, _Answered] = {}  # likewise
+        # Messages held back per conversation (`hold`): in its prompts, stored with its next
+        # `add`. Apart from _cache: a history re-read from the store gets them back at its end.
+        self._held: dict[int, list[Held]] = {}
         self.counter = PromptCounter(self.count, getattr(model, "count_message", None),
                                      getattr(model, "bound_message", None))
 
@@ -158,24 +175,59 @@ class ContextBuilder:
         self._counted.pop(conversation_id, None)
         self._answered.pop(conversation_id, None)
 
+    def hold(self, conversation_id: int, role: str, content: str) -> Held:
+        """A message in the conversation's prompts from now on, not stored yet: it is stored with
+        the conversation's next `add`, before that message and in its transaction, or by
+        `flush`. A turn holds its user's message so (one commit fewer a turn): until its first
+        step or answer is stored, a crash leaves the message only as received, and it is answered
+        afresh after the restart."""
+        held = Held({"role": role, "content": content}, Message(
+            id=0, conversation_id=conversation_id, role=MessageRole(role), content=content,
+            tool_calls=None, tool_call_id=None, token_count=None, created_at=_NOT_STORED))
+        self._held.setdefault(conversation_id, []).append(held)
+        cached = self._cache.get(conversation_id)
+        if cached is not None:
+            cached[1].append(held.message)
+        return held
+
+    async def flush(self, conversation_id: int) -> None:
+        """Store the messages the conversation holds (`hold`), if any."""
+        if self._held.get(conversation_id):
+            await self._store(conversation_id, [], None)
+
     async def add(self, conversation_id: int, role: str, content: str, *,
                   before: dict[str, Any] | None = None, **fields: Any) -> Message:
         """Store a message, and keep the cached history in step with the store. `before`: a
-        message (add_message's fields) stored just before it, in the same transaction."""
+        message (add_message's fields) stored just before it, in the same transaction; so are
+        the messages the conversation holds (`hold`), before both."""
+        audit = fields.pop("audit", None)
+        new = [*([before] if before is not None else []), dict(role=role, content=content, **fields)]
+        return (await self._store(conversation_id, new, audit))[-1]
+
+    async def _store(self, conversation_id: int, new: list[dict[str, Any]],
+                     audit: dict[str, Any] | None) -> list[Message]:
+        """The held messages, then `new`, in one transaction (with `audit`, a call's audit row)."""
+        held = self._held.pop(conversation_id, [])
+        messages = [h.fields for h in held] + new
         try:
-            if before is None:
-                added = [await self.store.add_message(conversation_id, role, content, **fields)]
+            if len(messages) == 1:
+                extra = {} if audit is None else {"audit": audit}
+                added = [await self.store.add_message(conversation_id, **messages[0], **extra)]
             else:
-                audit = fields.pop("audit", None)
-                added = await self.store.add_messages(
-                    conversation_id, [before, dict(role=role, content=content, **fields)], audit)
-        except BaseException:  # cancelled mid-commit: the row may be stored; re-read next time
+                added = await self.store.add_messages(conversation_id, messages, audit)
+        except BaseException:
+            # Cancelled mid-commit, or refused: the rows may be stored or not; re-read next time
+            # (the held ones too: the store says whether they are there).
             self._forget(conversation_id)
             raise
+        for h, message in zip(held, added, strict=False):
+            h.stored = message
         cached = self._cache.get(conversation_id)
         if cached is not None:
-            cached[1].extend(added)
-        return added[-1]
+            history = cached[1]
+            # The held ones are at the end, in this order (hold): the stored rows take their place.
+            history[len(history) - len(held):] = added
+        return added
 
     async def history(self, conversation_id: int) -> tuple[Summary | None, list[Message]]:
         """(latest summary or None, the messages after it), from memory when possible."""
@@ -184,6 +236,7 @@ class ContextBuilder:
             summary = await self.store.latest_summary(conversation_id)
             after = summary.up_to_message_id if summary else None
             cached = (summary, await self.store.list_messages(conversation_id, after_id=after))
+            cached[1].extend(h.message for h in self._held.get(conversation_id, ()))
             self._cache[conversation_id] = cached
             self._counted.pop(conversation_id, None)
             if len(self._cache) > self.MAX_CACHED:

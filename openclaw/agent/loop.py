@@ -18,6 +18,7 @@ from engine.tool_parser import StreamingToolParser, ToolCall, new_call_id
 from openclaw.agent.context import (
     Budget,
     ContextBuilder,
+    Held,
     HistoryStore,
     PromptTooLong,
     Remember,
@@ -181,13 +182,34 @@ class Agent:
                     "tokens at most, with my instructions). Please shorten it or split it."), True
                 await _cancelled(recalling)
                 return result
-            if not stored:
-                result.first_message_id = (await self.context.add(conversation_id, "user",
-                                                                  text)).id
-                result.uncounted = (result.first_message_id, text)
         except BaseException:
             await _cancelled(recalling)
             raise
+        # Held, not stored yet: stored with the turn's first step or answer, one commit for both
+        # (or alone as the turn ends otherwise: see _held_stored).
+        user = None if stored else self.context.hold(conversation_id, "user", text)
+        try:
+            return await self._steps(conversation_id, caller, text, sink, run_id, result, tools,
+                                     choice, system, recalling)
+        finally:
+            if user is not None:
+                await self._held_stored(conversation_id, user, result)
+
+    async def _held_stored(self, conversation_id: int, user: Held, result: TurnResult) -> None:
+        """The turn's user message stored, if no step or answer of the turn stored it (the turn
+        ended before one: stopped, failed, the model away): a message the user sent stays in the
+        conversation, as it is read next time. Its id for the trace, and for its count."""
+        if user.stored is None:
+            await self.context.flush(conversation_id)
+        if user.stored is not None:
+            result.first_message_id = user.stored.id
+            result.uncounted = (user.stored.id, user.fields["content"])
+
+    async def _steps(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
+                     run_id: str, result: TurnResult, tools: list[dict] | None,
+                     choice: PromptChoice, system: str | None,
+                     recalling: asyncio.Future | None) -> TurnResult:
+        """The turn's model steps and tool calls, after its user message was held."""
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
         max_steps = self.settings.max_steps  # as the turn began, also if a reload changes it

@@ -127,7 +127,8 @@ async def test_stop_while_a_reading_call_runs_stores_the_step_and_its_stopped_re
         WRITER[:] = [daemon.store.loop_writer]
         await conn.handler(msg("call stare"))
         await until(Stare.running.is_set)
-        assert [m.role for m in await _stored(daemon)] == ["user"]  # the step not yet
+        # Nothing yet: the user's message is held for the step, which waits for its result.
+        assert await _stored(daemon) == []
         await conn.handler(msg("/stop"))
         await daemon.gateway.wait_idle()
         user, step, result = await _stored(daemon)
