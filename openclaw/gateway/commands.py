@@ -124,8 +124,8 @@ class Commands:
 
     async def _new(self, msg: InboundMessage) -> str:
         lane = self.lanes.get(key_of(msg))
-        if lane and lane.current:
-            lane.current.cancel()
+        if lane:
+            lane.stop_current()
         conv = await self.store.active_conversation(msg.user, msg.chat_id, msg.channel)
         await self.store.archive_conversation(conv.id)
         # The lane now, not the one before the awaits: an idle lane may have ended meanwhile,

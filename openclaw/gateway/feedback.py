@@ -10,8 +10,10 @@ bot does nothing (no pairing code either: a reaction is no request to talk).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from openclaw.feedback import RETRY_WINDOW, reaction_kind, repeats, says_wrong
@@ -62,14 +64,32 @@ class Grading:
             await self.store.ungrade(reaction.user, turn, FeedbackSource.REACTION, kind=kind)
 
     async def noticed(self, msg: InboundMessage, event: InboundEvent, command: str) -> None:
-        """After `msg` (a new message, stored as `event`; `command` if it is one) was answered or
-        queued: a message that says the last reply was wrong grades it bad; one that repeats the
-        message before it, within RETRY_WINDOW, grades that one's turn "retry". Never raises:
-        a grade lost is better than a message refused."""
+        """`notice`, and its check at once: for a message answered without a turn."""
+        check = await self.notice(msg, event, command)
+        if check is not None:
+            await check()
+
+    async def notice(self, msg: InboundMessage, event: InboundEvent,
+                     command: str) -> Callable[[], Awaitable[None]] | None:
+        """A new message (`msg`, stored as `event`; `command` if it is one), taken as the user's
+        latest in the chat now, in the order messages come; and the check of what it says, for
+        the caller to run (after the message's turn replied: the reply never waits for it). A
+        message that says the last reply was wrong grades it bad; one that repeats the message
+        before it, within RETRY_WINDOW, grades that one's turn "retry". None: nothing to check.
+        Neither raises: a grade lost is better than a message refused."""
         try:
             previous = await self._previous(msg, event, command)
-            if command:
-                return
+        except Exception:
+            log.exception("feedback: could not read the message before %s:%s", msg.channel,
+                          msg.message_id)
+            return None
+        if command:
+            return None
+        return functools.partial(self._check, msg, event, previous)
+
+    async def _check(self, msg: InboundMessage, event: InboundEvent,
+                     previous: tuple[int, str, datetime, bool] | None) -> None:
+        try:
             if says_wrong(msg.text):
                 turn = await self.store.last_answered_turn(msg.channel, msg.chat_id, msg.user,
                                                            before=event.id)

@@ -101,9 +101,10 @@ class Gateway:
             await self.outbox.reply(msg.channel, msg.chat_id, msg.notice, conversation_id=None,
                                     event=event)
         else:
-            self.lanes.put(TurnJob(msg, event))
-        # Feedback this message gives (a retry, "that's wrong"): after its turn is queued, so
-        # the reply never waits for it.
+            # Feedback this message gives (a retry, "that's wrong"): checked in its lane once
+            # its turn replied, so the reply never waits for it.
+            self.lanes.put(TurnJob(msg, event, after=await self.grading.notice(msg, event, "")))
+            return
         await self.grading.noticed(msg, event, command)
 
     async def _record(self, msg: InboundMessage) -> tuple[InboundEvent, bool]:

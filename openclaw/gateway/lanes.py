@@ -39,6 +39,9 @@ class TurnJob:
     # Queued into an idle lane: its turn starts at once, so the admission's look at the store
     # still holds (a query costs ~0.6 ms); one that waited is looked at again.
     fresh: bool = False
+    # Run once the turn ended (replied, failed or stopped), in the lane: work the reply need not
+    # wait for (the feedback check: gateway.feedback). Never raises. Not run for a job /stop drops.
+    after: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -68,12 +71,35 @@ class Lane:
     key: LaneKey  # where it is in Lanes.by_key
     queue: asyncio.Queue[Job] = field(default_factory=asyncio.Queue)
     worker: asyncio.Task | None = None
-    current: asyncio.Task | None = None  # the running turn, for /stop
+    # What /stop and /new cancel: the lane's worker itself while it answers a turn (a task of
+    # its own would cost the turn a loop iteration), a direct command's call, an errand.
+    current: asyncio.Task | None = None
+    stops: int = 0  # cancels sent to the worker as `current` that it has not taken back yet
     busy: bool = False
     conversation_id: int | None = None  # the active conversation, until /new
     generation: int = 0  # bumped by /new, so a look-up that raced it is not cached
     stop_requested: bool = False  # /stop arrived while a turn was starting
     reminding: bool = False  # busy with a due reminder, not a turn: nothing for /stop to stop
+
+    def stop_current(self) -> bool:
+        """Cancel what runs as `current` (/stop, /new); whether something was running. A cancel
+        of the worker itself is counted, for `took_stops` to tell it from the daemon's."""
+        if self.current is None or self.current.done():
+            return False
+        if self.current is self.worker:
+            self.stops += 1
+        self.current.cancel()
+        return True
+
+    def took_stops(self) -> bool:
+        """In the worker, as its turn ends: takes back the cancels stop_current sent it (none
+        left to cancel a later await); whether the worker is still being cancelled (the daemon
+        is stopping)."""
+        task = asyncio.current_task()
+        while self.stops:
+            self.stops -= 1
+            task.uncancel()
+        return task.cancelling() > 0
 
     def forget_conversation(self) -> None:
         """Look the conversation up again at the next job (/new archived it, or its chat moved)."""
@@ -180,8 +206,7 @@ class Lanes:
             else:
                 dropped.append(job.event)
         stopped = len(dropped)
-        if lane.current and not lane.current.done():
-            lane.current.cancel()
+        if lane.stop_current():
             stopped += 1
         elif lane.busy and not lane.reminding:  # between taking the message and the model
             lane.stop_requested = True
@@ -225,6 +250,8 @@ class Lanes:
                 log.exception("could not mark message %s failed", job.event.id)
         finally:
             lane.busy = False
+        if job.after is not None:
+            await job.after()
 
     async def _fire(self, lane: Lane, job: ReminderDue) -> None:
         lane.busy = lane.reminding = True

@@ -59,15 +59,14 @@ class Sink:
         self._last_typing = 0.0
         self.draft_text = ""
         self.paused = False  # no typing shown while the turn waits for the model
+        self._kept: asyncio.Task | None = None  # keep_typing's task, once started
 
     async def typing(self) -> None:
+        if self._kept is not None:  # shown and refreshed from its own task: the turn never
+            return  # waits for the service's answer
         now = time.monotonic()
         if now - self._last_typing >= TYPING_REFRESH_S:
-            self._last_typing = now
-            try:
-                await self.connector.typing(self.chat_id)
-            except Exception as exc:  # cosmetic: never fail a turn over it
-                log.debug("typing indicator failed: %s", exc)
+            await self._show_typing()
 
     async def draft(self, text: str) -> None:
         if self.stream and self.connector.streams_drafts:
@@ -84,12 +83,24 @@ class Sink:
         """The reply as the chat gets it: after the tool lines, as the draft it replaces shows."""
         return with_tool_lines(self.tool_lines, text)
 
-    async def keep_typing(self) -> None:
-        """The typing indicator stays on while the model works (it fades after about 5 s)."""
-        while True:
-            if not self.paused:
-                await self.typing()
-            await asyncio.sleep(TYPING_REFRESH_S)
+    def keep_typing(self) -> asyncio.Task:
+        """The typing indicator on, in a task of its own, and kept on (it fades after about 5 s)
+        until the task is cancelled: `typing` then leaves it to the task."""
+        async def keep() -> None:
+            while True:
+                if not self.paused:
+                    await self._show_typing()
+                await asyncio.sleep(TYPING_REFRESH_S)
+
+        self._kept = asyncio.create_task(keep())
+        return self._kept
+
+    async def _show_typing(self) -> None:
+        self._last_typing = time.monotonic()
+        try:
+            await self.connector.typing(self.chat_id)
+        except Exception as exc:  # cosmetic: never fail a turn over it
+            log.debug("typing indicator failed: %s", exc)
 
 
 class Spending:
@@ -207,7 +218,7 @@ class Turns:
                 run_id=f"turn-{event.id}-{uuid.uuid4().hex[:8]}", stored=taken_up is not None,
                 result=result)
 
-        async def answer() -> TurnResult:  # one task for /stop to cancel: the files, then the turn
+        async def answer() -> TurnResult:  # what /stop cancels: the files, then the turn
             resumed, delay, told = job.resumed, MODEL_RETRY_S, False
             while True:
                 try:
@@ -225,13 +236,14 @@ class Turns:
                     # Again from what this try stored (its steps are not run twice).
                     resumed, delay = True, min(delay * 2, MODEL_RETRY_MAX_S)
 
-        typing = asyncio.create_task(sink.keep_typing())
+        typing = sink.keep_typing()
         try:
+            lane.current = asyncio.current_task()  # the lane's worker: what /stop cancels now
             try:
-                lane.current = asyncio.create_task(answer())
-                await lane.current
+                await answer()
             except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # the daemon is stopping, not /stop
+                lane.current = None
+                if lane.took_stops():  # the daemon is stopping, not (only) /stop
                     raise
                 self.metrics.inc("openclaw_turns_total", result="stopped")
                 traced, ended = TraceStatus.STOPPED, time.monotonic()
@@ -242,6 +254,7 @@ class Turns:
                 return
             finally:
                 lane.current = None
+                lane.took_stops()  # a cancel the turn let pass must not cancel a later await
                 typing.cancel()
             self.metrics.observe("openclaw_turn_seconds", time.monotonic() - started)
             self.metrics.inc("openclaw_turns_total", result="refused" if result.refused else

@@ -134,6 +134,38 @@ async def test_stop_aborts_generation_and_the_conversation_stays_usable(tmp_path
     await daemon.stop()
 
 
+
+async def test_stops_that_come_together_end_the_turn_once_and_the_lane_goes_on(tmp_path):
+    # The turn runs in its lane's worker, which /stop cancels (Lane.stop_current): two /stops
+    # before the worker wakes are two cancels, both taken back as the turn ends, so neither
+    # cancels the next message's turn; then /new cancels one while its model streams.
+    model = ScriptedModel(lambda m: "a long answer " * 20)
+    daemon, conn = await started(tmp_path, model)
+    try:
+        model.gate = asyncio.Event()
+        await conn.handler(msg("tell me everything"))
+        await until(lambda: model.prompts)
+        await conn.handler(msg("/stop"))
+        await conn.handler(msg("/stop"))
+        await asyncio.wait_for(daemon.gateway.wait_idle(), 10)
+        assert conn.texts() == ["Stopped.", "Stopped."]
+        model.gate = None
+        model.reply = lambda m: "fresh answer"
+        assert await say(daemon, conn, "again") == "fresh answer"
+        assert await say(daemon, conn, "and again") == "fresh answer"
+        model.gate = asyncio.Event()
+        await conn.handler(msg("one more"))
+        await until(lambda: len(model.prompts) == 4)
+        await conn.handler(msg("/new"))
+        await asyncio.wait_for(daemon.gateway.wait_idle(), 10)
+        model.gate = None
+        assert await say(daemon, conn, "after new") == "fresh answer"
+        assert [last_user(p) for p in model.prompts][-1] == "after new"
+        assert len(model.prompts[-1]) == 2  # a fresh conversation: the system prompt and it
+    finally:
+        await daemon.stop()
+
+
 async def test_unknown_user_gets_pairing_code_and_no_reply_until_approved(tmp_path):
     model = ScriptedModel(lambda m: "hello friend")
     tg = RecordingConnector("telegram")

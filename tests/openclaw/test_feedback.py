@@ -3,6 +3,8 @@ each lands on the right turn, and none reaches the model."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from openclaw.config import load_config
@@ -15,6 +17,7 @@ from tests.helpers.daemon import RecordingConnector, msg
 from tests.helpers.grades import grades
 from tests.helpers.replies import answer
 from tests.helpers.scripted_model import ScriptedModel, echo, last_user
+from tests.helpers.waiting import until
 
 ADA, BOB, GROUP = "1001", "1002", "-500"
 
@@ -102,6 +105,33 @@ async def test_saying_the_answer_was_wrong_grades_it_bad(chat):
         ("terminal:local", "how many legs has a spider?", "bad", "text"),
         ("terminal:local", "what's wrong with my code?", "bad", "text")]
     assert "That's wrong!" in chat.asked()  # still answered by the model
+
+
+
+async def test_the_check_of_a_message_runs_after_its_reply_and_holds_up_neither(chat):
+    # The check's store read held until released: the message is still acknowledged (the
+    # connector's handler returns) and answered; the grade lands once the check goes on.
+    store = chat.daemon.store
+    released = asyncio.Event()
+    last_answered_turn = store.last_answered_turn
+    checked: list[int] = []
+
+    async def held(*args, **kwargs):
+        checked.append(len(chat.terminal.sent))  # the replies sent when the check began
+        await released.wait()
+        return await last_answered_turn(*args, **kwargs)
+
+    await chat.say("how many legs has a spider?")
+    store.last_answered_turn = held
+    sent = len(chat.terminal.sent)
+    await asyncio.wait_for(chat.terminal.handler(msg("that's wrong")), 5)
+    await until(lambda: checked)
+    assert checked == [sent + 1]  # after its own reply was sent
+    assert answer(chat.terminal.sent[-1][1]) == "re: that's wrong"
+    assert await grades(store) == []
+    released.set()
+    await chat.daemon.gateway.wait_idle()
+    assert await grades(store) == [("terminal:local", "how many legs has a spider?", "bad", "text")]
 
 
 def test_the_text_rules():
