@@ -103,6 +103,9 @@ class Held:
     fields: dict[str, Any]
     message: Message
     stored: Message | None = None
+    # The messages of a write that held this one and was cut short (cancelled, failed): it may
+    # have been stored; the next read of the history settles it (_settle_tried).
+    tried: list[dict[str, Any]] | None = None
 
 
 _NOT_STORED = datetime.min.replace(tzinfo=UTC)  # a held message's created_at until it is stored
@@ -192,6 +195,9 @@ class ContextBuilder:
 
     async def flush(self, conversation_id: int) -> None:
         """Store the messages the conversation holds (`hold`), if any."""
+        held = self._held.get(conversation_id)
+        if held and held[0].tried is not None:  # a write cut short may have stored them
+            await self.history(conversation_id)  # read again, which tells
         if self._held.get(conversation_id):
             await self._store(conversation_id, [], None)
 
@@ -216,9 +222,13 @@ class ContextBuilder:
             else:
                 added = await self.store.add_messages(conversation_id, messages, audit)
         except BaseException:
-            # Cancelled mid-commit, or refused: the rows may be stored or not; re-read next time
-            # (the held ones too: the store says whether they are there).
+            # Cancelled mid-commit, or refused: the rows may be stored or not; re-read next time.
+            # The held ones are held again until that read says whether they were stored.
             self._forget(conversation_id)
+            if held:
+                for h in held:
+                    h.tried = messages
+                self._held[conversation_id] = held + self._held.get(conversation_id, [])
             raise
         for h, message in zip(held, added, strict=False):
             h.stored = message
@@ -229,6 +239,28 @@ class ContextBuilder:
             history[len(history) - len(held):] = added
         return added
 
+    def _settle_tried(self, conversation_id: int, stored: list[Message]) -> None:
+        """Held messages whose write was cut short (`tried`): stored if the conversation, as read
+        now, ends with that write's messages (nothing else writes to it meanwhile), else held."""
+        held = self._held.get(conversation_id, [])
+        if not held or held[0].tried is None:
+            return
+        tried = held[0].tried
+        tail = stored[len(stored) - len(tried):] if len(stored) >= len(tried) else []
+        written = len(tail) == len(tried) and all(
+            (str(m.role), m.content, m.tool_call_id) ==
+            (str(f["role"]), f["content"], f.get("tool_call_id"))
+            for m, f in zip(tail, tried, strict=True))
+        ours = [h for h in held if h.tried is tried]
+        for i, h in enumerate(ours):
+            h.tried = None
+            if written:
+                h.stored = tail[i]
+        if written:
+            self._held[conversation_id] = held[len(ours):]
+            if not self._held[conversation_id]:
+                del self._held[conversation_id]
+
     async def history(self, conversation_id: int) -> tuple[Summary | None, list[Message]]:
         """(latest summary or None, the messages after it), from memory when possible."""
         cached = self._cache.get(conversation_id)
@@ -236,6 +268,7 @@ class ContextBuilder:
             summary = await self.store.latest_summary(conversation_id)
             after = summary.up_to_message_id if summary else None
             cached = (summary, await self.store.list_messages(conversation_id, after_id=after))
+            self._settle_tried(conversation_id, cached[1])
             cached[1].extend(h.message for h in self._held.get(conversation_id, ()))
             self._cache[conversation_id] = cached
             self._counted.pop(conversation_id, None)

@@ -200,7 +200,11 @@ class Agent:
         ended before one: stopped, failed, the model away): a message the user sent stays in the
         conversation, as it is read next time. Its id for the trace, and for its count."""
         if user.stored is None:
-            await self.context.flush(conversation_id)
+            try:
+                await self.context.flush(conversation_id)
+            except Exception as exc:  # the turn's own outcome (an error, a cancel) goes on
+                log.warning("the message of the turn in conversation %s was not stored: %s",
+                            conversation_id, exc)
         if user.stored is not None:
             result.first_message_id = user.stored.id
             result.uncounted = (user.stored.id, user.fields["content"])

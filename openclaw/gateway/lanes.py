@@ -39,8 +39,10 @@ class TurnJob:
     # Queued into an idle lane: its turn starts at once, so the admission's look at the store
     # still holds (a query costs ~0.6 ms); one that waited is looked at again.
     fresh: bool = False
-    # Run once the turn ended (replied, failed or stopped), in the lane: work the reply need not
-    # wait for (the feedback check: gateway.feedback). Never raises. Not run for a job /stop drops.
+    begun: bool = False  # its turn has begun (the lane's worker took it)
+    # Run in the lane once the turn ended (replied, failed or stopped), the lane still busy: work
+    # the reply need not wait for (the feedback check: gateway.feedback). Never raises. Run too
+    # for a job /stop drops or a stop leaves for the next start.
     after: Callable[[], Awaitable[None]] | None = None
 
 
@@ -204,15 +206,16 @@ class Lanes:
             if isinstance(job, ReminderDue | Errand):  # not a request of the user's
                 lane.queue.put_nowait(job)
             else:
-                dropped.append(job.event)
+                dropped.append(job)
         stopped = len(dropped)
         if lane.stop_current():
             stopped += 1
         elif lane.busy and not lane.reminding:  # between taking the message and the model
             lane.stop_requested = True
             stopped += 1
-        for event in dropped:
-            await self.store.mark_inbound(event.id, InboundStatus.FAILED, "stopped")
+        for job in dropped:
+            await self.store.mark_inbound(job.event.id, InboundStatus.FAILED, "stopped")
+            await _after(job)
         return stopped
 
     # ---- the worker ---------------------------------------------------------------------------
@@ -228,6 +231,8 @@ class Lanes:
                 if not self.accepting:  # draining: a message stays 'received', answered after
                     if isinstance(job, ReminderDue | Errand):  # the restart, and a reminder
                         job.done.cancel()  # stays due
+                    else:
+                        await _after(job)
                 elif isinstance(job, ReminderDue):
                     await self._fire(lane, job)
                 elif isinstance(job, Errand):
@@ -238,20 +243,21 @@ class Lanes:
                 lane.queue.task_done()
 
     async def _turn(self, lane: Lane, job: TurnJob) -> None:
-        lane.busy, lane.stop_requested = True, False
+        lane.busy, lane.stop_requested, job.begun = True, False, True
         try:
-            await self.worker.run_turn(lane, job)
-        except Exception:
-            log.exception("turn for %s failed", job.message.user)
-            self.metrics.inc("openclaw_turns_total", result="failed")
             try:
-                await self.store.mark_inbound(job.event.id, InboundStatus.FAILED, "internal error")
-            except Exception:  # the lane must outlive a store hiccup
-                log.exception("could not mark message %s failed", job.event.id)
+                await self.worker.run_turn(lane, job)
+            except Exception:
+                log.exception("turn for %s failed", job.message.user)
+                self.metrics.inc("openclaw_turns_total", result="failed")
+                try:
+                    await self.store.mark_inbound(job.event.id, InboundStatus.FAILED,
+                                                  "internal error")
+                except Exception:  # the lane must outlive a store hiccup
+                    log.exception("could not mark message %s failed", job.event.id)
+            await _after(job)
         finally:
             lane.busy = False
-        if job.after is not None:
-            await job.after()
 
     async def _fire(self, lane: Lane, job: ReminderDue) -> None:
         lane.busy = lane.reminding = True
@@ -359,3 +365,10 @@ class Lanes:
     async def _finish_running(self) -> None:
         while self.answering():
             await asyncio.sleep(0.05)
+
+
+async def _after(job: TurnJob) -> None:
+    """The job's `after`, once."""
+    after, job.after = job.after, None
+    if after is not None:
+        await after()

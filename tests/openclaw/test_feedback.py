@@ -134,6 +134,30 @@ async def test_the_check_of_a_message_runs_after_its_reply_and_holds_up_neither(
     assert await grades(store) == [("terminal:local", "how many legs has a spider?", "bad", "text")]
 
 
+
+async def test_a_message_is_judged_by_what_was_answered_when_it_came(chat):
+    # Sent while the turn before it still runs: a repeat is impatience, not a retry, and "that's
+    # wrong" is about the answer the user had, not the one still being written.
+    chat.model.gate = asyncio.Event()  # each answer stalls after its first chunk until let go
+    terminal = chat.terminal
+    await terminal.handler(msg("where is my parcel now"))
+    await until(lambda: chat.model.prompts)
+    await terminal.handler(msg("where is my parcel now"))  # again, before any answer
+    gate, chat.model.gate = chat.model.gate, None
+    gate.set()
+    await chat.daemon.gateway.wait_idle()
+    assert await grades(chat.daemon.store) == []
+    chat.model.gate = asyncio.Event()
+    await terminal.handler(msg("second question"))
+    await until(lambda: len(chat.model.prompts) == 3)
+    await terminal.handler(msg("that's wrong"))  # the second answer is not out yet
+    gate, chat.model.gate = chat.model.gate, None
+    gate.set()
+    await chat.daemon.gateway.wait_idle()
+    assert await grades(chat.daemon.store) == [
+        ("terminal:local", "where is my parcel now", "bad", "text")]
+
+
 def test_the_text_rules():
     assert says_wrong("wrong") and says_wrong("Incorrect.") and says_wrong("that is not right")
     assert not says_wrong("what's wrong with my code") and not says_wrong("wrong answer, try x")

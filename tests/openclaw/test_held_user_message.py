@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from openclaw.agent.context import Budget, ContextBuilder
 from openclaw.agent.loop import APOLOGY
 from openclaw.store import Store
@@ -150,5 +152,64 @@ async def test_a_held_message_survives_its_history_being_dropped_and_read_again(
         assert stored[1].role is MessageRole.USER
         await context.flush(conversation)  # nothing held: nothing stored
         assert len(await store.list_messages(conversation)) == 3
+    finally:
+        await store.close()
+
+
+async def _context_over(tmp_path, history: list[str]) -> tuple[Store, ContextBuilder, int]:
+    store = await Store.open(f"sqlite:///{tmp_path / 's.db'}", loop_writes=True)
+    await store.ensure_user("terminal", "local")
+    conversation = (await store.active_conversation("terminal:local", "local")).id
+    for text in history:
+        await store.add_message(conversation, "user", text)
+    context = ContextBuilder(ScriptedModel(echo), store, "system",
+                             Budget(prompt_tokens=3000, keep_messages=2))
+    await context.history(conversation)
+    return store, context, conversation
+
+
+async def test_a_held_message_whose_write_failed_is_stored_by_the_flush(tmp_path):
+    store, context, conversation = await _context_over(tmp_path, ["now"])
+    try:
+        held = context.hold(conversation, "user", "now")  # the same text as the one before
+        add_messages = store.add_messages
+
+        async def refused(*args, **kwargs):
+            store.add_messages = add_messages
+            raise OSError("disk full")
+
+        store.add_messages = refused
+        with pytest.raises(OSError):
+            await context.add(conversation, "assistant", "the answer")
+        await context.flush(conversation)
+        stored = await store.list_messages(conversation)
+        assert [m.content for m in stored] == ["now", "now"]  # stored once, not lost
+        assert held.stored == stored[1]
+        _, history = await context.history(conversation)
+        assert history == stored
+    finally:
+        await store.close()
+
+
+async def test_a_held_message_whose_write_was_cut_after_its_commit_is_not_stored_twice(tmp_path):
+    store, context, conversation = await _context_over(tmp_path, ["before"])
+    try:
+        held = context.hold(conversation, "user", "now")
+        add_messages = store.add_messages
+
+        async def cancelled_as_it_ends(*args, **kwargs):
+            store.add_messages = add_messages
+            await add_messages(*args, **kwargs)  # committed; the caller's cancel comes now
+            raise asyncio.CancelledError
+
+        store.add_messages = cancelled_as_it_ends
+        with pytest.raises(asyncio.CancelledError):
+            await context.add(conversation, "assistant", "the answer")
+        await context.flush(conversation)
+        stored = await store.list_messages(conversation)
+        assert [m.content for m in stored] == ["before", "now", "the answer"]
+        assert held.stored == stored[1]
+        _, history = await context.history(conversation)
+        assert history == stored
     finally:
         await store.close()
