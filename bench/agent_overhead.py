@@ -75,7 +75,11 @@ def scripted_reply(messages: list[dict]) -> str:
 class Answering(ScriptedModel):
     """The scripted model, reporting its prompt's size without reading the prompt: the engine
     reads it in its prefill, which is the model's time (the peer's TTFT), not the daemon's. (Its
-    word count walks every message: at 500 stored ones, a fifth of a turn's time here.)"""
+    word count walks every message: at 500 stored ones, a fifth of a turn's time here.) It stands
+    in for the engine, which runs requests by their priority itself: the daemon puts no priority
+    gate in front of it (openclaw/scheduler/priority_gate.py, for a remote model)."""
+
+    orders_by_priority = True
 
     def prompt_tokens(self, prompt: list[dict], tools: list[dict] | None) -> int:
         return len(prompt)

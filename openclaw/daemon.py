@@ -19,7 +19,6 @@ from openclaw.admin import AdminPortInUse, AdminServer
 from openclaw.agent import Agent, ChatModel
 from openclaw.agent.model import ModelUnavailable
 from openclaw.backends import Backend, open_backend, shown_url
-from openclaw.backends.local import LocalBackend
 from openclaw.config import Config, ConfigError, load_config, model_file_problems
 from openclaw.datadir import claim_data_dir, keep_private, release_data_dir
 from openclaw.descriptors import quiet_accept_failures, raise_open_files_limit
@@ -143,7 +142,8 @@ class Daemon:
         self.scheduling = Scheduling(self.store, cfg.store.url)
         self.reminders = self.scheduling.reminders
         # A remote model's requests are queued by priority here; the engine orders its own.
-        gated = self.model if isinstance(self.model, LocalBackend) else PriorityGate(self.model)
+        gated = (self.model if getattr(self.model, "orders_by_priority", False)
+                 else PriorityGate(self.model))
         self.memory = Memory(self.store, cfg.memory, Consolidation(self.store, gated, cfg.memory).run)
         executor = executor_for(cfg, skills, self._audit(skills), self.reminders, self.scheduling.jobs,
                                 self.memory)

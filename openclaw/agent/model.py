@@ -35,6 +35,9 @@ class ChatModel(Protocol):
     # the engine's, a server's /tokenize, a local copy), so the agent may keep counts per message
     # (agent.counting); False, or absent, for an estimate that changes: prompts counted whole.
     fixed_counts: bool
+    # Whether it runs requests by their `priority` itself (the engine); False, or absent: the
+    # daemon queues background requests behind chat ones (scheduler/priority_gate.py).
+    orders_by_priority: bool
 
     def generate(self, prompt: list[dict], params: SamplingParams | None = None,
                  request_id: str | None = None, *, tools: list[dict] | None = None,

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 class LocalBackend:
     fixed_counts = True  # the engine's own tokenizer and template
+    orders_by_priority = True  # the engine runs requests by their priority: no gate before it
 
     def __init__(self, llm: AsyncLLM) -> None:
         self.llm = llm

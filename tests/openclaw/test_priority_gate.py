@@ -41,3 +41,20 @@ async def test_the_daemon_gates_the_agents_model_unless_it_is_the_engine(tmp_pat
         assert isinstance(daemon.gateway.agent.model, PriorityGate)
     finally:
         await daemon.stop()
+
+
+async def test_the_daemon_gates_a_model_unless_it_runs_requests_by_priority_itself(tmp_path):
+    from tests.helpers.daemon import started
+    from tests.helpers.scripted_model import echo
+
+    for orders in (False, True):
+        model = ScriptedModel(echo)
+        model.orders_by_priority = orders  # as the engine's LocalBackend says of itself
+        (tmp_path / str(orders)).mkdir()
+        daemon, _ = await started(tmp_path / str(orders), model)
+        try:
+            in_front = daemon.gateway.agent.model
+            assert isinstance(in_front, PriorityGate) is not orders
+            assert (in_front.model if not orders else in_front) is model
+        finally:
+            await daemon.stop()
