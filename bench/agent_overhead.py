@@ -41,6 +41,7 @@ from bench.overhead_profile import Profile  # noqa: E402
 from openclaw.config import load_config  # noqa: E402
 from openclaw.daemon import Daemon  # noqa: E402
 from openclaw.gateway.contract import InboundMessage  # noqa: E402
+from openclaw.store.memory_records import PRIVATE  # noqa: E402
 from tests.helpers.daemon import RecordingConnector  # noqa: E402
 from tests.helpers.scripted_model import ScriptedModel  # noqa: E402
 
@@ -114,14 +115,24 @@ class MessageCounted(TokenizerCounted):
         return self.engine.bound_message(message, after)
 
 
-async def prefill(daemon: Daemon, count: int) -> None:
-    """`count` stored messages (questions and answers) in the console's conversation."""
+# What the bench's user has told the assistant to remember (--memories): some share words with
+# the questions, so a recall finds entries for most turns, as a user's memory would.
+FACTS = ("the user lives in town {} near the river", "the user likes short answers, item {}",
+         "recipe {} needs an hour in the oven", "the user reads chapter {} on Sundays",
+         "the user's colleague number {} prefers email")
+
+
+async def prefill(daemon: Daemon, count: int, memories: int = 0) -> None:
+    """`count` stored messages (questions and answers) in the console's conversation, and
+    `memories` entries in its user's memory."""
     store = daemon.store
     await store.ensure_user("terminal", "local")  # as the gateway's admission would
     conversation = await store.active_conversation("terminal:local", "local", "terminal")
     for i in range(count):
         role, text = ("user", question(-1 - i)) if i % 2 == 0 else ("assistant", ANSWER)
         await store.add_message(conversation.id, role, text, token_count=12)
+    for i in range(memories):
+        await store.add_memory("terminal:local", PRIVATE, FACTS[i % len(FACTS)].format(i))
 
 
 def scripted_model(encode, counts=None) -> Callable[[], Any]:
@@ -134,7 +145,8 @@ def scripted_model(encode, counts=None) -> Callable[[], Any]:
 
 async def measure_overhead(turns: int, history: int, make_model: Callable[[], Any],
                            store_url: str | None = None, profile: Profile | None = None,
-                           agent_config: str = "") -> tuple[list[float], list[float], list[float]]:
+                           agent_config: str = "", memories: int = 0
+                           ) -> tuple[list[float], list[float], list[float]]:
     """Per measured turn: seconds until the reply was handed to the connector, for the whole
     turn, and inside the model's streams before the reply (`model_part`: a model that keeps an
     `inside` total, else 0)."""
@@ -150,7 +162,7 @@ async def measure_overhead(turns: int, history: int, make_model: Callable[[], An
         # As `openclaw run` makes it: what its start allocated frozen out of the collector.
         daemon = Daemon(load_config(cfg), model=model, connectors=[conn], freeze_heap=True)
         await daemon.start()
-        await prefill(daemon, history)
+        await prefill(daemon, history, memories)
         ids = itertools.count()
         sent_at: list[float] = []
         send = conn.send_text
@@ -214,6 +226,8 @@ def main() -> None:
                         "SQLite file in a temporary folder); {history} in it is replaced by the "
                         "history size, an empty database for each")
     parser.add_argument("--profile", action="store_true", help="where a turn's time goes")
+    parser.add_argument("--memories", type=int, default=0, help="entries in the user's memory "
+                        "(default none: the memory is then never read), recalled each turn")
     args = parser.parse_args()
     turns = 50 if args.quick else args.turns
     sizes = [int(n) for n in args.history.split(",")]
@@ -232,12 +246,14 @@ def main() -> None:
     # allocator's arenas, the caches the libraries fill on first use), and would favour the
     # size measured second. (Not on PostgreSQL: the database of a size is used once.)
     if args.store_url is None:
-        asyncio.run(measure_overhead(WARM_UP * 5, sizes[0], scripted_model(encode, counts)))
+        asyncio.run(measure_overhead(WARM_UP * 5, sizes[0], scripted_model(encode, counts),
+                                     memories=args.memories))
     for size in sizes:
         if profile is not None:
             profile.install(counted)
         to_reply, whole, _ = asyncio.run(with_loop_count(measure_overhead(
-            turns, size, scripted_model(encode, counts), args.store_url, profile), profile))
+            turns, size, scripted_model(encode, counts), args.store_url, profile,
+            memories=args.memories), profile))
         rows.append((size, to_reply, whole))
         if profile is not None:
             tables.append((size, profile.table()))
@@ -246,7 +262,8 @@ def main() -> None:
     store = "PostgreSQL" if args.store_url else "SQLite (WAL, a file)"
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"python {platform.python_version()}; load average {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}; store: {store}; counting: {args.count}")
+          f"{load[2]:.2f}; store: {store}; counting: {args.count}; memory entries: "
+          f"{args.memories}")
     print(f"turns: {turns} measured per history size (half with one tool call), after "
           f"{WARM_UP} warm-up turns\n")
     print("| stored messages | to reply p50 | to reply p99 | whole turn p50 | whole turn p99 | "

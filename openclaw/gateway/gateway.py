@@ -101,14 +101,14 @@ class Gateway:
             await self.outbox.reply(msg.channel, msg.chat_id, msg.notice, conversation_id=None,
                                     event=event)
         else:
+            # Feedback this message gives (a retry, "that's wrong"), judged by what was answered
+            # as it came; taken in order before the turn is queued. Into an idle lane: checked
+            # there once its turn ended, so neither the reply nor this return waits for it
+            # (nothing else is answered in between); behind other turns of the chat: now.
+            check = await self.grading.notice(msg, event, "")
             job = TurnJob(msg, event)
             self.lanes.put(job)
-            # Feedback this message gives (a retry, "that's wrong"), judged by what was answered
-            # as it came. Into an idle lane: checked there once its turn ended, so neither the
-            # reply nor this return waits for it (nothing else is answered in between); behind
-            # other turns of the chat, or once its turn began: checked now, beside it.
-            check = await self.grading.notice(msg, event, "")
-            if check is not None and job.fresh and not job.begun:
+            if check is not None and job.fresh:
                 job.after = check
             elif check is not None:
                 await check()

@@ -39,7 +39,6 @@ class TurnJob:
     # Queued into an idle lane: its turn starts at once, so the admission's look at the store
     # still holds (a query costs ~0.6 ms); one that waited is looked at again.
     fresh: bool = False
-    begun: bool = False  # its turn has begun (the lane's worker took it)
     # Run in the lane once the turn ended (replied, failed or stopped), the lane still busy: work
     # the reply need not wait for (the feedback check: gateway.feedback). Never raises. Run too
     # for a job /stop drops or a stop leaves for the next start.
@@ -243,7 +242,7 @@ class Lanes:
                 lane.queue.task_done()
 
     async def _turn(self, lane: Lane, job: TurnJob) -> None:
-        lane.busy, lane.stop_requested, job.begun = True, False, True
+        lane.busy, lane.stop_requested = True, False
         try:
             try:
                 await self.worker.run_turn(lane, job)
