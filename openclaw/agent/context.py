@@ -167,6 +167,10 @@ class ContextBuilder:
                 return True
         return await self.count([system, user], tools, instructions) <= budget
 
+    def sums_hold(self) -> bool:
+        """Whether counts are taken as sums here, and a sum held against a whole count."""
+        return self._summing() and self.counter.checked
+
     def _summing(self) -> bool:
         """Whether prompts may be counted as sums of cached counts: only for a model whose count
         of the same messages never changes (an estimate that learns from usage reports would
@@ -357,17 +361,19 @@ class ContextBuilder:
             counted.bounded += 1
             counted.bound += bound
         summed = await self._summed(prompt, history, memory, tools, instructions,
-                                    counted.tokens + counted.bound)
+                                    counted.tokens + counted.bound, bounded=True)
         return summed <= self.budget.prompt_tokens
 
     async def _summed(self, prompt: list[dict], history: list[Message], memory: dict | None,
                       tools: list[dict] | None, instructions: str | None,
-                      history_tokens: int) -> int:
+                      history_tokens: int, bounded: bool = False) -> int:
         """The prompt's count as the sum of its system message's (with the tools), the history's
-        (given), the memory message's and those of the results that say a call was not run."""
+        (given), the memory message's and those of the results that say a call was not run.
+        `bounded`: the memory message at its bound where it has one (at least its count)."""
         total = await self.counter.head(prompt[0], tools, instructions) + history_tokens
         if memory is not None:
-            total += await self.counter.message(memory)
+            bound = self.counter.bound(memory) if bounded else None
+            total += bound if bound is not None else await self.counter.message(memory)
         if len(prompt) > 1 + len(history) + (memory is not None):
             for chat in prompt[1:]:
                 if chat.get("content") == NOT_RUN and chat["role"] == "tool":

@@ -73,6 +73,16 @@ class PromptCounter:
             return found
         return None if self._bound_message is None else self._bound_message(chat, ANCHOR)
 
+    def bound_alone(self, chat: dict) -> int | None:
+        """At least alone(chat), without counting it: its bound and what a prompt of it alone
+        adds, once sums held against the model's counts and that was learnt for its role; None
+        where not known so."""
+        role = chat["role"]
+        if not (self.summing and self.checked and role in self._alone):
+            return None
+        bound = self.bound(chat)
+        return None if bound is None else bound + self._alone[role]
+
     def _keep(self, key: tuple, found: int) -> None:
         self._messages[key] = found
         if len(self._messages) > self.MAX_MESSAGES:

@@ -169,28 +169,18 @@ class Agent:
         result.prompt_version = choice.label
         # A library version holds for the whole turn; the config's follows a reload at each step.
         system = None if choice.versions[SYSTEM] == CONFIG else choice.system
-        # The memory is recalled from the start, while the message is checked and stored: store
-        # calls at once, not one after the other (the recall reads only the memory table).
-        # None where nothing is to be recalled (most turns): no task for it.
-        recalling = (asyncio.ensure_future(self._memory(caller, text))
-                     if self._recalls(caller) else None)
-        try:
-            if not await self.context.fits_alone(text, tools, system, choice.tools):
-                # Never stored: a message that cannot fit would break every later turn of the chat.
-                result.text, result.failed = (
-                    f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
-                    "tokens at most, with my instructions). Please shorten it or split it."), True
-                await _cancelled(recalling)
-                return result
-        except BaseException:
-            await _cancelled(recalling)
-            raise
+        if not await self.context.fits_alone(text, tools, system, choice.tools):
+            # Never stored: a message that cannot fit would break every later turn of the chat.
+            result.text, result.failed = (
+                f"Sorry, that message is too long for me ({self.context.budget.prompt_tokens} "
+                "tokens at most, with my instructions). Please shorten it or split it."), True
+            return result
         # Held, not stored yet: stored with the turn's first step or answer, one commit for both
         # (or alone as the turn ends otherwise: see _held_stored).
         user = None if stored else self.context.hold(conversation_id, "user", text)
         try:
             return await self._steps(conversation_id, caller, text, sink, run_id, result, tools,
-                                     choice, system, recalling)
+                                     choice, system)
         finally:
             if user is not None:
                 await self._held_stored(conversation_id, user, result)
@@ -211,8 +201,7 @@ class Agent:
 
     async def _steps(self, conversation_id: int, caller: Caller, text: str, sink: ReplySink,
                      run_id: str, result: TurnResult, tools: list[dict] | None,
-                     choice: PromptChoice, system: str | None,
-                     recalling: asyncio.Future | None) -> TurnResult:
+                     choice: PromptChoice, system: str | None) -> TurnResult:
         """The turn's model steps and tool calls, after its user message was held."""
         # "auto": the engine constrains every call the model opens, so it parses; the error path
         # below remains for models and formats outside the constraint (Llama 3.1 JSON calls).
@@ -221,7 +210,10 @@ class Agent:
         untrusted = Untrusted(earlier=self._earlier.of(
             conversation_id, (await self.context.history(conversation_id))[1],
             self.executor.registry))
-        memory, remember = (await recalling if recalling is not None
+        # Recalled in the turn's own task: the store reads it on the loop's connection (a task
+        # would cost more than what it could overlap: the message is held, not stored, now).
+        # Nothing where nothing is to be recalled (most users' turns).
+        memory, remember = (await self._memory(caller, text) if self._recalls(caller)
                             else (None, self._remember(caller)))
         meter = _TurnMeter(result, caller.has_tokens, started=time.monotonic())
         try:
@@ -333,7 +325,9 @@ class Agent:
         if budget is None:  # a tenth of the prompt: room enough for a name, rules, a few facts
             budget = self.context.budget.prompt_tokens // 10
         entries = await self.memory.recall(caller.user, scope, text)
-        message = await fitted([entry_line(e) for e in entries], budget, self.context.count)
+        counter = self.context.counter  # the message alone, from its sums, as the model counts
+        message = await fitted([entry_line(e) for e in entries], budget, counter.alone,
+                               counter.bound_alone if self.context.sums_hold() else None)
         return message, self._remember(caller)
 
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,
@@ -483,14 +477,6 @@ def _principal_now(caller: Caller) -> Principal | None:
         log.error("cannot prepare the workspace of %s (see roles.*.workspace): %s",
                   caller.user, exc)
         return None
-
-
-async def _cancelled(task: asyncio.Future | None) -> None:
-    """Cancel `task` and wait until it ended (its error, if any, is not the caller's)."""
-    if task is None:
-        return
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 def _refused(result: TurnResult) -> TurnResult:

@@ -30,8 +30,6 @@ class MemorySource(Protocol):
         memory off, or empty): the turn then asks none (a task and a loop iteration less)."""
 
 
-Count = Callable[[list[dict]], Awaitable[int]]
-
 
 def entry_line(entry: Any) -> str:
     return f"- ({entry.kind}) {entry.text}"
@@ -41,18 +39,24 @@ def memory_message(lines: list[str]) -> dict:
     return {"role": "system", "content": MEMORY_HEADER + "\n" + "\n".join(lines)}
 
 
-async def fitted(lines: list[str], budget: int, count: Count) -> dict | None:
+async def fitted(lines: list[str], budget: int, count: Callable[[dict], Awaitable[int]],
+                 bound: Callable[[dict], int | None] | None = None) -> dict | None:
     """The memory message with as many of `lines` (in their order) as fit in `budget` tokens,
-    the message counted alone as the model counts it; None when not even one fits. One count
-    when all fit (the usual case), else a binary search (lines only add tokens)."""
+    the message counted alone as the model counts it (`count`, of the message alone); None when
+    not even one fits. All of them without a count where `bound` (at least the count, taken
+    without encoding) fits already (the usual case); else one count, then a binary search
+    (lines only add tokens)."""
     if not lines or budget <= 0:
         return None
-    if await count([memory_message(lines)]) <= budget:
-        return memory_message(lines)
+    message = memory_message(lines)
+    if bound is not None and (at_most := bound(message)) is not None and at_most <= budget:
+        return message
+    if await count(message) <= budget:
+        return message
     fits, over = 0, len(lines)  # the most lines known to fit, the fewest known not to
     while over - fits > 1:
         middle = (fits + over) // 2
-        if await count([memory_message(lines[:middle])]) <= budget:
+        if await count(memory_message(lines[:middle])) <= budget:
             fits = middle
         else:
             over = middle

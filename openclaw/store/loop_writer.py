@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +52,11 @@ STAT_EVERY = 4  # commits between looks at the -wal file's size
 # write starts the file over. Below it only the sent-mark waits: a checkpoint's fsyncs take
 # milliseconds, a turn's writes the slowest one in a hundred (issue 30's p99) if they waited.
 WAIT_BYTES = 4 * CHECKPOINT_BYTES
+
+# Reads on the loop (LoopWriter.read) stop past this and run on the thread instead: a recall in
+# a small memory takes tens of microseconds; in a large one, a search could hold every turn up.
+READ_BUDGET_S = 0.002
+PROGRESS_STEPS = 2000  # SQLite VM instructions between looks at the clock while reading
 
 Step = tuple["Prepared", dict[str, Any]]
 T = TypeVar("T")
@@ -86,6 +92,21 @@ class Prepared:
             self._none_as_is = all(p is None or p(None) is None for *_, p in self._order)
         except Exception:
             self._none_as_is = False
+        # A SELECT's columns: each one's key and result processor (what SQLAlchemy applies to
+        # what it reads: UTC text to aware datetimes, 0/1 to bools, text to enums).
+        # (None for a text statement: its rows are read as SQLite gives them.)
+        selected = getattr(statement, "selected_columns", None)
+        self.keys = None if selected is None else [c.key for c in selected]
+        self._read = None if selected is None else [
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in selected]
+
+    def rows(self, fetched: list[tuple]) -> list[tuple]:
+        """A SELECT's fetched rows, each value as SQLAlchemy would read it (in `keys` order)."""
+        if self._read is None:
+            return fetched
+        processors = self._read
+        return [tuple(value if process is None or value is None else process(value)
+                      for process, value in zip(processors, row, strict=True)) for row in fetched]
 
     def parameters(self, values: dict[str, Any]) -> tuple[Any, ...]:
         out = []
@@ -223,6 +244,33 @@ class LoopWriter:
                 return NOT_DONE
             raise
         self._committed()
+        return done
+
+    def read(self, body: Callable[[Callable[[Prepared, dict[str, Any]], list[tuple]]], T],
+             budget_s: float | None = None) -> T:
+        """`body(query)` in one read transaction (a snapshot: it waits for no lock, and holds up
+        no writer): `query(prepared, values)` gives a SELECT's rows (Prepared.rows). NOT_DONE
+        where a statement fails, or the reads run past `budget_s` (READ_BUDGET_S by default: a
+        progress handler interrupts them): the caller's ordinary path then runs them on the
+        thread, where a long search holds up no other turn."""
+        conn = self._conn
+        deadline = time.perf_counter() + (READ_BUDGET_S if budget_s is None else budget_s)
+        conn.set_progress_handler(lambda: time.perf_counter() > deadline, PROGRESS_STEPS)
+        try:
+            conn.execute("BEGIN")
+            done = body(lambda prepared, values: prepared.rows(
+                conn.execute(prepared.sql, prepared.parameters(values)).fetchall()))
+            conn.execute("COMMIT")
+        except (sqlite3.Error, StandAside, KeyError, ValueError, TypeError, OverflowError):
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return NOT_DONE
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.set_progress_handler(None, 0)
         return done
 
     def pragma(self, name: str) -> Any:

@@ -9,16 +9,19 @@ consolidation replaces entries by id in one transaction (`replace_memories`).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import column, delete, func, literal_column, select, table, text
+from sqlalchemy import bindparam, column, delete, func, literal_column, select, table, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from openclaw.store.base import StoreBase, to_record
+from openclaw.store.base import StoreBase, loop_first, to_record
 from openclaw.store.columns import storable
+from openclaw.store.loop_writer import LoopWriter, Prepared
 from openclaw.store.memory_records import MemoryEntry, MemoryFull, MemoryKind
 from openclaw.store.models import MemoryRow, MemorySettingRow
 
@@ -41,6 +44,113 @@ def search_terms(query: str) -> list[str]:
 def digest(entry_text: str) -> str:
     """What two entries that say the same share: the text with case and spacing ignored."""
     return hashlib.sha256(" ".join(entry_text.casefold().split()).encode()).hexdigest()
+
+
+# -- recall's statements, as both paths run them (the thread's session, the loop's writer) -------
+
+
+def _where(user: str, scopes: list[str]) -> dict[str, Any]:
+    return {"user": user, **{f"s{i}": scope for i, scope in enumerate(scopes)}}
+
+
+def _in_scopes(count: int) -> Any:
+    return MemoryRow.scope.in_([bindparam(f"s{i}") for i in range(count)])
+
+
+@functools.cache
+def _pinned(scopes: int) -> Any:
+    """The user's pinned entries in `scopes` scopes, oldest first."""
+    return (select(MemoryRow)
+            .where(MemoryRow.user == bindparam("user"), MemoryRow.pinned.is_(True),
+                   _in_scopes(scopes))
+            .order_by(MemoryRow.created_at, MemoryRow.id))
+
+
+@functools.cache
+def _counts(terms: int) -> Any:
+    """How many entries (every user's) hold each of `terms` words, each counted only up to
+    SEARCH_HITS + 1, which stops early on a common word (fts5vocab's counts read a word's whole
+    list: 25 ms a message at 100k entries); one statement. SQLite."""
+    return text(" UNION ALL ".join(
+        f"SELECT :t{i}, (SELECT count(*) FROM (SELECT 1 FROM memories_fts "
+        f"WHERE memories_fts MATCH :q{i} LIMIT {SEARCH_HITS + 1}))" for i in range(terms)))
+
+
+def _counting(terms: list[str]) -> dict[str, str]:
+    return {**{f"t{i}": t for i, t in enumerate(terms)},
+            **{f"q{i}": f'"{t}"' for i, t in enumerate(terms)}}
+
+
+def _rarest(counted: Sequence[Sequence[Any]]) -> list[str]:
+    """The rarest of the words counted, (word, entries), whose entries add up to at most
+    SEARCH_HITS."""
+    docs = {term: n for term, n in counted if n}
+    chosen, hits = [], 0
+    for term in sorted(docs, key=docs.__getitem__):
+        if hits + docs[term] > SEARCH_HITS:
+            break
+        chosen.append(term)
+        hits += docs[term]
+    return chosen
+
+
+@functools.cache
+def _ranked(scopes: int) -> Any:
+    """The user's entries in `scopes` scopes that hold a word of the match, by bm25. SQLite."""
+    fts = literal_column("memories_fts")
+    return (select(MemoryRow).join(_FTS, _FTS.c.rowid == MemoryRow.id)
+            .where(fts.op("MATCH")(bindparam("match")), MemoryRow.user == bindparam("user"),
+                   _in_scopes(scopes))
+            .order_by(func.bm25(fts), MemoryRow.id.desc()).limit(bindparam("limit")))
+
+
+def _ranking(user: str, scopes: list[str], terms: list[str], limit: int) -> dict[str, Any]:
+    # Each word quoted: FTS5's query syntax (AND, NEAR, column:) is not the user's to use.
+    return {**_where(user, scopes), "match": " OR ".join(f'"{t}"' for t in terms),
+            "limit": limit}
+
+
+def _merged(pinned: list[Any], ranked: list[Any], limit: int) -> list[Any]:
+    """The pinned entries, then up to `limit` ranked ones not among them."""
+    seen = {row.id for row in pinned}
+    return pinned + [row for row in ranked if row.id not in seen][:limit]
+
+
+_ATTRIBUTES = {column.key: attribute for attribute, column in MemoryRow.__mapper__.columns.items()}
+_FIELDS = {field.name for field in dataclasses.fields(MemoryEntry)}
+
+
+def _recall_on_loop(store: StoreBase, writer: LoopWriter, user: str, scopes: Collection[str],
+                    query: str, *, limit: int = 8, pinned: bool = True) -> list[MemoryEntry]:
+    """recall's statements on the loop's connection (base.loop_first), within its read budget:
+    a few indexed reads, tens of microseconds, where the thread's path takes a dozen hops."""
+    scopes = list(scopes)
+    where = _where(user, scopes)
+    terms = search_terms(query)
+
+    def entries(prepared: Prepared, rows: list[tuple]) -> list[MemoryEntry]:
+        names = [_ATTRIBUTES[key] for key in prepared.keys or ()]
+        return [MemoryEntry(**{name: value for name, value in zip(names, row, strict=True)
+                               if name in _FIELDS}) for row in rows]
+
+    def body(read: Any) -> list[MemoryEntry]:
+        found: list[MemoryEntry] = []
+        if pinned:
+            query = writer.prepare(("pinned", len(scopes)), lambda: _pinned(len(scopes)))
+            found = entries(query, read(query, where))
+        ranked: list[MemoryEntry] = []
+        if terms and limit + len(found) > 0:
+            counted = read(writer.prepare(("counts", len(terms)), lambda: _counts(len(terms))),
+                           _counting(terms))
+            rare = _rarest(counted)
+            if rare:
+                query = writer.prepare(("ranked", len(scopes)), lambda: _ranked(len(scopes)))
+                ranked = entries(query, read(query, _ranking(user, scopes, rare,
+                                                             limit + len(found))))
+        return _merged(found, ranked, limit)
+
+    return writer.read(body)
+
 
 
 class MemoryStore(StoreBase):
@@ -96,23 +206,17 @@ class MemoryStore(StoreBase):
         async with self.transaction() as session:
             return await session.scalar(query) or 0
 
+    @loop_first(_recall_on_loop)
     async def recall(self, user: str, scopes: Collection[str], query: str, *, limit: int = 8,
                      pinned: bool = True) -> list[MemoryEntry]:
         """What the prompt reads: the user's pinned entries in `scopes` (oldest first, when
         `pinned`), then their entries most relevant to `query` by full-text rank."""
         scopes = list(scopes)
+        where = _where(user, scopes)
         async with self.transaction() as session:
-            found: list[Any] = []
-            if pinned:
-                found = list(await session.scalars(
-                    select(MemoryRow).where(MemoryRow.user == user, MemoryRow.pinned.is_(True),
-                                            MemoryRow.scope.in_(scopes))
-                    .order_by(MemoryRow.created_at, MemoryRow.id)))
-            seen = {r.id for r in found}
-            for row in await self._search(session, user, scopes, query, limit + len(seen)):
-                if row.id not in seen and len(found) - len(seen) < limit:
-                    found.append(row)
-            return [to_record(MemoryEntry, r) for r in found]
+            found = (list(await session.scalars(_pinned(len(scopes)), where)) if pinned else [])
+            ranked = await self._search(session, user, scopes, query, limit + len(found))
+            return [to_record(MemoryEntry, r) for r in _merged(found, ranked, limit)]
 
     async def search_memories(self, user: str, scopes: Collection[str], query: str, *,
                               limit: int = 8) -> list[MemoryEntry]:
@@ -194,15 +298,12 @@ class MemoryStore(StoreBase):
             return []
         mine = (MemoryRow.user == user, MemoryRow.scope.in_(scopes))
         if self.dialect == "sqlite":
-            terms = await _rare_terms(session, terms)
+            counted = await session.execute(_counts(len(terms)), _counting(terms))
+            terms = _rarest(counted.all())
             if not terms:
                 return []
-            # Each word quoted: FTS5's query syntax (AND, NEAR, column:) is not the user's to use.
-            match = " OR ".join(f'"{t}"' for t in terms)
-            fts = literal_column("memories_fts")
-            ranked = (select(MemoryRow).join(_FTS, _FTS.c.rowid == MemoryRow.id)
-                      .where(fts.op("MATCH")(match), *mine)
-                      .order_by(func.bm25(fts), MemoryRow.id.desc()).limit(limit))
+            return list(await session.scalars(_ranked(len(scopes)),
+                                              _ranking(user, scopes, terms, limit)))
         else:
             vector = func.to_tsvector(text("'simple'::regconfig"), MemoryRow.text)
             tsquery = func.websearch_to_tsquery(text("'simple'::regconfig"), " or ".join(terms))
@@ -210,25 +311,6 @@ class MemoryStore(StoreBase):
                       .order_by(func.ts_rank(vector, tsquery).desc(), MemoryRow.id.desc())
                       .limit(limit))
         return list(await session.scalars(ranked))
-
-
-async def _rare_terms(session: AsyncSession, terms: list[str]) -> list[str]:
-    """The rarest of `terms` whose entries (every user's) add up to at most SEARCH_HITS. Each
-    word's entries are counted only up to SEARCH_HITS + 1, which stops early on a common word
-    (fts5vocab's counts read a word's whole list: 25 ms a message at 100k entries); one statement."""
-    counts = " UNION ALL ".join(
-        f"SELECT :t{i}, (SELECT count(*) FROM (SELECT 1 FROM memories_fts "
-        f"WHERE memories_fts MATCH :q{i} LIMIT {SEARCH_HITS + 1}))" for i in range(len(terms)))
-    params = {**{f"t{i}": t for i, t in enumerate(terms)},
-              **{f"q{i}": f'"{t}"' for i, t in enumerate(terms)}}
-    docs = {term: n for term, n in (await session.execute(text(counts), params)).all() if n}
-    chosen, hits = [], 0
-    for term in sorted(docs, key=docs.__getitem__):
-        if hits + docs[term] > SEARCH_HITS:
-            break
-        chosen.append(term)
-        hits += docs[term]
-    return chosen
 
 
 async def _bound(session: AsyncSession, user: str, max_entries: int, *, keep: int) -> None:
