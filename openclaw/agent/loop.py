@@ -325,9 +325,12 @@ class Agent:
         if budget is None:  # a tenth of the prompt: room enough for a name, rules, a few facts
             budget = self.context.budget.prompt_tokens // 10
         entries = await self.memory.recall(caller.user, scope, text)
-        counter = self.context.counter  # the message alone, from its sums, as the model counts
-        message = await fitted([entry_line(e) for e in entries], budget, counter.alone,
-                               counter.bound_alone if self.context.sums_hold() else None)
+        counter = self.context.counter
+        if self.context.sums_hold():  # the message alone from its sums, as the model counts it
+            count, bound = counter.alone, counter.bound_alone
+        else:
+            count, bound = (lambda message: self.context.count([message])), None
+        message = await fitted([entry_line(e) for e in entries], budget, count, bound)
         return message, self._remember(caller)
 
     async def _generate(self, prompt: list[dict], params: SamplingParams, tools: list[dict] | None,

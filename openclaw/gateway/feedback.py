@@ -65,24 +65,24 @@ class Grading:
 
     async def noticed(self, msg: InboundMessage, event: InboundEvent, command: str) -> None:
         """`notice`, and its check at once: for a message answered without a turn."""
-        check = await self.notice(msg, event, command)
+        check = self.notice(msg, event, command)
         if check is not None:
             await check()
 
-    async def notice(self, msg: InboundMessage, event: InboundEvent,
-                     command: str) -> Callable[[], Awaitable[None]] | None:
+    def notice(self, msg: InboundMessage, event: InboundEvent,
+               command: str) -> Callable[[], Awaitable[None]] | None:
         """A new message (`msg`, stored as `event`; `command` if it is one), taken as the user's
-        latest in the chat now, in the order messages come; and the check of what it says, for
-        the caller to run (after the message's turn replied: the reply never waits for it). A
+        latest in the chat now, in the order messages come (no await: a message handed in while
+        another's note waited could not overtake it); and the check of what it says, for the
+        caller to run (after the message's turn replied: the reply never waits for it). A
         message that says the last reply was wrong grades it bad; one that repeats the message
         before it, within RETRY_WINDOW, grades that one's turn "retry". None: nothing to check.
-        Neither raises: a grade lost is better than a message refused."""
-        try:
-            previous = await self._previous(msg, event, command)
-        except Exception:
-            log.exception("feedback: could not read the message before %s:%s", msg.channel,
-                          msg.message_id)
-            return None
+        The check never raises: a grade lost is better than a message refused."""
+        key = (msg.user, msg.chat_id)
+        previous = self._last.pop(key, None)  # None: not known since the start; read if needed
+        self._last[key] = (event.id, msg.text, event.received_at, bool(command))
+        while len(self._last) > REMEMBERED_CHATS:
+            self._last.popitem(last=False)
         if command:
             return None
         return functools.partial(self._check, msg, event, previous)
@@ -95,7 +95,13 @@ class Grading:
                                                            before=event.id)
                 if turn is not None:
                     await self.store.grade(msg.user, turn, FeedbackKind.BAD, FeedbackSource.TEXT)
-            elif previous is not None and await self._retried(msg, event, previous):
+                return
+            if previous is None:  # the message before this one, whenever the check runs
+                stored = await self.store.previous_inbound(msg.user, msg.chat_id, event.id)
+                previous = None if stored is None else (
+                    stored.id, stored.text, stored.received_at,
+                    stored.text.lstrip().startswith("/"))
+            if previous is not None and await self._retried(msg, event, previous):
                 await self.store.grade(msg.user, previous[0], FeedbackKind.RETRY,
                                        FeedbackSource.TEXT)
         except Exception:
@@ -111,18 +117,3 @@ class Grading:
         # impatience, which says nothing of the answer.
         return await self.store.last_answered_turn(msg.channel, msg.chat_id, msg.user,
                                                    before=event.id) == turn
-
-    async def _previous(self, msg: InboundMessage, event: InboundEvent,
-                        command: str) -> tuple[int, str, datetime, bool] | None:
-        """The user's message in this chat before `msg`; `msg` kept as the next one's."""
-        key = (msg.user, msg.chat_id)
-        previous = self._last.pop(key, None)
-        if previous is None:
-            stored = await self.store.previous_inbound(msg.user, msg.chat_id, event.id)
-            if stored is not None:
-                previous = (stored.id, stored.text, stored.received_at,
-                            stored.text.lstrip().startswith("/"))
-        self._last[key] = (event.id, msg.text, event.received_at, bool(command))
-        while len(self._last) > REMEMBERED_CHATS:
-            self._last.popitem(last=False)
-        return previous

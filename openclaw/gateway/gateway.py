@@ -102,10 +102,10 @@ class Gateway:
                                     event=event)
         else:
             # Feedback this message gives (a retry, "that's wrong"), judged by what was answered
-            # as it came; taken in order before the turn is queued. Into an idle lane: checked
+            # as it came; noted in order before the turn is queued. Into an idle lane: checked
             # there once its turn ended, so neither the reply nor this return waits for it
             # (nothing else is answered in between); behind other turns of the chat: now.
-            check = await self.grading.notice(msg, event, "")
+            check = self.grading.notice(msg, event, "")
             job = TurnJob(msg, event)
             self.lanes.put(job)
             if check is not None and job.fresh:

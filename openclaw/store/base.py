@@ -162,7 +162,7 @@ class StoreBase:
 
 
 def loop_first(on_loop: Callable[..., Any], *, steps: tuple[str, ...] = (),
-               after_reply: bool = False
+               after_reply: bool = False, reads: bool = False
                ) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
     """Marks a Store call whose `on_loop(store, writer, *args, **kwargs)` makes the same writes
     on the loop's writer (loop_writer), synchronously: the call's result, or NOT_DONE when the
@@ -172,9 +172,10 @@ def loop_first(on_loop: Callable[..., Any], *, steps: tuple[str, ...] = (),
     `after_reply`: the call is made once the user has their reply (a delivery's sent-mark, made
     under the chat's lock only), where waiting costs them nothing: it lets a running checkpoint
     finish first, so that its write starts the -wal file over (see _start_checkpoint). Not for a
-    call made under a lock that turns before their reply take (Spending's: usage, trace)."""
+    call made under a lock that turns before their reply take (Spending's: usage, trace).
+    `reads`: `on_loop` only reads (LoopWriter.read): it waits for no checkpoint."""
     def mark(method: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-        method.on_loop = on_loop, steps, after_reply  # type: ignore[attr-defined]
+        method.on_loop = on_loop, steps, after_reply, reads  # type: ignore[attr-defined]
         return method
     return mark
 
@@ -233,7 +234,7 @@ def run_whole(method: Callable[..., Awaitable[R]],
     A memory_first call answered from memory, and a loop_first call that its writer finishes,
     need no task: each ran whole, synchronously. `steps`: the loop_first call's steps by name,
     as the class defined them."""
-    on_loop, _steps, after_reply = getattr(method, "on_loop", (None, (), False))
+    on_loop, _steps, after_reply, reads = getattr(method, "on_loop", (None, (), False, False))
     in_memory = getattr(method, "in_memory", None)
     own = list((steps or {}).items())
 
@@ -244,8 +245,8 @@ def run_whole(method: Callable[..., Awaitable[R]],
         writer = self.loop_writer
         if (on_loop is not None and writer is not None and writer.thread == threading.get_ident()
                 and all(getattr(type(self), name) is step for name, step in own)):
-            while ((after_reply or writer.too_long) and writer.checkpoint is not None
-                   and not writer.checkpoint.done()):
+            while ((after_reply or writer.too_long) and not reads
+                   and writer.checkpoint is not None and not writer.checkpoint.done()):
                 # Nothing written yet: a cancel here loses nothing. `wait`, not `shield`: the
                 # checkpoint's own failure or cancel is not this call's.
                 await asyncio.wait({writer.checkpoint})
@@ -266,6 +267,6 @@ def calls_run_whole(cls: type[S]) -> type[S]:
         method = inspect.getattr_static(cls, name)
         if (not name.startswith("_") and name not in vars(StoreBase)
                 and inspect.iscoroutinefunction(method)):
-            steps = getattr(method, "on_loop", (None, (), False))[1]
+            steps = getattr(method, "on_loop", (None, (), False, False))[1]
             setattr(cls, name, run_whole(method, {step: getattr(cls, step) for step in steps}))
     return cls

@@ -133,20 +133,19 @@ def _recall_on_loop(store: StoreBase, writer: LoopWriter, user: str, scopes: Col
         return [MemoryEntry(**{name: value for name, value in zip(names, row, strict=True)
                                if name in _FIELDS}) for row in rows]
 
+    # Compiled before the reads' clock starts (the first time a shape is asked for: ms).
+    pinned_query = writer.prepare(("pinned", len(scopes)), lambda: _pinned(len(scopes)))
+    counts = writer.prepare(("counts", len(terms)), lambda: _counts(len(terms))) if terms else None
+    ranked_query = writer.prepare(("ranked", len(scopes)), lambda: _ranked(len(scopes)))
+
     def body(read: Any) -> list[MemoryEntry]:
-        found: list[MemoryEntry] = []
-        if pinned:
-            query = writer.prepare(("pinned", len(scopes)), lambda: _pinned(len(scopes)))
-            found = entries(query, read(query, where))
+        found = entries(pinned_query, read(pinned_query, where)) if pinned else []
         ranked: list[MemoryEntry] = []
-        if terms and limit + len(found) > 0:
-            counted = read(writer.prepare(("counts", len(terms)), lambda: _counts(len(terms))),
-                           _counting(terms))
-            rare = _rarest(counted)
+        if counts is not None and limit + len(found) > 0:
+            rare = _rarest(read(counts, _counting(terms)))
             if rare:
-                query = writer.prepare(("ranked", len(scopes)), lambda: _ranked(len(scopes)))
-                ranked = entries(query, read(query, _ranking(user, scopes, rare,
-                                                             limit + len(found))))
+                ranked = entries(ranked_query, read(ranked_query, _ranking(
+                    user, scopes, rare, limit + len(found))))
         return _merged(found, ranked, limit)
 
     return writer.read(body)
@@ -206,7 +205,7 @@ class MemoryStore(StoreBase):
         async with self.transaction() as session:
             return await session.scalar(query) or 0
 
-    @loop_first(_recall_on_loop)
+    @loop_first(_recall_on_loop, steps=("_search",), reads=True)
     async def recall(self, user: str, scopes: Collection[str], query: str, *, limit: int = 8,
                      pinned: bool = True) -> list[MemoryEntry]:
         """What the prompt reads: the user's pinned entries in `scopes` (oldest first, when

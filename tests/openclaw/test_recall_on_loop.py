@@ -4,6 +4,8 @@ entries either way. Real SQLite with its FTS5 index."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sqlalchemy import text
 
@@ -83,3 +85,18 @@ async def test_reads_past_the_budget_run_on_the_thread_with_the_same_answer(stor
     found = await store.recall(ADA, (PRIVATE, EVERYWHERE), "the river town")
     assert "a new fact about the river" in [e.text for e in found]
     assert found == await _on_thread(store, ADA, (PRIVATE, EVERYWHERE), "the river town")
+
+
+async def test_a_recall_waits_for_no_checkpoint_even_while_the_wal_grows_past_its_bound(store):
+    writer = store.loop_writer
+    await store.ensure_user("telegram", 1001)
+    conversation = await store.active_conversation(ADA, "1001")
+    while writer.checkpoint is None:  # a commit grew the -wal file past its threshold
+        await store.add_message(conversation.id, "user", "x" * 50_000)
+    writer.too_long = True  # as when the file grows past WAIT_BYTES: writes wait for it
+    running = writer.checkpoint
+    recalling = asyncio.ensure_future(store.recall(ADA, (PRIVATE, EVERYWHERE), "the river town"))
+    await asyncio.sleep(0)  # one step: a call that waited for the checkpoint is not done
+    assert recalling.done() and not running.done()
+    assert "Ada lives in a river town" in [e.text for e in recalling.result()]
+    await asyncio.wait({running})
