@@ -27,8 +27,7 @@ class MemorySource(Protocol):
 
     def holds_nothing(self, user: str) -> bool:
         """Whether `recall` is known, without asking the store, to find nothing for `user` (their
-        memory off, or empty): the turn then asks none (a task and a loop iteration less)."""
-
+        memory off, or empty): the turn then asks none (no store call for it)."""
 
 
 def entry_line(entry: Any) -> str:

@@ -1,5 +1,5 @@
-"""SQLite: the store's per-turn writes run on the event loop's own thread, on a connection of
-their own, without a trip to aiosqlite's thread.
+"""SQLite: the store's per-turn writes (and a turn's memory recall, `LoopWriter.read`) run on the
+event loop's own thread, on a connection of their own, without a trip to aiosqlite's thread.
 
 A short INSERT or UPDATE and its COMMIT take tens of microseconds in WAL mode with
 synchronous=NORMAL (a commit appends to the -wal file and does not fsync), less than one hop to
@@ -231,19 +231,10 @@ class LoopWriter:
         its reads are those of the writer), committed before this returns: body's result. NOT_DONE,
         with nothing written, where `write` gives None, or where body raises StandAside."""
         conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            done = body(lambda prepared, values: conn.execute(prepared.sql,
-                                                              prepared.parameters(values)))
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:  # never left open (see write)
-                conn.execute("ROLLBACK")
-            if isinstance(exc, (sqlite3.Error, StandAside, KeyError, ValueError, TypeError,
-                                OverflowError, IndexError)):
-                return NOT_DONE
-            raise
-        self._committed()
+        done = self._within("BEGIN IMMEDIATE", body, lambda prepared, values: conn.execute(
+            prepared.sql, prepared.parameters(values)))
+        if done is not NOT_DONE:
+            self._committed()
         return done
 
     def read(self, body: Callable[[Callable[[Prepared, dict[str, Any]], list[tuple]]], T],
@@ -257,20 +248,28 @@ class LoopWriter:
         deadline = time.perf_counter() + (READ_BUDGET_S if budget_s is None else budget_s)
         conn.set_progress_handler(lambda: time.perf_counter() > deadline, PROGRESS_STEPS)
         try:
-            conn.execute("BEGIN")
-            done = body(lambda prepared, values: prepared.rows(
+            return self._within("BEGIN", body, lambda prepared, values: prepared.rows(
                 conn.execute(prepared.sql, prepared.parameters(values)).fetchall()))
-            conn.execute("COMMIT")
-        except (sqlite3.Error, StandAside, KeyError, ValueError, TypeError, OverflowError):
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return NOT_DONE
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         finally:
             conn.set_progress_handler(None, 0)
+
+    def _within(self, begin: str, body: Callable[[Callable[..., Any]], T],
+                run: Callable[[Prepared, dict[str, Any]], Any]) -> T:
+        """`body(run)` between `begin` and COMMIT; NOT_DONE, rolled back, where SQLite or a
+        value refuses it (or body raises StandAside). Never left open: an open transaction would
+        make the next call's statements part of it, uncommitted."""
+        conn = self._conn
+        try:
+            conn.execute(begin)
+            done = body(run)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, (sqlite3.Error, StandAside, KeyError, ValueError, TypeError,
+                                OverflowError, IndexError)):
+                return NOT_DONE
+            raise
         return done
 
     def pragma(self, name: str) -> Any:

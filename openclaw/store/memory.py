@@ -151,7 +151,6 @@ def _recall_on_loop(store: StoreBase, writer: LoopWriter, user: str, scopes: Col
     return writer.read(body)
 
 
-
 class MemoryStore(StoreBase):
     """The Store's memory entries."""
 
@@ -295,7 +294,6 @@ class MemoryStore(StoreBase):
         terms = search_terms(query)
         if not terms or limit <= 0:
             return []
-        mine = (MemoryRow.user == user, MemoryRow.scope.in_(scopes))
         if self.dialect == "sqlite":
             counted = await session.execute(_counts(len(terms)), _counting(terms))
             terms = _rarest(counted.all())
@@ -303,12 +301,13 @@ class MemoryStore(StoreBase):
                 return []
             return list(await session.scalars(_ranked(len(scopes)),
                                               _ranking(user, scopes, terms, limit)))
-        else:
-            vector = func.to_tsvector(text("'simple'::regconfig"), MemoryRow.text)
-            tsquery = func.websearch_to_tsquery(text("'simple'::regconfig"), " or ".join(terms))
-            ranked = (select(MemoryRow).where(vector.op("@@")(tsquery), *mine)
-                      .order_by(func.ts_rank(vector, tsquery).desc(), MemoryRow.id.desc())
-                      .limit(limit))
+        vector = func.to_tsvector(text("'simple'::regconfig"), MemoryRow.text)
+        tsquery = func.websearch_to_tsquery(text("'simple'::regconfig"), " or ".join(terms))
+        ranked = (select(MemoryRow)
+                  .where(vector.op("@@")(tsquery), MemoryRow.user == user,
+                         MemoryRow.scope.in_(scopes))
+                  .order_by(func.ts_rank(vector, tsquery).desc(), MemoryRow.id.desc())
+                  .limit(limit))
         return list(await session.scalars(ranked))
 
 
